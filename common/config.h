@@ -1,0 +1,141 @@
+// knapd's configuration: one YAML file whose sections mirror Knative's
+// ConfigMaps (config-autoscaler, config-defaults, config-network, config-domain,
+// config-gc, config-deployment) with Knative's key names and defaults, plus
+// knap's own `knap` section (listeners, data dir, runtime settings).
+//
+// Values are plain data; loadConfig() validates every key and refuses a bad
+// file with the section, key and reason. Durations are std::chrono::seconds
+// (Knative's are whole seconds). Thread safety: immutable after load; share by
+// const reference or shared_ptr<const Config>.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace knap {
+
+using Seconds = std::chrono::seconds;
+
+// config-autoscaler (KNATIVE-CONTRACT §4.1).
+struct AutoscalerConfig {
+  double container_concurrency_target_percentage = 70;  // stored as given; fraction = /100 if > 1
+  double container_concurrency_target_default = 100;
+  double requests_per_second_target_default = 200;
+  double target_burst_capacity = 211;
+  Seconds stable_window{60};
+  double panic_window_percentage = 10.0;
+  double panic_threshold_percentage = 200.0;
+  double max_scale_up_rate = 1000.0;
+  double max_scale_down_rate = 2.0;
+  bool enable_scale_to_zero = true;
+  Seconds scale_to_zero_grace_period{30};
+  Seconds scale_to_zero_pod_retention_period{0};
+  std::string pod_autoscaler_class = "kpa.autoscaling.knative.dev";
+  double activator_capacity = 100.0;
+  int initial_scale = 1;
+  bool allow_zero_initial_scale = false;
+  int min_scale = 0;
+  int max_scale = 0;
+  Seconds scale_down_delay{0};
+  int max_scale_limit = 0;
+  double targetUtilizationFraction() const {
+    return container_concurrency_target_percentage > 1 ? container_concurrency_target_percentage / 100
+                                                       : container_concurrency_target_percentage;
+  }
+};
+
+// config-defaults (KNATIVE-CONTRACT §3.3).
+struct DefaultsConfig {
+  int64_t revision_timeout_seconds = 300;
+  int64_t max_revision_timeout_seconds = 600;
+  std::optional<int64_t> revision_response_start_timeout_seconds;  // unset = revision_timeout_seconds
+  int64_t revision_idle_timeout_seconds = 0;
+  int64_t container_concurrency = 0;
+  int64_t container_concurrency_max_limit = 1000;
+  bool allow_container_concurrency_zero = true;
+  bool enable_service_links = false;
+  std::string container_name_template = "user-container";
+  std::string init_container_name_template = "init-container";
+  // revision-{cpu,memory,ephemeral-storage}-{request,limit}: Kubernetes quantities, empty = unset.
+  std::map<std::string, std::string> resource_defaults;
+};
+
+// config-network (KNATIVE-CONTRACT §5.11); only the keys that mean something on one box are used,
+// the others are accepted and kept so a Knative ConfigMap can be pasted in.
+struct NetworkConfig {
+  std::string domain_template = "{{.Name}}.{{.Namespace}}.{{.Domain}}";
+  std::string tag_template = "{{.Tag}}-{{.Name}}";
+  std::string default_external_scheme = "http";
+  std::string http_protocol = "Enabled";
+  Seconds rollout_duration{0};
+  std::string ingress_class = "knap";
+  std::map<std::string, std::string> other;  // accepted Knative keys knap does not act on
+};
+
+// config-domain: domain -> label selector. An entry with an empty selector is the default.
+struct DomainEntry {
+  std::string domain;
+  std::map<std::string, std::string> selector;
+};
+struct DomainConfig {
+  std::vector<DomainEntry> domains;  // knap default: {"localhost", {}} (curl resolves *.localhost)
+};
+
+// config-gc (KNATIVE-CONTRACT §6). nullopt = "disabled".
+struct GcConfig {
+  std::optional<Seconds> retain_since_create_time = Seconds(48 * 3600);
+  std::optional<Seconds> retain_since_last_active_time = Seconds(15 * 3600);
+  int64_t min_non_active_revisions = 20;
+  std::optional<int64_t> max_non_active_revisions = 1000;
+};
+
+// config-deployment.
+struct DeploymentConfig {
+  Seconds progress_deadline{600};
+  std::vector<std::string> registries_skipping_tag_resolving = {"kind.local", "ko.local", "dev.local"};
+  std::string digest_resolution_timeout = "10s";
+  std::string queue_sidecar_image;  // accepted, unused: knap has no sidecar
+};
+
+// knap's own section.
+struct KnapConfig {
+  std::string data_dir = "/var/lib/knap";
+  std::string api_socket;                     // default <data_dir>/knapd.sock
+  std::string api_listen = "127.0.0.1:6443";  // loopback only by default
+  std::string router_listen = "127.0.0.1:8080";
+  std::string router_internal_listen = "";    // the listener pods use for cluster-local routes
+  std::string kubeconfig_path;                // default <data_dir>/kubeconfig
+  std::string containerd_socket = "/run/containerd/containerd.sock";
+  std::string containerd_namespace = "knap";
+  std::string pod_subnet = "10.88.0.0/16";
+  std::string bridge_name = "knap0";
+  size_t max_request_body_bytes = 3 * 1024 * 1024;
+  int64_t watch_history_events = 10000;       // events kept for watch replay before 410 Gone
+};
+
+struct Config {
+  AutoscalerConfig autoscaler;
+  DefaultsConfig defaults;
+  NetworkConfig network;
+  DomainConfig domain;
+  GcConfig gc;
+  DeploymentConfig deployment;
+  KnapConfig knap;
+};
+
+// The embedded defaults knapd runs with when no file is given.
+Config defaultConfig();
+
+// Parses YAML text (sections as above, values as in Knative ConfigMaps: strings
+// or scalars). Unknown sections or keys are refused. Errors name the key:
+// `autoscaler.stable-window: invalid duration "6x": unknown unit "x"`.
+StatusOr<Config> parseConfig(const std::string& yaml_text);
+StatusOr<Config> loadConfigFile(const std::string& path);
+
+}  // namespace knap

@@ -1,0 +1,44 @@
+#include "store/store.h"
+
+namespace knap::store {
+
+const char* eventTypeName(EventType t) {
+  switch (t) {
+    case EventType::kAdded: return "ADDED";
+    case EventType::kModified: return "MODIFIED";
+    case EventType::kDeleted: return "DELETED";
+  }
+  return "ERROR";
+}
+
+StatusOr<Object> Store::create(const Key& key, nlohmann::json body) {
+  Object out;
+  Status st = transact([&](Txn& txn) -> Status {
+    KNAP_ASSIGN_OR_RETURN(out, txn.create(key, std::move(body)));
+    return Status::ok();
+  });
+  if (!st.isOk()) return st;
+  return out;
+}
+
+StatusOr<Object> Store::update(const Key& key, nlohmann::json body, int64_t expected_rv) {
+  Object out;
+  Status st = transact([&](Txn& txn) -> Status {
+    KNAP_ASSIGN_OR_RETURN(out, txn.update(key, std::move(body), expected_rv));
+    return Status::ok();
+  });
+  if (!st.isOk()) return st;
+  return out;
+}
+
+StatusOr<Object> Store::remove(const Key& key) {
+  Object out;
+  Status st = transact([&](Txn& txn) -> Status {
+    KNAP_ASSIGN_OR_RETURN(out, txn.remove(key));
+    return Status::ok();
+  });
+  if (!st.isOk()) return st;
+  return out;
+}
+
+}  // namespace knap::store
