@@ -1,0 +1,165 @@
+"""Shared fixtures for knap's end-to-end tests.
+
+Each test gets a real knapd process (built by meson into $KNAP_BUILD_DIR) with
+its own data dir and loopback ports, a kubeconfig pointing at it, and helpers
+to drive it with the real kubectl and the knap CLI.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import urllib.error
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("KNAP_BUILD_DIR", os.path.join(ROOT, "build"))
+KNAPD = os.path.join(BUILD, "daemon", "knapd")
+KNAP = os.path.join(BUILD, "tools", "knap")
+DATA = os.path.join(ROOT, "tests", "data")
+KUBECTL = shutil.which("kubectl")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Knapd:
+    """A knapd process under test. start()/kill()/stop() may be called repeatedly."""
+
+    def __init__(self, workdir, runtime="none", extra_config=""):
+        self.workdir = workdir
+        self.data_dir = os.path.join(workdir, "data")
+        self.api_port = free_port()
+        self.router_port = free_port()
+        self.runtime = runtime
+        self.config_path = os.path.join(workdir, "config.yaml")
+        with open(self.config_path, "w") as f:
+            f.write(
+                "knap:\n"
+                f"  data-dir: {self.data_dir}\n"
+                f"  api-listen: 127.0.0.1:{self.api_port}\n"
+                f"  router-listen: 127.0.0.1:{self.router_port}\n" + extra_config
+            )
+        self.kubeconfig = os.path.join(self.data_dir, "kubeconfig")
+        self.proc = None
+        self.log_path = os.path.join(workdir, "knapd.log")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def start(self, timeout=20):
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [KNAPD, "--config", self.config_path, "--runtime", self.runtime],
+            stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"knapd exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("knapd did not become ready:\n" + self.log())
+
+    def log(self):
+        try:
+            with open(self.log_path) as f:
+                return f.read()[-8000:]
+        except OSError:
+            return ""
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    # --- raw HTTP -------------------------------------------------------
+    def http(self, method, path, body=None, content_type="application/json", accept="application/json", timeout=10):
+        data = body.encode() if isinstance(body, str) else body
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        req.add_header("Accept", accept)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read().decode(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), dict(e.headers)
+
+    def get_json(self, path):
+        code, body, _ = self.http("GET", path)
+        assert code == 200, f"GET {path}: {code} {body}"
+        return json.loads(body)
+
+    # --- clients --------------------------------------------------------
+    def kubectl(self, *args, check=True, input=None, timeout=60):
+        env = dict(os.environ, HOME=self.workdir)  # own discovery cache per test
+        p = subprocess.run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True,
+                           input=input, env=env, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def knap(self, *args, check=True, input=None, timeout=60):
+        p = subprocess.run([KNAP, "--server", self.url, *args], capture_output=True, text=True, input=input,
+                           timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError(f"knap {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def wait_for(self, predicate, timeout=20, what="condition"):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n--- knapd log ---\n{self.log()}")
+
+
+@pytest.fixture
+def workdir():
+    d = tempfile.mkdtemp(prefix="knap-e2e-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def knapd(workdir):
+    k = Knapd(workdir).start()
+    yield k
+    k.stop()
+
+
+def data_file(*parts):
+    return os.path.join(DATA, *parts)
+
+
+requires_kubectl = pytest.mark.skipif(
+    KUBECTL is None, reason="!!! kubectl is not installed on this machine: kubectl end-to-end tests SKIPPED !!!")

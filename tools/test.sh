@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds knap and runs every test: unit tests (meson/GoogleTest) and the
+# end-to-end suites (pytest: real knapd, kubectl, containerd, runc, CNI).
+# Installs what it needs first (tools/setup.sh --test). Run as root.
+#
+#   tools/test.sh              everything
+#   tools/test.sh --unit       unit tests only
+#   KNAP_E2E_ARGS="-k kubectl" tools/test.sh   pass arguments to pytest
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${KNAP_BUILD_DIR:-$ROOT/build}
+
+tools/setup.sh --test || exit 1
+
+if [[ ! -f "$BUILD/build.ninja" ]]; then
+  meson setup "$BUILD" --buildtype=debugoptimized >/dev/null || { echo "meson setup failed"; exit 1; }
+fi
+ninja -C "$BUILD" || { echo "build failed"; exit 1; }
+
+unit_rc=0
+meson test -C "$BUILD" --print-errorlogs --num-processes 2 || unit_rc=$?
+
+e2e_rc=0
+if [[ "${1:-}" != "--unit" ]]; then
+  KNAP_BUILD_DIR="$BUILD" /usr/bin/python3 -m pytest -q -p no:cacheprovider ${KNAP_E2E_ARGS:-} tests/e2e || e2e_rc=$?
+fi
+
+if ((unit_rc != 0 || e2e_rc != 0)); then
+  echo "FAILED: unit tests rc=$unit_rc, end-to-end tests rc=$e2e_rc"
+  exit 1
+fi
+echo "all tests passed"
