@@ -1,0 +1,196 @@
+#include "api/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace knap::api {
+namespace {
+
+using nlohmann::json;
+
+std::string readData(const std::string& name) {
+  std::ifstream in(std::string(KNAP_TEST_DATA_DIR) + "/" + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json parseOne(const std::string& text) {
+  auto docs = parseYamlDocuments(text);
+  EXPECT_TRUE(docs.isOk()) << docs.status().toString();
+  if (!docs.isOk() || docs->size() != 1) return json();
+  return (*docs)[0];
+}
+
+TEST(CodecTest, ScalarTypesFollowQuoting) {
+  json v = parseOne(
+      "port: 8080\n"
+      "quotedPort: \"8080\"\n"
+      "single: '42'\n"
+      "ratio: 0.7\n"
+      "flag: true\n"
+      "off: false\n"
+      "nothing: null\n"
+      "tilde: ~\n"
+      "empty:\n"
+      "text: hello world\n"
+      "negative: -10\n"
+      "date: 2024-01-01T00:00:00Z\n"
+      "explicitStr: !!str 123\n"
+      "explicitInt: !!int \"7\"\n");
+  EXPECT_EQ(v["port"], json(8080));
+  EXPECT_TRUE(v["port"].is_number_integer());
+  EXPECT_EQ(v["quotedPort"], json("8080"));
+  EXPECT_EQ(v["single"], json("42"));
+  EXPECT_DOUBLE_EQ(v["ratio"].get<double>(), 0.7);
+  EXPECT_TRUE(v["ratio"].is_number_float());
+  EXPECT_EQ(v["flag"], json(true));
+  EXPECT_EQ(v["off"], json(false));
+  EXPECT_TRUE(v["nothing"].is_null());
+  EXPECT_TRUE(v["tilde"].is_null());
+  EXPECT_TRUE(v["empty"].is_null());
+  EXPECT_EQ(v["text"], json("hello world"));
+  EXPECT_EQ(v["negative"], json(-10));
+  EXPECT_EQ(v["date"], json("2024-01-01T00:00:00Z"));
+  EXPECT_EQ(v["explicitStr"], json("123"));
+  EXPECT_EQ(v["explicitInt"], json(7));
+}
+
+TEST(CodecTest, Yaml11BooleansLikeKubectl) {
+  json v = parseOne("a: yes\nb: Off\nc: \"yes\"\n");
+  EXPECT_EQ(v["a"], json(true));
+  EXPECT_EQ(v["b"], json(false));
+  EXPECT_EQ(v["c"], json("yes"));
+}
+
+TEST(CodecTest, KeysStayStrings) {
+  json v = parseOne("8080: x\ntrue: zed\n");
+  EXPECT_EQ(v["8080"], json("x"));
+  EXPECT_EQ(v["true"], json("zed"));
+}
+
+TEST(CodecTest, MultiDocumentSkipsEmptyDocuments) {
+  auto docs = parseYamlDocuments("---\na: 1\n---\n---\nb: [1, \"2\"]\n...\n");
+  ASSERT_TRUE(docs.isOk()) << docs.status().toString();
+  ASSERT_EQ(docs->size(), 2u);
+  EXPECT_EQ((*docs)[0], json::parse(R"({"a":1})"));
+  EXPECT_EQ((*docs)[1], json::parse(R"({"b":[1,"2"]})"));
+}
+
+TEST(CodecTest, SyntaxErrorHasLineAndColumn) {
+  auto docs = parseYamlDocuments("metadata:\n  name: hello\n  labels: [a, b\n");
+  ASSERT_FALSE(docs.isOk());
+  EXPECT_EQ(docs.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(docs.status().message().find("line "), std::string::npos) << docs.status().message();
+  EXPECT_NE(docs.status().message().find("column "), std::string::npos) << docs.status().message();
+}
+
+TEST(CodecTest, DuplicateKeyIsAnErrorWithPosition) {
+  auto docs = parseYamlDocuments("a: 1\nb: 2\na: 3\n");
+  ASSERT_FALSE(docs.isOk());
+  EXPECT_NE(docs.status().message().find("line 3, column 1"), std::string::npos) << docs.status().message();
+  EXPECT_NE(docs.status().message().find("duplicate key \"a\""), std::string::npos);
+}
+
+TEST(CodecTest, InfinityIsRefused) {
+  EXPECT_FALSE(parseYamlDocuments("a: .inf\n").isOk());
+}
+
+TEST(CodecTest, ParseJsonErrorsGiveOffset) {
+  auto ok = parseJson(R"({"a": [1, 2]})");
+  ASSERT_TRUE(ok.isOk());
+  EXPECT_EQ((*ok)["a"][1], json(2));
+  auto bad = parseJson(R"({"a": [1, 2})");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("at byte 12"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(bad.status().message().find("[json.exception"), std::string::npos);
+}
+
+TEST(CodecTest, ToYamlQuotesStringsThatWouldChangeType) {
+  json v = {{"port", "8080"}, {"num", 8080}, {"b", "true"}, {"y", "yes"}, {"nul", "null"}, {"e", ""},
+            {"f", "1.5"}, {"colon", "a: b"}, {"dash", "-x"}, {"plain", "hello"}, {"multi", "a\nb"},
+            {"real", 1.5}, {"whole", 100.0}};
+  std::string y = toYaml(v);
+  EXPECT_NE(y.find("port: \"8080\"\n"), std::string::npos) << y;
+  EXPECT_NE(y.find("num: 8080\n"), std::string::npos) << y;
+  EXPECT_NE(y.find("b: \"true\"\n"), std::string::npos) << y;
+  EXPECT_NE(y.find("plain: hello\n"), std::string::npos) << y;
+  auto back = parseYamlDocuments(y);
+  ASSERT_TRUE(back.isOk()) << back.status().toString() << "\n" << y;
+  EXPECT_EQ((*back)[0], v) << y;
+}
+
+TEST(CodecTest, ToYamlBlockStyleLikeKubectl) {
+  json v = json::parse(R"({"spec":{"containers":[{"image":"x","ports":[{"containerPort":8080}]}],"empty":{},"list":[]}})");
+  EXPECT_EQ(toYaml(v),
+            "spec:\n"
+            "  containers:\n"
+            "  - image: x\n"
+            "    ports:\n"
+            "    - containerPort: 8080\n"
+            "  empty: {}\n"
+            "  list: []\n");
+}
+
+TEST(CodecTest, ToYamlNestedLists) {
+  json v = json::parse(R"({"a":[[1,2],[],["x",{"k":"v"}]]})");
+  auto back = parseYamlDocuments(toYaml(v));
+  ASSERT_TRUE(back.isOk()) << toYaml(v);
+  EXPECT_EQ((*back)[0], v);
+}
+
+// Every example object under tests/data/knative round-trips YAML -> JSON -> YAML -> JSON.
+class KnativeExamplesTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KnativeExamplesTest, RoundTrips) {
+  auto docs = parseYamlDocuments(readData(GetParam()));
+  ASSERT_TRUE(docs.isOk()) << docs.status().toString();
+  ASSERT_FALSE(docs->empty());
+  for (const json& doc : *docs) {
+    EXPECT_EQ(doc["apiVersion"], json("serving.knative.dev/v1"));
+    std::string y = toYaml(doc);
+    auto again = parseYamlDocuments(y);
+    ASSERT_TRUE(again.isOk()) << again.status().toString() << "\n" << y;
+    ASSERT_EQ(again->size(), 1u);
+    EXPECT_EQ((*again)[0], doc) << y;
+    auto viaJson = parseJson(doc.dump());
+    ASSERT_TRUE(viaJson.isOk());
+    EXPECT_EQ(*viaJson, doc);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Docs, KnativeExamplesTest,
+                         ::testing::Values("helloworld-go.yaml", "traffic-split-tags.yaml", "blue-green-route.yaml",
+                                           "autoscaling.yaml", "cluster-local.yaml", "probes-volumes.yaml"));
+
+TEST(CodecTest, HelloWorldTypes) {
+  auto docs = parseYamlDocuments(readData("helloworld-go.yaml"));
+  ASSERT_TRUE(docs.isOk());
+  const json& c = (*docs)[0]["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(c["image"], json("ghcr.io/knative/helloworld-go:latest"));
+  EXPECT_TRUE(c["ports"][0]["containerPort"].is_number_integer());
+  EXPECT_EQ(c["env"][0], json::parse(R"({"name":"TARGET","value":"World"})"));
+}
+
+TEST(CodecTest, AutoscalingAnnotationsStayStrings) {
+  auto docs = parseYamlDocuments(readData("autoscaling.yaml"));
+  ASSERT_TRUE(docs.isOk());
+  const json& ann = (*docs)[0]["spec"]["template"]["metadata"]["annotations"];
+  EXPECT_EQ(ann["autoscaling.knative.dev/target"], json("10"));
+  EXPECT_EQ((*docs)[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"], json("1"));
+}
+
+TEST(CodecTest, BlueGreenHasTwoDocuments) {
+  auto docs = parseYamlDocuments(readData("blue-green-route.yaml"));
+  ASSERT_TRUE(docs.isOk());
+  ASSERT_EQ(docs->size(), 2u);
+  EXPECT_EQ((*docs)[0]["kind"], json("Configuration"));
+  EXPECT_EQ((*docs)[1]["kind"], json("Route"));
+  EXPECT_EQ((*docs)[1]["spec"]["traffic"][1]["tag"], json("v2"));
+}
+
+}  // namespace
+}  // namespace knap::api
