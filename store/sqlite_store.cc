@@ -1,0 +1,708 @@
+#include "store/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <utility>
+
+#include "common/log.h"
+
+namespace knap::store {
+namespace {
+
+// Every SQLite result code becomes a Status here, and nowhere else.
+Status sqliteError(sqlite3* db, int rc, const std::string& context) {
+  std::string msg = context + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)) + " (sqlite code " +
+                    std::to_string(rc) + ")";
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+      return {Code::kUnavailable, msg};
+    case SQLITE_FULL:
+    case SQLITE_NOMEM:
+      return {Code::kResourceExhausted, msg};
+    default:
+      return {Code::kInternal, msg};
+  }
+}
+
+// One migration step: `sql` takes the schema from version-1 to version.
+struct Migration {
+  int version;
+  const char* description;
+  const char* sql;
+};
+
+// Append only: never edit a step that has shipped, add a new one.
+const Migration kMigrations[] = {
+    {1, "objects table and the global resource-version counter",
+     "CREATE TABLE objects ("
+     "  kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,"
+     "  uid TEXT NOT NULL, resource_version INTEGER NOT NULL, generation INTEGER NOT NULL,"
+     "  body TEXT NOT NULL,"
+     "  PRIMARY KEY (kind, namespace, name)) WITHOUT ROWID;"
+     "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+     "INSERT INTO meta(key, value) VALUES ('resource_version', 0);"},
+    {2, "events table for watch replay",
+     "CREATE TABLE events ("
+     "  rv INTEGER PRIMARY KEY, type TEXT NOT NULL, kind TEXT NOT NULL,"
+     "  namespace TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL);"
+     "CREATE INDEX events_kind_rv ON events(kind, rv);"
+     // Changes made before this version have no events: history starts now.
+     "INSERT INTO meta(key, value) SELECT 'compacted_rv', value FROM meta WHERE key = 'resource_version';"},
+    {3, "index objects by uid (owner-reference lookups)", "CREATE INDEX objects_uid ON objects(uid);"},
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == SqliteStore::kLatestSchemaVersion);
+
+std::string newUuidV4() {
+  static std::mutex mu;
+  static std::mt19937_64 rng = [] {
+    std::random_device rd;  // /dev/urandom (or RDRAND) on Linux
+    std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seq);
+  }();
+  uint64_t hi, lo;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    hi = rng();
+    lo = rng();
+  }
+  hi = (hi & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;  // version 4
+  lo = (lo & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;  // variant 10xx
+  char buf[37];
+  std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(hi >> 32),
+                static_cast<unsigned>((hi >> 16) & 0xffff), static_cast<unsigned>(hi & 0xffff),
+                static_cast<unsigned>(lo >> 48), static_cast<unsigned long long>(lo & 0xffffffffffffULL));
+  return buf;
+}
+
+// "services.serving.knative.dev" for the Knative kinds, else the lower-case plural.
+std::string resourceName(const std::string& kind) {
+  std::string plural;
+  for (char c : kind) plural += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  plural += "s";
+  static const char* const kServing[] = {"Service", "Configuration", "Revision", "Route", "DomainMapping"};
+  for (const char* k : kServing) {
+    if (kind == k) return plural + ".serving.knative.dev";
+  }
+  return plural;
+}
+
+Status checkKey(const Key& key) {
+  if (key.kind.empty()) return invalidArgument("object key has an empty kind");
+  if (key.name.empty()) return invalidArgument("object key " + key.toString() + " has an empty name");
+  return Status::ok();
+}
+
+std::string dumpJson(const nlohmann::json& j) {
+  // Replace invalid UTF-8 instead of throwing; the API layer rejects it earlier.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+const char* typeText(EventType t) { return eventTypeName(t); }
+
+StatusOr<EventType> parseType(const std::string& s) {
+  if (s == "ADDED") return EventType::kAdded;
+  if (s == "MODIFIED") return EventType::kModified;
+  if (s == "DELETED") return EventType::kDeleted;
+  return internalError("events table holds unknown event type \"" + s + "\"");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Conn: the connection, a statement cache and small typed helpers.
+
+class SqliteStore::Conn {
+ public:
+  // A cached prepared statement, reset on destruction so it can be reused.
+  class Stmt {
+   public:
+    Stmt(Conn& conn, sqlite3_stmt* stmt) : conn_(conn), stmt_(stmt) {}
+    ~Stmt() {
+      sqlite3_reset(stmt_);
+      sqlite3_clear_bindings(stmt_);
+    }
+    Stmt(const Stmt&) = delete;
+    Stmt& operator=(const Stmt&) = delete;
+    Stmt& bind(int i, int64_t v) {
+      sqlite3_bind_int64(stmt_, i, v);
+      return *this;
+    }
+    Stmt& bind(int i, const std::string& v) {
+      sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+      return *this;
+    }
+    // true: a row is available; false: done.
+    StatusOr<bool> step() {
+      int rc = sqlite3_step(stmt_);
+      if (rc == SQLITE_ROW) return true;
+      if (rc == SQLITE_DONE) return false;
+      return sqliteError(conn_.db(), rc, std::string("executing \"") + sqlite3_sql(stmt_) + "\"");
+    }
+    Status run() {
+      StatusOr<bool> r = step();
+      return r.isOk() ? Status::ok() : r.status();
+    }
+    int64_t i64(int col) { return sqlite3_column_int64(stmt_, col); }
+    std::string text(int col) {
+      const unsigned char* p = sqlite3_column_text(stmt_, col);
+      return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col)) : "";
+    }
+
+   private:
+    Conn& conn_;
+    sqlite3_stmt* stmt_;
+  };
+
+  explicit Conn(sqlite3* db) : db_(db) {}
+  ~Conn() {
+    for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
+    sqlite3_close_v2(db_);
+  }
+  sqlite3* db() { return db_; }
+
+  StatusOr<std::unique_ptr<Stmt>> prepare(const std::string& sql) {
+    auto it = cache_.find(sql);
+    if (it == cache_.end()) {
+      sqlite3_stmt* stmt = nullptr;
+      int rc = sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+      if (rc != SQLITE_OK) return sqliteError(db_, rc, "preparing \"" + sql + "\"");
+      it = cache_.emplace(sql, stmt).first;
+    }
+    return std::make_unique<Stmt>(*this, it->second);
+  }
+
+  Status exec(const std::string& sql) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
+    if (err) sqlite3_free(err);
+    if (rc != SQLITE_OK) return sqliteError(db_, rc, "executing \"" + sql.substr(0, 80) + "\"");
+    return Status::ok();
+  }
+
+  // Rolls back if a transaction is open (SQLite may already have rolled back on I/O errors).
+  void rollbackIfOpen() {
+    if (!sqlite3_get_autocommit(db_)) {
+      Status s = exec("ROLLBACK");
+      if (!s.isOk()) LOG(ERROR) << "store: rollback failed: " << s.toString();
+    }
+  }
+
+  StatusOr<int64_t> metaValue(const std::string& key) {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("SELECT value FROM meta WHERE key = ?"));
+    stmt->bind(1, key);
+    KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+    if (!row) return internalError("meta key " + key + " missing");
+    return stmt->i64(0);
+  }
+
+  Status setMeta(const std::string& key, int64_t value) {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("UPDATE meta SET value = ? WHERE key = ?"));
+    stmt->bind(1, value).bind(2, key);
+    return stmt->run();
+  }
+
+  StatusOr<int> schemaVersion() {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("SELECT version FROM schema_version"));
+    KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+    if (!row) return internalError("schema_version table is empty");
+    return static_cast<int>(stmt->i64(0));
+  }
+
+  // Applies migration steps in order until `target`, each in its own transaction.
+  Status migrate(int target) {
+    KNAP_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
+    Status s = exec(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);"
+        "INSERT INTO schema_version(version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM schema_version);");
+    if (s.isOk()) s = exec("COMMIT");
+    if (!s.isOk()) {
+      rollbackIfOpen();
+      return s.annotate("initialising schema_version");
+    }
+    KNAP_ASSIGN_OR_RETURN(int version, schemaVersion());
+    if (version > kLatestSchemaVersion) {
+      return failedPrecondition("database schema version " + std::to_string(version) +
+                                " is newer than this knapd supports (" + std::to_string(kLatestSchemaVersion) +
+                                "); use a newer knapd");
+    }
+    for (const Migration& m : kMigrations) {
+      if (m.version <= version || m.version > target) continue;
+      KNAP_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
+      Status st = exec(m.sql);
+      if (st.isOk()) st = exec("UPDATE schema_version SET version = " + std::to_string(m.version));
+      if (st.isOk()) st = exec("COMMIT");
+      if (!st.isOk()) {
+        rollbackIfOpen();
+        return st.annotate("schema migration to version " + std::to_string(m.version) + " (" + m.description + ")");
+      }
+      LOG(INFO) << "store: migrated schema to version " << m.version << " (" << m.description << ")";
+    }
+    return Status::ok();
+  }
+
+  int64_t compacted_rv = 0;  // cached meta 'compacted_rv'
+
+ private:
+  sqlite3* db_;
+  std::map<std::string, sqlite3_stmt*> cache_;
+};
+
+// ---------------------------------------------------------------------------
+// TxnImpl: the operations of one write transaction.
+
+class SqliteStore::TxnImpl final : public Txn {
+ public:
+  TxnImpl(Conn& conn, TimeSource& clock, int64_t rv) : conn_(conn), clock_(clock), rv_(rv) {}
+
+  StatusOr<Object> get(const Key& key) override {
+    KNAP_RETURN_IF_ERROR(checkUsable());
+    KNAP_RETURN_IF_ERROR(checkKey(key));
+    KNAP_ASSIGN_OR_RETURN(std::optional<Stored> s, load(key));
+    if (!s) return notFound(resourceName(key.kind) + " \"" + key.name + "\" not found");
+    return std::move(s->object);
+  }
+
+  StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) override {
+    KNAP_RETURN_IF_ERROR(checkUsable());
+    return listObjects(conn_, kind, ns);
+  }
+
+  StatusOr<Object> create(const Key& key, nlohmann::json body) override {
+    KNAP_RETURN_IF_ERROR(checkUsable());
+    KNAP_RETURN_IF_ERROR(checkKey(key));
+    if (!body.is_object()) return invalidArgument("object body must be a JSON object");
+    if (body.contains("metadata") && !body["metadata"].is_object()) {
+      return invalidArgument("metadata must be a JSON object");
+    }
+    KNAP_ASSIGN_OR_RETURN(std::optional<Stored> existing, load(key));
+    if (existing) return alreadyExists(resourceName(key.kind) + " \"" + key.name + "\" already exists");
+    int64_t rv = rv_ + 1;
+    std::string uid = newUuidV4();
+    nlohmann::json& meta = body["metadata"];
+    meta["name"] = key.name;
+    meta["namespace"] = key.ns;
+    meta["uid"] = uid;
+    meta["generation"] = 1;
+    meta["creationTimestamp"] = formatRfc3339(clock_.now());
+    meta["resourceVersion"] = std::to_string(rv);
+    std::string text = dumpJson(body);
+    KNAP_ASSIGN_OR_RETURN(
+        auto stmt, prepare("INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) "
+                           "VALUES (?, ?, ?, ?, ?, 1, ?)"));
+    stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name).bind(4, uid).bind(5, rv).bind(6, text);
+    KNAP_RETURN_IF_ERROR(track(stmt->run()));
+    Object obj{key, std::move(body), rv};
+    KNAP_RETURN_IF_ERROR(record(EventType::kAdded, obj, text));
+    return obj;
+  }
+
+  StatusOr<Object> update(const Key& key, nlohmann::json body, int64_t expected_rv) override {
+    KNAP_RETURN_IF_ERROR(checkUsable());
+    KNAP_RETURN_IF_ERROR(checkKey(key));
+    if (!body.is_object()) return invalidArgument("object body must be a JSON object");
+    if (body.contains("metadata") && !body["metadata"].is_object()) {
+      return invalidArgument("metadata must be a JSON object");
+    }
+    KNAP_ASSIGN_OR_RETURN(std::optional<Stored> old, load(key));
+    if (!old) return notFound(resourceName(key.kind) + " \"" + key.name + "\" not found");
+    if (expected_rv != 0 && expected_rv != old->object.resource_version) {
+      return conflict("Operation cannot be fulfilled on " + resourceName(key.kind) + " \"" + key.name +
+                      "\": the object has been modified; please apply your changes to the latest version "
+                      "and try again");
+    }
+    const nlohmann::json& old_body = old->object.body;
+    nlohmann::json old_spec = old_body.contains("spec") ? old_body["spec"] : nlohmann::json();
+    nlohmann::json new_spec = body.contains("spec") ? body["spec"] : nlohmann::json();
+    int64_t generation = old->generation + (old_spec == new_spec ? 0 : 1);
+    int64_t rv = rv_ + 1;
+    const nlohmann::json& old_meta = old_body.contains("metadata") ? old_body["metadata"] : nlohmann::json();
+    nlohmann::json& meta = body["metadata"];
+    meta["name"] = key.name;
+    meta["namespace"] = key.ns;
+    meta["uid"] = old->uid;
+    if (old_meta.is_object() && old_meta.contains("creationTimestamp")) {
+      meta["creationTimestamp"] = old_meta["creationTimestamp"];
+    } else {
+      meta.erase("creationTimestamp");
+    }
+    meta["generation"] = generation;
+    meta["resourceVersion"] = std::to_string(rv);
+    std::string text = dumpJson(body);
+    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("UPDATE objects SET resource_version = ?, generation = ?, body = ? "
+                                             "WHERE kind = ? AND namespace = ? AND name = ?"));
+    stmt->bind(1, rv).bind(2, generation).bind(3, text).bind(4, key.kind).bind(5, key.ns).bind(6, key.name);
+    KNAP_RETURN_IF_ERROR(track(stmt->run()));
+    Object obj{key, std::move(body), rv};
+    KNAP_RETURN_IF_ERROR(record(EventType::kModified, obj, text));
+    return obj;
+  }
+
+  StatusOr<Object> remove(const Key& key) override {
+    KNAP_RETURN_IF_ERROR(checkUsable());
+    KNAP_RETURN_IF_ERROR(checkKey(key));
+    KNAP_ASSIGN_OR_RETURN(std::optional<Stored> old, load(key));
+    if (!old) return notFound(resourceName(key.kind) + " \"" + key.name + "\" not found");
+    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?"));
+    stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
+    KNAP_RETURN_IF_ERROR(track(stmt->run()));
+    int64_t rv = rv_ + 1;
+    Object obj = std::move(old->object);
+    if (!obj.body["metadata"].is_object()) obj.body["metadata"] = nlohmann::json::object();
+    obj.body["metadata"]["resourceVersion"] = std::to_string(rv);
+    obj.resource_version = rv;
+    KNAP_RETURN_IF_ERROR(record(EventType::kDeleted, obj, dumpJson(obj.body)));
+    return obj;
+  }
+
+  // Static so Store::get/list share the code outside a write transaction.
+  static StatusOr<std::vector<Object>> listObjects(Conn& conn, const std::string& kind, const std::string& ns) {
+    std::string sql = "SELECT namespace, name, resource_version, body FROM objects WHERE kind = ?";
+    if (!ns.empty()) sql += " AND namespace = ?";
+    sql += " ORDER BY namespace, name";
+    KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare(sql));
+    stmt->bind(1, kind);
+    if (!ns.empty()) stmt->bind(2, ns);
+    std::vector<Object> out;
+    for (;;) {
+      KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+      if (!row) break;
+      Object obj;
+      obj.key = {kind, stmt->text(0), stmt->text(1)};
+      obj.resource_version = stmt->i64(2);
+      KNAP_ASSIGN_OR_RETURN(obj.body, parseBody(obj.key, stmt->text(3)));
+      out.push_back(std::move(obj));
+    }
+    return out;
+  }
+
+  struct Stored {
+    Object object;
+    std::string uid;
+    int64_t generation = 0;
+  };
+
+  static StatusOr<std::optional<Stored>> loadFrom(Conn& conn, const Key& key) {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare("SELECT uid, resource_version, generation, body FROM objects "
+                                                  "WHERE kind = ? AND namespace = ? AND name = ?"));
+    stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
+    KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+    if (!row) return std::optional<Stored>();
+    Stored s;
+    s.uid = stmt->text(0);
+    s.object.key = key;
+    s.object.resource_version = stmt->i64(1);
+    s.generation = stmt->i64(2);
+    KNAP_ASSIGN_OR_RETURN(s.object.body, parseBody(key, stmt->text(3)));
+    return std::optional<Stored>(std::move(s));
+  }
+
+  static StatusOr<nlohmann::json> parseBody(const Key& key, const std::string& text) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return internalError("stored body of " + key.toString() + " is not valid JSON");
+    return j;
+  }
+
+  // After fn returned OK: persists the counter, prunes old events. Still inside the transaction.
+  Status finish(int64_t history) {
+    if (events_.empty()) return Status::ok();
+    KNAP_RETURN_IF_ERROR(track(conn_.setMeta("resource_version", rv_)));
+    int64_t keep_from = rv_ - history;  // events with rv <= keep_from go
+    if (keep_from > conn_.compacted_rv) {
+      KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("DELETE FROM events WHERE rv <= ?"));
+      stmt->bind(1, keep_from);
+      KNAP_RETURN_IF_ERROR(track(stmt->run()));
+      KNAP_RETURN_IF_ERROR(track(conn_.setMeta("compacted_rv", keep_from)));
+      new_compacted_rv_ = keep_from;
+    }
+    return Status::ok();
+  }
+
+  void close() { usable_ = false; }
+  const Status& sqliteFailure() const { return failure_; }
+  int64_t rv() const { return rv_; }
+  int64_t newCompactedRv() const { return new_compacted_rv_; }
+  std::vector<Event>& events() { return events_; }
+
+ private:
+  Status checkUsable() {
+    if (!usable_) return failedPrecondition("transaction already finished");
+    if (!failure_.isOk()) return failure_;
+    return Status::ok();
+  }
+  // Remembers a database failure: the transaction cannot commit after one, whatever fn returns.
+  Status track(Status s) {
+    if (!s.isOk() && failure_.isOk()) failure_ = s;
+    return s;
+  }
+  StatusOr<std::unique_ptr<Conn::Stmt>> prepare(const std::string& sql) {
+    auto r = conn_.prepare(sql);
+    if (!r.isOk()) (void)track(r.status());
+    return r;
+  }
+  StatusOr<std::optional<Stored>> load(const Key& key) {
+    auto r = loadFrom(conn_, key);
+    if (!r.isOk()) (void)track(r.status());
+    return r;
+  }
+  Status record(EventType type, const Object& obj, const std::string& text) {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("INSERT INTO events(rv, type, kind, namespace, name, body) "
+                                             "VALUES (?, ?, ?, ?, ?, ?)"));
+    stmt->bind(1, obj.resource_version)
+        .bind(2, std::string(typeText(type)))
+        .bind(3, obj.key.kind)
+        .bind(4, obj.key.ns)
+        .bind(5, obj.key.name)
+        .bind(6, text);
+    KNAP_RETURN_IF_ERROR(track(stmt->run()));
+    rv_ = obj.resource_version;
+    events_.push_back(Event{type, obj.resource_version, obj});
+    return Status::ok();
+  }
+
+  Conn& conn_;
+  TimeSource& clock_;
+  int64_t rv_;
+  int64_t new_compacted_rv_ = 0;
+  bool usable_ = true;
+  Status failure_;
+  std::vector<Event> events_;
+};
+
+// ---------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<SqliteStore::Conn>> SqliteStore::openConn(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    Status s = sqliteError(db, rc, "opening database " + path);
+    sqlite3_close_v2(db);
+    return s;
+  }
+  auto conn = std::make_unique<SqliteStore::Conn>(db);
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, 5000);
+  // WAL + synchronous=FULL: a commit is on disk (WAL fsynced) before it returns.
+  KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA journal_mode = WAL").annotate("opening database " + path));
+  KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA synchronous = FULL").annotate("opening database " + path));
+  KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA foreign_keys = ON").annotate("opening database " + path));
+  if (path != ":memory:") {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, conn->prepare("PRAGMA journal_mode"));
+    KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+    if (row && stmt->text(0) != "wal") {
+      LOG(WARNING) << "store: " << path << " runs in journal mode " << stmt->text(0) << ", not WAL";
+    }
+  }
+  return conn;
+}
+
+StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path, TimeSource& clock,
+                                                         int64_t watch_history_events) {
+  if (watch_history_events < 1) {
+    return invalidArgument("watch_history_events must be at least 1, got " + std::to_string(watch_history_events));
+  }
+  KNAP_ASSIGN_OR_RETURN(std::unique_ptr<Conn> conn, openConn(path));
+  KNAP_RETURN_IF_ERROR(conn->migrate(kLatestSchemaVersion).annotate("opening database " + path));
+  KNAP_ASSIGN_OR_RETURN(int64_t rv, conn->metaValue("resource_version"));
+  KNAP_ASSIGN_OR_RETURN(conn->compacted_rv, conn->metaValue("compacted_rv"));
+  std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(conn), clock, watch_history_events));
+  store->current_rv_ = rv;
+  // Apply a smaller history limit right away.
+  int64_t keep_from = rv - watch_history_events;
+  if (keep_from > store->conn_->compacted_rv) {
+    Conn& c = *store->conn_;
+    Status s = c.exec("BEGIN IMMEDIATE");
+    if (s.isOk()) s = c.exec("DELETE FROM events WHERE rv <= " + std::to_string(keep_from));
+    if (s.isOk()) s = c.setMeta("compacted_rv", keep_from);
+    if (s.isOk()) s = c.exec("COMMIT");
+    if (!s.isOk()) {
+      c.rollbackIfOpen();
+      return s.annotate("pruning watch history");
+    }
+    c.compacted_rv = keep_from;
+  }
+  LOG(INFO) << "store: opened " << path << " at resourceVersion " << rv;
+  return store;
+}
+
+Status SqliteStore::createAtSchemaVersionForTest(const std::string& path, int version) {
+  if (version < 0 || version > kLatestSchemaVersion) {
+    return invalidArgument("schema version " + std::to_string(version) + " out of range");
+  }
+  KNAP_ASSIGN_OR_RETURN(std::unique_ptr<Conn> conn, openConn(path));
+  return conn->migrate(version);
+}
+
+SqliteStore::SqliteStore(std::unique_ptr<Conn> conn, TimeSource& clock, int64_t watch_history_events)
+    : clock_(clock), watch_history_events_(watch_history_events), conn_(std::move(conn)) {}
+
+SqliteStore::~SqliteStore() = default;
+
+Status SqliteStore::withConnection(const std::function<Status(Conn&)>& fn) {
+  if (owner_.load() == std::this_thread::get_id()) {
+    return failedPrecondition("store called from inside its own transaction; use the Txn passed to fn");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  owner_ = std::this_thread::get_id();
+  struct Reset {
+    std::atomic<std::thread::id>& owner;
+    ~Reset() { owner = std::thread::id(); }
+  } reset{owner_};
+  return fn(*conn_);
+}
+
+StatusOr<Object> SqliteStore::get(const Key& key) {
+  KNAP_RETURN_IF_ERROR(checkKey(key));
+  std::optional<TxnImpl::Stored> found;
+  KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
+    KNAP_ASSIGN_OR_RETURN(found, TxnImpl::loadFrom(conn, key));
+    return Status::ok();
+  }));
+  if (!found) return notFound(resourceName(key.kind) + " \"" + key.name + "\" not found");
+  return std::move(found->object);
+}
+
+StatusOr<std::vector<Object>> SqliteStore::list(const std::string& kind, const std::string& ns) {
+  std::vector<Object> out;
+  KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
+    KNAP_ASSIGN_OR_RETURN(out, TxnImpl::listObjects(conn, kind, ns));
+    return Status::ok();
+  }));
+  return out;
+}
+
+int64_t SqliteStore::currentResourceVersion() { return current_rv_.load(); }
+
+StatusOr<int> SqliteStore::schemaVersion() {
+  int version = 0;
+  KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
+    KNAP_ASSIGN_OR_RETURN(version, conn.schemaVersion());
+    return Status::ok();
+  }));
+  return version;
+}
+
+Status SqliteStore::transact(const std::function<Status(Txn&)>& fn) {
+  bool committed_events = false;
+  Status result = withConnection([&](Conn& conn) -> Status {
+    KNAP_RETURN_IF_ERROR(conn.exec("BEGIN IMMEDIATE"));
+    TxnImpl txn(conn, clock_, current_rv_.load());
+    Status st;
+    try {
+      st = fn(txn);
+    } catch (const std::exception& e) {
+      st = internalError(std::string("exception in transaction: ") + e.what());
+    } catch (...) {
+      st = internalError("unknown exception in transaction");
+    }
+    if (st.isOk() && !txn.sqliteFailure().isOk()) st = txn.sqliteFailure();
+    if (st.isOk()) st = txn.finish(watch_history_events_);
+    if (st.isOk()) st = conn.exec("COMMIT");
+    txn.close();
+    if (!st.isOk()) {
+      conn.rollbackIfOpen();
+      return st;
+    }
+    if (txn.events().empty()) return Status::ok();
+    current_rv_ = txn.rv();
+    if (txn.newCompactedRv() > conn.compacted_rv) conn.compacted_rv = txn.newCompactedRv();
+    // Queue while still holding the connection so batches are queued in commit order.
+    std::lock_guard<std::mutex> lock(delivery_mu_);
+    pending_.push_back(std::move(txn.events()));
+    committed_events = true;
+    return Status::ok();
+  });
+  if (committed_events) deliver();
+  return result;
+}
+
+void SqliteStore::deliver() {
+  {
+    std::lock_guard<std::mutex> lock(delivery_mu_);
+    if (delivering_) return;  // the thread already delivering will pick our batch up, in order
+    delivering_ = true;
+  }
+  for (;;) {
+    std::vector<Event> batch;
+    {
+      std::lock_guard<std::mutex> lock(delivery_mu_);
+      if (pending_.empty()) {
+        delivering_ = false;
+        return;
+      }
+      batch = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    std::vector<std::shared_ptr<std::function<void(const Event&)>>> listeners;
+    {
+      std::lock_guard<std::mutex> lock(listeners_mu_);
+      for (auto& [id, fn] : listeners_) listeners.push_back(fn);
+    }
+    for (const Event& e : batch) {
+      for (auto& fn : listeners) {
+        try {
+          (*fn)(e);
+        } catch (const std::exception& ex) {
+          LOG(ERROR) << "store: listener threw: " << ex.what();
+        } catch (...) {
+          LOG(ERROR) << "store: listener threw an unknown exception";
+        }
+      }
+    }
+  }
+}
+
+StatusOr<std::vector<Event>> SqliteStore::eventsSince(int64_t since_rv, const std::string& kind) {
+  if (since_rv < 0) return invalidArgument("resourceVersion must not be negative");
+  std::vector<Event> out;
+  KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
+    if (since_rv < conn.compacted_rv) {
+      return Status(Code::kGone, "too old resource version: " + std::to_string(since_rv) + " (" +
+                                     std::to_string(conn.compacted_rv) + ")");
+    }
+    std::string sql = "SELECT rv, type, kind, namespace, name, body FROM events WHERE rv > ?";
+    if (!kind.empty()) sql += " AND kind = ?";
+    sql += " ORDER BY rv";
+    KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare(sql));
+    stmt->bind(1, since_rv);
+    if (!kind.empty()) stmt->bind(2, kind);
+    for (;;) {
+      KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+      if (!row) break;
+      Event e;
+      e.resource_version = stmt->i64(0);
+      KNAP_ASSIGN_OR_RETURN(e.type, parseType(stmt->text(1)));
+      e.object.key = {stmt->text(2), stmt->text(3), stmt->text(4)};
+      e.object.resource_version = e.resource_version;
+      KNAP_ASSIGN_OR_RETURN(e.object.body, TxnImpl::parseBody(e.object.key, stmt->text(5)));
+      out.push_back(std::move(e));
+    }
+    return Status::ok();
+  }));
+  return out;
+}
+
+int SqliteStore::addListener(std::function<void(const Event&)> fn) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  int id = next_listener_id_++;
+  listeners_[id] = std::make_shared<std::function<void(const Event&)>>(std::move(fn));
+  return id;
+}
+
+void SqliteStore::removeListener(int id) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(id);
+}
+
+}  // namespace knap::store

@@ -1,0 +1,108 @@
+// SqliteStore: the Store (store/store.h) kept in one SQLite database file.
+//
+// Durability: the database runs in WAL mode with synchronous=FULL, so a write
+// whose transact()/create()/update()/remove() returned OK survives SIGKILL of
+// knapd and (as far as SQLite and the file system allow) power loss.
+//
+// Layout (schema version kLatestSchemaVersion, migrated forward on open):
+//   schema_version(version)            one row: the applied migration step
+//   meta(key, value)                   'resource_version' (the global RV counter),
+//                                      'compacted_rv' (events up to here are pruned)
+//   objects(kind, namespace, name, uid, resource_version, generation, body)
+//                                      primary key (kind, namespace, name); body is JSON
+//   events(rv, type, kind, namespace, name, body)
+//                                      watch history, the newest watch_history_events kept
+//
+// Threading: one SQLite connection guarded by a mutex; every method may be
+// called from any thread. transact() holds the connection for the whole of fn,
+// so fn must be short and must not call this store's own methods (use the Txn;
+// calling the Store from inside fn returns kFailedPrecondition instead of
+// deadlocking). Listeners get events in commit order, after commit, with no
+// store lock held; a listener may write to the store. Delivery happens on a
+// writer's thread: when two writers commit at once, the second writer's events
+// may be delivered by the first writer's thread (so order is kept), and a
+// listener removed with removeListener() may still receive one batch that was
+// already being delivered on another thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "store/store.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace knap::store {
+
+class SqliteStore final : public Store {
+ public:
+  static constexpr int kLatestSchemaVersion = 3;
+
+  // Opens (creating if missing) the database at `path` (":memory:" for a
+  // private in-memory database) and migrates it to kLatestSchemaVersion.
+  // `clock` must outlive the store. Errors: kUnavailable when the file cannot
+  // be opened or is locked, kFailedPrecondition when the file's schema is newer
+  // than this build knows, kInvalidArgument for watch_history_events < 1,
+  // kInternal for other SQLite failures.
+  static StatusOr<std::unique_ptr<SqliteStore>> open(const std::string& path, TimeSource& clock,
+                                                     int64_t watch_history_events = 10000);
+
+  // For migration tests: creates (or migrates) the database at `path` up to
+  // exactly schema `version` (0..kLatestSchemaVersion) and closes it.
+  static Status createAtSchemaVersionForTest(const std::string& path, int version);
+
+  ~SqliteStore() override;
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  StatusOr<Object> get(const Key& key) override;
+  StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) override;
+  int64_t currentResourceVersion() override;
+  Status transact(const std::function<Status(Txn&)>& fn) override;
+  StatusOr<std::vector<Event>> eventsSince(int64_t since_rv, const std::string& kind) override;
+  int addListener(std::function<void(const Event&)> fn) override;
+  void removeListener(int id) override;
+
+  // The schema version recorded in the open database (kLatestSchemaVersion after open()).
+  StatusOr<int> schemaVersion();
+
+ private:
+  class Conn;     // the SQLite connection plus its prepared statements
+  class TxnImpl;  // Txn bound to one open write transaction
+
+  SqliteStore(std::unique_ptr<Conn> conn, TimeSource& clock, int64_t watch_history_events);
+  // Runs fn with the connection locked; kFailedPrecondition on re-entry from the same thread.
+  Status withConnection(const std::function<Status(Conn&)>& fn);
+  // Delivers queued event batches to listeners unless another thread already is.
+  void deliver();
+  static StatusOr<std::unique_ptr<Conn>> openConn(const std::string& path);
+
+  TimeSource& clock_;
+  const int64_t watch_history_events_;
+
+  std::mutex mu_;  // guards conn_ and every use of the connection
+  std::unique_ptr<Conn> conn_;
+  std::atomic<std::thread::id> owner_{};  // thread holding mu_, to detect re-entry
+  std::atomic<int64_t> current_rv_{0};
+
+  std::mutex listeners_mu_;  // guards listeners_, next_listener_id_
+  std::map<int, std::shared_ptr<std::function<void(const Event&)>>> listeners_;
+  int next_listener_id_ = 1;
+
+  std::mutex delivery_mu_;  // guards pending_, delivering_
+  std::deque<std::vector<Event>> pending_;
+  bool delivering_ = false;
+};
+
+}  // namespace knap::store
