@@ -1,5 +1,6 @@
 #include "common/duration.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 
@@ -20,12 +21,10 @@ StatusOr<std::chrono::nanoseconds> parseGoDuration(const std::string& text) {
     size_t start = i;
     while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
     if (start == i) return bad("expected a number at position " + std::to_string(start));
-    long double value = 0;
-    try {
-      value = std::stold(text.substr(start, i - start));
-    } catch (...) {
-      return bad("bad number");
-    }
+    std::string number = text.substr(start, i - start);
+    // Go's grammar: digits, optionally '.', optionally digits; at least one digit.
+    if (number.find('.') != number.rfind('.') || number == ".") return bad("bad number \"" + number + "\"");
+    long double value = std::stold(number);
     size_t ustart = i;
     while (i < text.size() && !std::isdigit(static_cast<unsigned char>(text[i])) && text[i] != '.') ++i;
     std::string unit = text.substr(ustart, i - ustart);
@@ -50,14 +49,20 @@ std::string formatGoDuration(std::chrono::nanoseconds d) {
   if (ns == 0) return "0s";
   std::string sign = ns < 0 ? "-" : "";
   uint64_t u = ns < 0 ? static_cast<uint64_t>(-ns) : static_cast<uint64_t>(ns);
+  // Exact: integer part, then the fraction without trailing zeros (as Go prints it).
+  auto fixed = [](uint64_t v, uint64_t scale, int digits) {
+    std::string out = std::to_string(v / scale);
+    if (uint64_t frac = v % scale) {
+      std::string f = std::to_string(frac);
+      f = std::string(digits - f.size(), '0') + f;
+      while (f.back() == '0') f.pop_back();
+      out += "." + f;
+    }
+    return out;
+  };
   if (u < 1000) return sign + std::to_string(u) + "ns";
-  if (u < 1000000) return sign + std::to_string(u / 1000.0).substr(0, 6) + "µs";
-  if (u < 1000000000) {
-    std::string s = std::to_string(u / 1e6);
-    while (s.back() == '0') s.pop_back();
-    if (s.back() == '.') s.pop_back();
-    return sign + s + "ms";
-  }
+  if (u < 1000000) return sign + fixed(u, 1000, 3) + "µs";
+  if (u < 1000000000) return sign + fixed(u, 1000000, 6) + "ms";
   std::string out = sign;
   uint64_t h = u / 3600000000000ULL;
   u %= 3600000000000ULL;
