@@ -1,0 +1,189 @@
+#include "controller/object_util.h"
+
+#include <sstream>
+
+namespace knap::controller {
+
+namespace {
+const json& metadataOf(const json& obj) {
+  static const json kEmpty = json::object();
+  if (!obj.is_object()) return kEmpty;
+  auto it = obj.find("metadata");
+  if (it == obj.end() || !it->is_object()) return kEmpty;
+  return *it;
+}
+
+std::map<std::string, std::string> stringMapAt(const json& obj, const char* field) {
+  std::map<std::string, std::string> out;
+  const json& md = metadataOf(obj);
+  auto it = md.find(field);
+  if (it == md.end() || !it->is_object()) return out;
+  for (auto& [k, v] : it->items()) {
+    if (v.is_string()) out[k] = v.get<std::string>();
+  }
+  return out;
+}
+}  // namespace
+
+std::string metaString(const json& obj, const char* field) {
+  const json& md = metadataOf(obj);
+  auto it = md.find(field);
+  if (it == md.end() || !it->is_string()) return "";
+  return it->get<std::string>();
+}
+
+int64_t generationOf(const json& obj) {
+  const json& md = metadataOf(obj);
+  auto it = md.find("generation");
+  if (it == md.end() || !it->is_number_integer()) return 0;
+  return it->get<int64_t>();
+}
+
+std::map<std::string, std::string> labelsOf(const json& obj) { return stringMapAt(obj, "labels"); }
+std::map<std::string, std::string> annotationsOf(const json& obj) { return stringMapAt(obj, "annotations"); }
+
+std::string labelOf(const json& obj, const std::string& key) {
+  auto m = labelsOf(obj);
+  auto it = m.find(key);
+  return it == m.end() ? "" : it->second;
+}
+
+std::string annotationOf(const json& obj, const std::string& key) {
+  auto m = annotationsOf(obj);
+  auto it = m.find(key);
+  return it == m.end() ? "" : it->second;
+}
+
+void setStringMap(json& obj, const char* field, const std::map<std::string, std::string>& m) {
+  json& md = obj["metadata"];
+  if (m.empty()) {
+    if (md.is_object()) md.erase(field);
+    return;
+  }
+  json out = json::object();
+  for (auto& [k, v] : m) out[k] = v;
+  md[field] = std::move(out);
+}
+
+json withoutResourceVersion(const json& v) {
+  json out = v;
+  if (out.is_object() && out.contains("metadata") && out["metadata"].is_object()) {
+    out["metadata"].erase("resourceVersion");
+  }
+  return out;
+}
+
+bool sameIgnoringResourceVersion(const json& a, const json& b) {
+  return withoutResourceVersion(a) == withoutResourceVersion(b);
+}
+
+json controllerOwnerRef(const json& owner) {
+  return json{{"apiVersion", owner.value("apiVersion", "serving.knative.dev/v1")},
+              {"kind", owner.value("kind", "")},
+              {"name", metaString(owner, "name")},
+              {"uid", metaString(owner, "uid")},
+              {"controller", true},
+              {"blockOwnerDeletion", true}};
+}
+
+const json* controllerRefOf(const json& obj) {
+  const json& md = metadataOf(obj);
+  auto it = md.find("ownerReferences");
+  if (it == md.end() || !it->is_array()) return nullptr;
+  for (const json& ref : *it) {
+    if (ref.is_object() && ref.value("controller", false)) return &ref;
+  }
+  return nullptr;
+}
+
+bool isControlledBy(const json& obj, const json& owner) {
+  const json* ref = controllerRefOf(obj);
+  if (ref == nullptr) return false;
+  std::string uid = metaString(owner, "uid");
+  return !uid.empty() && ref->value("uid", "") == uid;
+}
+
+std::set<std::string> splitList(const std::string& csv) {
+  std::set<std::string> out;
+  std::stringstream ss(csv);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t b = item.find_first_not_of(' ');
+    size_t e = item.find_last_not_of(' ');
+    if (b == std::string::npos) continue;
+    out.insert(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+std::string joinList(const std::set<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += ",";
+    out += s;
+  }
+  return out;
+}
+
+const json* findCondition(const json& status, const std::string& type) {
+  if (!status.is_object()) return nullptr;
+  auto it = status.find("conditions");
+  if (it == status.end() || !it->is_array()) return nullptr;
+  for (const json& c : *it) {
+    if (c.is_object() && c.value("type", "") == type) return &c;
+  }
+  return nullptr;
+}
+
+ConditionState conditionStateOf(const json& status, const std::string& type) {
+  const json* c = findCondition(status, type);
+  if (c == nullptr) return {};
+  ConditionState s;
+  s.status = c->value("status", "Unknown");
+  s.reason = c->value("reason", "");
+  s.message = c->value("message", "");
+  return s;
+}
+
+ConditionsBuilder::ConditionsBuilder(const json& old_status, WallTime now)
+    : now_(formatRfc3339(now)) {
+  if (old_status.is_object() && old_status.contains("conditions") && old_status["conditions"].is_array()) {
+    old_conditions_ = old_status["conditions"];
+  } else {
+    old_conditions_ = json::array();
+  }
+}
+
+void ConditionsBuilder::set(const std::string& type, const ConditionState& state, const std::string& severity) {
+  json c = {{"type", type}, {"status", state.status}};
+  if (!state.reason.empty()) c["reason"] = state.reason;
+  if (!state.message.empty()) c["message"] = state.message;
+  if (!severity.empty()) c["severity"] = severity;
+  std::string ltt = now_;
+  for (const json& old : old_conditions_) {
+    if (old.is_object() && old.value("type", "") == type && old.value("status", "") == state.status &&
+        old.contains("lastTransitionTime") && old["lastTransitionTime"].is_string()) {
+      ltt = old["lastTransitionTime"].get<std::string>();
+    }
+  }
+  c["lastTransitionTime"] = ltt;
+  conditions_[type] = std::move(c);
+}
+
+ConditionState ConditionsBuilder::aggregate(const std::vector<ConditionState>& dependents) {
+  for (const auto& d : dependents) {
+    if (d.status == "False") return d;
+  }
+  for (const auto& d : dependents) {
+    if (d.status != "True") return {"Unknown", d.reason, d.message};
+  }
+  return conditionTrue();
+}
+
+json ConditionsBuilder::build() const {
+  json out = json::array();
+  for (const auto& [type, c] : conditions_) out.push_back(c);  // std::map: sorted by type
+  return out;
+}
+
+}  // namespace knap::controller

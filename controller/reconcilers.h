@@ -1,0 +1,65 @@
+// The four Knative reconcilers (Service, Configuration, Revision, Route).
+// Each reads the object and what it depends on from the Store, computes the
+// desired children/labels/status, and writes only what differs from the
+// stored object (compared ignoring resourceVersion), with expected_rv so a
+// concurrent writer makes the write fail with kConflict instead of being
+// overwritten. A missing object means cleanup (Revision: backend.remove).
+//
+// Thread safety: not thread-safe; the Controller calls it from one thread at a
+// time. The referenced Store, backend, clock and config must outlive it.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "controller/revision_backend.h"
+#include "store/store.h"
+
+namespace knap::controller {
+
+class Reconcilers {
+ public:
+  Reconcilers(store::Store& store, RevisionBackend& backend, TimeSource& clock, const Config& config);
+
+  // Each returns OK when the object is converged (or absent), kConflict when a
+  // concurrent write got in first (the caller re-runs), other codes for store
+  // failures.
+  Status reconcileService(const store::Key& key);
+  Status reconcileConfiguration(const store::Key& key);
+  Status reconcileRevision(const store::Key& key);
+  Status reconcileRoute(const store::Key& key);
+
+ private:
+  // Writes desired over current when they differ; returns the stored result.
+  StatusOr<store::Object> writeIfChanged(const store::Object& current, const nlohmann::json& desired);
+
+  // Service.
+  nlohmann::json desiredConfiguration(const nlohmann::json& svc, const nlohmann::json* existing) const;
+  nlohmann::json desiredRoute(const nlohmann::json& svc, const nlohmann::json* existing) const;
+
+  // Configuration.
+  nlohmann::json makeRevision(const nlohmann::json& config, const std::string& name) const;
+  Status collectGarbage(const nlohmann::json& config, const std::vector<store::Object>& revisions);
+
+  // Route: keeps serving.knative.dev/routes and routingState in step with the
+  // set of configurations/revisions the route references (empty sets on delete).
+  Status syncRoutingMetadata(const std::string& ns, const std::string& route, const std::set<std::string>& configs,
+                             const std::set<std::string>& revisions);
+
+  store::Store& store_;
+  RevisionBackend& backend_;
+  TimeSource& clock_;
+  const Config& config_;
+  // What backend.ensure() last saw per revision (uid, labels, annotations,
+  // spec), so ensure() runs on create/change only and cannot feed a loop
+  // through the backend's change callback.
+  std::map<std::string, nlohmann::json> ensured_;
+};
+
+}  // namespace knap::controller
