@@ -1,0 +1,596 @@
+#include "api/server/api_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "api/server/k8s_status.h"
+#include "api/server/rest_handler.h"
+#include "common/log.h"
+
+namespace knap::api {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using nlohmann::json;
+
+namespace {
+
+// A watcher as seen by the store listener: a bounded queue of events that the
+// connection's strand drains. Shared between the listener thread and the strand.
+struct WatchQueue {
+  std::mutex mu;
+  std::deque<store::Event> events;
+  bool overflow = false;
+  bool scheduled = false;
+  bool closed = false;
+  size_t limit = 1024;
+  std::string kind;
+  std::string ns;
+  std::function<void()> schedule;  // posts a drain to the connection's strand
+};
+
+// All live watchers. Held by shared_ptr so that the store listener never
+// outlives it, even when a delivery races stop().
+struct WatchRegistry {
+  std::mutex mu;
+  uint64_t next_id = 1;
+  std::map<uint64_t, std::weak_ptr<WatchQueue>> watchers;
+
+  uint64_t add(const std::shared_ptr<WatchQueue>& q) {
+    std::lock_guard<std::mutex> lock(mu);
+    watchers[next_id] = q;
+    return next_id++;
+  }
+  void remove(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    watchers.erase(id);
+  }
+  void deliver(const store::Event& ev) {
+    std::vector<std::shared_ptr<WatchQueue>> targets;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& [id, weak] : watchers) {
+        if (auto q = weak.lock()) {
+          if (q->kind == ev.object.key.kind && (q->ns.empty() || q->ns == ev.object.key.ns)) targets.push_back(q);
+        }
+      }
+    }
+    for (auto& q : targets) {
+      bool post = false;
+      {
+        std::lock_guard<std::mutex> lock(q->mu);
+        if (q->closed) continue;
+        if (q->events.size() >= q->limit) {
+          q->overflow = true;
+        } else {
+          q->events.push_back(ev);
+        }
+        if (!q->scheduled) {
+          q->scheduled = true;
+          post = true;
+        }
+      }
+      if (post) q->schedule();
+    }
+  }
+};
+
+std::string chunk(const std::string& data) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  return std::string(size) + data + "\r\n";
+}
+
+}  // namespace
+
+class ApiServer::Impl {
+ public:
+  Impl(ApiServerOptions options, const Config& config, store::Store& store, TimeSource& clock)
+      : options_(std::move(options)), store_(store), handler_(store, config, clock),
+        registry_(std::make_shared<WatchRegistry>()) {}
+
+  ~Impl() { stop(); }
+
+  Status start();
+  void stop();
+
+  template <typename Protocol>
+  class Session;
+
+  template <typename Protocol>
+  void accept(typename Protocol::acceptor& acceptor);
+
+  ApiServerOptions options_;
+  store::Store& store_;
+  RestHandler handler_;
+  std::shared_ptr<WatchRegistry> registry_;  // declared before ioc_: sessions unregister on destruction
+  int listener_id_ = 0;
+  bool started_ = false;
+  bool stopped_ = false;
+  int tcp_port_ = 0;
+
+  net::io_context ioc_;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
+  std::optional<net::ip::tcp::acceptor> tcp_acceptor_;
+  std::optional<net::local::stream_protocol::acceptor> unix_acceptor_;
+  std::vector<std::thread> threads_;
+};
+
+// One HTTP/1.1 connection: read request, handle, write response, repeat; or
+// switch to streaming a watch until it ends, then close.
+template <typename Protocol>
+class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Protocol>> {
+ public:
+  using Stream = beast::basic_stream<Protocol>;
+  Session(typename Protocol::socket socket, Impl& server) : stream_(std::move(socket)), server_(server) {}
+
+  ~Session() {
+    if (watch_id_) server_.registry_->remove(watch_id_);
+  }
+
+  void run() {
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] { self->doRead(); });
+  }
+
+ private:
+  void doRead() {
+    parser_.emplace();
+    parser_->body_limit(server_.options_.max_body_bytes);
+    parser_->header_limit(static_cast<std::uint32_t>(server_.options_.max_header_bytes));
+    stream_.expires_after(server_.options_.read_timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->onRead(ec); });
+  }
+
+  void onRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
+        ec == net::error::connection_reset) {
+      close();
+      return;
+    }
+    if (ec == beast::error::timeout) {
+      close();
+      return;
+    }
+    if (ec == http::error::body_limit) {
+      sendErrorAndClose(makeApiError(413, "RequestEntityTooLarge",
+                                     "the request body is too large: the limit is " +
+                                         std::to_string(server_.options_.max_body_bytes) + " bytes"));
+      return;
+    }
+    if (ec == http::error::header_limit) {
+      sendErrorAndClose(makeApiError(431, "RequestHeaderFieldsTooLarge",
+                                     "the request headers are too large: the limit is " +
+                                         std::to_string(server_.options_.max_header_bytes) + " bytes"));
+      return;
+    }
+    if (ec) {
+      if (ec.category() == http::make_error_code(http::error::bad_method).category()) {
+        sendErrorAndClose(makeApiError(400, "BadRequest", "malformed HTTP request: " + ec.message()));
+      } else {
+        close();
+      }
+      return;
+    }
+    http::request<http::string_body> req = parser_->release();
+    HttpRequest r;
+    r.method = std::string(req.method_string());
+    r.target = std::string(req.target());
+    r.content_type = std::string(req[http::field::content_type]);
+    r.accept = std::string(req[http::field::accept]);
+    r.body = std::move(req.body());
+    keep_alive_ = req.keep_alive();
+    version_ = req.version();
+
+    WatchRequest w;
+    std::optional<HttpResponse> werr;
+    if (server_.handler_.parseWatch(r, &w, &werr)) {
+      if (werr) {
+        sendResponse(*werr);
+        return;
+      }
+      startWatch(std::move(w));
+      return;
+    }
+    HttpResponse resp = server_.handler_.handle(r);
+    if (r.method == "HEAD") resp.body.clear();
+    sendResponse(resp);
+  }
+
+  void sendResponse(const HttpResponse& resp) {
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(resp.code), version_);
+    res->set(http::field::server, "knapd");
+    res->set(http::field::content_type, resp.content_type);
+    res->set(http::field::cache_control, "no-cache, private");
+    for (const auto& w : resp.warnings) res->insert(http::field::warning, w);
+    for (const auto& [k, v] : resp.headers) res->set(k, v);
+    res->keep_alive(keep_alive_);
+    res->body() = resp.body;
+    res->prepare_payload();
+    stream_.expires_after(server_.options_.read_timeout);
+    http::async_write(stream_, *res,
+                      [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
+                        if (ec || !res->keep_alive()) {
+                          self->close();
+                          return;
+                        }
+                        self->doRead();
+                      });
+  }
+
+  // Sends a Status and closes; then drains what the client still sends for a
+  // moment so that the close does not reset the connection before the client
+  // has read the reply.
+  void sendErrorAndClose(const ApiError& err) {
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(err.code), 11);
+    res->set(http::field::server, "knapd");
+    res->set(http::field::content_type, "application/json");
+    res->keep_alive(false);
+    res->body() = toJsonText(err.body);
+    res->prepare_payload();
+    stream_.expires_after(std::chrono::seconds(5));
+    http::async_write(stream_, *res, [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
+      if (ec) {
+        self->close();
+        return;
+      }
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(Protocol::socket::shutdown_send, ignored);
+      self->drainThenClose();
+    });
+  }
+
+  void drainThenClose() {
+    stream_.expires_after(std::chrono::seconds(2));
+    stream_.async_read_some(net::buffer(scratch_), [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->drainThenClose();
+    });
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(Protocol::socket::shutdown_both, ignored);
+    stream_.close();
+  }
+
+  // ---- watch ----
+
+  void startWatch(WatchRequest w) {
+    watch_ = std::move(w);
+    stream_.expires_never();
+    queue_ = std::make_shared<WatchQueue>();
+    queue_->limit = server_.options_.watch_buffer_events;
+    queue_->kind = watch_.info->kind;
+    queue_->ns = watch_.ns;
+    std::weak_ptr<Session> weak = this->shared_from_this();
+    auto executor = stream_.get_executor();
+    queue_->schedule = [weak, executor] {
+      net::post(executor, [weak] {
+        if (auto s = weak.lock()) s->drainWatch();
+      });
+    };
+    // Register before reading history so that nothing committed in between is missed;
+    // duplicates are dropped by resourceVersion.
+    watch_id_ = server_.registry_->add(queue_);
+
+    std::vector<std::pair<const char*, json>> initial;
+    const std::string& rv_text = watch_.resource_version;
+    if (rv_text.empty() || rv_text == "0") {
+      // Start with the current state as ADDED events, like Kubernetes.
+      int64_t rv = 0;
+      std::vector<store::Object> objs;
+      for (int attempt = 0; attempt < 5; ++attempt) {
+        rv = server_.store_.currentResourceVersion();
+        auto listed = server_.store_.list(watch_.info->kind, watch_.ns);
+        if (!listed.isOk()) {
+          endWatchWithError(errorFromStatus(listed.status(), nullptr, ""));
+          return;
+        }
+        objs = std::move(*listed);
+        if (server_.store_.currentResourceVersion() == rv) break;
+      }
+      for (store::Object& o : objs) {
+        if (RestHandler::watchMatches(watch_, o)) initial.emplace_back("ADDED", std::move(o.body));
+        rv = std::max(rv, o.resource_version);
+      }
+      last_rv_ = rv;
+    } else {
+      int64_t since = std::stoll(rv_text);
+      auto events = server_.store_.eventsSince(since, watch_.info->kind);
+      if (!events.isOk()) {
+        if (events.status().code() == Code::kGone) {
+          HttpResponse gone = server_.handler_.expiredResponse(rv_text);
+          server_.registry_->remove(watch_id_);
+          watch_id_ = 0;
+          sendResponse(gone);
+          return;
+        }
+        endWatchWithError(errorFromStatus(events.status(), nullptr, ""));
+        return;
+      }
+      last_rv_ = since;
+      for (store::Event& ev : *events) {
+        if (ev.resource_version <= last_rv_) continue;
+        last_rv_ = ev.resource_version;
+        if (RestHandler::watchMatches(watch_, ev.object))
+          initial.emplace_back(store::eventTypeName(ev.type), std::move(ev.object.body));
+      }
+    }
+
+    std::string header = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\n"
+                         "Server: knapd\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    enqueue(std::move(header));
+    for (auto& [type, body] : initial) emitEvent(type, body);
+
+    if (watch_.timeout_seconds > 0) {
+      timer_.emplace(stream_.get_executor());
+      timer_->expires_after(std::chrono::seconds(watch_.timeout_seconds));
+      timer_->async_wait([self = this->shared_from_this()](beast::error_code ec) {
+        if (!ec) self->finishWatch();
+      });
+    }
+    // The client sends nothing during a watch: any read completion means it went away.
+    stream_.socket().async_read_some(net::buffer(scratch_), [self = this->shared_from_this()](beast::error_code, std::size_t) {
+      self->abortWatch();
+    });
+    drainWatch();
+  }
+
+  void endWatchWithError(const ApiError& err) {
+    server_.registry_->remove(watch_id_);
+    watch_id_ = 0;
+    HttpResponse r;
+    r.code = err.code;
+    r.body = toJsonText(err.body);
+    sendResponse(r);
+  }
+
+  void emitEvent(const char* type, const json& body) {
+    enqueue(chunk(RestHandler::watchEventLine(watch_, type, body, first_event_)));
+    first_event_ = false;
+  }
+
+  void drainWatch() {
+    if (ending_) return;
+    std::deque<store::Event> events;
+    bool overflow;
+    {
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      events.swap(queue_->events);
+      overflow = queue_->overflow;
+      queue_->scheduled = false;
+    }
+    for (store::Event& ev : events) {
+      if (ev.resource_version <= last_rv_) continue;
+      last_rv_ = ev.resource_version;
+      if (RestHandler::watchMatches(watch_, ev.object)) emitEvent(store::eventTypeName(ev.type), ev.object.body);
+    }
+    if (overflow || out_.size() > server_.options_.watch_buffer_events) {
+      LOG(WARNING) << "api: closing a slow watcher of " << watch_.info->plural;
+      abortWatch();
+    }
+  }
+
+  void unregisterWatch() {
+    if (queue_) {
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      queue_->closed = true;
+      queue_->events.clear();
+    }
+    if (watch_id_) server_.registry_->remove(watch_id_);
+    watch_id_ = 0;
+    if (timer_) timer_->cancel();
+  }
+
+  // Ends the stream cleanly (timeoutSeconds): final chunk, then close.
+  void finishWatch() {
+    if (ending_) return;
+    ending_ = true;
+    unregisterWatch();
+    close_after_flush_ = true;
+    enqueue("0\r\n\r\n");
+  }
+
+  // The client left or cannot keep up: close now.
+  void abortWatch() {
+    ending_ = true;
+    unregisterWatch();
+    out_.clear();
+    close();
+  }
+
+  void enqueue(std::string data) {
+    out_.push_back(std::move(data));
+    if (!writing_) pump();
+  }
+
+  void pump() {
+    if (out_.empty()) {
+      if (close_after_flush_) close();
+      return;
+    }
+    writing_ = true;
+    net::async_write(stream_.socket(), net::buffer(out_.front()),
+                     [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                       self->writing_ = false;
+                       if (ec) {
+                         self->abortWatch();
+                         return;
+                       }
+                       if (!self->out_.empty()) self->out_.pop_front();
+                       self->pump();
+                     });
+  }
+
+  Stream stream_;
+  Impl& server_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool keep_alive_ = true;
+  unsigned version_ = 11;
+  std::array<char, 4096> scratch_;
+
+  WatchRequest watch_;
+  std::shared_ptr<WatchQueue> queue_;
+  uint64_t watch_id_ = 0;
+  int64_t last_rv_ = 0;
+  bool first_event_ = true;
+  bool ending_ = false;
+  bool writing_ = false;
+  bool close_after_flush_ = false;
+  std::deque<std::string> out_;
+  std::optional<net::steady_timer> timer_;
+};
+
+template <typename Protocol>
+void ApiServer::Impl::accept(typename Protocol::acceptor& acceptor) {
+  acceptor.async_accept(net::make_strand(ioc_), [this, &acceptor](beast::error_code ec, typename Protocol::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+    if (!ec) std::make_shared<Session<Protocol>>(std::move(socket), *this)->run();
+    accept<Protocol>(acceptor);
+  });
+}
+
+Status ApiServer::Impl::start() {
+  if (started_) return failedPrecondition("ApiServer already started");
+  beast::error_code ec;
+  if (!options_.tcp_listen.empty()) {
+    std::string addr = options_.tcp_listen;
+    size_t colon = addr.rfind(':');
+    if (colon == std::string::npos) return invalidArgument("tcp listen address \"" + addr + "\" must be host:port");
+    std::string host = addr.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    int port = 0;
+    try {
+      port = std::stoi(addr.substr(colon + 1));
+    } catch (const std::exception&) {
+      return invalidArgument("tcp listen address \"" + addr + "\" has a bad port");
+    }
+    auto ip = net::ip::make_address(host, ec);
+    if (ec || port < 0 || port > 65535) return invalidArgument("tcp listen address \"" + addr + "\" is not ip:port");
+    net::ip::tcp::endpoint ep(ip, static_cast<unsigned short>(port));
+    tcp_acceptor_.emplace(ioc_);
+    tcp_acceptor_->open(ep.protocol(), ec);
+    if (!ec) tcp_acceptor_->set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) tcp_acceptor_->bind(ep, ec);
+    if (!ec) tcp_acceptor_->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      tcp_acceptor_.reset();
+      return unavailable("cannot listen on " + addr + ": " + ec.message());
+    }
+    tcp_port_ = tcp_acceptor_->local_endpoint().port();
+  }
+  if (!options_.unix_socket_path.empty()) {
+    const std::string& path = options_.unix_socket_path;
+    ::unlink(path.c_str());
+    unix_acceptor_.emplace(ioc_);
+    net::local::stream_protocol::endpoint ep(path);
+    unix_acceptor_->open(ep.protocol(), ec);
+    // Create the socket file with mode 0600 (umask applies at bind()).
+    mode_t old_mask = ::umask(0177);
+    if (!ec) unix_acceptor_->bind(ep, ec);
+    ::umask(old_mask);
+    if (!ec && ::chmod(path.c_str(), 0600) != 0) ec = beast::error_code(errno, beast::system_category());
+    if (!ec) unix_acceptor_->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      unix_acceptor_.reset();
+      if (tcp_acceptor_) tcp_acceptor_->close(ec);
+      tcp_acceptor_.reset();
+      return unavailable("cannot listen on unix socket " + path + ": " + ec.message());
+    }
+  }
+  std::weak_ptr<WatchRegistry> weak = registry_;
+  listener_id_ = store_.addListener([weak](const store::Event& ev) {
+    if (auto r = weak.lock()) r->deliver(ev);
+  });
+  if (tcp_acceptor_) accept<net::ip::tcp>(*tcp_acceptor_);
+  if (unix_acceptor_) accept<net::local::stream_protocol>(*unix_acceptor_);
+  work_.emplace(net::make_work_guard(ioc_));
+  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { ioc_.run(); });
+  started_ = true;
+  LOG(INFO) << "api: serving Kubernetes-style REST" << (tcp_port_ ? " on 127.0.0.1:" + std::to_string(tcp_port_) : "")
+            << (options_.unix_socket_path.empty() ? "" : " and unix:" + options_.unix_socket_path);
+  return Status::ok();
+}
+
+void ApiServer::Impl::stop() {
+  if (!started_ || stopped_) return;
+  stopped_ = true;
+  store_.removeListener(listener_id_);
+  net::post(ioc_, [this] {
+    beast::error_code ec;
+    if (tcp_acceptor_) tcp_acceptor_->close(ec);
+    if (unix_acceptor_) unix_acceptor_->close(ec);
+  });
+  work_.reset();
+  ioc_.stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  if (!options_.unix_socket_path.empty()) ::unlink(options_.unix_socket_path.c_str());
+}
+
+ApiServer::ApiServer(ApiServerOptions options, const Config& config, store::Store& store, TimeSource& clock)
+    : impl_(std::make_unique<Impl>(std::move(options), config, store, clock)) {}
+
+ApiServer::~ApiServer() = default;
+
+Status ApiServer::start() { return impl_->start(); }
+void ApiServer::stop() { impl_->stop(); }
+int ApiServer::tcpPort() const { return impl_->tcp_port_; }
+std::string ApiServer::url() const { return "http://127.0.0.1:" + std::to_string(impl_->tcp_port_); }
+
+Status writeKubeconfig(const std::string& path, const std::string& server_url) {
+  std::string text =
+      "apiVersion: v1\n"
+      "kind: Config\n"
+      "clusters:\n"
+      "- name: knap\n"
+      "  cluster:\n"
+      "    server: " + server_url + "\n"
+      "contexts:\n"
+      "- name: knap\n"
+      "  context:\n"
+      "    cluster: knap\n"
+      "    user: knap\n"
+      "    namespace: default\n"
+      "current-context: knap\n"
+      "preferences: {}\n"
+      "users:\n"
+      "- name: knap\n"
+      "  user: {}\n";
+  std::string tmp = path + ".tmp";
+  mode_t old_mask = ::umask(0077);
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      ::umask(old_mask);
+      return unavailable("cannot write kubeconfig " + tmp);
+    }
+  }
+  ::umask(old_mask);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return unavailable("cannot rename kubeconfig to " + path);
+  return Status::ok();
+}
+
+}  // namespace knap::api

@@ -1,0 +1,233 @@
+#include "api/server/discovery.h"
+
+#include <cstdio>
+#include <functional>
+
+#include "api/resources.h"
+
+namespace knap::api {
+
+using nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kVerbs = {"create", "delete", "deletecollection", "get",
+                                         "list",   "patch",  "update",           "watch"};
+const std::vector<std::string> kStatusVerbs = {"get", "patch", "update"};
+
+json groupVersionEntry() {
+  return {{"groupVersion", std::string(kApiVersion)}, {"version", std::string(kVersion)}};
+}
+
+json gvk(const std::string& kind) {
+  return {{"group", std::string(kGroup)}, {"version", std::string(kVersion)}, {"kind", kind}};
+}
+
+json queryParam(const std::string& name, const std::string& description) {
+  return {{"name", name},
+          {"in", "query"},
+          {"description", description},
+          {"schema", {{"type", "string"}, {"uniqueItems", true}}}};
+}
+
+json pathParam(const std::string& name) {
+  return {{"name", name}, {"in", "path"}, {"required", true}, {"schema", {{"type", "string"}}}};
+}
+
+json okResponse(const std::string& kind) {
+  json schemaRef = {{"$ref", "#/components/schemas/dev.knative.serving.v1." + kind}};
+  return {{"200",
+           {{"description", "OK"}, {"content", {{"application/json", {{"schema", schemaRef}}}}}}}};
+}
+
+json resourceSchema(const std::string& kind) {
+  json s = {{"type", "object"},
+            {"description", kind + " is a Knative serving.knative.dev/v1 resource."},
+            {"properties",
+             {{"apiVersion", {{"type", "string"}}},
+              {"kind", {{"type", "string"}}},
+              {"metadata", {{"type", "object"}}},
+              {"spec", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}},
+              {"status", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}},
+            {"x-kubernetes-group-version-kind", json::array({gvk(kind)})}};
+  return s;
+}
+
+json itemOperations(const ResourceInfo& r, bool status) {
+  std::string suffix = status ? "Status" : "";
+  std::string base = "Namespaced" + r.kind + suffix;
+  json params = json::array({pathParam("name"), pathParam("namespace")});
+  json ops;
+  ops["parameters"] = params;
+  ops["get"] = {{"operationId", "read" + base},
+                {"responses", okResponse(r.kind)},
+                {"x-kubernetes-action", "get"},
+                {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+  ops["put"] = {{"operationId", "replace" + base},
+                {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
+                                            queryParam("fieldManager", "Name of the actor."),
+                                            queryParam("fieldValidation",
+                                                       "Ignore, Warn or Strict handling of unknown fields.")})},
+                {"requestBody",
+                 {{"content",
+                   {{"application/json",
+                     {{"schema", {{"$ref", "#/components/schemas/dev.knative.serving.v1." + r.kind}}}}}}}}},
+                {"responses", okResponse(r.kind)},
+                {"x-kubernetes-action", "put"},
+                {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+  json patchSchema = {{"schema", {{"type", "object"}}}};
+  // No application/strategic-merge-patch+json here: kubectl would then try to
+  // compute strategic patches from the schema (KUBECTL-WIRE §5).
+  ops["patch"] = {
+      {"operationId", "patch" + base},
+      {"parameters",
+       json::array({queryParam("dryRun", "When present, do not persist."),
+                    queryParam("fieldManager", "Name of the actor."),
+                    queryParam("fieldValidation", "Ignore, Warn or Strict handling of unknown fields."),
+                    queryParam("force", "Force apply requests (server-side apply).")})},
+      {"requestBody",
+       {{"content",
+         {{"application/json-patch+json", patchSchema},
+          {"application/merge-patch+json", patchSchema},
+          {"application/apply-patch+yaml", patchSchema}}}}},
+      {"responses", okResponse(r.kind)},
+      {"x-kubernetes-action", "patch"},
+      {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+  if (!status) {
+    ops["delete"] = {{"operationId", "delete" + base},
+                     {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
+                                                 queryParam("propagationPolicy", "Orphan, Background or Foreground.")})},
+                     {"responses", {{"200", {{"description", "OK"}}}}},
+                     {"x-kubernetes-action", "delete"},
+                     {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+  }
+  return ops;
+}
+
+json collectionOperations(const ResourceInfo& r) {
+  json ops;
+  ops["parameters"] = json::array({pathParam("namespace")});
+  ops["get"] = {{"operationId", "list" + r.kind},
+                {"parameters", json::array({queryParam("labelSelector", "Label selector."),
+                                            queryParam("fieldSelector", "Field selector."),
+                                            queryParam("watch", "Watch for changes."),
+                                            queryParam("resourceVersion", "Resource version.")})},
+                {"responses", okResponse(r.kind + "List")},
+                {"x-kubernetes-action", "list"},
+                {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+  ops["post"] = {{"operationId", "create" + r.kind},
+                 {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
+                                             queryParam("fieldManager", "Name of the actor."),
+                                             queryParam("fieldValidation",
+                                                        "Ignore, Warn or Strict handling of unknown fields.")})},
+                 {"requestBody",
+                  {{"content",
+                    {{"application/json",
+                      {{"schema", {{"$ref", "#/components/schemas/dev.knative.serving.v1." + r.kind}}}}}}}}},
+                 {"responses", okResponse(r.kind)},
+                 {"x-kubernetes-action", "post"},
+                 {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+  return ops;
+}
+
+}  // namespace
+
+const json& versionDocument() {
+  static const json doc = {{"major", "1"},
+                           {"minor", kServerMinorVersion},
+                           {"gitVersion", kServerGitVersion},
+                           {"gitCommit", "knap"},
+                           {"gitTreeState", "clean"},
+                           {"buildDate", "2026-01-01T00:00:00Z"},
+                           {"goVersion", "none"},
+                           {"compiler", "g++"},
+                           {"platform", "linux/amd64"}};
+  return doc;
+}
+
+const json& apiGroupDocument() {
+  static const json doc = {{"kind", "APIGroup"},
+                           {"apiVersion", "v1"},
+                           {"name", std::string(kGroup)},
+                           {"versions", json::array({groupVersionEntry()})},
+                           {"preferredVersion", groupVersionEntry()}};
+  return doc;
+}
+
+const json& apiGroupListDocument() {
+  static const json doc = [] {
+    json g = apiGroupDocument();
+    g.erase("kind");
+    g.erase("apiVersion");
+    return json{{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", json::array({g})}};
+  }();
+  return doc;
+}
+
+const json& apiResourceListDocument() {
+  static const json doc = [] {
+    json list = json::array();
+    for (const ResourceInfo& r : resources()) {
+      list.push_back({{"name", r.plural},
+                      {"singularName", r.singular},
+                      {"namespaced", true},
+                      {"kind", r.kind},
+                      {"verbs", kVerbs},
+                      {"shortNames", r.short_names},
+                      {"categories", json::array({"all", "knative", "serving"})}});
+      list.push_back({{"name", r.plural + "/status"},
+                      {"singularName", ""},
+                      {"namespaced", true},
+                      {"kind", r.kind},
+                      {"verbs", kStatusVerbs}});
+    }
+    return json{{"kind", "APIResourceList"},
+                {"apiVersion", "v1"},
+                {"groupVersion", std::string(kApiVersion)},
+                {"resources", list}};
+  }();
+  return doc;
+}
+
+const json& openApiV3GroupVersionDocument() {
+  static const json doc = [] {
+    json paths = json::object();
+    json schemas = json::object();
+    std::string prefix = "/apis/" + std::string(kApiVersion);
+    for (const ResourceInfo& r : resources()) {
+      paths[prefix + "/namespaces/{namespace}/" + r.plural] = collectionOperations(r);
+      paths[prefix + "/namespaces/{namespace}/" + r.plural + "/{name}"] = itemOperations(r, false);
+      paths[prefix + "/namespaces/{namespace}/" + r.plural + "/{name}/status"] = itemOperations(r, true);
+      schemas["dev.knative.serving.v1." + r.kind] = resourceSchema(r.kind);
+      json item_ref = {{"$ref", "#/components/schemas/dev.knative.serving.v1." + r.kind}};
+      json items = {{"type", "array"}, {"items", item_ref}};
+      schemas["dev.knative.serving.v1." + r.kind + "List"] = {{"type", "object"},
+                                                             {"properties", {{"items", items}}}};
+    }
+    return json{{"openapi", "3.0.0"},
+                {"info", {{"title", "knap"}, {"version", kServerGitVersion}}},
+                {"paths", paths},
+                {"components", {{"schemas", schemas}}}};
+  }();
+  return doc;
+}
+
+const std::string& openApiV3Hash() {
+  static const std::string hash = [] {
+    size_t h = std::hash<std::string>{}(openApiV3GroupVersionDocument().dump());
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%016zX", h);
+    return std::string(buf);
+  }();
+  return hash;
+}
+
+const json& openApiV3RootDocument() {
+  static const json doc = {
+      {"paths",
+       {{"apis/" + std::string(kApiVersion),
+         {{"serverRelativeURL", "/openapi/v3/apis/" + std::string(kApiVersion) + "?hash=" + openApiV3Hash()}}}}}};
+  return doc;
+}
+
+}  // namespace knap::api

@@ -1,0 +1,25 @@
+// Discovery and OpenAPI documents for serving.knative.dev/v1, shaped as
+// KUBECTL-WIRE §2, §3 and §5 require: /version, /apis, the group, the
+// APIResourceList, and the /openapi/v3 root and group-version documents.
+// Pure functions (documents are built once and cached); thread-safe.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace knap::api {
+
+inline constexpr const char* kServerMinorVersion = "30";
+inline constexpr const char* kServerGitVersion = "v1.30.0-knap";
+
+const nlohmann::json& versionDocument();
+const nlohmann::json& apiGroupListDocument();  // /apis
+const nlohmann::json& apiGroupDocument();      // /apis/serving.knative.dev
+const nlohmann::json& apiResourceListDocument();  // /apis/serving.knative.dev/v1
+const nlohmann::json& openApiV3RootDocument();    // /openapi/v3
+const nlohmann::json& openApiV3GroupVersionDocument();  // /openapi/v3/apis/serving.knative.dev/v1
+// The content hash used in the v3 root's serverRelativeURL and as the GV document's ETag.
+const std::string& openApiV3Hash();
+
+}  // namespace knap::api

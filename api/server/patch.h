@@ -1,0 +1,23 @@
+// JSON document helpers for PATCH and field pruning: RFC 6902 JSON patch
+// (JSON merge patch, RFC 7386, is nlohmann::json::merge_patch) and removal of
+// a field named by a kubectl-style path. Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace knap::api {
+
+// Applies an RFC 6902 patch (add, remove, replace, move, copy, test) to `doc`.
+// kInvalidArgument when the patch is not an array of operations, an operation
+// is malformed, a path does not exist or a test fails (message says which).
+StatusOr<nlohmann::json> applyJsonPatch(const nlohmann::json& doc, const nlohmann::json& patch);
+
+// Removes the field at `path` ("spec.template.spec.containers[0].foo") from
+// `obj`; returns false when no such field exists.
+bool removeFieldPath(nlohmann::json& obj, const std::string& path);
+
+}  // namespace knap::api

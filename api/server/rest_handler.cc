@@ -1,0 +1,1034 @@
+#include "api/server/rest_handler.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "api/admission.h"
+#include "api/codec.h"
+#include "api/naming.h"
+#include "api/server/discovery.h"
+#include "api/server/k8s_status.h"
+#include "api/server/patch.h"
+#include "common/log.h"
+
+#if __has_include("api/effective_config.h")
+#include "api/effective_config.h"
+#define KNAP_HAVE_EFFECTIVE_CONFIG 1
+#endif
+
+namespace knap::api {
+
+using nlohmann::json;
+
+namespace {
+
+// The user recorded in serving.knative.dev/creator and lastModifier. knapd's
+// API has no authentication (loopback TCP or a root-only unix socket).
+constexpr const char* kUserName = "knap-admin";
+// Deeper JSON/YAML nesting than this is refused before parsing.
+constexpr int kMaxNesting = 200;
+
+int hexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percentDecode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '%') {
+      int h = i + 1 < s.size() ? hexValue(s[i + 1]) : -1;
+      int l = i + 2 < s.size() ? hexValue(s[i + 2]) : -1;
+      if (h >= 0 && l >= 0) {
+        out += static_cast<char>(h * 16 + l);
+        i += 2;
+        continue;
+      }
+    }
+    out += (plus_is_space && c == '+') ? ' ' : c;
+  }
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Media type without parameters, lower-case: "application/json".
+std::string mediaType(const std::string& content_type) {
+  std::string t = content_type.substr(0, content_type.find(';'));
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  size_t b = 0;
+  while (b < t.size() && std::isspace(static_cast<unsigned char>(t[b]))) ++b;
+  return lower(t.substr(b));
+}
+
+HttpResponse jsonResponse(int code, const json& body) {
+  HttpResponse r;
+  r.code = code;
+  r.body = toJsonText(body);
+  return r;
+}
+
+HttpResponse errorResponse(const ApiError& e) { return jsonResponse(e.code, e.body); }
+
+HttpResponse notFoundPath() {
+  return errorResponse(makeApiError(404, "NotFound", "the server could not find the requested resource",
+                                    json::object()));
+}
+
+HttpResponse methodNotAllowed(const std::string& method) {
+  return errorResponse(makeApiError(405, "MethodNotAllowed",
+                                    "the server does not allow this method on the requested resource (" +
+                                        method + ")",
+                                    json::object()));
+}
+
+// Rejects absurd nesting before a recursive parser sees it.
+bool nestingOk(const std::string& text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') {
+      if (++depth > kMaxNesting) return false;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+std::string cleanJsonError(const std::string& what) {
+  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> "parse error at ..."
+  size_t p = what.find("] ");
+  return p == std::string::npos ? what : what.substr(p + 2);
+}
+
+// Parses a request body as JSON, or as YAML when `yaml` (one document).
+StatusOr<json> parseBody(const std::string& body, bool yaml) {
+  if (!nestingOk(body)) return invalidArgument("request body nests deeper than 200 levels");
+  std::string trimmed = body;
+  while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.back()))) trimmed.pop_back();
+  size_t b = 0;
+  while (b < trimmed.size() && std::isspace(static_cast<unsigned char>(trimmed[b]))) ++b;
+  bool looks_json = b < trimmed.size() && (trimmed[b] == '{' || trimmed[b] == '[');
+  if (!yaml || looks_json) {
+    try {
+      return json::parse(body);
+    } catch (const json::exception& e) {
+      if (!yaml) return invalidArgument(cleanJsonError(e.what()));
+      // fall through: YAML flow style that is not valid JSON
+    }
+  }
+  auto docs = parseYamlDocuments(body);
+  if (!docs.isOk()) return docs.status();
+  if (docs->size() != 1) return invalidArgument("expected exactly one YAML document, got " + std::to_string(docs->size()));
+  // Round-trip so that invalid UTF-8 from YAML is replaced before it is stored.
+  try {
+    return json::parse(toJsonText((*docs)[0]));
+  } catch (const json::exception& e) {
+    return invalidArgument(cleanJsonError(e.what()));
+  }
+}
+
+json withTypeMeta(json obj, const ResourceInfo& info) {
+  if (obj.is_object()) {
+    obj["kind"] = info.kind;
+    obj["apiVersion"] = std::string(kApiVersion);
+  }
+  return obj;
+}
+
+std::string metaString(const json& obj, const char* field) {
+  if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return "";
+  const json& md = obj["metadata"];
+  auto it = md.find(field);
+  if (it == md.end() || !it->is_string()) return "";
+  return it->get<std::string>();
+}
+
+json* labelsOf(json& obj) {
+  if (!obj.contains("metadata") || !obj["metadata"].is_object()) return nullptr;
+  auto it = obj["metadata"].find("labels");
+  return it == obj["metadata"].end() ? nullptr : &*it;
+}
+
+std::string warningValue(const std::string& text) {
+  std::string escaped;
+  for (char c : text) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    escaped += c;
+  }
+  return "299 - \"" + escaped + "\"";
+}
+
+bool hasOwnerUid(const json& obj, const std::set<std::string>& uids) {
+  if (!obj.contains("metadata") || !obj["metadata"].is_object()) return false;
+  auto it = obj["metadata"].find("ownerReferences");
+  if (it == obj["metadata"].end() || !it->is_array()) return false;
+  for (const json& ref : *it) {
+    if (ref.is_object() && ref.contains("uid") && ref["uid"].is_string() &&
+        uids.count(ref["uid"].get<std::string>()))
+      return true;
+  }
+  return false;
+}
+
+// Removes `obj` and, transitively, every object in the namespace whose
+// ownerReferences name a removed uid. With `orphan`, direct dependents instead
+// lose the ownerReference and stay.
+Status cascadeDelete(store::Txn& txn, const store::Key& key, bool orphan,
+                     std::vector<store::Object>* removed) {
+  KNAP_ASSIGN_OR_RETURN(store::Object root, txn.remove(key));
+  std::set<std::string> uids = {metaString(root.body, "uid")};
+  removed->push_back(root);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (const ResourceInfo& r : resources()) {
+      KNAP_ASSIGN_OR_RETURN(auto objs, txn.list(r.kind, key.ns));
+      for (store::Object& o : objs) {
+        if (!hasOwnerUid(o.body, uids)) continue;
+        if (orphan) {
+          json body = o.body;
+          json kept = json::array();
+          for (const json& ref : body["metadata"]["ownerReferences"]) {
+            if (!(ref.is_object() && ref.contains("uid") && ref["uid"].is_string() &&
+                  uids.count(ref["uid"].get<std::string>())))
+              kept.push_back(ref);
+          }
+          if (kept.empty()) body["metadata"].erase("ownerReferences");
+          else body["metadata"]["ownerReferences"] = kept;
+          KNAP_RETURN_IF_ERROR(txn.update(o.key, body, 0).status());
+          continue;
+        }
+        KNAP_ASSIGN_OR_RETURN(store::Object gone, txn.remove(o.key));
+        std::string uid = metaString(gone.body, "uid");
+        if (!uid.empty()) uids.insert(uid);
+        removed->push_back(std::move(gone));
+        progress = true;
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string toJsonText(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// ---- request target ----
+
+struct RestHandler::Query {
+  std::map<std::string, std::string> params;
+  std::string get(const std::string& k) const {
+    auto it = params.find(k);
+    return it == params.end() ? "" : it->second;
+  }
+  bool has(const std::string& k) const { return params.count(k) > 0; }
+};
+
+struct RestHandler::Target {
+  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling };
+  Kind kind = Kind::kOther;
+  std::vector<std::string> segs;
+  Query query;
+  const ResourceInfo* info = nullptr;
+  std::string ns;  // empty for cluster-wide collections
+  std::string name;
+
+  static Target parse(const std::string& target) {
+    Target t;
+    size_t q = target.find('?');
+    std::string path = target.substr(0, q);
+    if (q != std::string::npos) {
+      std::string qs = target.substr(q + 1);
+      size_t start = 0;
+      while (start <= qs.size()) {
+        size_t amp = qs.find('&', start);
+        std::string kv = qs.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+        if (!kv.empty()) {
+          size_t eq = kv.find('=');
+          std::string k = percentDecode(kv.substr(0, eq), true);
+          std::string v = eq == std::string::npos ? "" : percentDecode(kv.substr(eq + 1), true);
+          t.query.params[k] = v;
+        }
+        if (amp == std::string::npos) break;
+        start = amp + 1;
+      }
+    }
+    size_t start = 0;
+    while (start < path.size()) {
+      size_t slash = path.find('/', start);
+      std::string seg = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+      if (!seg.empty()) t.segs.push_back(percentDecode(seg, false));
+      if (slash == std::string::npos) break;
+      start = slash + 1;
+    }
+    const auto& s = t.segs;
+    auto findPlural = [](const std::string& p) -> const ResourceInfo* {
+      for (const ResourceInfo& r : resources())
+        if (r.plural == p) return &r;
+      return nullptr;
+    };
+    if (s.size() >= 4 && s[0] == "apis" && s[1] == kGroup && s[2] == kVersion) {
+      if (s.size() == 4) {
+        t.info = findPlural(s[3]);
+        if (t.info) t.kind = Kind::kCollection;
+      } else if (s[3] == "namespaces" && s.size() >= 6 && s.size() <= 8) {
+        t.info = findPlural(s[5]);
+        t.ns = s[4];
+        if (t.info) {
+          if (s.size() == 6) t.kind = Kind::kCollection;
+          if (s.size() >= 7) t.name = s[6];
+          if (s.size() == 7) t.kind = Kind::kItem;
+          if (s.size() == 8 && s[7] == "status") t.kind = Kind::kStatus;
+        }
+      }
+    } else if (s.size() == 8 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" &&
+               s[3] == "namespaces" && s[5] == "revisions" && s[7] == "autoscaling") {
+      t.kind = Kind::kAutoscaling;
+      t.info = findPlural("revisions");
+      t.ns = s[4];
+      t.name = s[6];
+    }
+    return t;
+  }
+};
+
+struct RestHandler::WriteCtx {
+  const ResourceInfo* info;
+  std::string ns;
+  std::string name;
+  bool dry_run = false;
+  std::string validation = "Strict";
+  bool status_sub = false;
+  std::vector<std::string> warnings;
+
+  HttpResponse finish(int code, const json& obj) {
+    HttpResponse r = jsonResponse(code, withTypeMeta(obj, *info));
+    for (const auto& w : warnings) r.warnings.push_back(warningValue(w));
+    return r;
+  }
+};
+
+RestHandler::RestHandler(store::Store& store, const Config& config, TimeSource& clock)
+    : store_(store), config_(config), clock_(clock), rng_(std::random_device{}()) {}
+
+std::string RestHandler::newName(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(rng_mu_);
+  return generateNameSuffix(prefix, rng_);
+}
+
+HttpResponse RestHandler::handle(const HttpRequest& req) {
+  try {
+    Target t = Target::parse(req.target);
+    return dispatch(req, t);
+  } catch (const std::exception& e) {
+    // A bug or a foreign exception: never let it reach the connection.
+    LOG(ERROR) << "api: " << req.method << " " << req.target << " failed: " << e.what();
+    return errorResponse(makeApiError(500, "InternalError", std::string("Internal error occurred: ") + e.what()));
+  }
+}
+
+HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
+  const auto& s = t.segs;
+  const std::string& m = req.method;
+  bool get = m == "GET" || m == "HEAD";
+  using K = Target::Kind;
+  switch (t.kind) {
+    case K::kCollection:
+      if (get) return listObjects(req, t);
+      if (t.ns.empty()) return methodNotAllowed(m);
+      if (m == "POST") return createObject(req, t);
+      if (m == "DELETE") return deleteCollection(req, t);
+      return methodNotAllowed(m);
+    case K::kItem:
+    case K::kStatus:
+      if (get) return getObject(req, t);
+      if (m == "PUT") return replaceObject(req, t);
+      if (m == "PATCH") return patchObject(req, t);
+      if (m == "DELETE" && t.kind == K::kItem) return deleteObject(req, t);
+      return methodNotAllowed(m);
+    case K::kAutoscaling:
+      if (get) return autoscalingView(t);
+      return methodNotAllowed(m);
+    case K::kOther:
+      break;
+  }
+  if (!get) {
+    // Every remaining endpoint is read-only; unknown paths are 404 for any method.
+    if (s.empty() || s[0] == "version" || s[0] == "apis" || s[0] == "openapi" || s[0] == "api" ||
+        s[0] == "healthz" || s[0] == "readyz" || s[0] == "livez") {
+      if (s.size() <= 3 && (s.empty() || s[0] != "api" || s.size() <= 2)) return methodNotAllowed(m);
+    }
+    return notFoundPath();
+  }
+  if (s.empty()) {
+    return jsonResponse(200, {{"paths", json::array({"/apis", "/apis/serving.knative.dev",
+                                                      "/apis/serving.knative.dev/v1", "/healthz",
+                                                      "/openapi/v3", "/readyz", "/version"})}});
+  }
+  if (s.size() == 1 && (s[0] == "healthz" || s[0] == "readyz" || s[0] == "livez")) {
+    HttpResponse r;
+    r.body = "ok";
+    r.content_type = "text/plain; charset=utf-8";
+    return r;
+  }
+  if (s.size() == 1 && s[0] == "version") return jsonResponse(200, versionDocument());
+  if (s.size() == 1 && s[0] == "apis") return jsonResponse(200, apiGroupListDocument());
+  if (s.size() == 2 && s[0] == "apis" && s[1] == kGroup) return jsonResponse(200, apiGroupDocument());
+  if (s.size() == 3 && s[0] == "apis" && s[1] == kGroup && s[2] == kVersion)
+    return jsonResponse(200, apiResourceListDocument());
+  if (s.size() == 2 && s[0] == "api" && s[1] == "v1") {
+    return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", "v1"},
+                              {"resources", json::array()}});
+  }
+  if (s[0] == "api" && s.size() >= 3 && s[1] == "v1" && s.back() == "events" &&
+      (s.size() == 3 || (s.size() == 5 && s[2] == "namespaces"))) {
+    return jsonResponse(200, {{"kind", "EventList"},
+                              {"apiVersion", "v1"},
+                              {"metadata", {{"resourceVersion", std::to_string(store_.currentResourceVersion())}}},
+                              {"items", json::array()}});
+  }
+  if (s.size() == 2 && s[0] == "openapi" && s[1] == "v3") return jsonResponse(200, openApiV3RootDocument());
+  if (s.size() == 5 && s[0] == "openapi" && s[1] == "v3" && s[2] == "apis" && s[3] == kGroup &&
+      s[4] == kVersion) {
+    HttpResponse r = jsonResponse(200, openApiV3GroupVersionDocument());
+    r.headers["ETag"] = "\"" + openApiV3Hash() + "\"";
+    return r;
+  }
+  return notFoundPath();
+}
+
+// ---- reads ----
+
+HttpResponse RestHandler::getObject(const HttpRequest& req, const Target& t) {
+  auto obj = store_.get({t.info->kind, t.ns, t.name});
+  if (!obj.isOk()) return errorResponse(errorFromStatus(obj.status(), t.info, t.name));
+  json body = withTypeMeta(obj->body, *t.info);
+  if (acceptsTable(req.accept)) {
+    return jsonResponse(200, makeTable(*t.info, {body}, parseIncludeObject(t.query.get("includeObject")),
+                                       std::to_string(obj->resource_version)));
+  }
+  return jsonResponse(200, body);
+}
+
+HttpResponse RestHandler::listObjects(const HttpRequest& req, const Target& t) {
+  auto labels = LabelSelector::parse(t.query.get("labelSelector"));
+  if (!labels.isOk()) return errorResponse(badRequestError(labels.status().message()));
+  auto fields = FieldSelector::parse(t.query.get("fieldSelector"));
+  if (!fields.isOk()) return errorResponse(badRequestError(fields.status().message()));
+  // The list's resourceVersion must not be newer than what the list shows, or a
+  // watch from it would miss a change: read the RV around the list until stable.
+  int64_t rv = 0;
+  std::vector<store::Object> objs;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    rv = store_.currentResourceVersion();
+    auto listed = store_.list(t.info->kind, t.ns);
+    if (!listed.isOk()) return errorResponse(errorFromStatus(listed.status(), nullptr, ""));
+    objs = std::move(*listed);
+    if (store_.currentResourceVersion() == rv) break;
+  }
+  std::vector<json> items;
+  for (store::Object& o : objs) {
+    json* l = labelsOf(o.body);
+    if (!labels->matches(l ? *l : json())) continue;
+    if (!fields->matches(o.body)) continue;
+    items.push_back(withTypeMeta(std::move(o.body), *t.info));
+  }
+  if (acceptsTable(req.accept)) {
+    return jsonResponse(200, makeTable(*t.info, items, parseIncludeObject(t.query.get("includeObject")),
+                                       std::to_string(rv)));
+  }
+  json list = {{"kind", t.info->kind + "List"},
+               {"apiVersion", std::string(kApiVersion)},
+               {"metadata", {{"resourceVersion", std::to_string(rv)}}},
+               {"items", json::array()}};
+  for (json& i : items) list["items"].push_back(std::move(i));
+  return jsonResponse(200, list);
+}
+
+// ---- writes ----
+
+namespace {
+
+// Reads dryRun / fieldValidation from the query. Returns an error response on bad values.
+std::optional<HttpResponse> readWriteOptions(const std::map<std::string, std::string>& q, bool* dry_run,
+                                             std::string* validation) {
+  auto it = q.find("dryRun");
+  if (it != q.end()) {
+    if (it->second != "All" && !it->second.empty())
+      return errorResponse(badRequestError("dryRun: Unsupported value: \"" + it->second +
+                                           "\": supported values: \"All\""));
+    *dry_run = it->second == "All";
+  }
+  it = q.find("fieldValidation");
+  if (it != q.end() && !it->second.empty()) {
+    std::string v = lower(it->second);
+    if (v == "strict") *validation = "Strict";
+    else if (v == "warn") *validation = "Warn";
+    else if (v == "ignore") *validation = "Ignore";
+    else
+      return errorResponse(badRequestError("fieldValidation: Unsupported value: \"" + it->second +
+                                           "\": supported values: \"Ignore\", \"Strict\", \"Warn\""));
+  }
+  return std::nullopt;
+}
+
+std::string cannotHandle(const ResourceInfo& info) {
+  return info.kind + " in version \"" + std::string(kVersion) + "\" cannot be handled as a " + info.kind + ": ";
+}
+
+// Checks apiVersion/kind of a decoded object and makes sure metadata is an object.
+std::optional<HttpResponse> checkTypeMeta(const ResourceInfo& info, json& obj) {
+  if (!obj.is_object())
+    return errorResponse(badRequestError(cannotHandle(info) + "the request body must be a JSON object"));
+  if (obj.contains("kind") && !(obj["kind"].is_string() && obj["kind"] == info.kind)) {
+    return errorResponse(badRequestError(cannotHandle(info) + "kind " + toJsonText(obj["kind"]) +
+                                         " does not match the resource's kind \"" + info.kind + "\""));
+  }
+  if (obj.contains("apiVersion") && !(obj["apiVersion"].is_string() && obj["apiVersion"] == kApiVersion)) {
+    return errorResponse(badRequestError("the API version in the data (" +
+                                         (obj["apiVersion"].is_string() ? obj["apiVersion"].get<std::string>()
+                                                                        : toJsonText(obj["apiVersion"])) +
+                                         ") does not match the expected API version (" +
+                                         std::string(kApiVersion) + ")"));
+  }
+  if (!obj.contains("metadata") || obj["metadata"].is_null()) obj["metadata"] = json::object();
+  if (!obj["metadata"].is_object())
+    return errorResponse(badRequestError(cannotHandle(info) + "metadata must be an object"));
+  for (const char* f : {"name", "namespace", "generateName", "resourceVersion"}) {
+    if (obj["metadata"].contains(f) && !obj["metadata"][f].is_string() && !obj["metadata"][f].is_null())
+      return errorResponse(badRequestError(cannotHandle(info) + "metadata." + f + " must be a string"));
+  }
+  return std::nullopt;
+}
+
+// Checks that a body's namespace (if any) matches the URL's.
+std::optional<HttpResponse> checkNamespace(json& obj, const std::string& ns) {
+  std::string body_ns = metaString(obj, "namespace");
+  if (!body_ns.empty() && body_ns != ns) {
+    return errorResponse(badRequestError(
+        "the namespace of the provided object does not match the namespace sent on the request"));
+  }
+  obj["metadata"]["namespace"] = ns;
+  return std::nullopt;
+}
+
+std::optional<HttpResponse> checkName(json& obj, const std::string& name) {
+  std::string body_name = metaString(obj, "name");
+  if (!body_name.empty() && body_name != name) {
+    return errorResponse(badRequestError("the name of the object (" + body_name +
+                                         ") does not match the name on the URL (" + name + ")"));
+  }
+  obj["metadata"]["name"] = name;
+  return std::nullopt;
+}
+
+void setAnnotation(json& obj, const char* key, const std::string& value) {
+  json& md = obj["metadata"];
+  if (!md.contains("annotations") || !md["annotations"].is_object()) md["annotations"] = json::object();
+  md["annotations"][key] = value;
+}
+
+std::string annotation(const json& obj, const char* key) {
+  if (!obj.contains("metadata") || !obj["metadata"].is_object()) return "";
+  const json& md = obj["metadata"];
+  if (!md.contains("annotations") || !md["annotations"].is_object()) return "";
+  auto it = md["annotations"].find(key);
+  return it != md["annotations"].end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
+
+// Decodes unknown fields per fieldValidation, keeps status out of user writes,
+// applies defaults and validation. On success `obj` is ready to store.
+static std::optional<HttpResponse> admit(const Config& config, const ResourceInfo& info, bool status_sub,
+                                         const std::string& validation, std::vector<std::string>* warnings,
+                                         json& obj, const store::Object* live) {
+  json& md = obj["metadata"];
+  md.erase("managedFields");
+  md.erase("selfLink");
+  if (status_sub) {
+    json next = live->body;
+    if (obj.contains("status")) next["status"] = obj["status"];
+    else next.erase("status");
+    if (md.contains("resourceVersion")) next["metadata"]["resourceVersion"] = md["resourceVersion"];
+    obj = std::move(next);
+  }
+  // Status the user sent through the main resource is ignored, so it is not
+  // decoded either; controllers write status through the store.
+  json status;
+  bool had_status = obj.contains("status");
+  if (had_status) status = obj["status"];
+  if (!status_sub) obj.erase("status");
+
+  auto unknown = unknownFields(info.kind, obj);
+  if (!unknown.isOk()) {
+    std::string msg = unknown.status().message();
+    for (const FieldError& fe : unknown.status().fieldErrors()) msg += "; " + fe.field + ": " + fe.message;
+    return errorResponse(badRequestError(cannotHandle(info) + msg));
+  }
+  if (!unknown->empty()) {
+    if (validation == "Strict") {
+      std::string msg = cannotHandle(info) + "strict decoding error: ";
+      for (size_t i = 0; i < unknown->size(); ++i) {
+        if (i) msg += ", ";
+        msg += "unknown field \"" + (*unknown)[i] + "\"";
+      }
+      return errorResponse(badRequestError(msg));
+    }
+    for (const std::string& f : *unknown) {
+      if (validation == "Warn") warnings->push_back("unknown field \"" + f + "\"");
+      removeFieldPath(obj, f);
+    }
+  }
+  if (status_sub) return std::nullopt;
+
+  if (live) {
+    if (live->body.contains("status")) obj["status"] = live->body["status"];
+    // Server-owned metadata comes from the stored object.
+    for (const char* f : {"uid", "creationTimestamp", "generation"}) {
+      if (live->body["metadata"].contains(f)) obj["metadata"][f] = live->body["metadata"][f];
+      else obj["metadata"].erase(f);
+    }
+  } else {
+    for (const char* f : {"uid", "resourceVersion", "creationTimestamp", "generation", "deletionTimestamp",
+                          "deletionGracePeriodSeconds"})
+      obj["metadata"].erase(f);
+  }
+  setDefaults(info.kind, obj, config);
+  if (info.kind != "Revision") {
+    // Like Knative's webhook: creator is set once, lastModifier on spec changes.
+    if (!live) {
+      setAnnotation(obj, annotations::kCreator, kUserName);
+      setAnnotation(obj, annotations::kLastModifier, kUserName);
+    } else {
+      std::string creator = annotation(live->body, annotations::kCreator);
+      if (!creator.empty()) setAnnotation(obj, annotations::kCreator, creator);
+      bool spec_changed = obj.value("spec", json()) != live->body.value("spec", json());
+      if (spec_changed) {
+        setAnnotation(obj, annotations::kLastModifier, kUserName);
+      } else {
+        std::string last = annotation(live->body, annotations::kLastModifier);
+        if (!last.empty()) setAnnotation(obj, annotations::kLastModifier, last);
+      }
+    }
+  } else if (live && obj.value("spec", json()) != live->body.value("spec", json())) {
+    Status st = invalidArgument("Immutable fields changed");
+    st.withFieldErrors({{"spec", "Immutable fields changed: the spec of a Revision cannot be changed; "
+                                 "change the Configuration's or Service's spec.template instead",
+                         "FieldValueForbidden"}});
+    return errorResponse(invalidError(info, metaString(obj, "name"), st));
+  }
+  Status valid = validate(info.kind, obj, live ? &live->body : nullptr,
+                          live ? Operation::kUpdate : Operation::kCreate, config);
+  if (!valid.isOk()) {
+    if (valid.code() == Code::kInvalidArgument)
+      return errorResponse(invalidError(info, metaString(obj, "name"), valid));
+    return errorResponse(errorFromStatus(valid, &info, metaString(obj, "name")));
+  }
+  return std::nullopt;
+}
+
+HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
+  const ResourceInfo& info = *ctx.info;
+  if (!info.user_creatable) {
+    return errorResponse(makeApiError(
+        405, "MethodNotAllowed",
+        info.plural + "." + std::string(kGroup) +
+            " cannot be created directly: Revisions are created by their Configuration whenever its "
+            "spec.template changes; create or update a Service or Configuration instead",
+        {{"group", std::string(kGroup)}, {"kind", info.plural}}));
+  }
+  if (auto err = checkNamespace(obj, ctx.ns)) return *err;
+  std::string name = metaString(obj, "name");
+  std::string generate = metaString(obj, "generateName");
+  if (name.empty() && generate.empty()) {
+    Status st = invalidArgument("name or generateName is required");
+    st.withFieldErrors({{"metadata.name", "Required value: name or generateName is required", "FieldValueRequired"}});
+    return errorResponse(invalidError(info, "", st));
+  }
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    json candidate = obj;
+    if (name.empty()) candidate["metadata"]["name"] = newName(generate);
+    std::vector<std::string> warnings = ctx.warnings;
+    if (auto err = admit(config_, info, false, ctx.validation, &warnings, candidate, nullptr)) return *err;
+    std::string cname = metaString(candidate, "name");
+    ctx.warnings = warnings;
+    if (ctx.dry_run) {
+      if (store_.get({info.kind, ctx.ns, cname}).isOk()) {
+        if (!name.empty()) return errorResponse(alreadyExistsError(info, cname));
+        continue;
+      }
+      return ctx.finish(create_code, candidate);
+    }
+    auto created = store_.create({info.kind, ctx.ns, cname}, withTypeMeta(candidate, info));
+    if (created.isOk()) return ctx.finish(create_code, created->body);
+    if (created.status().code() == Code::kAlreadyExists && name.empty()) continue;
+    return errorResponse(errorFromStatus(created.status(), &info, cname));
+  }
+  return errorResponse(makeApiError(500, "InternalError",
+                                    "Internal error occurred: could not generate a unique name from generateName \"" +
+                                        generate + "\""));
+}
+
+HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* live, int create_code) {
+  if (!live) return doCreate(ctx, std::move(obj), create_code);
+  const ResourceInfo& info = *ctx.info;
+  if (auto err = checkNamespace(obj, ctx.ns)) return *err;
+  if (auto err = checkName(obj, ctx.name)) return *err;
+  if (auto err = admit(config_, info, ctx.status_sub, ctx.validation, &ctx.warnings, obj, live)) return *err;
+  obj = withTypeMeta(std::move(obj), info);
+  int64_t expected_rv = 0;
+  std::string rv_text = metaString(obj, "resourceVersion");
+  if (!rv_text.empty()) {
+    try {
+      size_t used = 0;
+      expected_rv = std::stoll(rv_text, &used);
+      if (used != rv_text.size() || expected_rv <= 0) throw std::invalid_argument("rv");
+    } catch (const std::exception&) {
+      Status st = invalidArgument("invalid resourceVersion");
+      st.withFieldErrors({{"metadata.resourceVersion", "Invalid value: \"" + rv_text + "\": must be a decimal resourceVersion"}});
+      return errorResponse(invalidError(info, ctx.name, st));
+    }
+    if (expected_rv != live->resource_version) {
+      return errorResponse(conflictError(info, ctx.name,
+                                         "the object has been modified; please apply your changes to the "
+                                         "latest version and try again"));
+    }
+  }
+  // A write that changes nothing keeps the resourceVersion (kubectl prints
+  // "patched (no change)" / "unchanged" only then).
+  json cmp = obj;
+  cmp["metadata"]["resourceVersion"] = live->body["metadata"].value("resourceVersion", json());
+  if (cmp["metadata"]["resourceVersion"].is_null()) cmp["metadata"].erase("resourceVersion");
+  json live_body = withTypeMeta(live->body, info);
+  if (cmp == live_body) return ctx.finish(200, live_body);
+  if (ctx.dry_run) return ctx.finish(200, cmp);
+  auto updated = store_.update({info.kind, ctx.ns, ctx.name}, obj, expected_rv ? expected_rv : live->resource_version);
+  if (!updated.isOk()) return errorResponse(errorFromStatus(updated.status(), &info, ctx.name));
+  return ctx.finish(200, updated->body);
+}
+
+HttpResponse RestHandler::createObject(const HttpRequest& req, const Target& t) {
+  WriteCtx ctx{t.info, t.ns, "", false, "Strict", false, {}};
+  if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
+  if (!t.info->user_creatable) return doCreate(ctx, json::object(), 201);
+  auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
+  if (!body.isOk()) return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
+  json obj = std::move(*body);
+  if (auto err = checkTypeMeta(*t.info, obj)) return *err;
+  return doCreate(ctx, std::move(obj), 201);
+}
+
+HttpResponse RestHandler::replaceObject(const HttpRequest& req, const Target& t) {
+  WriteCtx ctx{t.info, t.ns, t.name, false, "Strict", t.kind == Target::Kind::kStatus, {}};
+  if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
+  auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
+  if (!body.isOk()) return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
+  json obj = std::move(*body);
+  if (auto err = checkTypeMeta(*t.info, obj)) return *err;
+  if (auto err = checkName(obj, t.name)) return *err;
+  auto live = store_.get({t.info->kind, t.ns, t.name});
+  if (!live.isOk()) return errorResponse(errorFromStatus(live.status(), t.info, t.name));
+  return write(ctx, std::move(obj), &*live, 201);
+}
+
+HttpResponse RestHandler::patchObject(const HttpRequest& req, const Target& t) {
+  WriteCtx ctx{t.info, t.ns, t.name, false, "Strict", t.kind == Target::Kind::kStatus, {}};
+  if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
+  std::string type = mediaType(req.content_type);
+  if (type == "application/strategic-merge-patch+json") {
+    return errorResponse(makeApiError(
+        415, "UnsupportedMediaType",
+        "strategic merge patch is not supported for " + qualifiedResource(*t.info) +
+            " (like every custom resource); use `kubectl patch --type merge -p ...` (JSON merge patch) or "
+            "`--type json` (JSON patch) instead",
+        json::object()));
+  }
+  bool apply = type == "application/apply-patch+yaml";
+  if (!apply && type != "application/merge-patch+json" && type != "application/json-patch+json") {
+    return errorResponse(makeApiError(
+        415, "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        json::object()));
+  }
+  auto body = parseBody(req.body, apply);
+  if (!body.isOk()) return errorResponse(badRequestError("error decoding patch: " + body.status().message()));
+  auto live = store_.get({t.info->kind, t.ns, t.name});
+  if (!live.isOk() && live.status().code() != Code::kNotFound)
+    return errorResponse(errorFromStatus(live.status(), t.info, t.name));
+
+  json patched;
+  if (apply) {
+    json applied = std::move(*body);
+    if (auto err = checkTypeMeta(*t.info, applied)) return *err;
+    if (auto err = checkName(applied, t.name)) return *err;
+    if (!applied.contains("kind") || !applied.contains("apiVersion")) {
+      return errorResponse(badRequestError(cannotHandle(*t.info) +
+                                           "an applied configuration must set apiVersion and kind"));
+    }
+    if (!live.isOk()) {
+      if (ctx.status_sub) return errorResponse(notFoundError(*t.info, t.name));
+      return doCreate(ctx, std::move(applied), 201);
+    }
+    // Simplified server-side apply: the applied configuration is merged over
+    // the live object (maps merge, lists and scalars are replaced, null removes).
+    patched = live->body;
+    patched.merge_patch(applied);
+  } else {
+    if (!live.isOk()) return errorResponse(notFoundError(*t.info, t.name));
+    patched = live->body;
+    if (type == "application/merge-patch+json") {
+      if (!body->is_object())
+        return errorResponse(badRequestError("error decoding patch: a JSON merge patch must be a JSON object"));
+      patched.merge_patch(*body);
+    } else {
+      auto result = applyJsonPatch(patched, *body);
+      if (!result.isOk()) {
+        if (result.status().code() == Code::kInvalidArgument && body->is_array())
+          return errorResponse(makeApiError(422, "Invalid", result.status().message()));
+        return errorResponse(badRequestError("error decoding patch: " + result.status().message()));
+      }
+      patched = std::move(*result);
+    }
+  }
+  if (auto err = checkTypeMeta(*t.info, patched)) return *err;
+  if (metaString(patched, "name") != t.name || metaString(patched, "namespace") != t.ns) {
+    return errorResponse(badRequestError("a patch may not change metadata.name or metadata.namespace"));
+  }
+  return write(ctx, std::move(patched), &*live, 201);
+}
+
+// ---- delete ----
+
+namespace {
+
+struct DeleteOptions {
+  bool dry_run = false;
+  bool orphan = false;
+  std::string uid_precondition;
+  std::string rv_precondition;
+};
+
+std::optional<HttpResponse> readDeleteOptions(const HttpRequest& req, const std::map<std::string, std::string>& q,
+                                              DeleteOptions* out) {
+  auto it = q.find("dryRun");
+  if (it != q.end() && it->second == "All") out->dry_run = true;
+  it = q.find("propagationPolicy");
+  if (it != q.end() && it->second == "Orphan") out->orphan = true;
+  it = q.find("orphanDependents");
+  if (it != q.end() && it->second == "true") out->orphan = true;
+  bool blank = std::all_of(req.body.begin(), req.body.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+  if (blank) return std::nullopt;
+  auto body = parseBody(req.body, false);
+  if (!body.isOk()) return errorResponse(badRequestError("error decoding DeleteOptions: " + body.status().message()));
+  const json& o = *body;
+  if (!o.is_object()) return errorResponse(badRequestError("error decoding DeleteOptions: expected a JSON object"));
+  if (o.contains("dryRun") && o["dryRun"].is_array()) {
+    for (const json& v : o["dryRun"]) {
+      if (v == "All") out->dry_run = true;
+      else return errorResponse(badRequestError("dryRun: Unsupported value: " + toJsonText(v) + ": supported values: \"All\""));
+    }
+  }
+  if (o.contains("propagationPolicy") && o["propagationPolicy"].is_string()) {
+    std::string p = o["propagationPolicy"];
+    if (p != "Orphan" && p != "Background" && p != "Foreground")
+      return errorResponse(makeApiError(422, "Invalid", "propagationPolicy: Unsupported value: \"" + p +
+                                                            "\": supported values: \"Background\", \"Foreground\", \"Orphan\""));
+    out->orphan = p == "Orphan";
+  }
+  if (o.contains("orphanDependents") && o["orphanDependents"].is_boolean()) out->orphan = o["orphanDependents"].get<bool>();
+  if (o.contains("preconditions") && o["preconditions"].is_object()) {
+    const json& p = o["preconditions"];
+    if (p.contains("uid") && p["uid"].is_string()) out->uid_precondition = p["uid"];
+    if (p.contains("resourceVersion") && p["resourceVersion"].is_string()) out->rv_precondition = p["resourceVersion"];
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+HttpResponse RestHandler::deleteObject(const HttpRequest& req, const Target& t) {
+  DeleteOptions opts;
+  if (auto err = readDeleteOptions(req, t.query.params, &opts)) return *err;
+  store::Key key{t.info->kind, t.ns, t.name};
+  auto live = store_.get(key);
+  if (!live.isOk()) return errorResponse(errorFromStatus(live.status(), t.info, t.name));
+  std::string uid = metaString(live->body, "uid");
+  if (!opts.uid_precondition.empty() && opts.uid_precondition != uid) {
+    return errorResponse(conflictError(*t.info, t.name, "Precondition failed: UID in precondition: " +
+                                                            opts.uid_precondition + ", UID in object meta: " + uid));
+  }
+  if (!opts.rv_precondition.empty() && opts.rv_precondition != metaString(live->body, "resourceVersion")) {
+    return errorResponse(conflictError(*t.info, t.name, "Precondition failed: ResourceVersion in precondition: " +
+                                                            opts.rv_precondition + ", ResourceVersion in object meta: " +
+                                                            metaString(live->body, "resourceVersion")));
+  }
+  json success = {{"kind", "Status"},
+                  {"apiVersion", "v1"},
+                  {"metadata", json::object()},
+                  {"status", "Success"},
+                  {"details", {{"name", t.name}, {"group", std::string(kGroup)}, {"kind", t.info->plural}, {"uid", uid}}}};
+  if (opts.dry_run) return jsonResponse(200, success);
+  std::vector<store::Object> removed;
+  Status st = store_.transact([&](store::Txn& txn) {
+    removed.clear();
+    if (!opts.rv_precondition.empty() || !opts.uid_precondition.empty()) {
+      KNAP_ASSIGN_OR_RETURN(store::Object cur, txn.get(key));
+      if (cur.resource_version != live->resource_version) return conflict("object changed during delete");
+    }
+    return cascadeDelete(txn, key, opts.orphan, &removed);
+  });
+  if (!st.isOk()) return errorResponse(errorFromStatus(st, t.info, t.name));
+  return jsonResponse(200, success);
+}
+
+HttpResponse RestHandler::deleteCollection(const HttpRequest& req, const Target& t) {
+  DeleteOptions opts;
+  if (auto err = readDeleteOptions(req, t.query.params, &opts)) return *err;
+  auto labels = LabelSelector::parse(t.query.get("labelSelector"));
+  if (!labels.isOk()) return errorResponse(badRequestError(labels.status().message()));
+  auto fields = FieldSelector::parse(t.query.get("fieldSelector"));
+  if (!fields.isOk()) return errorResponse(badRequestError(fields.status().message()));
+  json items = json::array();
+  Status st = store_.transact([&](store::Txn& txn) {
+    items = json::array();
+    KNAP_ASSIGN_OR_RETURN(auto objs, txn.list(t.info->kind, t.ns));
+    for (store::Object& o : objs) {
+      json* l = labelsOf(o.body);
+      if (!labels->matches(l ? *l : json()) || !fields->matches(o.body)) continue;
+      items.push_back(withTypeMeta(o.body, *t.info));
+      if (opts.dry_run) continue;
+      // An earlier cascade may already have removed this object.
+      if (!txn.get(o.key).isOk()) continue;
+      std::vector<store::Object> removed;
+      KNAP_RETURN_IF_ERROR(cascadeDelete(txn, o.key, opts.orphan, &removed));
+    }
+    return Status::ok();
+  });
+  if (!st.isOk()) return errorResponse(errorFromStatus(st, nullptr, ""));
+  return jsonResponse(200, {{"kind", t.info->kind + "List"},
+                            {"apiVersion", std::string(kApiVersion)},
+                            {"metadata", {{"resourceVersion", std::to_string(store_.currentResourceVersion())}}},
+                            {"items", items}});
+}
+
+// ---- knap.dev views ----
+
+HttpResponse RestHandler::autoscalingView(const Target& t) {
+  auto rev = store_.get({"Revision", t.ns, t.name});
+  if (!rev.isOk()) return errorResponse(errorFromStatus(rev.status(), t.info, t.name));
+#ifdef KNAP_HAVE_EFFECTIVE_CONFIG
+  std::map<std::string, std::string> anns;
+  const json& md = rev->body["metadata"];
+  if (md.contains("annotations") && md["annotations"].is_object()) {
+    for (auto it = md["annotations"].begin(); it != md["annotations"].end(); ++it) {
+      if (it.value().is_string()) anns[it.key()] = it.value().get<std::string>();
+    }
+  }
+  json items = json::array();
+  for (const auto& e : effectiveAutoscaling(anns, config_)) {
+    items.push_back({{"key", e.key}, {"value", e.value}, {"source", e.source}});
+  }
+  return jsonResponse(200, {{"kind", "EffectiveAutoscaling"},
+                            {"apiVersion", "knap.dev/v1"},
+                            {"revision", t.name},
+                            {"namespace", t.ns},
+                            {"items", items}});
+#else
+  return errorResponse(makeApiError(501, "NotImplemented", "effective autoscaling config is not built in"));
+#endif
+}
+
+// ---- watch ----
+
+bool RestHandler::parseWatch(const HttpRequest& req, WatchRequest* out, std::optional<HttpResponse>* error) {
+  if (req.method != "GET") return false;
+  Target t = Target::parse(req.target);
+  if (t.kind != Target::Kind::kCollection) return false;
+  std::string w = t.query.get("watch");
+  if (w != "true" && w != "1") return false;
+  auto labels = LabelSelector::parse(t.query.get("labelSelector"));
+  if (!labels.isOk()) {
+    *error = errorResponse(badRequestError(labels.status().message()));
+    return true;
+  }
+  auto fields = FieldSelector::parse(t.query.get("fieldSelector"));
+  if (!fields.isOk()) {
+    *error = errorResponse(badRequestError(fields.status().message()));
+    return true;
+  }
+  out->info = t.info;
+  out->ns = t.ns;
+  out->labels = std::move(*labels);
+  out->fields = std::move(*fields);
+  out->table = acceptsTable(req.accept);
+  out->include = parseIncludeObject(t.query.get("includeObject"));
+  out->resource_version = t.query.get("resourceVersion");
+  std::string timeout = t.query.get("timeoutSeconds");
+  if (!timeout.empty()) {
+    try {
+      out->timeout_seconds = std::max<int64_t>(0, std::stoll(timeout));
+    } catch (const std::exception&) {
+      *error = errorResponse(badRequestError("timeoutSeconds: invalid value \"" + timeout + "\""));
+      return true;
+    }
+  }
+  if (!out->resource_version.empty()) {
+    try {
+      size_t used = 0;
+      int64_t rv = std::stoll(out->resource_version, &used);
+      if (used != out->resource_version.size() || rv < 0) throw std::invalid_argument("rv");
+    } catch (const std::exception&) {
+      *error = errorResponse(badRequestError("resourceVersion: invalid value \"" + out->resource_version + "\""));
+      return true;
+    }
+  }
+  return true;
+}
+
+bool RestHandler::watchMatches(const WatchRequest& w, const store::Object& obj) {
+  if (obj.key.kind != w.info->kind) return false;
+  if (!w.ns.empty() && obj.key.ns != w.ns) return false;
+  const json& body = obj.body;
+  json labels;
+  if (body.contains("metadata") && body["metadata"].is_object() && body["metadata"].contains("labels"))
+    labels = body["metadata"]["labels"];
+  return w.labels.matches(labels) && w.fields.matches(body);
+}
+
+std::string RestHandler::watchEventLine(const WatchRequest& w, const char* type, const json& obj, bool first) {
+  json o = withTypeMeta(obj, *w.info);
+  json ev = {{"type", type}};
+  if (w.table) {
+    ev["object"] = makeTable(*w.info, {o}, w.include, metaString(o, "resourceVersion"), first);
+  } else {
+    ev["object"] = std::move(o);
+  }
+  return toJsonText(ev) + "\n";
+}
+
+HttpResponse RestHandler::expiredResponse(const std::string& requested_rv) {
+  return errorResponse(makeApiError(410, "Expired",
+                                    "too old resource version: " + requested_rv + " (" +
+                                        std::to_string(store_.currentResourceVersion()) + ")"));
+}
+
+}  // namespace knap::api

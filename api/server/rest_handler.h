@@ -1,0 +1,112 @@
+// RestHandler: the Kubernetes-style REST semantics of knapd's API, independent
+// of the network. It turns one parsed HTTP request into one response (discovery,
+// OpenAPI, GET/LIST/POST/PUT/PATCH/DELETE on serving.knative.dev/v1 objects,
+// the knap.dev autoscaling view) and prepares WATCH requests, whose streaming
+// the ApiServer does. Follows /work/shared/docs/KUBECTL-WIRE.md.
+//
+// Thread safety: handle() and the watch helpers may be called from several
+// threads at once; the handler keeps no per-request state. Store, Config and
+// TimeSource are borrowed and must outlive the handler.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api/resources.h"
+#include "api/server/selectors.h"
+#include "api/server/tables.h"
+#include "common/clock.h"
+#include "common/config.h"
+#include "store/store.h"
+
+namespace knap::api {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path plus optional ?query
+  std::string content_type;
+  std::string accept;
+  std::string body;
+};
+
+struct HttpResponse {
+  int code = 200;
+  std::string body;  // JSON text
+  std::string content_type = "application/json";
+  std::vector<std::string> warnings;  // Warning header values: 299 - "..."
+  std::map<std::string, std::string> headers;  // other headers (ETag)
+};
+
+// A parsed WATCH request (GET on a collection with watch=true|1).
+struct WatchRequest {
+  const ResourceInfo* info = nullptr;
+  std::string ns;  // empty = all namespaces
+  LabelSelector labels;
+  FieldSelector fields;
+  bool table = false;
+  IncludeObject include = IncludeObject::kMetadata;
+  std::string resource_version;  // as sent; "" or "0" = start with the current state
+  int64_t timeout_seconds = 0;   // 0 = none
+};
+
+class RestHandler {
+ public:
+  RestHandler(store::Store& store, const Config& config, TimeSource& clock);
+
+  // Handles any non-watch request. Never throws; malformed input gives a
+  // Kubernetes Status with code 4xx, unexpected failures 500.
+  HttpResponse handle(const HttpRequest& req);
+
+  // If `req` is a watch, fills `out` and returns true. If it is a watch with
+  // bad parameters, sets `error` and returns true. Otherwise returns false.
+  bool parseWatch(const HttpRequest& req, WatchRequest* out, std::optional<HttpResponse>* error);
+
+  // Whether the watcher wants this object (kind, namespace, selectors).
+  static bool watchMatches(const WatchRequest& w, const store::Object& obj);
+  // One stream line: {"type":"ADDED","object":...}\n (a Table row object when
+  // w.table). `first` adds the column definitions to a Table event.
+  static std::string watchEventLine(const WatchRequest& w, const char* type,
+                                    const nlohmann::json& obj, bool first);
+  // The 410 Expired Status for a too-old resourceVersion.
+  HttpResponse expiredResponse(const std::string& requested_rv);
+
+ private:
+  struct Query;
+  struct Target;
+  struct WriteCtx;
+
+  HttpResponse dispatch(const HttpRequest& req, const Target& t);
+  HttpResponse getObject(const HttpRequest& req, const Target& t);
+  HttpResponse listObjects(const HttpRequest& req, const Target& t);
+  HttpResponse createObject(const HttpRequest& req, const Target& t);
+  HttpResponse replaceObject(const HttpRequest& req, const Target& t);
+  HttpResponse patchObject(const HttpRequest& req, const Target& t);
+  HttpResponse deleteObject(const HttpRequest& req, const Target& t);
+  HttpResponse deleteCollection(const HttpRequest& req, const Target& t);
+  HttpResponse autoscalingView(const Target& t);
+
+  // Shared by create, replace and patch: decode policy, status handling,
+  // defaulting, validation, no-op detection, the store write.
+  HttpResponse write(WriteCtx& ctx, nlohmann::json obj, const store::Object* live, int create_code);
+  HttpResponse doCreate(WriteCtx& ctx, nlohmann::json obj, int create_code);
+
+  std::string newName(const std::string& prefix);
+
+  store::Store& store_;
+  const Config& config_;
+  TimeSource& clock_;
+  std::mutex rng_mu_;
+  std::mt19937 rng_;
+};
+
+// JSON text for the wire: invalid UTF-8 is replaced, never thrown.
+std::string toJsonText(const nlohmann::json& j);
+
+}  // namespace knap::api
