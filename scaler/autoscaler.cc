@@ -23,14 +23,15 @@ void MaxTimeWindow::record(MonoTime now, int value) {
   maxima_.push_back({index, value});
 }
 
-int MaxTimeWindow::current() const { return maxima_.empty() ? 0 : maxima_.front().value; }
+int MaxTimeWindow::current() const {
+  return maxima_.empty() ? 0 : maxima_.front().value;
+}
 
 int excessBurstCapacity(double target_burst_capacity, double total_value, int ready_pods,
                         double panic_average) {
   if (target_burst_capacity == 0) return 0;
   if (target_burst_capacity < 0) return -1;
-  return static_cast<int>(
-      std::floor(ready_pods * total_value - target_burst_capacity - panic_average));
+  return static_cast<int>(std::floor(ready_pods * total_value - target_burst_capacity - panic_average));
 }
 
 Autoscaler::Autoscaler(const ScalerSettings& settings, int ready_pods_at_start, MonoTime now)

@@ -29,7 +29,7 @@
 namespace knap::scaler {
 
 struct ScaleDecision {
-  bool valid = false;          // false: no metrics yet; desired_pods is -1
+  bool valid = false;  // false: no metrics yet; desired_pods is -1
   int desired_pods = -1;
   int excess_burst_capacity = 0;  // EBC: < 0 means the pods could not absorb the target burst
   bool panicking = false;

@@ -1,22 +1,24 @@
 #include "scaler/autoscaler.h"
 
-#include <functional>
-
 #include <gtest/gtest.h>
+
+#include <functional>
 
 namespace knap::scaler {
 namespace {
 
 const MonoTime kT0 = MonoTime{} + std::chrono::hours(1);
-MonoTime at(int seconds) { return kT0 + std::chrono::seconds(seconds); }
+MonoTime at(int seconds) {
+  return kT0 + std::chrono::seconds(seconds);
+}
 
 // One call to decide() and what it must return.
 struct Step {
-  int t;           // seconds after kT0
-  double stable;   // stable window average
-  double panic;    // panic window average
+  int t;          // seconds after kT0
+  double stable;  // stable window average
+  double panic;   // panic window average
   int ready;
-  int want;        // desired pods
+  int want;  // desired pods
   bool want_panic;
 };
 
@@ -98,11 +100,11 @@ std::vector<DecideCase> decideCases() {
        noTweak,
        0,
        {
-           {0, 10, 50, 2, 5, true},    // dppc 5 over 2 ready: panic, want 5
-           {2, 10, 10, 5, 5, true},    // load gone from the panic window: hold 5
-           {30, 0, 0, 5, 5, true},     // still holding within the stable window
-           {60, 0, 0, 5, 5, true},     // panic time + 60 s is not yet *before* now
-           {62, 0, 0, 5, 2, false},    // un-panic: stable wish, floor(5/2)=2
+           {0, 10, 50, 2, 5, true},  // dppc 5 over 2 ready: panic, want 5
+           {2, 10, 10, 5, 5, true},  // load gone from the panic window: hold 5
+           {30, 0, 0, 5, 5, true},   // still holding within the stable window
+           {60, 0, 0, 5, 5, true},   // panic time + 60 s is not yet *before* now
+           {62, 0, 0, 5, 2, false},  // un-panic: stable wish, floor(5/2)=2
        }},
       {"panic_extends_while_over_threshold",
        noTweak,
@@ -125,7 +127,7 @@ std::vector<DecideCase> decideCases() {
        noTweak,
        4,
        {
-           {0, 0, 0, 4, 4, true},   // no history after a restart: keep 4
+           {0, 0, 0, 4, 4, true},  // no history after a restart: keep 4
            {61, 0, 0, 4, 2, false},
        }},
       {"created_with_one_ready_does_not_panic", noTweak, 1, {{0, 0, 0, 1, 0, false}}},
@@ -134,7 +136,7 @@ std::vector<DecideCase> decideCases() {
        0,
        {
            {0, 50, 50, 5, 5, false},
-           {2, 0, 0, 5, 5, false},   // wish 2, held at 5
+           {2, 0, 0, 5, 5, false},  // wish 2, held at 5
            {8, 0, 0, 5, 5, false},
            {10, 0, 0, 5, 2, false},  // the t=0 decision left the 10-s window
            {12, 0, 0, 2, 2, false},  // wish 1, but 2 was recorded at t=10
@@ -191,25 +193,23 @@ TEST_P(EbcTest, ExcessBurstCapacity) {
   s.target_burst_capacity = c.tbc;
   s.total_value = c.total;
   Autoscaler a(s, 0, at(0));
-  EXPECT_EQ(a.decide(MetricSnapshot{true, c.panic, c.panic}, c.ready, at(0)).excess_burst_capacity,
-            c.want);
+  EXPECT_EQ(a.decide(MetricSnapshot{true, c.panic, c.panic}, c.ready, at(0)).excess_burst_capacity, c.want);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ebc, EbcTest,
-    ::testing::ValuesIn(std::vector<EbcCase>{
-        // §4.5 default example: cc=0, TotalValue 100, TBC 211.
-        {"default_one_pod_negative", 211, 100, 1, 0, -111},
-        {"default_two_pods_negative", 211, 100, 2, 0, -11},
-        {"default_three_pods_panic_89_non_negative", 211, 100, 3, 89, 0},
-        {"default_three_pods_idle_positive", 211, 100, 3, 0, 89},
-        {"default_three_pods_panic_90_negative", 211, 100, 3, 90, -1},
-        {"zero_pods_negative", 211, 100, 0, 0, -211},
-        {"tbc_zero_is_zero", 0, 100, 0, 500, 0},
-        {"tbc_minus_one_is_minus_one", -1, 100, 10, 0, -1},
-        {"fractional_floors", 10, 7, 2, 0.5, 3},  // 14 - 10 - 0.5 = 3.5
-    }),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Ebc, EbcTest,
+                         ::testing::ValuesIn(std::vector<EbcCase>{
+                             // §4.5 default example: cc=0, TotalValue 100, TBC 211.
+                             {"default_one_pod_negative", 211, 100, 1, 0, -111},
+                             {"default_two_pods_negative", 211, 100, 2, 0, -11},
+                             {"default_three_pods_panic_89_non_negative", 211, 100, 3, 89, 0},
+                             {"default_three_pods_idle_positive", 211, 100, 3, 0, 89},
+                             {"default_three_pods_panic_90_negative", 211, 100, 3, 90, -1},
+                             {"zero_pods_negative", 211, 100, 0, 0, -211},
+                             {"tbc_zero_is_zero", 0, 100, 0, 500, 0},
+                             {"tbc_minus_one_is_minus_one", -1, 100, 10, 0, -1},
+                             {"fractional_floors", 10, 7, 2, 0.5, 3},  // 14 - 10 - 0.5 = 3.5
+                         }),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(MaxTimeWindowTest, KeepsTheMaximumOfTheWindow) {
   MaxTimeWindow w(6s, 2s);  // three 2-s steps

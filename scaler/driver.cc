@@ -53,8 +53,7 @@ void ScalerDriver::tick() {
     const int ready = pods_.readyPods(key);
     if (rev.first_request_adjust > 0) {
       // poke() already recorded the first request; do not count it twice.
-      report.average_concurrency =
-          std::max(0.0, report.average_concurrency - rev.first_request_adjust);
+      report.average_concurrency = std::max(0.0, report.average_concurrency - rev.first_request_adjust);
       report.request_count = std::max(0.0, report.request_count - rev.first_request_adjust);
       rev.first_request_adjust = 0;
     }
@@ -101,15 +100,14 @@ void ScalerDriver::decideLocked(const std::string& key, Revision& rev, int ready
   reconcileLocked(key, rev, ready, now);
 }
 
-void ScalerDriver::reconcileLocked(const std::string& key, Revision& rev, int ready,
-                                   MonoTime now) {
+void ScalerDriver::reconcileLocked(const std::string& key, Revision& rev, int ready, MonoTime now) {
   const bool was_initialized = rev.last_outcome.scale_target_initialized;
   ScaleOutcome outcome = rev.scaler.reconcile(rev.latest, ready, now);
   rev.last_outcome = outcome;
   if (outcome.scale_changed) target_.setDesiredScale(key, outcome.desired_pods);
   if (outcome.condition_changed || outcome.scale_target_initialized != was_initialized) {
-    LOG(INFO) << "scaler: revision " << key << " Active="
-              << conditionStatusName(outcome.active.status) << " " << outcome.active.reason;
+    LOG(INFO) << "scaler: revision " << key << " Active=" << conditionStatusName(outcome.active.status) << " "
+              << outcome.active.reason;
     target_.scaleStatusChanged(key, outcome);
   }
 }
@@ -119,14 +117,16 @@ std::optional<RevisionScaleStatus> ScalerDriver::status(const std::string& key) 
   auto it = revisions_.find(key);
   if (it == revisions_.end()) return std::nullopt;
   const Revision& rev = *it->second;
-  return RevisionScaleStatus{rev.autoscaler.settings(), rev.last_metrics, rev.latest,
-                             rev.last_outcome, rev.last_decision};
+  return RevisionScaleStatus{rev.autoscaler.settings(), rev.last_metrics, rev.latest, rev.last_outcome,
+                             rev.last_decision};
 }
 
 ScalerTicker::ScalerTicker(ScalerDriver& driver, const TimeSource& time, SleepUntil sleep_until)
     : driver_(driver), time_(time), sleep_until_(std::move(sleep_until)) {}
 
-ScalerTicker::~ScalerTicker() { stop(); }
+ScalerTicker::~ScalerTicker() {
+  stop();
+}
 
 void ScalerTicker::start() {
   if (thread_.joinable()) return;

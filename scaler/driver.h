@@ -19,6 +19,7 @@
 // The driver reads time only from the TimeSource it is given.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -26,7 +27,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <atomic>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -74,16 +74,15 @@ class ScaleTarget {
 // What the driver knows about one revision, for status pages and tests.
 struct RevisionScaleStatus {
   ScalerSettings settings;
-  MetricSnapshot metrics;     // as seen by the latest decision
-  ScaleDecision decision;     // latest valid decision (invalid if none yet)
-  ScaleOutcome outcome;       // latest reconcile
+  MetricSnapshot metrics;              // as seen by the latest decision
+  ScaleDecision decision;              // latest valid decision (invalid if none yet)
+  ScaleOutcome outcome;                // latest reconcile
   std::optional<MonoTime> decided_at;  // time of the latest decider run
 };
 
 class ScalerDriver {
  public:
-  ScalerDriver(MetricsSource& metrics, PodCounter& pods, ScaleTarget& target,
-               const TimeSource& time);
+  ScalerDriver(MetricsSource& metrics, PodCounter& pods, ScaleTarget& target, const TimeSource& time);
 
   // Starts scaling `revision` (a new revision asks for initial_scale pods at
   // once), or updates the settings of one already known (`adopt` is then
@@ -114,7 +113,7 @@ class ScalerDriver {
     MetricWindow window;
     Autoscaler autoscaler;
     RevisionScaler scaler;
-    ScaleDecision latest;           // latest valid decision
+    ScaleDecision latest;  // latest valid decision
     MetricSnapshot last_metrics;
     ScaleOutcome last_outcome;
     std::optional<MonoTime> last_decision;

@@ -1,10 +1,10 @@
 #include "scaler/driver.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <map>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace knap::scaler {
 namespace {

@@ -10,7 +10,9 @@ namespace {
 constexpr double kWeightPrecision = 0.9999;
 constexpr double kMinExponent = 0.2;
 
-double roundTo6(double v) { return std::round(v * 1e6) / 1e6; }
+double roundTo6(double v) {
+  return std::round(v * 1e6) / 1e6;
+}
 
 int64_t bucketsFor(Duration window) {
   auto n = (window + kBucketSize - Duration(1)) / kBucketSize;  // ceil

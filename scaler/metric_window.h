@@ -52,7 +52,7 @@ class BucketWindow {
 
   std::vector<double> buckets_;
   Aggregation aggregation_;
-  double smoothing_;        // weighted-exponential alpha
+  double smoothing_;  // weighted-exponential alpha
   double window_total_ = 0;
   std::optional<int64_t> first_write_;  // bucket index (monotonic second)
   std::optional<int64_t> last_write_;
@@ -60,7 +60,7 @@ class BucketWindow {
 
 // What the decider needs from the windows at one instant.
 struct MetricSnapshot {
-  bool has_data = false;    // false: nothing for a whole stable window -> decision "unknown"
+  bool has_data = false;  // false: nothing for a whole stable window -> decision "unknown"
   double stable_average = 0;
   double panic_average = 0;
 };

@@ -28,8 +28,7 @@ RequestStatsReport RequestStats::report(MonoTime now) {
   advanceLocked(now);
   RequestStatsReport out;
   out.request_count = requests_;
-  out.average_concurrency =
-      interval_seconds_ > 0 ? concurrency_seconds_ / interval_seconds_ : in_flight_;
+  out.average_concurrency = interval_seconds_ > 0 ? concurrency_seconds_ / interval_seconds_ : in_flight_;
   concurrency_seconds_ = 0;
   interval_seconds_ = 0;
   requests_ = 0;

@@ -34,7 +34,7 @@ TEST(RequestStatsTest, ReportStartsANewIntervalAndKeepsInFlight) {
   EXPECT_DOUBLE_EQ(s.report(at(1)).average_concurrency, 0.5);
   RequestStatsReport r = s.report(at(2));
   EXPECT_DOUBLE_EQ(r.average_concurrency, 1);  // still in flight
-  EXPECT_DOUBLE_EQ(r.request_count, 0);         // but it arrived in the previous interval
+  EXPECT_DOUBLE_EQ(r.request_count, 0);        // but it arrived in the previous interval
   EXPECT_EQ(s.inFlight(), 1);
   s.requestOut(at(2));
   EXPECT_DOUBLE_EQ(s.report(at(3)).average_concurrency, 0);

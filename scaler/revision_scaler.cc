@@ -22,15 +22,17 @@ int applyBounds(int min, int max, int x) {
 
 const char* conditionStatusName(ConditionStatus status) {
   switch (status) {
-    case ConditionStatus::kTrue: return "True";
-    case ConditionStatus::kFalse: return "False";
-    case ConditionStatus::kUnknown: break;
+    case ConditionStatus::kTrue:
+      return "True";
+    case ConditionStatus::kFalse:
+      return "False";
+    case ConditionStatus::kUnknown:
+      break;
   }
   return "Unknown";
 }
 
-RevisionScaler::RevisionScaler(const ScalerSettings& settings, MonoTime now,
-                               const RevisionScaleState& adopt)
+RevisionScaler::RevisionScaler(const ScalerSettings& settings, MonoTime now, const RevisionScaleState& adopt)
     : settings_(settings), initialized_(adopt.scale_target_initialized), proxy_since_(now) {
   active_.last_transition = now;
   if (adopt.active) active_.status = *adopt.active;
@@ -47,8 +49,8 @@ Duration RevisionScaler::inStatusFor(ConditionStatus status, MonoTime now) const
   return now - active_.last_transition;
 }
 
-bool RevisionScaler::mark(ConditionStatus status, const std::string& reason,
-                          const std::string& message, MonoTime now) {
+bool RevisionScaler::mark(ConditionStatus status, const std::string& reason, const std::string& message,
+                          MonoTime now) {
   if (active_.status == status && active_.reason == reason && active_.message == message) {
     return false;
   }
@@ -106,8 +108,7 @@ bool RevisionScaler::computeActiveCondition(int want, int ready_pods, MonoTime n
   return false;
 }
 
-ScaleOutcome RevisionScaler::reconcile(const ScaleDecision& decision, int ready_pods,
-                                       MonoTime now) {
+ScaleOutcome RevisionScaler::reconcile(const ScaleDecision& decision, int ready_pods, MonoTime now) {
   ScaleOutcome out;
   const int desired = decision.valid ? decision.desired_pods : -1;
   int want = desired;
@@ -128,10 +129,9 @@ ScaleOutcome RevisionScaler::reconcile(const ScaleDecision& decision, int ready_
     }
   }
 
-  // Knative's SKS mode, kept only as the "proxied since" clock of the gate.
-  const bool inactive_before = active_.isInactive();
-  const bool serve = !(want == -1 && inactive_before) && want > 0 &&
-                     decision.valid && decision.excess_burst_capacity >= 0;
+  // Knative's SKS mode (Serve iff want > 0 and EBC >= 0), kept only as the
+  // "proxied since" clock of the gate.
+  const bool serve = want > 0 && decision.valid && decision.excess_burst_capacity >= 0;
   if (serve) {
     proxy_since_.reset();
   } else if (!proxy_since_) {

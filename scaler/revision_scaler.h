@@ -59,7 +59,7 @@ inline constexpr const char* kReasonTimedOut = "TimedOut";
 // The PodAutoscaler Active condition (Knative's PA "Active").
 struct ActiveCondition {
   ConditionStatus status = ConditionStatus::kUnknown;
-  std::string reason;   // "", Queued, NoTraffic, TimedOut
+  std::string reason;  // "", Queued, NoTraffic, TimedOut
   std::string message;
   MonoTime last_transition{};
 
@@ -70,19 +70,19 @@ struct ActiveCondition {
 
 // State to adopt when knapd restarts with pods already running.
 struct RevisionScaleState {
-  int current_scale = -1;              // replicas already requested; -1 = new revision
+  int current_scale = -1;  // replicas already requested; -1 = new revision
   bool scale_target_initialized = false;
   std::optional<ConditionStatus> active;  // last known Active status; its clock restarts now
 };
 
 struct ScaleOutcome {
-  int want = -1;             // PA desiredScale after bounds and gate; -1 unknown
-  int desired_pods = 0;      // pods the revision should run (the applied scale)
+  int want = -1;         // PA desiredScale after bounds and gate; -1 unknown
+  int desired_pods = 0;  // pods the revision should run (the applied scale)
   bool scale_changed = false;
   ActiveCondition active;
   bool condition_changed = false;
   bool scale_target_initialized = false;
-  bool proxied = true;       // Knative's SKS mode would be Proxy (informational)
+  bool proxied = true;  // Knative's SKS mode would be Proxy (informational)
 };
 
 class RevisionScaler {
@@ -111,8 +111,7 @@ class RevisionScaler {
   int activeThreshold() const;
   GateResult scaleToZeroGate(int desired, MonoTime now) const;
   Duration inStatusFor(ConditionStatus status, MonoTime now) const;  // -1ns if not in it
-  bool mark(ConditionStatus status, const std::string& reason, const std::string& message,
-            MonoTime now);
+  bool mark(ConditionStatus status, const std::string& reason, const std::string& message, MonoTime now);
   bool computeActiveCondition(int want, int ready_pods, MonoTime now);
 
   ScalerSettings settings_;

@@ -1,14 +1,16 @@
 #include "scaler/revision_scaler.h"
 
-#include <functional>
-
 #include <gtest/gtest.h>
+
+#include <functional>
 
 namespace knap::scaler {
 namespace {
 
 const MonoTime kT0 = MonoTime{} + std::chrono::hours(1);
-MonoTime at(int seconds) { return kT0 + std::chrono::seconds(seconds); }
+MonoTime at(int seconds) {
+  return kT0 + std::chrono::seconds(seconds);
+}
 
 constexpr int kUnknown = -1;  // decider had no data
 constexpr ConditionStatus T = ConditionStatus::kTrue;
@@ -17,8 +19,8 @@ constexpr ConditionStatus F = ConditionStatus::kFalse;
 
 struct Step {
   int t;
-  int desired;   // decider output; kUnknown = invalid decision
-  int ebc;       // decider's excess burst capacity
+  int desired;  // decider output; kUnknown = invalid decision
+  int ebc;      // decider's excess burst capacity
   int ready;
   int want_pods;
   ConditionStatus want_status;
@@ -108,7 +110,7 @@ std::vector<GateCase> gateCases() {
        none,
        {
            {0, 1, -111, 1, 1, T, ""},
-           {10, 0, -111, 1, 1, T, ""},   // active for 10 s < 60 s: hold 1
+           {10, 0, -111, 1, 1, T, ""},  // active for 10 s < 60 s: hold 1
            {58, 0, -111, 1, 1, T, ""},
            {60, 0, -111, 1, 1, F, "NoTraffic"},  // want 0: Inactive, pods stay
        }},
@@ -134,8 +136,8 @@ std::vector<GateCase> gateCases() {
       {"grace_period_counts_from_proxy_start",
        [](ScalerSettings& s) { s.scale_to_zero_grace_period = 20s; },
        {
-           {0, 2, 0, 2, 2, T, ""},       // served directly (EBC >= 0)
-           {50, 1, -50, 2, 1, T, ""},    // EBC < 0: proxied from t=50
+           {0, 2, 0, 2, 2, T, ""},     // served directly (EBC >= 0)
+           {50, 1, -50, 2, 1, T, ""},  // EBC < 0: proxied from t=50
            {66, 0, -50, 1, 1, F, "NoTraffic"},
            {68, 0, -50, 1, 1, F, "NoTraffic"},  // proxied 18 s < 20 s
            {70, 0, -50, 1, 0, F, "NoTraffic"},  // proxied 20 s
@@ -205,8 +207,8 @@ std::vector<GateCase> gateCases() {
        [](ScalerSettings& s) { s.progress_deadline = 10s; },
        {
            {0, kUnknown, 0, 0, 1, U, "Queued"},
-           {20, 0, -211, 0, 1, U, "Queued"},   // wish 0 while activating: wait
-           {40, 0, -211, 0, 1, U, "Queued"},   // 40 s is not more than 40 s
+           {20, 0, -211, 0, 1, U, "Queued"},  // wish 0 while activating: wait
+           {40, 0, -211, 0, 1, U, "Queued"},  // 40 s is not more than 40 s
            {42, 0, -211, 0, 0, F, "TimedOut"},
        }},
       {"activation_timeout_default_is_630s",
@@ -261,7 +263,7 @@ TEST(RevisionScalerTest, AdoptsStateAfterRestart) {
 TEST(RevisionScalerTest, ProxiedFollowsKnativeServeRule) {
   ScalerSettings s;
   RevisionScaler rs(s, at(0));
-  EXPECT_TRUE(rs.reconcile(ScaleDecision{}, 0, at(0)).proxied);           // unknown
+  EXPECT_TRUE(rs.reconcile(ScaleDecision{}, 0, at(0)).proxied);  // unknown
   EXPECT_TRUE(rs.reconcile(ScaleDecision{true, 2, -11, false}, 2, at(2)).proxied);
   EXPECT_FALSE(rs.reconcile(ScaleDecision{true, 3, 0, false}, 3, at(4)).proxied);
 }

@@ -21,10 +21,10 @@ namespace knap::scaler {
 using namespace std::chrono_literals;
 
 // Fixed constants of the KPA (KNATIVE-CONTRACT §4.1 "Fixed constants").
-inline constexpr Duration kTickInterval = 2s;   // decision cadence
-inline constexpr Duration kBucketSize = 1s;     // metric bucket and collection cadence
+inline constexpr Duration kTickInterval = 2s;  // decision cadence
+inline constexpr Duration kBucketSize = 1s;    // metric bucket and collection cadence
 inline constexpr Duration kActivationTimeoutBuffer = 30s;
-inline constexpr double kTargetMin = 0.01;      // TargetValue never goes below this
+inline constexpr double kTargetMin = 0.01;  // TargetValue never goes below this
 inline constexpr double kRpsTargetUtilization = 0.7;
 
 enum class ScalingMetric { kConcurrency, kRps };
@@ -38,25 +38,25 @@ const char* scalingMetricName(ScalingMetric metric);
 
 struct ScalerSettings {
   ScalingMetric metric = ScalingMetric::kConcurrency;
-  double target_value = 70;   // per-pod target (TargetValue, §4.3); > 0
-  double total_value = 100;   // per-pod capacity (TotalValue, §4.3); used by excess burst capacity
+  double target_value = 70;  // per-pod target (TargetValue, §4.3); > 0
+  double total_value = 100;  // per-pod capacity (TotalValue, §4.3); used by excess burst capacity
   Aggregation aggregation = Aggregation::kLinear;
-  Duration stable_window = 60s;            // whole seconds, [6s, 1h] after validation upstream
-  double panic_window_percentage = 10.0;   // [1, 100]
+  Duration stable_window = 60s;           // whole seconds, [6s, 1h] after validation upstream
+  double panic_window_percentage = 10.0;  // [1, 100]
   double panic_threshold_percentage = 200.0;
-  double max_scale_up_rate = 1000.0;       // > 1
-  double max_scale_down_rate = 2.0;        // > 1
+  double max_scale_up_rate = 1000.0;  // > 1
+  double max_scale_down_rate = 2.0;   // > 1
   int min_scale = 0;
-  int max_scale = 0;                       // 0 = unbounded
-  int initial_scale = 1;                   // already resolved, see resolveInitialScale()
-  int activation_scale = 0;                // <= 1 means off
+  int max_scale = 0;         // 0 = unbounded
+  int initial_scale = 1;     // already resolved, see resolveInitialScale()
+  int activation_scale = 0;  // <= 1 means off
   Duration scale_down_delay = 0s;
   bool enable_scale_to_zero = true;
   Duration scale_to_zero_grace_period = 30s;
-  Duration pod_retention_period = 0s;      // scale-to-zero-pod-retention-period
-  double target_burst_capacity = 211;      // >= 0 or -1
-  bool reachable = true;                   // false: routingState "reserve" (no route points here)
-  Duration progress_deadline = 600s;       // config-deployment or serving.knative.dev/progress-deadline
+  Duration pod_retention_period = 0s;  // scale-to-zero-pod-retention-period
+  double target_burst_capacity = 211;  // >= 0 or -1
+  bool reachable = true;               // false: routingState "reserve" (no route points here)
+  Duration progress_deadline = 600s;   // config-deployment or serving.knative.dev/progress-deadline
 
   // round(stable_window * panic% / 100) to whole seconds, at least one bucket.
   Duration panicWindow() const;
@@ -73,10 +73,10 @@ Status validateSettings(const ScalerSettings& settings);
 // Inputs of the target merge (§4.3). Config fields carry config-autoscaler values.
 struct TargetInputs {
   ScalingMetric metric = ScalingMetric::kConcurrency;
-  int64_t container_concurrency = 0;                 // Revision spec.containerConcurrency
-  std::optional<double> target_annotation;           // autoscaling.knative.dev/target
-  std::optional<double> utilization_annotation;      // target-utilization-percentage, in [1,100]
-  double container_concurrency_target_percentage = 70;   // config; > 1 means percent, else fraction
+  int64_t container_concurrency = 0;                    // Revision spec.containerConcurrency
+  std::optional<double> target_annotation;              // autoscaling.knative.dev/target
+  std::optional<double> utilization_annotation;         // target-utilization-percentage, in [1,100]
+  double container_concurrency_target_percentage = 70;  // config; > 1 means percent, else fraction
   double container_concurrency_target_default = 100;
   double requests_per_second_target_default = 200;
 };
