@@ -1,0 +1,102 @@
+// buildOciSpec: the OCI runtime spec (config.json) of one revision pod.
+//
+// A pure function of its input: no I/O, no clock, safe from any thread. The
+// pod runner reads the image config and the rootfs /etc/passwd and /etc/group,
+// writes the per-pod resolv.conf/hosts/hostname files, creates the netns, and
+// then calls buildOciSpec; the result goes unchanged into Containers.Create.
+//
+// Policy (Knative runtime contract, KNATIVE-CONTRACT.md §1; containerd's
+// default spec, CONTAINERD-CLIENT.md §5), decided here once:
+// - args: like Kubernetes: `command` replaces the image Entrypoint (and drops
+//   its Cmd); `args` replaces the Cmd; $(VAR) references to container env vars
+//   are expanded, $$ is a literal $.
+// - env: image Env, then the container's env (same names replace in place),
+//   then PORT, K_SERVICE, K_CONFIGURATION, K_REVISION. PATH is added when the
+//   image has none.
+// - user: securityContext runAsUser/runAsGroup (container over pod) > image
+//   USER resolved via the rootfs passwd/group > root. additionalGids = the
+//   primary gid, the groups listing the user in /etc/group, then the pod's
+//   supplementalGroups. runAsNonRoot with uid 0 is an error.
+// - resources (Kubernetes' kubelet behaviour, cgroup v1): limits.memory ->
+//   memory.limit; limits.cpu -> cpu.quota = millicores*100 (min 1000), period
+//   100000; cpu.shares = max(2, requests.cpu millicores * 1024 / 1000), where
+//   requests default to limits and no cpu request at all gives 2 shares, as a
+//   BestEffort Kubernetes pod gets.
+// - RLIMIT_NOFILE 1048576 (what pods see under containerd's systemd unit).
+// - No seccomp profile (Kubernetes' default is Unconfined); no /dev/console.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace knap::runtime {
+
+struct PodSpecInput {
+  // The defaulted Revision object ({metadata, spec}); spec.containers[0] is the
+  // serving container. A bare RevisionSpec ({containers: [...]}) is accepted too.
+  nlohmann::json revision;
+  // The image config: either the whole OCI image config blob ({"config": {...}})
+  // or its "config" object ({Entrypoint, Cmd, Env, User, WorkingDir}).
+  nlohmann::json image_config;
+  std::string service_name;        // K_SERVICE ("" when the Revision has no Service)
+  std::string configuration_name;  // K_CONFIGURATION
+  std::string revision_name;       // K_REVISION
+  std::string pod_id;              // container id; hostname (first 63 characters)
+  // Path of the pod's network namespace (/var/run/netns/knap-<id>). Empty: a
+  // new, empty network namespace (loopback only).
+  std::string netns_path;
+  // Contents of the rootfs /etc/passwd and /etc/group, when the image has them.
+  std::optional<std::string> etc_passwd;
+  std::optional<std::string> etc_group;
+  // Host files bind-mounted read-only over /etc/resolv.conf, /etc/hosts and
+  // /etc/hostname; an empty path leaves the image's own file.
+  std::string resolv_conf_path;
+  std::string hosts_path;
+  std::string hostname_path;
+  std::string cgroups_path;        // default "/knap/<pod_id>"
+  std::string pod_ip;              // for env valueFrom.fieldRef status.podIP (optional)
+};
+
+// Returns the spec, or kInvalidArgument naming the offending field (e.g.
+// "env[2].valueFrom.secretKeyRef: secrets are not supported by knap yet",
+// "no command: the image has no Entrypoint or Cmd and the container sets no
+// command", "image USER \"app\": no such user in /etc/passwd").
+StatusOr<nlohmann::json> buildOciSpec(const PodSpecInput& in);
+
+// --- Pieces of the policy, exposed for tests and for other callers ----------
+
+// A Kubernetes quantity ("128Mi", "1G", "500M", "1e9", "0.5Gi", "100m") as a
+// whole number of units, rounded up (so "100m" bytes is 1). kInvalidArgument
+// on syntax errors, negative values and overflow.
+StatusOr<int64_t> parseQuantity(const std::string& quantity);
+// A CPU quantity ("1", "500m", "0.5", "2.25") in millicores, rounded up.
+StatusOr<int64_t> parseMilliCpu(const std::string& quantity);
+// A quantity given as a JSON string or number.
+StatusOr<int64_t> parseQuantityJson(const nlohmann::json& value);
+StatusOr<int64_t> parseMilliCpuJson(const nlohmann::json& value);
+
+struct ResolvedUser {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> additional_gids;
+};
+
+// Resolves an image USER string ("", "name", "uid", "uid:gid", "name:group",
+// ...) against the passwd/group texts, like containerd's WithUser +
+// WithAdditionalGIDs. kInvalidArgument for unknown names.
+StatusOr<ResolvedUser> resolveImageUser(const std::string& user,
+                                        const std::optional<std::string>& etc_passwd,
+                                        const std::optional<std::string>& etc_group);
+
+// Kubernetes $(VAR) expansion: $(NAME) becomes the value when NAME is in
+// `vars`, stays as written otherwise; $$ becomes $.
+std::string expandVars(const std::string& s,
+                       const std::vector<std::pair<std::string, std::string>>& vars);
+
+}  // namespace knap::runtime
