@@ -200,9 +200,8 @@ std::string renderTemplate(const std::string& tmpl, const std::map<std::string, 
     out->append(tmpl, i, open - i);
     size_t close = tmpl.find("}}", open + 2);
     if (close == std::string::npos) return "unclosed action \"{{\"";
+    // Trim markers ({{- x -}}) and escapes are not supported by the renderer in controller/route_urls.cc either.
     std::string action = trim(tmpl.substr(open + 2, close - open - 2));
-    if (!action.empty() && action.front() == '-') action = trim(action.substr(1));
-    if (!action.empty() && action.back() == '-') action = trim(action.substr(0, action.size() - 1));
     std::istringstream words(action);
     std::vector<std::string> w;
     for (std::string x; words >> x;) w.push_back(x);
@@ -211,7 +210,8 @@ std::string renderTemplate(const std::string& tmpl, const std::map<std::string, 
       used->push_back(w[0].substr(1));
     } else if (w.size() == 3 && w[0] == "index" && w[1].size() > 1 && w[1][0] == '.' &&
                std::find(map_fields.begin(), map_fields.end(), w[1].substr(1)) != map_fields.end() &&
-               w[2].size() >= 2 && w[2].front() == '"' && w[2].back() == '"') {
+               w[2].size() >= 2 && w[2].front() == '"' && w[2].back() == '"' &&
+               w[2].substr(1, w[2].size() - 2).find_first_of("\"\\") == std::string::npos) {
       used->push_back(w[1].substr(1));
     } else {
       std::string known;
@@ -246,7 +246,7 @@ std::string checkTagTemplate(const std::string& v) {
   std::string err = renderTemplate(v, {{"Name", "foo"}, {"Tag", "v2"}}, {}, &out, &used);
   if (!err.empty()) return err;
   if (!contains(used, "Name") || !contains(used, "Tag")) return "must contain {{.Tag}} and {{.Name}}, got " + quoted(v);
-  if (!isDnsName(out)) return "renders an invalid host label " + quoted(out) + " for tag v2, name foo";
+  if (!isDnsLabel(out)) return "renders an invalid host label " + quoted(out) + " for tag v2, name foo";
   return "";
 }
 

@@ -381,14 +381,34 @@ TEST_F(SqliteStoreTest, CallingTheStoreInsideItsTransactionFailsInsteadOfDeadloc
   EXPECT_EQ(store_->get(svc("y")).status().code(), Code::kNotFound);
 }
 
-TEST_F(SqliteStoreTest, TxnIsUnusableAfterTransactReturns) {
-  Txn* leaked = nullptr;
-  ASSERT_TRUE(store_->transact([&](Txn& txn) -> Status {
-    leaked = &txn;
+TEST_F(SqliteStoreTest, ReadOnlyTransactionAdvancesNothing) {
+  ASSERT_TRUE(store_->create(svc("a"), json::object()).isOk());
+  int events = 0;
+  store_->addListener([&](const Event&) { ++events; });
+  Status st = store_->transact([&](Txn& txn) -> Status {
+    KNAP_RETURN_IF_ERROR(txn.get(svc("a")).status());
+    EXPECT_EQ(txn.get(svc("b")).status().code(), Code::kNotFound);
     return Status::ok();
-  }).isOk());
-  (void)leaked;  // the Txn object is gone; nothing to call. Transactions with no writes commit nothing:
-  EXPECT_EQ(store_->currentResourceVersion(), 0);
+  });
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  EXPECT_EQ(events, 0);
+  EXPECT_EQ(store_->currentResourceVersion(), 1);
+}
+
+TEST_F(SqliteStoreTest, CreateThenRemoveInOneTransactionRecordsBoth) {
+  Status st = store_->transact([&](Txn& txn) -> Status {
+    KNAP_RETURN_IF_ERROR(txn.create(svc("tmp"), json::object()).status());
+    KNAP_RETURN_IF_ERROR(txn.remove(svc("tmp")).status());
+    return Status::ok();
+  });
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  EXPECT_EQ(store_->get(svc("tmp")).status().code(), Code::kNotFound);
+  auto ev = store_->eventsSince(0, "Service");
+  ASSERT_TRUE(ev.isOk());
+  ASSERT_EQ(ev->size(), 2u);
+  EXPECT_EQ((*ev)[0].type, EventType::kAdded);
+  EXPECT_EQ((*ev)[1].type, EventType::kDeleted);
+  EXPECT_EQ((*ev)[1].resource_version, 2);
 }
 
 // --- listeners --------------------------------------------------------------
