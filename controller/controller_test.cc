@@ -1,0 +1,740 @@
+// Controller tests: the four reconcilers against a real SqliteStore(":memory:"),
+// a FakeRevisionBackend and a SimulatedTimeSource. Objects are written the way
+// the API server stores them (already defaulted); the queue is drained on the
+// test thread with runPending() unless a test starts the worker.
+#include "controller/controller.h"
+
+#include <functional>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "controller/object_util.h"
+#include "controller/route_urls.h"
+#include "store/sqlite_store.h"
+#include "tests/fakes/fake_revision_backend.h"
+
+namespace knap::controller {
+namespace {
+
+using nlohmann::json;
+using store::Key;
+
+constexpr const char* kNs = "default";
+
+json containerSpec(const std::string& image) {
+  return json{{"containers", json::array({{{"name", "user-container"}, {"image", image}}})},
+              {"containerConcurrency", 0},
+              {"timeoutSeconds", 300}};
+}
+
+json serviceBody(const std::string& name, const std::string& image) {
+  return json{{"apiVersion", "serving.knative.dev/v1"},
+              {"kind", "Service"},
+              {"metadata", {{"name", name}, {"namespace", kNs}}},
+              {"spec",
+               {{"template", {{"metadata", json::object()}, {"spec", containerSpec(image)}}},
+                {"traffic", json::array({{{"percent", 100}, {"latestRevision", true}}})}}}};
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = store::SqliteStore::open(":memory:", clock_);
+    ASSERT_TRUE(s.isOk()) << s.status().toString();
+    store_ = std::move(s).value();
+    config_ = defaultConfig();
+    config_.domain.domains = {{"example.com", {}}};
+    makeController();
+  }
+  void makeController() {
+    ctl_.reset();
+    ctl_ = std::make_unique<Controller>(*store_, backend_, clock_, config_);
+  }
+
+  // Drains the queue on this thread; fails if it does not go quiet.
+  void settle() {
+    size_t n = ctl_->runPending(5000);
+    ASSERT_LT(n, 5000u) << "controller did not converge (hot loop?)";
+  }
+
+  json get(const std::string& kind, const std::string& name) {
+    auto o = store_->get(Key{kind, kNs, name});
+    return o.isOk() ? o->body : json();
+  }
+  bool exists(const std::string& kind, const std::string& name) { return store_->get(Key{kind, kNs, name}).isOk(); }
+
+  void create(const json& body) {
+    Key key{body["kind"], kNs, body["metadata"]["name"]};
+    auto o = store_->create(key, body);
+    ASSERT_TRUE(o.isOk()) << o.status().toString();
+  }
+  // A user update through the API server: read, change, write back.
+  void update(const std::string& kind, const std::string& name, const std::function<void(json&)>& mutate) {
+    auto o = store_->get(Key{kind, kNs, name});
+    ASSERT_TRUE(o.isOk()) << o.status().toString();
+    json body = o->body;
+    mutate(body);
+    auto u = store_->update(o->key, body, o->resource_version);
+    ASSERT_TRUE(u.isOk()) << u.status().toString();
+  }
+  void remove(const std::string& kind, const std::string& name) {
+    ASSERT_TRUE(store_->remove(Key{kind, kNs, name}).isOk());
+  }
+
+  ConditionState cond(const json& obj, const std::string& type) {
+    return conditionStateOf(obj.value("status", json::object()), type);
+  }
+  std::string ready(const json& obj) { return cond(obj, "Ready").status; }
+
+  // Creates a Service and brings its first revision to Ready.
+  void createReadyService(const std::string& name, const std::string& image = "ghcr.io/knap/hello:v1") {
+    create(serviceBody(name, image));
+    settle();
+    backend_.setReady(kNs, name + "-00001");
+    settle();
+  }
+  // Changes the service image (a template change) and makes the new revision ready.
+  void rollOut(const std::string& name, const std::string& image, const std::string& expect_rev) {
+    update("Service", name, [&](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = image; });
+    settle();
+    ASSERT_TRUE(exists("Revision", expect_rev));
+    backend_.setReady(kNs, expect_rev);
+    settle();
+  }
+
+  SimulatedTimeSource clock_;
+  std::unique_ptr<store::SqliteStore> store_;
+  testing::FakeRevisionBackend backend_;
+  Config config_;
+  std::unique_ptr<Controller> ctl_;
+};
+
+// ------------------------------------------------------------ Service
+
+TEST_F(ControllerTest, ServiceCreatesConfigurationAndRouteWithOwnerRefsAndPropagatedMetadata) {
+  json svc = serviceBody("hello", "ghcr.io/knap/hello:v1");
+  svc["metadata"]["labels"] = {{"app", "demo"}};
+  svc["metadata"]["annotations"] = {{"example.com/note", "hi"},
+                                    {"kubectl.kubernetes.io/last-applied-configuration", "{}"},
+                                    {"serving.knative.dev/creator", "alice"}};
+  create(svc);
+  settle();
+  json s = get("Service", "hello");
+  json c = get("Configuration", "hello");
+  json r = get("Route", "hello");
+  ASSERT_FALSE(c.is_null());
+  ASSERT_FALSE(r.is_null());
+
+  json owner = {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"}, {"name", "hello"},
+                {"uid", s["metadata"]["uid"]}, {"controller", true}, {"blockOwnerDeletion", true}};
+  EXPECT_EQ(c["metadata"]["ownerReferences"], json::array({owner}));
+  EXPECT_EQ(r["metadata"]["ownerReferences"], json::array({owner}));
+
+  EXPECT_EQ(c["metadata"]["labels"],
+            (json{{"app", "demo"}, {"serving.knative.dev/service", "hello"},
+                  {"serving.knative.dev/serviceUID", s["metadata"]["uid"]}}));
+  EXPECT_EQ(c["metadata"]["annotations"],
+            (json{{"example.com/note", "hi"}, {"serving.knative.dev/creator", "alice"},
+                  {"serving.knative.dev/routes", "hello"}}));
+  EXPECT_EQ(r["metadata"]["labels"], (json{{"app", "demo"}, {"serving.knative.dev/service", "hello"}}));
+  EXPECT_EQ(r["metadata"]["annotations"],
+            (json{{"example.com/note", "hi"}, {"serving.knative.dev/creator", "alice"}}));
+
+  EXPECT_EQ(c["spec"]["template"], s["spec"]["template"]);
+  EXPECT_EQ(r["spec"]["traffic"],
+            json::array({{{"configurationName", "hello"}, {"percent", 100}, {"latestRevision", true}}}));
+
+  // Labels added later by hand to the child are removed; Service label edits propagate.
+  update("Configuration", "hello", [](json& b) { b["metadata"]["labels"]["stray"] = "x"; });
+  update("Service", "hello", [](json& b) { b["metadata"]["labels"]["app"] = "demo2"; });
+  settle();
+  c = get("Configuration", "hello");
+  EXPECT_FALSE(c["metadata"]["labels"].contains("stray"));
+  EXPECT_EQ(c["metadata"]["labels"]["app"], "demo2");
+  EXPECT_EQ(get("Route", "hello")["metadata"]["labels"]["app"], "demo2");
+}
+
+TEST_F(ControllerTest, FirstRevisionAndFullConvergence) {
+  create(serviceBody("hello", "ghcr.io/knap/hello:v1"));
+  settle();
+  json rev = get("Revision", "hello-00001");
+  ASSERT_FALSE(rev.is_null());
+  json c = get("Configuration", "hello");
+  json s = get("Service", "hello");
+  EXPECT_EQ(rev["metadata"]["labels"]["serving.knative.dev/configuration"], "hello");
+  EXPECT_EQ(rev["metadata"]["labels"]["serving.knative.dev/configurationGeneration"], "1");
+  EXPECT_EQ(rev["metadata"]["labels"]["serving.knative.dev/configurationUID"], c["metadata"]["uid"]);
+  EXPECT_EQ(rev["metadata"]["labels"]["serving.knative.dev/service"], "hello");
+  EXPECT_EQ(rev["metadata"]["labels"]["serving.knative.dev/serviceUID"], s["metadata"]["uid"]);
+  EXPECT_EQ(rev["metadata"]["labels"]["serving.knative.dev/routingState"], "pending");
+  EXPECT_EQ(rev["metadata"]["ownerReferences"][0]["kind"], "Configuration");
+  EXPECT_EQ(rev["metadata"]["ownerReferences"][0]["uid"], c["metadata"]["uid"]);
+  EXPECT_EQ(rev["spec"], s["spec"]["template"]["spec"]);
+  EXPECT_EQ(backend_.ensured(), std::vector<std::string>{"default/hello-00001"});
+
+  // Not ready yet: everything Unknown, nothing routed.
+  EXPECT_EQ(ready(rev), "Unknown");
+  EXPECT_EQ(cond(rev, "ResourcesAvailable").reason, "Deploying");
+  EXPECT_EQ(c["status"]["latestCreatedRevisionName"], "hello-00001");
+  EXPECT_FALSE(c["status"].contains("latestReadyRevisionName"));
+  EXPECT_EQ(ready(c), "Unknown");
+  json r = get("Route", "hello");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").status, "Unknown");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").reason, "RevisionMissing");
+  EXPECT_EQ(ready(s), "Unknown");
+
+  backend_.setReady(kNs, "hello-00001", "ghcr.io/knap/hello@sha256:abc");
+  settle();
+  rev = get("Revision", "hello-00001");
+  c = get("Configuration", "hello");
+  r = get("Route", "hello");
+  s = get("Service", "hello");
+  EXPECT_EQ(ready(rev), "True");
+  EXPECT_EQ(rev["metadata"]["labels"]["serving.knative.dev/routingState"], "active");
+  EXPECT_EQ(rev["metadata"]["annotations"]["serving.knative.dev/routes"], "hello");
+  EXPECT_EQ(c["status"]["latestReadyRevisionName"], "hello-00001");
+  EXPECT_EQ(ready(c), "True");
+  EXPECT_EQ(ready(r), "True");
+  EXPECT_EQ(cond(r, "CertificateProvisioned").reason, "TLSNotEnabled");
+  EXPECT_EQ(r["status"]["url"], "http://hello.default.example.com");
+  EXPECT_EQ(r["status"]["address"]["url"], "http://hello.default.svc.cluster.local");
+  EXPECT_EQ(r["status"]["traffic"],
+            json::array({{{"revisionName", "hello-00001"}, {"percent", 100}, {"latestRevision", true}}}));
+  EXPECT_EQ(ready(s), "True");
+  EXPECT_EQ(cond(s, "ConfigurationsReady").status, "True");
+  EXPECT_EQ(cond(s, "RoutesReady").status, "True");
+  EXPECT_EQ(s["status"]["observedGeneration"], 1);
+  EXPECT_EQ(s["status"]["url"], "http://hello.default.example.com");
+  EXPECT_EQ(s["status"]["address"]["url"], "http://hello.default.svc.cluster.local");
+  EXPECT_EQ(s["status"]["traffic"], r["status"]["traffic"]);
+  EXPECT_EQ(s["status"]["latestReadyRevisionName"], "hello-00001");
+  EXPECT_EQ(s["status"]["latestCreatedRevisionName"], "hello-00001");
+}
+
+TEST_F(ControllerTest, SecondReconcileWritesNothing) {
+  createReadyService("hello");
+  int64_t rv = store_->currentResourceVersion();
+  ASSERT_TRUE(ctl_->enqueueAll().isOk());
+  settle();
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+  for (const char* kind : {"Service", "Configuration", "Route", "Revision"}) {
+    auto objs = store_->list(kind, kNs);
+    ASSERT_TRUE(objs.isOk());
+    for (const auto& o : *objs) ASSERT_TRUE(ctl_->reconcileOnce(o.key).isOk());
+  }
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+  // A restarted controller adopts everything without rewriting it.
+  makeController();
+  ASSERT_TRUE(ctl_->enqueueAll().isOk());
+  settle();
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+}
+
+TEST_F(ControllerTest, TemplateChangeMakesNewRevisionButTrafficAndLabelChangesDoNot) {
+  createReadyService("hello");
+  rollOut("hello", "ghcr.io/knap/hello:v2", "hello-00002");
+  json rev2 = get("Revision", "hello-00002");
+  EXPECT_EQ(rev2["metadata"]["labels"]["serving.knative.dev/configurationGeneration"], "2");
+  EXPECT_EQ(get("Configuration", "hello")["status"]["latestReadyRevisionName"], "hello-00002");
+  EXPECT_EQ(get("Route", "hello")["status"]["traffic"][0]["revisionName"], "hello-00002");
+  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"], "reserve");
+  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["annotations"].count("serving.knative.dev/routes"), 0u);
+
+  // Traffic-only change: no new revision.
+  update("Service", "hello", [](json& s) {
+    s["spec"]["traffic"] = json::array({{{"revisionName", "hello-00001"}, {"percent", 100}}});
+  });
+  settle();
+  EXPECT_FALSE(exists("Revision", "hello-00003"));
+  EXPECT_EQ(generationOf(get("Configuration", "hello")), 2);
+  EXPECT_EQ(get("Route", "hello")["status"]["traffic"][0]["revisionName"], "hello-00001");
+  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"], "active");
+
+  // Service label / annotation change: copied, no new revision.
+  update("Service", "hello", [](json& s) { s["metadata"]["annotations"]["example.com/x"] = "y"; });
+  settle();
+  EXPECT_FALSE(exists("Revision", "hello-00003"));
+  EXPECT_EQ(get("Configuration", "hello")["metadata"]["annotations"]["example.com/x"], "y");
+
+  // Template metadata change counts as a template change.
+  update("Service", "hello", [](json& s) { s["spec"]["template"]["metadata"]["labels"]["v"] = "3"; });
+  settle();
+  json rev3 = get("Revision", "hello-00003");
+  ASSERT_FALSE(rev3.is_null());
+  EXPECT_EQ(rev3["metadata"]["labels"]["v"], "3");
+}
+
+TEST_F(ControllerTest, BringYourOwnRevisionNames) {
+  json svc = serviceBody("hello", "ghcr.io/knap/hello:v1");
+  svc["spec"]["template"]["metadata"]["name"] = "hello-blue";
+  create(svc);
+  settle();
+  ASSERT_TRUE(exists("Revision", "hello-blue"));
+  EXPECT_FALSE(exists("Revision", "hello-00001"));
+  backend_.setReady(kNs, "hello-blue");
+  settle();
+  EXPECT_EQ(get("Configuration", "hello")["status"]["latestReadyRevisionName"], "hello-blue");
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+
+  // A standalone Configuration asking for the same name cannot have it.
+  json other = {{"apiVersion", "serving.knative.dev/v1"},
+                {"kind", "Configuration"},
+                {"metadata", {{"name", "other"}, {"namespace", kNs}}},
+                {"spec", {{"template", {{"metadata", {{"name", "hello-blue"}}}, {"spec", containerSpec("x:1")}}}}}};
+  create(other);
+  settle();
+  json oc = get("Configuration", "other");
+  EXPECT_EQ(cond(oc, "Ready").status, "False");
+  EXPECT_EQ(cond(oc, "Ready").reason, "RevisionFailed");
+  EXPECT_NE(cond(oc, "Ready").message.find("hello-blue"), std::string::npos) << cond(oc, "Ready").message;
+  EXPECT_EQ(oc["status"]["observedGeneration"], 1);
+  // The existing revision is untouched.
+  EXPECT_EQ(get("Revision", "hello-blue")["metadata"]["labels"]["serving.knative.dev/configuration"], "hello");
+}
+
+TEST_F(ControllerTest, ServiceReportsRevisionNameTaken) {
+  createReadyService("other");
+  // A standalone revision name clash: service "hello" wants other-00001... use a BYO name owned elsewhere.
+  json svc = serviceBody("hello", "ghcr.io/knap/hello:v1");
+  svc["spec"]["template"]["metadata"]["name"] = "other-00001";
+  create(svc);
+  settle();
+  json s = get("Service", "hello");
+  EXPECT_EQ(cond(s, "RoutesReady").status, "False");
+  EXPECT_EQ(cond(s, "RoutesReady").reason, "RevisionNameTaken");
+  EXPECT_EQ(cond(s, "ConfigurationsReady").reason, "RevisionFailed");
+  EXPECT_EQ(ready(s), "False");
+}
+
+TEST_F(ControllerTest, LatestReadyOnlyAdvancesAndFailedNewerRevisionLeavesItAlone) {
+  createReadyService("hello");
+  // Generation 2 comes up but is not ready yet.
+  update("Service", "hello", [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
+  settle();
+  json c = get("Configuration", "hello");
+  EXPECT_EQ(c["status"]["latestCreatedRevisionName"], "hello-00002");
+  EXPECT_EQ(c["status"]["latestReadyRevisionName"], "hello-00001");
+  EXPECT_EQ(ready(c), "Unknown");
+  EXPECT_EQ(get("Route", "hello")["status"]["traffic"][0]["revisionName"], "hello-00001");
+  EXPECT_EQ(ready(get("Route", "hello")), "True");
+  EXPECT_EQ(ready(get("Service", "hello")), "Unknown");
+
+  // It fails: Configuration False RevisionFailed, traffic stays on 00001.
+  backend_.setFailed(kNs, "hello-00002", "ExitCode1", "Container failed with: boom");
+  settle();
+  c = get("Configuration", "hello");
+  EXPECT_EQ(c["status"]["latestReadyRevisionName"], "hello-00001");
+  EXPECT_EQ(cond(c, "Ready").status, "False");
+  EXPECT_EQ(cond(c, "Ready").reason, "RevisionFailed");
+  EXPECT_EQ(cond(c, "Ready").message,
+            "Revision \"hello-00002\" failed with message: Container failed with: boom.");
+  json s = get("Service", "hello");
+  EXPECT_EQ(cond(s, "ConfigurationsReady").reason, "RevisionFailed");
+  EXPECT_EQ(ready(s), "False");
+  EXPECT_EQ(get("Route", "hello")["status"]["traffic"][0]["revisionName"], "hello-00001");
+
+  // An older revision becoming ready again does not move latestReady backwards.
+  rollOut("hello", "x:3", "hello-00003");
+  EXPECT_EQ(get("Configuration", "hello")["status"]["latestReadyRevisionName"], "hello-00003");
+  backend_.setReady(kNs, "hello-00002");
+  settle();
+  c = get("Configuration", "hello");
+  EXPECT_EQ(c["status"]["latestReadyRevisionName"], "hello-00003");
+  EXPECT_EQ(ready(c), "True");
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+}
+
+TEST_F(ControllerTest, LatestReadyDeleted) {
+  createReadyService("hello");
+  update("Service", "hello", [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
+  settle();
+  remove("Revision", "hello-00001");
+  settle();
+  json c = get("Configuration", "hello");
+  EXPECT_EQ(cond(c, "Ready").status, "False");
+  EXPECT_EQ(cond(c, "Ready").reason, "RevisionDeleted");
+  json r = get("Route", "hello");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").reason, "RevisionMissing");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").status, "False");
+  EXPECT_EQ(backend_.removed(), std::vector<std::string>{"default/hello-00001"});
+  backend_.setReady(kNs, "hello-00002");
+  settle();
+  EXPECT_EQ(ready(get("Configuration", "hello")), "True");
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+}
+
+TEST_F(ControllerTest, OutOfDateAndTrafficNotMigrated) {
+  createReadyService("hello");
+  update("Service", "hello", [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
+  // Step by step, in an order that exposes the intermediate states.
+  ASSERT_TRUE(ctl_->reconcileOnce(Key{"Service", kNs, "hello"}).isOk());
+  json s = get("Service", "hello");
+  EXPECT_EQ(s["status"]["observedGeneration"], 2);
+  EXPECT_EQ(cond(s, "ConfigurationsReady").reason, "OutOfDate");
+  EXPECT_EQ(cond(s, "ConfigurationsReady").status, "Unknown");
+  ASSERT_TRUE(ctl_->reconcileOnce(Key{"Configuration", kNs, "hello"}).isOk());
+  backend_.setReady(kNs, "hello-00002");
+  ASSERT_TRUE(ctl_->reconcileOnce(Key{"Revision", kNs, "hello-00002"}).isOk());
+  ASSERT_TRUE(ctl_->reconcileOnce(Key{"Configuration", kNs, "hello"}).isOk());
+  EXPECT_EQ(get("Configuration", "hello")["status"]["latestReadyRevisionName"], "hello-00002");
+  ASSERT_TRUE(ctl_->reconcileOnce(Key{"Service", kNs, "hello"}).isOk());
+  s = get("Service", "hello");
+  EXPECT_EQ(cond(s, "ConfigurationsReady").status, "True");
+  EXPECT_EQ(cond(s, "RoutesReady").status, "Unknown");
+  EXPECT_EQ(cond(s, "RoutesReady").reason, "TrafficNotMigrated");
+  EXPECT_EQ(cond(s, "Ready").reason, "TrafficNotMigrated");
+  settle();
+  s = get("Service", "hello");
+  EXPECT_EQ(ready(s), "True");
+  EXPECT_EQ(s["status"]["traffic"][0]["revisionName"], "hello-00002");
+}
+
+TEST_F(ControllerTest, ChildNotOwned) {
+  json foreign = {{"apiVersion", "serving.knative.dev/v1"},
+                  {"kind", "Route"},
+                  {"metadata", {{"name", "hello"}, {"namespace", kNs}}},
+                  {"spec", {{"traffic", json::array({{{"revisionName", "nope-00001"}, {"percent", 100}}})}}}};
+  create(foreign);
+  settle();
+  create(serviceBody("hello", "x:1"));
+  settle();
+  json s = get("Service", "hello");
+  EXPECT_EQ(cond(s, "RoutesReady").status, "False");
+  EXPECT_EQ(cond(s, "RoutesReady").reason, "NotOwned");
+  EXPECT_EQ(ready(s), "False");
+  json r = get("Route", "hello");
+  EXPECT_FALSE(r["metadata"].contains("ownerReferences"));
+  EXPECT_EQ(r["spec"]["traffic"][0]["revisionName"], "nope-00001");
+}
+
+// --------------------------------------------------------------- Route
+
+TEST_F(ControllerTest, SplitByRevisionNameWithTags) {
+  createReadyService("hello");
+  rollOut("hello", "x:2", "hello-00002");
+  update("Service", "hello", [](json& s) {
+    s["spec"]["traffic"] = json::array({{{"tag", "current"}, {"revisionName", "hello-00001"}, {"percent", 50}},
+                                        {{"tag", "latest"}, {"latestRevision", true}, {"percent", 50}}});
+  });
+  settle();
+  json r = get("Route", "hello");
+  EXPECT_EQ(r["status"]["traffic"],
+            json::array({{{"tag", "current"},
+                          {"revisionName", "hello-00001"},
+                          {"percent", 50},
+                          {"latestRevision", false},
+                          {"url", "http://current-hello.default.example.com"}},
+                         {{"tag", "latest"},
+                          {"revisionName", "hello-00002"},
+                          {"percent", 50},
+                          {"latestRevision", true},
+                          {"url", "http://latest-hello.default.example.com"}}}));
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"], "active");
+  EXPECT_EQ(get("Revision", "hello-00002")["metadata"]["labels"]["serving.knative.dev/routingState"], "active");
+  auto table = routingTable(config_, r);
+  ASSERT_TRUE(table.isOk());
+  ASSERT_GE(table->size(), 1u);
+  EXPECT_EQ((*table)[0].revisions,
+            (std::vector<RevisionWeight>{{"hello-00001", 50}, {"hello-00002", 50}}));
+}
+
+TEST_F(ControllerTest, SameRevisionTargetsMerge) {
+  createReadyService("hello");
+  update("Service", "hello", [](json& s) {
+    s["spec"]["traffic"] = json::array({{{"revisionName", "hello-00001"}, {"percent", 40}},
+                                        {{"latestRevision", true}, {"percent", 60}}});
+  });
+  settle();
+  json r = get("Route", "hello");
+  ASSERT_EQ(r["status"]["traffic"].size(), 2u);  // status keeps one entry per spec target
+  auto table = routingTable(config_, r);
+  ASSERT_TRUE(table.isOk());
+  EXPECT_EQ((*table)[0].revisions, (std::vector<RevisionWeight>{{"hello-00001", 100}}));
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+}
+
+json routeBody(const std::string& name, json traffic) {
+  return json{{"apiVersion", "serving.knative.dev/v1"},
+              {"kind", "Route"},
+              {"metadata", {{"name", name}, {"namespace", kNs}}},
+              {"spec", {{"traffic", traffic}}}};
+}
+
+TEST_F(ControllerTest, MissingTargets) {
+  create(routeBody("r1", json::array({{{"configurationName", "nope"}, {"percent", 100}, {"latestRevision", true}}})));
+  create(routeBody("r2", json::array({{{"revisionName", "nope-00001"}, {"percent", 100}}})));
+  settle();
+  json r1 = get("Route", "r1");
+  EXPECT_EQ(cond(r1, "AllTrafficAssigned").status, "False");
+  EXPECT_EQ(cond(r1, "AllTrafficAssigned").reason, "ConfigurationMissing");
+  EXPECT_EQ(cond(r1, "Ready").status, "False");
+  EXPECT_EQ(cond(r1, "IngressReady").reason, "IngressNotConfigured");
+  EXPECT_FALSE(r1["status"].contains("traffic"));
+  json r2 = get("Route", "r2");
+  EXPECT_EQ(cond(r2, "AllTrafficAssigned").status, "False");
+  EXPECT_EQ(cond(r2, "AllTrafficAssigned").reason, "RevisionMissing");
+
+  // The configuration appears: Unknown until it has a ready revision, then True.
+  json cfg = {{"apiVersion", "serving.knative.dev/v1"},
+              {"kind", "Configuration"},
+              {"metadata", {{"name", "nope"}, {"namespace", kNs}}},
+              {"spec", {{"template", {{"metadata", json::object()}, {"spec", containerSpec("x:1")}}}}}};
+  create(cfg);
+  settle();
+  r1 = get("Route", "r1");
+  EXPECT_EQ(cond(r1, "AllTrafficAssigned").status, "Unknown");
+  EXPECT_EQ(cond(r1, "AllTrafficAssigned").reason, "RevisionMissing");
+  EXPECT_EQ(annotationOf(get("Configuration", "nope"), "serving.knative.dev/routes"), "r1");
+  backend_.setReady(kNs, "nope-00001");
+  settle();
+  r1 = get("Route", "r1");
+  EXPECT_EQ(ready(r1), "True");
+  EXPECT_EQ(r1["status"]["url"], "http://r1.default.example.com");
+  EXPECT_EQ(r1["status"]["traffic"][0]["revisionName"], "nope-00001");
+  // r2 now finds its revision too.
+  EXPECT_EQ(ready(get("Route", "r2")), "True");
+  EXPECT_EQ(annotationOf(get("Revision", "nope-00001"), "serving.knative.dev/routes"), "r1,r2");
+}
+
+TEST_F(ControllerTest, RevisionNotOwnedByServiceRoute) {
+  createReadyService("other");
+  createReadyService("hello");
+  update("Service", "hello", [](json& s) {
+    s["spec"]["traffic"] = json::array({{{"revisionName", "other-00001"}, {"percent", 100}}});
+  });
+  settle();
+  json r = get("Route", "hello");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").status, "False");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").reason, "RevisionNotOwned");
+  EXPECT_EQ(ready(get("Service", "hello")), "False");
+  // The last good traffic keeps being served.
+  EXPECT_EQ(r["status"]["traffic"][0]["revisionName"], "hello-00001");
+}
+
+TEST_F(ControllerTest, NotReadyRevisionTarget) {
+  createReadyService("hello");
+  rollOut("hello", "x:2", "hello-00002");
+  backend_.setFailed(kNs, "hello-00002", "ExitCode2", "Container failed with: bad");
+  settle();
+  update("Service", "hello", [](json& s) {
+    s["spec"]["traffic"] = json::array({{{"revisionName", "hello-00002"}, {"percent", 100}}});
+  });
+  settle();
+  json r = get("Route", "hello");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").status, "False");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").reason, "RevisionMissing");
+}
+
+TEST_F(ControllerTest, DomainSelectorsTagTemplateAndClusterLocal) {
+  config_.domain.domains = {{"example.com", {}}, {"prod.example.com", {{"env", "prod"}}}};
+  config_.network.domain_template = "{{.Name}}-{{.Namespace}}.{{.Domain}}";
+  config_.network.tag_template = "{{.Name}}-{{.Tag}}";
+  makeController();
+  json prod = serviceBody("shop", "x:1");
+  prod["metadata"]["labels"] = {{"env", "prod"}};
+  prod["spec"]["traffic"] = json::array({{{"latestRevision", true}, {"percent", 100}, {"tag", "cur"}}});
+  create(prod);
+  json internal = serviceBody("db", "x:1");
+  internal["metadata"]["labels"] = {{"networking.knative.dev/visibility", "cluster-local"}};
+  create(internal);
+  settle();
+  backend_.setReady(kNs, "shop-00001");
+  backend_.setReady(kNs, "db-00001");
+  settle();
+  json shop = get("Service", "shop");
+  EXPECT_EQ(shop["status"]["url"], "http://shop-default.prod.example.com");
+  EXPECT_EQ(shop["status"]["traffic"][0]["url"], "http://shop-cur-default.prod.example.com");
+  json db = get("Service", "db");
+  EXPECT_EQ(db["status"]["url"], "http://db.default.svc.cluster.local");
+  EXPECT_EQ(ready(db), "True");
+}
+
+TEST_F(ControllerTest, BadTagHostIsErrorConfig) {
+  createReadyService("hello");
+  update("Service", "hello", [](json& s) {
+    s["spec"]["traffic"] =
+        json::array({{{"latestRevision", true}, {"percent", 100}, {"tag", std::string(60, 't')}}});
+  });
+  settle();
+  json r = get("Route", "hello");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").status, "False");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").reason, "ErrorConfig");
+}
+
+TEST_F(ControllerTest, DeletedRouteReleasesItsRevisions) {
+  createReadyService("hello");
+  create(routeBody("extra", json::array({{{"revisionName", "hello-00001"}, {"percent", 100}}})));
+  settle();
+  EXPECT_EQ(annotationOf(get("Revision", "hello-00001"), "serving.knative.dev/routes"), "extra,hello");
+  remove("Route", "extra");
+  settle();
+  EXPECT_EQ(annotationOf(get("Revision", "hello-00001"), "serving.knative.dev/routes"), "hello");
+  EXPECT_EQ(labelOf(get("Revision", "hello-00001"), "serving.knative.dev/routingState"), "active");
+  // The Service and its Route gone (the cascade under way, Configuration not yet): reserve.
+  clock_.advance(std::chrono::minutes(5));
+  remove("Service", "hello");
+  remove("Route", "hello");
+  settle();
+  json rev = get("Revision", "hello-00001");
+  EXPECT_EQ(labelOf(rev, "serving.knative.dev/routingState"), "reserve");
+  EXPECT_EQ(annotationOf(rev, "serving.knative.dev/routingStateModified"), formatRfc3339(clock_.now()));
+  EXPECT_EQ(annotationOf(get("Configuration", "hello"), "serving.knative.dev/routes"), "");
+}
+
+// ------------------------------------------------------------ Revision
+
+TEST_F(ControllerTest, RevisionStatusFromBackend) {
+  create(serviceBody("hello", "ghcr.io/knap/hello:v1"));
+  settle();
+  std::string t0 = formatRfc3339(clock_.now());
+  RevisionHealth h;
+  h.resources_available = {"True", "", ""};
+  h.container_healthy = {"False", "ExitCode1", "Container failed with: oops"};
+  h.active = {"False", "NoTraffic", "scaled to zero"};
+  h.actual_replicas = 0;
+  h.desired_replicas = 1;
+  clock_.advance(std::chrono::seconds(10));
+  std::string t1 = formatRfc3339(clock_.now());
+  backend_.setHealth(kNs, "hello-00001", h);
+  settle();
+  json rev = get("Revision", "hello-00001");
+  EXPECT_EQ(cond(rev, "Ready").status, "False");
+  EXPECT_EQ(cond(rev, "Ready").reason, "ExitCode1");
+  EXPECT_EQ(cond(rev, "Ready").message, "Container failed with: oops");
+  EXPECT_EQ(cond(rev, "ContainerHealthy").reason, "ExitCode1");
+  EXPECT_EQ(cond(rev, "ResourcesAvailable").status, "True");
+  const json* active = findCondition(rev["status"], "Active");
+  ASSERT_NE(active, nullptr);
+  EXPECT_EQ((*active)["severity"], "Info");
+  EXPECT_EQ((*active)["reason"], "NoTraffic");
+  EXPECT_EQ(rev["status"]["actualReplicas"], 0);
+  EXPECT_EQ(rev["status"]["desiredReplicas"], 1);
+  EXPECT_EQ(rev["status"]["observedGeneration"], 1);
+  EXPECT_FALSE(rev["status"].contains("containerStatuses"));
+  EXPECT_EQ((*findCondition(rev["status"], "Ready"))["lastTransitionTime"], t1);
+  EXPECT_EQ(cond(get("Configuration", "hello"), "Ready").reason, "RevisionFailed");
+
+  // Recovers; a scaled-to-zero revision is still Ready. lastTransitionTime moves only on status change.
+  clock_.advance(std::chrono::seconds(10));
+  std::string t2 = formatRfc3339(clock_.now());
+  h.container_healthy = {"True", "", ""};
+  h.image_digest = "ghcr.io/knap/hello@sha256:1234";
+  backend_.setHealth(kNs, "hello-00001", h);
+  settle();
+  rev = get("Revision", "hello-00001");
+  EXPECT_EQ(ready(rev), "True");
+  EXPECT_EQ((*findCondition(rev["status"], "Ready"))["lastTransitionTime"], t2);
+  EXPECT_EQ((*findCondition(rev["status"], "ResourcesAvailable"))["lastTransitionTime"], t1);
+  EXPECT_EQ((*findCondition(rev["status"], "Active"))["lastTransitionTime"], t1);
+  EXPECT_EQ(rev["status"]["containerStatuses"],
+            json::array({{{"name", "user-container"}, {"imageDigest", "ghcr.io/knap/hello@sha256:1234"}}}));
+  (void)t0;
+  EXPECT_EQ(ready(get("Configuration", "hello")), "True");
+}
+
+TEST_F(ControllerTest, EnsureOnlyOnChangeAndRemoveOnDelete) {
+  createReadyService("hello");
+  // Created, then changed (routingState active): two ensure() calls, never more.
+  auto ensured = backend_.ensured();
+  EXPECT_EQ(ensured.size(), 2u);
+  EXPECT_EQ(labelOf(backend_.lastEnsured(kNs, "hello-00001"), "serving.knative.dev/routingState"), "active");
+  backend_.setReady(kNs, "hello-00001");  // a backend notification with nothing new
+  settle();
+  EXPECT_EQ(backend_.ensured().size(), 2u);
+  remove("Revision", "hello-00001");
+  settle();
+  EXPECT_EQ(backend_.removed(), std::vector<std::string>{"default/hello-00001"});
+}
+
+TEST_F(ControllerTest, ServiceDeletionCascadeIsTolerated) {
+  createReadyService("hello");
+  // The API server deletes owned objects; the controller just cleans up.
+  remove("Service", "hello");
+  remove("Route", "hello");
+  remove("Configuration", "hello");
+  remove("Revision", "hello-00001");
+  settle();
+  EXPECT_FALSE(exists("Configuration", "hello"));
+  EXPECT_FALSE(exists("Route", "hello"));
+  EXPECT_EQ(backend_.removed(), std::vector<std::string>{"default/hello-00001"});
+}
+
+// ------------------------------------------------------------------ GC
+
+TEST_F(ControllerTest, GcQuickCollect) {
+  config_.gc.retain_since_create_time = std::nullopt;
+  config_.gc.retain_since_last_active_time = std::nullopt;
+  config_.gc.min_non_active_revisions = 0;
+  config_.gc.max_non_active_revisions = 0;
+  makeController();
+  createReadyService("hello");
+  rollOut("hello", "x:2", "hello-00002");
+  rollOut("hello", "x:3", "hello-00003");
+  EXPECT_FALSE(exists("Revision", "hello-00001"));
+  EXPECT_FALSE(exists("Revision", "hello-00002"));
+  EXPECT_TRUE(exists("Revision", "hello-00003"));
+  EXPECT_EQ(backend_.removed(), (std::vector<std::string>{"default/hello-00001", "default/hello-00002"}));
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+}
+
+TEST_F(ControllerTest, GcKeepsRoutedPinnedAndMinRevisions) {
+  config_.gc.retain_since_create_time = std::nullopt;
+  config_.gc.retain_since_last_active_time = std::nullopt;
+  config_.gc.min_non_active_revisions = 1;
+  config_.gc.max_non_active_revisions = 1;
+  makeController();
+  createReadyService("hello");
+  update("Service", "hello", [](json& s) {
+    s["spec"]["traffic"] = json::array({{{"revisionName", "hello-00001"}, {"percent", 100}}});
+  });
+  rollOut("hello", "x:2", "hello-00002");
+  rollOut("hello", "x:3", "hello-00003");
+  rollOut("hello", "x:4", "hello-00004");
+  // 00001 routed (active), 00004 latest ready; of the reserve 00002/00003 one may stay (max 1, min 1).
+  EXPECT_TRUE(exists("Revision", "hello-00001"));
+  EXPECT_FALSE(exists("Revision", "hello-00002"));
+  EXPECT_TRUE(exists("Revision", "hello-00003"));
+  EXPECT_TRUE(exists("Revision", "hello-00004"));
+}
+
+TEST_F(ControllerTest, GcByAgeWhenTimePasses) {
+  config_.gc.retain_since_create_time = Seconds(3600);
+  config_.gc.retain_since_last_active_time = Seconds(3600);
+  config_.gc.min_non_active_revisions = 0;
+  config_.gc.max_non_active_revisions = std::nullopt;
+  makeController();
+  createReadyService("hello");
+  update("Revision", "hello-00001", [](json& r) { r["metadata"]["annotations"]["serving.knative.dev/no-gc"] = "true"; });
+  rollOut("hello", "x:2", "hello-00002");
+  rollOut("hello", "x:3", "hello-00003");
+  settle();
+  EXPECT_TRUE(exists("Revision", "hello-00002"));  // too young
+  clock_.advance(std::chrono::hours(2));
+  ASSERT_TRUE(ctl_->enqueueAll().isOk());
+  settle();
+  EXPECT_TRUE(exists("Revision", "hello-00001"));   // no-gc
+  EXPECT_FALSE(exists("Revision", "hello-00002"));  // reserve and stale
+  EXPECT_TRUE(exists("Revision", "hello-00003"));   // latest ready
+}
+
+// -------------------------------------------------------------- worker
+
+TEST_F(ControllerTest, WorkerThreadConvergesAndGoesQuiet) {
+  ctl_->start();
+  create(serviceBody("hello", "x:1"));
+  ASSERT_TRUE(ctl_->waitIdle(std::chrono::seconds(10)));
+  ASSERT_TRUE(exists("Revision", "hello-00001"));
+  backend_.setReady(kNs, "hello-00001");
+  ASSERT_TRUE(ctl_->waitIdle(std::chrono::seconds(10)));
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+  int64_t rv = store_->currentResourceVersion();
+  ASSERT_TRUE(ctl_->enqueueAll().isOk());
+  ASSERT_TRUE(ctl_->waitIdle(std::chrono::seconds(10)));
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+  ctl_->stop();
+}
+
+}  // namespace
+}  // namespace knap::controller
