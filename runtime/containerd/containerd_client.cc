@@ -167,7 +167,9 @@ TaskStatus fromPb(::containerd::v1::types::Status s) {
 
 TaskInfo fromPb(const ::containerd::v1::types::Process& p) {
   TaskInfo t;
-  t.container_id = p.container_id();
+  // containerd 1.6 fills only `id` (= the container id for init processes),
+  // not container_id, in Tasks.Get/List (services/tasks/local.go).
+  t.container_id = p.container_id().empty() ? p.id() : p.container_id();
   t.pid = p.pid();
   t.status = fromPb(p.status());
   t.exit_status = p.exit_status();
