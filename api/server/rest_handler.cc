@@ -6,16 +6,13 @@
 
 #include "api/admission.h"
 #include "api/codec.h"
+#include "api/effective_config.h"
 #include "api/naming.h"
 #include "api/server/discovery.h"
 #include "api/server/k8s_status.h"
 #include "api/server/patch.h"
 #include "common/log.h"
 
-#if __has_include("api/effective_config.h")
-#include "api/effective_config.h"
-#define KNAP_HAVE_EFFECTIVE_CONFIG 1
-#endif
 
 namespace knap::api {
 
@@ -935,26 +932,17 @@ HttpResponse RestHandler::deleteCollection(const HttpRequest& req, const Target&
 HttpResponse RestHandler::autoscalingView(const Target& t) {
   auto rev = store_.get({"Revision", t.ns, t.name});
   if (!rev.isOk()) return errorResponse(errorFromStatus(rev.status(), t.info, t.name));
-#ifdef KNAP_HAVE_EFFECTIVE_CONFIG
-  std::map<std::string, std::string> anns;
+  json annotations;
   const json& md = rev->body["metadata"];
-  if (md.contains("annotations") && md["annotations"].is_object()) {
-    for (auto it = md["annotations"].begin(); it != md["annotations"].end(); ++it) {
-      if (it.value().is_string()) anns[it.key()] = it.value().get<std::string>();
-    }
-  }
+  if (md.is_object() && md.contains("annotations")) annotations = md["annotations"];
   json items = json::array();
-  for (const auto& e : effectiveAutoscaling(anns, config_)) {
+  for (const EffectiveValue& e : effectiveAutoscaling(annotations, config_)) {
     items.push_back({{"key", e.key}, {"value", e.value}, {"source", e.source}});
   }
   return jsonResponse(200, {{"kind", "EffectiveAutoscaling"},
                             {"apiVersion", "knap.dev/v1"},
-                            {"revision", t.name},
-                            {"namespace", t.ns},
+                            {"metadata", {{"name", t.name}, {"namespace", t.ns}}},
                             {"items", items}});
-#else
-  return errorResponse(makeApiError(501, "NotImplemented", "effective autoscaling config is not built in"));
-#endif
 }
 
 // ---- watch ----

@@ -1,0 +1,984 @@
+// In-process tests of the REST server on 127.0.0.1:0 over a real SqliteStore
+// (":memory:"), driven by a small HTTP client (Beast for normal requests, raw
+// POSIX sockets for malformed input and watch streams).
+#include "api/server/api_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "store/sqlite_store.h"
+
+namespace knap::api {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using nlohmann::json;
+
+const char* kNsPath = "/apis/serving.knative.dev/v1/namespaces/default";
+
+struct Resp {
+  int code = 0;
+  std::string body;
+  json j;
+  std::vector<std::string> warnings;
+  std::string content_type;
+};
+
+json helloService(const std::string& name = "hello") {
+  return json::parse(R"({"apiVersion":"serving.knative.dev/v1","kind":"Service",
+    "metadata":{"name":"NAME","namespace":"default","labels":{"app":"hello","tier":"web"}},
+    "spec":{"template":{"spec":{"containers":[{"image":"ghcr.io/knative/helloworld-go:latest",
+      "env":[{"name":"TARGET","value":"World"}]}]}}}})")
+      .patch(json::parse(R"([{"op":"replace","path":"/metadata/name","value":")" + name + R"("}])"));
+}
+
+// A raw TCP connection with a receive timeout, for malformed requests and watches.
+class RawConn {
+ public:
+  explicit RawConn(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    timeval tv{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawConn() { ::close(fd_); }
+  bool ok() const { return ok_; }
+  bool send(const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // Reads until the peer closes or the timeout passes. Returns everything read.
+  std::string readAll() {
+    char buf[8192];
+    while (true) {
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = n == 0;
+        break;
+      }
+      data_.append(buf, static_cast<size_t>(n));
+    }
+    return data_;
+  }
+  // Reads until `count` watch event lines have arrived (or timeout/close).
+  std::vector<json> readEvents(size_t count) {
+    char buf[8192];
+    while (events().size() < count) {
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = n == 0;
+        break;
+      }
+      data_.append(buf, static_cast<size_t>(n));
+    }
+    return events();
+  }
+  std::vector<json> events() const {
+    std::vector<json> out;
+    size_t body = data_.find("\r\n\r\n");
+    if (body == std::string::npos) return out;
+    std::istringstream in(data_.substr(body + 4));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.rfind("{\"", 0) == 0) out.push_back(json::parse(line, nullptr, false));
+    }
+    return out;
+  }
+  const std::string& data() const { return data_; }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+  bool closed_ = false;
+  std::string data_;
+};
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { startServer(ApiServerOptions{}); }
+  void TearDown() override {
+    if (server_) server_->stop();
+  }
+
+  void startServer(ApiServerOptions options, int64_t history = 10000) {
+    if (server_) server_->stop();
+    server_.reset();
+    auto s = store::SqliteStore::open(":memory:", clock_, history);
+    ASSERT_TRUE(s.isOk()) << s.status().toString();
+    store_ = std::move(*s);
+    server_ = std::make_unique<ApiServer>(options, config_, *store_, clock_);
+    Status st = server_->start();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    ASSERT_GT(server_->tcpPort(), 0);
+  }
+
+  Resp request(const std::string& method, const std::string& target, const std::string& body = "",
+               const std::string& content_type = "application/json",
+               const std::string& accept = "application/json") {
+    net::io_context ioc;
+    beast::tcp_stream stream(ioc);
+    stream.expires_after(std::chrono::seconds(10));
+    stream.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"),
+                                          static_cast<unsigned short>(server_->tcpPort())));
+    http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+    req.set(http::field::host, "127.0.0.1");
+    req.set(http::field::accept, accept);
+    if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH") {
+      req.set(http::field::content_type, content_type);
+      req.body() = body;
+    }
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 * 1024 * 1024);
+    http::read(stream, buffer, parser);
+    auto& res = parser.get();
+    Resp r;
+    r.code = res.result_int();
+    r.body = res.body();
+    r.content_type = std::string(res[http::field::content_type]);
+    for (auto it = res.find(http::field::warning); it != res.end() && it->name() == http::field::warning; ++it)
+      r.warnings.push_back(std::string(it->value()));
+    r.j = json::parse(r.body, nullptr, false);
+    beast::error_code ec;
+    stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+    return r;
+  }
+
+  Resp create(const json& obj, const std::string& plural = "services", const std::string& query = "") {
+    return request("POST", std::string(kNsPath) + "/" + plural + query, obj.dump());
+  }
+  std::string path(const std::string& plural, const std::string& name = "") {
+    return std::string(kNsPath) + "/" + plural + (name.empty() ? "" : "/" + name);
+  }
+  // Writes an object straight into the store, as a controller would.
+  store::Object storeCreate(const std::string& kind, const std::string& name, json body) {
+    body["apiVersion"] = "serving.knative.dev/v1";
+    body["kind"] = kind;
+    body["metadata"]["name"] = name;
+    body["metadata"]["namespace"] = "default";
+    auto o = store_->create({kind, "default", name}, body);
+    EXPECT_TRUE(o.isOk()) << o.status().toString();
+    return *o;
+  }
+  std::string rvOf(const json& obj) { return obj["metadata"]["resourceVersion"].get<std::string>(); }
+
+  SimulatedTimeSource clock_;
+  Config config_ = defaultConfig();
+  std::unique_ptr<store::SqliteStore> store_;
+  std::unique_ptr<ApiServer> server_;
+};
+
+void expectStatus(const Resp& r, int code, const std::string& reason) {
+  EXPECT_EQ(r.code, code) << r.body;
+  EXPECT_EQ(r.j.value("kind", ""), "Status") << r.body;
+  EXPECT_EQ(r.j.value("apiVersion", ""), "v1") << r.body;
+  EXPECT_EQ(r.j.value("status", ""), "Failure") << r.body;
+  EXPECT_EQ(r.j.value("reason", ""), reason) << r.body;
+  EXPECT_EQ(r.j.value("code", 0), code) << r.body;
+  EXPECT_EQ(r.content_type, "application/json");
+}
+
+// ---------------------------------------------------------------- discovery
+
+TEST_F(ApiServerTest, VersionReportsMinor30) {
+  Resp r = request("GET", "/version?timeout=5s");
+  ASSERT_EQ(r.code, 200);
+  EXPECT_EQ(r.j["major"], "1");
+  EXPECT_EQ(r.j["minor"], "30");
+  EXPECT_EQ(r.j["gitVersion"], "v1.30.0-knap");
+}
+
+TEST_F(ApiServerTest, DiscoveryDocuments) {
+  Resp apis = request("GET", "/apis?timeout=32s");
+  ASSERT_EQ(apis.code, 200);
+  EXPECT_EQ(apis.j["kind"], "APIGroupList");
+  EXPECT_EQ(apis.j["groups"][0]["name"], "serving.knative.dev");
+  EXPECT_EQ(apis.j["groups"][0]["preferredVersion"]["groupVersion"], "serving.knative.dev/v1");
+
+  Resp group = request("GET", "/apis/serving.knative.dev");
+  EXPECT_EQ(group.j["kind"], "APIGroup");
+
+  Resp list = request("GET", "/apis/serving.knative.dev/v1?timeout=32s");
+  ASSERT_EQ(list.code, 200);
+  EXPECT_EQ(list.j["kind"], "APIResourceList");
+  std::map<std::string, json> byName;
+  for (const json& r : list.j["resources"]) byName[r["name"]] = r;
+  ASSERT_TRUE(byName.count("services"));
+  EXPECT_EQ(byName["services"]["kind"], "Service");
+  EXPECT_EQ(byName["services"]["singularName"], "service");
+  EXPECT_NE(std::find(byName["services"]["shortNames"].begin(), byName["services"]["shortNames"].end(), "ksvc"),
+            byName["services"]["shortNames"].end());
+  EXPECT_EQ(byName["services"]["categories"], json::array({"all", "knative", "serving"}));
+  EXPECT_EQ(byName["revisions"]["shortNames"], json::array({"rev"}));
+  EXPECT_EQ(byName["routes"]["shortNames"], json::array({"rt"}));
+  ASSERT_TRUE(byName.count("services/status"));
+  EXPECT_EQ(byName["services/status"]["verbs"], json::array({"get", "patch", "update"}));
+  for (const char* p : {"configurations", "revisions", "routes", "configurations/status"}) EXPECT_TRUE(byName.count(p)) << p;
+
+  expectStatus(request("GET", "/api?timeout=32s"), 404, "NotFound");
+  EXPECT_EQ(request("GET", "/openapi/v2?timeout=32s").code, 404);
+  Resp events = request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dhello&limit=500");
+  ASSERT_EQ(events.code, 200);
+  EXPECT_EQ(events.j["kind"], "EventList");
+  EXPECT_TRUE(events.j["items"].is_array());
+  EXPECT_EQ(request("GET", "/healthz").code, 200);
+  EXPECT_EQ(request("GET", "/readyz").code, 200);
+  expectStatus(request("GET", "/no/such/path"), 404, "NotFound");
+}
+
+TEST_F(ApiServerTest, OpenApiV3AdvertisesFieldValidationWithoutStrategicMerge) {
+  Resp root = request("GET", "/openapi/v3?timeout=32s");
+  ASSERT_EQ(root.code, 200);
+  std::string url = root.j["paths"]["apis/serving.knative.dev/v1"]["serverRelativeURL"];
+  EXPECT_EQ(url.rfind("/openapi/v3/apis/serving.knative.dev/v1?hash=", 0), 0u) << url;
+  Resp gv = request("GET", url + "&timeout=32s");
+  ASSERT_EQ(gv.code, 200);
+  for (const char* plural : {"services", "configurations", "revisions", "routes"}) {
+    const json& op = gv.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/" + std::string(plural) + "/{name}"]["patch"];
+    ASSERT_TRUE(op.is_object()) << plural;
+    EXPECT_EQ(op["x-kubernetes-group-version-kind"]["group"], "serving.knative.dev");
+    bool has_fv = false;
+    for (const json& p : op["parameters"]) has_fv |= p["name"] == "fieldValidation" && p["in"] == "query";
+    EXPECT_TRUE(has_fv) << plural;
+    EXPECT_FALSE(op["requestBody"]["content"].contains("application/strategic-merge-patch+json"));
+    EXPECT_TRUE(op["requestBody"]["content"].contains("application/merge-patch+json"));
+  }
+}
+
+// ---------------------------------------------------------------- create / get / list
+
+TEST_F(ApiServerTest, CreateGetListAndErrors) {
+  Resp c = create(helloService(), "services", "?fieldManager=kubectl-client-side-apply&fieldValidation=Strict");
+  ASSERT_EQ(c.code, 201) << c.body;
+  EXPECT_EQ(c.j["kind"], "Service");
+  EXPECT_EQ(c.j["apiVersion"], "serving.knative.dev/v1");
+  EXPECT_FALSE(c.j["metadata"]["uid"].get<std::string>().empty());
+  EXPECT_EQ(c.j["metadata"]["generation"], 1);
+  EXPECT_FALSE(rvOf(c.j).empty());
+
+  Resp g = request("GET", path("services", "hello"));
+  ASSERT_EQ(g.code, 200);
+  EXPECT_EQ(g.j["metadata"]["uid"], c.j["metadata"]["uid"]);
+  EXPECT_EQ(g.j["kind"], "Service");
+
+  Resp dup = create(helloService());
+  expectStatus(dup, 409, "AlreadyExists");
+  EXPECT_EQ(dup.j["message"], "services.serving.knative.dev \"hello\" already exists");
+
+  Resp missing = request("GET", path("services", "nope"));
+  expectStatus(missing, 404, "NotFound");
+  EXPECT_EQ(missing.j["message"], "services.serving.knative.dev \"nope\" not found");
+  EXPECT_EQ(missing.j["details"]["name"], "nope");
+  EXPECT_EQ(missing.j["details"]["group"], "serving.knative.dev");
+  EXPECT_EQ(missing.j["details"]["kind"], "services");
+
+  Resp list = request("GET", path("services") + "?limit=500");
+  ASSERT_EQ(list.code, 200);
+  EXPECT_EQ(list.j["kind"], "ServiceList");
+  EXPECT_EQ(list.j["apiVersion"], "serving.knative.dev/v1");
+  ASSERT_EQ(list.j["items"].size(), 1u);
+  EXPECT_EQ(list.j["metadata"]["resourceVersion"], std::to_string(store_->currentResourceVersion()));
+
+  Resp all = request("GET", "/apis/serving.knative.dev/v1/services?limit=500");
+  ASSERT_EQ(all.code, 200);
+  EXPECT_EQ(all.j["items"].size(), 1u);
+  Resp other_ns = request("GET", "/apis/serving.knative.dev/v1/namespaces/other/services");
+  EXPECT_EQ(other_ns.j["items"].size(), 0u);
+  expectStatus(request("POST", "/apis/serving.knative.dev/v1/services", helloService("x").dump()), 405,
+               "MethodNotAllowed");
+}
+
+TEST_F(ApiServerTest, GenerateNameAndDryRunCreate) {
+  json obj = helloService();
+  obj["metadata"].erase("name");
+  obj["metadata"]["generateName"] = "gen-";
+  Resp c = create(obj);
+  ASSERT_EQ(c.code, 201) << c.body;
+  std::string name = c.j["metadata"]["name"];
+  EXPECT_EQ(name.rfind("gen-", 0), 0u);
+  EXPECT_EQ(name.size(), 9u);
+  EXPECT_EQ(request("GET", path("services", name)).code, 200);
+
+  int64_t rv = store_->currentResourceVersion();
+  Resp dry = create(helloService("dry"), "services", "?dryRun=All");
+  EXPECT_EQ(dry.code, 201) << dry.body;
+  EXPECT_EQ(dry.j["metadata"]["name"], "dry");
+  EXPECT_EQ(request("GET", path("services", "dry")).code, 404);
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+
+  json noname = helloService();
+  noname["metadata"].erase("name");
+  expectStatus(create(noname), 422, "Invalid");
+}
+
+TEST_F(ApiServerTest, RevisionsCannotBeCreatedByUsers) {
+  json rev = {{"apiVersion", "serving.knative.dev/v1"},
+              {"kind", "Revision"},
+              {"metadata", {{"name", "hello-00001"}}},
+              {"spec", {{"containers", json::array({{{"image", "x"}}})}}}};
+  Resp r = create(rev, "revisions");
+  expectStatus(r, 405, "MethodNotAllowed");
+  EXPECT_NE(r.j["message"].get<std::string>().find("created by their Configuration"), std::string::npos) << r.body;
+  EXPECT_EQ(request("GET", path("revisions", "hello-00001")).code, 404);
+}
+
+TEST_F(ApiServerTest, NamespaceAndKindMismatchesAreBadRequests) {
+  json obj = helloService();
+  obj["metadata"]["namespace"] = "other";
+  expectStatus(create(obj), 400, "BadRequest");
+  json wrong_kind = helloService();
+  wrong_kind["kind"] = "Route";
+  expectStatus(create(wrong_kind), 400, "BadRequest");
+  json wrong_version = helloService();
+  wrong_version["apiVersion"] = "serving.knative.dev/v2";
+  expectStatus(create(wrong_version), 400, "BadRequest");
+  EXPECT_EQ(store_->currentResourceVersion(), 0);
+}
+
+// ---------------------------------------------------------------- field validation
+
+TEST_F(ApiServerTest, UnknownFieldsStrictWarnIgnore) {
+  json bad = helloService("bad");
+  bad["spec"]["foo"] = "bar";
+  Resp strict = create(bad, "services", "?fieldValidation=Strict");
+  expectStatus(strict, 400, "BadRequest");
+  EXPECT_EQ(strict.j["message"],
+            "Service in version \"v1\" cannot be handled as a Service: strict decoding error: unknown field \"spec.foo\"");
+  Resp dflt = create(bad);
+  expectStatus(dflt, 400, "BadRequest");
+  EXPECT_EQ(request("GET", path("services", "bad")).code, 404);
+
+  Resp warn = create(bad, "services", "?fieldValidation=Warn");
+  ASSERT_EQ(warn.code, 201) << warn.body;
+  ASSERT_EQ(warn.warnings.size(), 1u);
+  EXPECT_EQ(warn.warnings[0], "299 - \"unknown field \\\"spec.foo\\\"\"");
+  EXPECT_FALSE(warn.j["spec"].contains("foo"));
+
+  json bad2 = helloService("bad2");
+  bad2["spec"]["foo"] = "bar";
+  Resp ignore = create(bad2, "services", "?fieldValidation=Ignore");
+  ASSERT_EQ(ignore.code, 201) << ignore.body;
+  EXPECT_TRUE(ignore.warnings.empty());
+  EXPECT_FALSE(request("GET", path("services", "bad2")).j["spec"].contains("foo"));
+
+  expectStatus(create(helloService("x"), "services", "?fieldValidation=Sometimes"), 400, "BadRequest");
+}
+
+TEST_F(ApiServerTest, InvalidObjectGives422WithCauses) {
+  json obj = helloService("noimage");
+  obj["spec"]["template"]["spec"]["containers"][0].erase("image");
+  Resp r = create(obj);
+  expectStatus(r, 422, "Invalid");
+  EXPECT_EQ(r.j["details"]["kind"], "Service");
+  EXPECT_EQ(r.j["details"]["name"], "noimage");
+  EXPECT_EQ(r.j["details"]["group"], "serving.knative.dev");
+  ASSERT_TRUE(r.j["details"]["causes"].is_array());
+  ASSERT_FALSE(r.j["details"]["causes"].empty());
+  bool found = false;
+  for (const json& c : r.j["details"]["causes"]) found |= c["field"] == "spec.template.spec.containers[0].image";
+  EXPECT_TRUE(found) << r.body;
+  EXPECT_EQ(request("GET", path("services", "noimage")).code, 404);
+}
+
+TEST_F(ApiServerTest, MalformedBodiesLeaveStateUnchanged) {
+  ASSERT_EQ(create(helloService()).code, 201);
+  int64_t rv = store_->currentResourceVersion();
+  Resp r = request("POST", path("services"), "{\"apiVersion\": \"serving.knative.dev/v1\", \"kind\": ");
+  expectStatus(r, 400, "BadRequest");
+  EXPECT_NE(r.j["message"].get<std::string>().find("line 1, column"), std::string::npos) << r.body;
+  expectStatus(request("POST", path("services"), "[1,2,3]"), 400, "BadRequest");
+  expectStatus(request("POST", path("services"), std::string(100000, '[')), 400, "BadRequest");
+  expectStatus(request("PUT", path("services", "hello"), "not json"), 400, "BadRequest");
+  expectStatus(request("PATCH", path("services", "hello"), "{bad", "application/merge-patch+json"), 400, "BadRequest");
+  expectStatus(request("PATCH", path("services", "hello"), "[{\"op\":\"nope\"}]", "application/json-patch+json"), 400,
+               "BadRequest");
+  expectStatus(request("DELETE", path("services", "hello"), "{oops"), 400, "BadRequest");
+  expectStatus(request("PATCH", path("services", "hello"), "a: [b", "application/apply-patch+yaml"), 400, "BadRequest");
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+  EXPECT_EQ(request("GET", path("services", "hello")).code, 200);
+}
+
+// ---------------------------------------------------------------- update
+
+TEST_F(ApiServerTest, PutWithOptimisticLockingAndStatusRules) {
+  Resp c = create(helloService());
+  ASSERT_EQ(c.code, 201);
+  json obj = c.j;
+  obj["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/knative/helloworld-go:v2";
+  obj["status"] = {{"url", "http://user-set"}};
+  Resp u = request("PUT", path("services", "hello"), obj.dump());
+  ASSERT_EQ(u.code, 200) << u.body;
+  EXPECT_EQ(u.j["metadata"]["generation"], 2);
+  EXPECT_NE(rvOf(u.j), rvOf(c.j));
+  EXPECT_FALSE(u.j.contains("status") && u.j["status"].contains("url")) << "status via main resource is ignored";
+
+  // Stale resourceVersion -> 409 Conflict.
+  obj["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/knative/helloworld-go:v3";
+  Resp stale = request("PUT", path("services", "hello"), obj.dump());
+  expectStatus(stale, 409, "Conflict");
+  EXPECT_NE(stale.j["message"].get<std::string>().find("Operation cannot be fulfilled on services.serving.knative.dev \"hello\""),
+            std::string::npos);
+
+  // Status subresource: only status changes, spec edits are ignored.
+  json st = u.j;
+  st["status"] = {{"url", "http://hello.default.example.com"}, {"observedGeneration", 2}};
+  st["spec"]["template"]["spec"]["containers"][0]["image"] = "ignored";
+  Resp su = request("PUT", path("services", "hello") + "/status", st.dump());
+  ASSERT_EQ(su.code, 200) << su.body;
+  EXPECT_EQ(su.j["status"]["url"], "http://hello.default.example.com");
+  EXPECT_EQ(su.j["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/knative/helloworld-go:v2");
+  EXPECT_EQ(su.j["metadata"]["generation"], 2);
+
+  // Status survives a later user write through the main resource.
+  json again = su.j;
+  again["metadata"]["labels"]["extra"] = "yes";
+  again.erase("status");
+  Resp u2 = request("PUT", path("services", "hello"), again.dump());
+  ASSERT_EQ(u2.code, 200) << u2.body;
+  EXPECT_EQ(u2.j["status"]["url"], "http://hello.default.example.com");
+  EXPECT_EQ(u2.j["metadata"]["generation"], 2);
+
+  // Identical PUT keeps the resourceVersion.
+  Resp same = request("PUT", path("services", "hello"), u2.j.dump());
+  ASSERT_EQ(same.code, 200);
+  EXPECT_EQ(rvOf(same.j), rvOf(u2.j));
+
+  json renamed = u2.j;
+  renamed["metadata"]["name"] = "other";
+  expectStatus(request("PUT", path("services", "hello"), renamed.dump()), 400, "BadRequest");
+  expectStatus(request("PUT", path("services", "nope"), helloService("nope").dump()), 404, "NotFound");
+}
+
+TEST_F(ApiServerTest, RevisionSpecIsImmutable) {
+  store::Object rev = storeCreate("Revision", "hello-00001",
+                                  {{"metadata", json::object()},
+                                   {"spec", {{"containers", json::array({{{"image", "ghcr.io/x/y:1"}}})}}}});
+  json body = rev.body;
+  body["spec"]["containers"][0]["image"] = "ghcr.io/x/y:2";
+  Resp r = request("PUT", path("revisions", "hello-00001"), body.dump());
+  expectStatus(r, 422, "Invalid");
+  EXPECT_EQ(r.j["details"]["kind"], "Revision");
+  Resp p = request("PATCH", path("revisions", "hello-00001"),
+                   R"({"spec":{"containers":[{"image":"ghcr.io/x/y:3"}]}})", "application/merge-patch+json");
+  expectStatus(p, 422, "Invalid");
+  EXPECT_EQ(store_->get({"Revision", "default", "hello-00001"})->resource_version, rev.resource_version);
+  // Labels may change.
+  Resp l = request("PATCH", path("revisions", "hello-00001"), R"({"metadata":{"labels":{"k":"v"}}})",
+                   "application/merge-patch+json");
+  EXPECT_EQ(l.code, 200) << l.body;
+}
+
+// ---------------------------------------------------------------- patch
+
+TEST_F(ApiServerTest, MergePatchAndNoOpKeepsResourceVersion) {
+  Resp c = create(helloService());
+  ASSERT_EQ(c.code, 201);
+  Resp p = request("PATCH", path("services", "hello") + "?fieldManager=kubectl-patch",
+                   R"({"metadata":{"labels":{"tier":null,"new":"x"}},"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/min-scale":"1"}}}}})",
+                   "application/merge-patch+json");
+  ASSERT_EQ(p.code, 200) << p.body;
+  EXPECT_FALSE(p.j["metadata"]["labels"].contains("tier"));
+  EXPECT_EQ(p.j["metadata"]["labels"]["new"], "x");
+  EXPECT_EQ(p.j["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"], "1");
+  EXPECT_EQ(p.j["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/knative/helloworld-go:latest");
+  EXPECT_NE(rvOf(p.j), rvOf(c.j));
+
+  int64_t rv = store_->currentResourceVersion();
+  Resp same = request("PATCH", path("services", "hello"), R"({"metadata":{"labels":{"new":"x"}}})",
+                      "application/merge-patch+json");
+  ASSERT_EQ(same.code, 200);
+  EXPECT_EQ(rvOf(same.j), rvOf(p.j));
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+  Resp get = request("GET", path("services", "hello"));
+  EXPECT_EQ(get.j, same.j) << "kubectl prints 'patched (no change)' only when PATCH returns the GET result";
+
+  // A resourceVersion in the patch is a precondition.
+  Resp stale = request("PATCH", path("services", "hello"), R"({"metadata":{"resourceVersion":"1","labels":{"a":"b"}}})",
+                       "application/merge-patch+json");
+  expectStatus(stale, 409, "Conflict");
+
+  expectStatus(request("PATCH", path("services", "nope"), "{}", "application/merge-patch+json"), 404, "NotFound");
+  json foo = {{"spec", {{"foo", 1}}}};
+  expectStatus(request("PATCH", path("services", "hello"), foo.dump(), "application/merge-patch+json"), 400, "BadRequest");
+  Resp dry = request("PATCH", path("services", "hello") + "?dryRun=All", R"({"metadata":{"labels":{"dry":"run"}}})",
+                     "application/merge-patch+json");
+  EXPECT_EQ(dry.code, 200);
+  EXPECT_EQ(dry.j["metadata"]["labels"]["dry"], "run");
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+}
+
+TEST_F(ApiServerTest, JsonPatchOperations) {
+  ASSERT_EQ(create(helloService()).code, 201);
+  Resp p = request("PATCH", path("services", "hello"),
+                   R"([{"op":"test","path":"/metadata/labels/app","value":"hello"},
+                       {"op":"add","path":"/metadata/labels/added","value":"1"},
+                       {"op":"copy","from":"/metadata/labels/app","path":"/metadata/labels/copied"},
+                       {"op":"move","from":"/metadata/labels/tier","path":"/metadata/labels/moved"},
+                       {"op":"replace","path":"/spec/template/spec/containers/0/image","value":"ghcr.io/x/y:2"},
+                       {"op":"remove","path":"/spec/template/spec/containers/0/env"}])",
+                   "application/json-patch+json");
+  ASSERT_EQ(p.code, 200) << p.body;
+  const json& l = p.j["metadata"]["labels"];
+  EXPECT_EQ(l["added"], "1");
+  EXPECT_EQ(l["copied"], "hello");
+  EXPECT_EQ(l["moved"], "web");
+  EXPECT_FALSE(l.contains("tier"));
+  EXPECT_EQ(p.j["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/x/y:2");
+  EXPECT_FALSE(p.j["spec"]["template"]["spec"]["containers"][0].contains("env"));
+  EXPECT_EQ(p.j["metadata"]["generation"], 2);
+
+  int64_t rv = store_->currentResourceVersion();
+  Resp failed = request("PATCH", path("services", "hello"),
+                        R"([{"op":"test","path":"/metadata/labels/app","value":"other"},
+                            {"op":"add","path":"/metadata/labels/never","value":"1"}])",
+                        "application/json-patch+json");
+  expectStatus(failed, 422, "Invalid");
+  expectStatus(request("PATCH", path("services", "hello"), R"([{"op":"remove","path":"/no/such"}])",
+                       "application/json-patch+json"),
+               422, "Invalid");
+  expectStatus(request("PATCH", path("services", "hello"), R"({"op":"add"})", "application/json-patch+json"), 400,
+               "BadRequest");
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
+}
+
+TEST_F(ApiServerTest, StrategicMergePatchIs415WithHint) {
+  ASSERT_EQ(create(helloService()).code, 201);
+  Resp r = request("PATCH", path("services", "hello"), R"({"metadata":{"labels":{"a":"b"}}})",
+                   "application/strategic-merge-patch+json");
+  expectStatus(r, 415, "UnsupportedMediaType");
+  EXPECT_NE(r.j["message"].get<std::string>().find("--type merge"), std::string::npos) << r.body;
+  expectStatus(request("PATCH", path("services", "hello"), "{}", "text/plain"), 415, "UnsupportedMediaType");
+}
+
+TEST_F(ApiServerTest, ServerSideApplyCreatesThenMerges) {
+  json applied = helloService("ssa");
+  Resp c = request("PATCH", path("services", "ssa") + "?fieldManager=kubectl&fieldValidation=Strict&force=false",
+                   applied.dump(), "application/apply-patch+yaml");
+  ASSERT_EQ(c.code, 201) << c.body;
+  EXPECT_EQ(c.j["metadata"]["name"], "ssa");
+
+  std::string yaml =
+      "apiVersion: serving.knative.dev/v1\n"
+      "kind: Service\n"
+      "metadata:\n"
+      "  name: ssa\n"
+      "  labels:\n"
+      "    added: \"yes\"\n"
+      "spec:\n"
+      "  template:\n"
+      "    spec:\n"
+      "      containers:\n"
+      "      - image: ghcr.io/knative/helloworld-go:v2\n";
+  Resp u = request("PATCH", path("services", "ssa") + "?fieldManager=kubectl&force=true", yaml,
+                   "application/apply-patch+yaml");
+  ASSERT_EQ(u.code, 200) << u.body;
+  EXPECT_EQ(u.j["metadata"]["labels"]["added"], "yes");
+  EXPECT_EQ(u.j["metadata"]["labels"]["app"], "hello");
+  EXPECT_EQ(u.j["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/knative/helloworld-go:v2");
+  EXPECT_EQ(u.j["metadata"]["generation"], 2);
+
+  Resp same = request("PATCH", path("services", "ssa") + "?fieldManager=kubectl", yaml, "application/apply-patch+yaml");
+  EXPECT_EQ(same.code, 200);
+  EXPECT_EQ(rvOf(same.j), rvOf(u.j));
+
+  json wrong = helloService("other");
+  expectStatus(request("PATCH", path("services", "ssa"), wrong.dump(), "application/apply-patch+yaml"), 400,
+               "BadRequest");
+}
+
+// ---------------------------------------------------------------- selectors
+
+TEST_F(ApiServerTest, LabelAndFieldSelectors) {
+  auto mk = [&](const std::string& name, json labels) {
+    json o = helloService(name);
+    o["metadata"]["labels"] = labels;
+    ASSERT_EQ(create(o).code, 201);
+  };
+  mk("a", {{"app", "x"}, {"env", "prod"}});
+  mk("b", {{"app", "y"}, {"env", "dev"}});
+  mk("c", {{"app", "x"}});
+  auto names = [&](const std::string& query) {
+    Resp r = request("GET", path("services") + "?" + query);
+    EXPECT_EQ(r.code, 200) << query << " " << r.body;
+    std::vector<std::string> out;
+    for (const json& i : r.j["items"]) out.push_back(i["metadata"]["name"]);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(names("labelSelector=app%3Dx"), (V{"a", "c"}));
+  EXPECT_EQ(names("labelSelector=app%3D%3Dx"), (V{"a", "c"}));
+  EXPECT_EQ(names("labelSelector=app!%3Dx"), (V{"b"}));
+  EXPECT_EQ(names("labelSelector=env+in+(prod,dev)"), (V{"a", "b"}));
+  EXPECT_EQ(names("labelSelector=env%20notin%20(prod)"), (V{"b", "c"}));
+  EXPECT_EQ(names("labelSelector=env"), (V{"a", "b"}));
+  EXPECT_EQ(names("labelSelector=!env"), (V{"c"}));
+  EXPECT_EQ(names("labelSelector=app%3Dx,env%3Dprod"), (V{"a"}));
+  EXPECT_EQ(names("fieldSelector=metadata.name%3Db"), (V{"b"}));
+  EXPECT_EQ(names("fieldSelector=metadata.name!%3Db"), (V{"a", "c"}));
+  EXPECT_EQ(names("fieldSelector=metadata.namespace%3Ddefault&labelSelector=app%3Dy"), (V{"b"}));
+  expectStatus(request("GET", path("services") + "?labelSelector=app+in+(x"), 400, "BadRequest");
+  expectStatus(request("GET", path("services") + "?fieldSelector=spec.foo%3Dx"), 400, "BadRequest");
+}
+
+// ---------------------------------------------------------------- tables
+
+TEST_F(ApiServerTest, TablesForListGetAndIncludeObject) {
+  const std::string kTable =
+      "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+  ASSERT_EQ(create(helloService()).code, 201);
+  Resp st = request("PATCH", path("services", "hello") + "/status",
+                    R"({"status":{"url":"http://hello.default.example.com","latestCreatedRevisionName":"hello-00001",
+                        "latestReadyRevisionName":"hello-00001","conditions":[{"type":"Ready","status":"True"}]}})",
+                    "application/merge-patch+json");
+  ASSERT_EQ(st.code, 200) << st.body;
+  Resp t = request("GET", path("services") + "?limit=500", "", "", kTable);
+  ASSERT_EQ(t.code, 200);
+  EXPECT_EQ(t.j["kind"], "Table");
+  EXPECT_EQ(t.j["apiVersion"], "meta.k8s.io/v1");
+  std::vector<std::string> cols;
+  for (const json& c : t.j["columnDefinitions"]) cols.push_back(c["name"]);
+  EXPECT_EQ(cols, (std::vector<std::string>{"Name", "URL", "LatestCreated", "LatestReady", "Ready", "Reason"}));
+  ASSERT_EQ(t.j["rows"].size(), 1u);
+  EXPECT_EQ(t.j["rows"][0]["cells"],
+            json::array({"hello", "http://hello.default.example.com", "hello-00001", "hello-00001", "True", ""}));
+  EXPECT_EQ(t.j["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+  EXPECT_EQ(t.j["rows"][0]["object"]["metadata"]["name"], "hello");
+  EXPECT_FALSE(t.j["rows"][0]["object"].contains("spec"));
+
+  Resp full = request("GET", path("services") + "?includeObject=Object", "", "", kTable);
+  EXPECT_EQ(full.j["rows"][0]["object"]["kind"], "Service");
+  EXPECT_TRUE(full.j["rows"][0]["object"].contains("spec"));
+
+  Resp one = request("GET", path("services", "hello"), "", "", kTable);
+  EXPECT_EQ(one.j["kind"], "Table");
+  EXPECT_EQ(one.j["rows"].size(), 1u);
+
+  storeCreate("Revision", "hello-00001",
+              {{"metadata", {{"labels", {{"serving.knative.dev/configuration", "hello"},
+                                         {"serving.knative.dev/configurationGeneration", "1"}}}}},
+               {"spec", {{"containers", json::array({{{"image", "x"}}})}}},
+               {"status", {{"actualReplicas", 1}, {"desiredReplicas", 2}}}});
+  Resp rt = request("GET", path("revisions"), "", "", kTable);
+  cols.clear();
+  for (const json& c : rt.j["columnDefinitions"]) cols.push_back(c["name"]);
+  EXPECT_EQ(cols, (std::vector<std::string>{"Name", "Config Name", "Generation", "Ready", "Reason", "Actual Replicas",
+                                            "Desired Replicas"}));
+  EXPECT_EQ(rt.j["rows"][0]["cells"], json::array({"hello-00001", "hello", "1", "", "", 1, 2}));
+}
+
+// ---------------------------------------------------------------- delete
+
+TEST_F(ApiServerTest, DeleteCascadesThroughOwnerReferences) {
+  Resp svc = create(helloService());
+  ASSERT_EQ(svc.code, 201);
+  auto owner = [](const json& o, const std::string& kind) {
+    return json::array({{{"apiVersion", "serving.knative.dev/v1"}, {"kind", kind}, {"name", o["metadata"]["name"]},
+                         {"uid", o["metadata"]["uid"]}, {"controller", true}, {"blockOwnerDeletion", true}}});
+  };
+  store::Object cfg = storeCreate("Configuration", "hello", {{"metadata", {{"ownerReferences", owner(svc.j, "Service")}}},
+                                                             {"spec", {{"template", svc.j["spec"]["template"]}}}});
+  storeCreate("Route", "hello", {{"metadata", {{"ownerReferences", owner(svc.j, "Service")}}}, {"spec", json::object()}});
+  storeCreate("Revision", "hello-00001", {{"metadata", {{"ownerReferences", owner(cfg.body, "Configuration")}}},
+                                          {"spec", json::object()}});
+  storeCreate("Revision", "unrelated-00001", {{"metadata", json::object()}, {"spec", json::object()}});
+
+  // dryRun in the body (kubectl delete --dry-run=server) deletes nothing.
+  Resp dry = request("DELETE", path("services", "hello"), R"({"propagationPolicy":"Background","dryRun":["All"]})");
+  EXPECT_EQ(dry.code, 200) << dry.body;
+  EXPECT_EQ(request("GET", path("services", "hello")).code, 200);
+  EXPECT_EQ(request("GET", path("revisions", "hello-00001")).code, 200);
+
+  Resp del = request("DELETE", path("services", "hello"), R"({"propagationPolicy":"Background"})");
+  ASSERT_EQ(del.code, 200) << del.body;
+  EXPECT_EQ(del.j["kind"], "Status");
+  EXPECT_EQ(del.j["status"], "Success");
+  EXPECT_EQ(request("GET", path("services", "hello")).code, 404);
+  EXPECT_EQ(request("GET", path("configurations", "hello")).code, 404);
+  EXPECT_EQ(request("GET", path("routes", "hello")).code, 404);
+  EXPECT_EQ(request("GET", path("revisions", "hello-00001")).code, 404);
+  EXPECT_EQ(request("GET", path("revisions", "unrelated-00001")).code, 200);
+
+  Resp again = request("DELETE", path("services", "hello"), R"({"propagationPolicy":"Background"})");
+  expectStatus(again, 404, "NotFound");
+  EXPECT_EQ(again.j["message"], "services.serving.knative.dev \"hello\" not found");
+}
+
+TEST_F(ApiServerTest, DeleteOrphanKeepsDependentsAndPreconditionsConflict) {
+  Resp svc = create(helloService());
+  ASSERT_EQ(svc.code, 201);
+  json refs = json::array({{{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"}, {"name", "hello"},
+                            {"uid", svc.j["metadata"]["uid"]}, {"controller", true}}});
+  storeCreate("Route", "hello", {{"metadata", {{"ownerReferences", refs}}}, {"spec", json::object()}});
+  expectStatus(request("DELETE", path("services", "hello"), R"({"preconditions":{"uid":"wrong"}})"), 409, "Conflict");
+  Resp del = request("DELETE", path("services", "hello"), R"({"propagationPolicy":"Orphan"})");
+  ASSERT_EQ(del.code, 200) << del.body;
+  Resp route = request("GET", path("routes", "hello"));
+  ASSERT_EQ(route.code, 200);
+  EXPECT_FALSE(route.j["metadata"].contains("ownerReferences"));
+}
+
+TEST_F(ApiServerTest, DeleteCollectionBySelector) {
+  for (const char* n : {"a", "b"}) ASSERT_EQ(create(helloService(n)).code, 201);
+  json c = helloService("c");
+  c["metadata"]["labels"] = {{"keep", "me"}};
+  ASSERT_EQ(create(c).code, 201);
+  Resp r = request("DELETE", path("services") + "?labelSelector=app%3Dhello");
+  ASSERT_EQ(r.code, 200) << r.body;
+  EXPECT_EQ(r.j["items"].size(), 2u);
+  EXPECT_EQ(request("GET", path("services")).j["items"].size(), 1u);
+}
+
+// ---------------------------------------------------------------- watch
+
+std::string watchRequest(const std::string& target, const std::string& accept = "application/json") {
+  return "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: " + accept + "\r\n\r\n";
+}
+
+TEST_F(ApiServerTest, WatchReplaysFromResourceVersionThenStreamsLive) {
+  Resp a = create(helloService("a"));
+  ASSERT_EQ(a.code, 201);
+  std::string rv_after_a = rvOf(a.j);
+  ASSERT_EQ(create(helloService("b")).code, 201);
+  ASSERT_EQ(request("PATCH", path("services", "a"), R"({"metadata":{"labels":{"x":"1"}}})",
+                    "application/merge-patch+json").code, 200);
+  RawConn conn(server_->tcpPort());
+  ASSERT_TRUE(conn.send(watchRequest(path("services") + "?watch=true&resourceVersion=" + rv_after_a)));
+  auto evs = conn.readEvents(2);
+  ASSERT_EQ(evs.size(), 2u) << conn.data();
+  EXPECT_NE(conn.data().find("Transfer-Encoding: chunked"), std::string::npos);
+  EXPECT_EQ(evs[0]["type"], "ADDED");
+  EXPECT_EQ(evs[0]["object"]["metadata"]["name"], "b");
+  EXPECT_EQ(evs[0]["object"]["kind"], "Service");
+  EXPECT_EQ(evs[0]["object"]["apiVersion"], "serving.knative.dev/v1");
+  EXPECT_EQ(evs[1]["type"], "MODIFIED");
+  EXPECT_EQ(evs[1]["object"]["metadata"]["name"], "a");
+
+  // Live events after the replay.
+  ASSERT_EQ(create(helloService("c")).code, 201);
+  ASSERT_EQ(request("DELETE", path("services", "b")).code, 200);
+  evs = conn.readEvents(4);
+  ASSERT_EQ(evs.size(), 4u) << conn.data();
+  EXPECT_EQ(evs[2]["type"], "ADDED");
+  EXPECT_EQ(evs[2]["object"]["metadata"]["name"], "c");
+  EXPECT_EQ(evs[3]["type"], "DELETED");
+  EXPECT_EQ(evs[3]["object"]["metadata"]["name"], "b");
+  EXPECT_EQ(evs[3]["object"]["kind"], "Service");
+}
+
+TEST_F(ApiServerTest, WatchWithoutResourceVersionStartsWithCurrentStateAndFilters) {
+  json x = helloService("x");
+  x["metadata"]["labels"] = {{"pick", "yes"}};
+  ASSERT_EQ(create(x).code, 201);
+  ASSERT_EQ(create(helloService("y")).code, 201);
+  RawConn conn(server_->tcpPort());
+  ASSERT_TRUE(conn.send(watchRequest(path("services") + "?watch=1&labelSelector=pick%3Dyes")));
+  auto evs = conn.readEvents(1);
+  ASSERT_EQ(evs.size(), 1u) << conn.data();
+  EXPECT_EQ(evs[0]["type"], "ADDED");
+  EXPECT_EQ(evs[0]["object"]["metadata"]["name"], "x");
+  ASSERT_EQ(request("PATCH", path("services", "y"), R"({"metadata":{"labels":{"other":"1"}}})",
+                    "application/merge-patch+json").code, 200);
+  ASSERT_EQ(request("PATCH", path("services", "x"), R"({"metadata":{"labels":{"other":"1"}}})",
+                    "application/merge-patch+json").code, 200);
+  evs = conn.readEvents(2);
+  ASSERT_EQ(evs.size(), 2u) << conn.data();
+  EXPECT_EQ(evs[1]["type"], "MODIFIED");
+  EXPECT_EQ(evs[1]["object"]["metadata"]["name"], "x");
+
+  // A watch restricted by field selector (kubectl wait) in another namespace sees nothing of default.
+  RawConn other(server_->tcpPort());
+  ASSERT_TRUE(other.send(watchRequest("/apis/serving.knative.dev/v1/namespaces/other/services?watch=true&timeoutSeconds=1")));
+  std::string all = other.readAll();
+  EXPECT_TRUE(other.closed()) << "timeoutSeconds ends the stream";
+  EXPECT_TRUE(other.events().empty()) << all;
+  EXPECT_NE(all.find("0\r\n\r\n"), std::string::npos) << all;
+}
+
+TEST_F(ApiServerTest, WatchTooOldResourceVersionIs410) {
+  startServer(ApiServerOptions{}, /*history=*/3);
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(create(helloService("s" + std::to_string(i))).code, 201);
+  Resp r = request("GET", path("services") + "?watch=true&resourceVersion=1");
+  expectStatus(r, 410, "Expired");
+  EXPECT_EQ(r.j["message"].get<std::string>().rfind("too old resource version: 1 (", 0), 0u) << r.body;
+  // The server keeps serving.
+  EXPECT_EQ(request("GET", path("services")).j["items"].size(), 6u);
+}
+
+TEST_F(ApiServerTest, WatchAsTableSendsOneRowTables) {
+  ASSERT_EQ(create(helloService("a")).code, 201);
+  RawConn conn(server_->tcpPort());
+  std::string rv = std::to_string(store_->currentResourceVersion());
+  ASSERT_TRUE(conn.send(watchRequest(path("services") + "?resourceVersion=" + rv + "&watch=true",
+                                     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")));
+  ASSERT_EQ(request("PATCH", path("services", "a"), R"({"metadata":{"labels":{"x":"1"}}})",
+                    "application/merge-patch+json").code, 200);
+  auto evs = conn.readEvents(1);
+  ASSERT_EQ(evs.size(), 1u) << conn.data();
+  EXPECT_EQ(evs[0]["type"], "MODIFIED");
+  EXPECT_EQ(evs[0]["object"]["kind"], "Table");
+  ASSERT_EQ(evs[0]["object"]["rows"].size(), 1u);
+  EXPECT_EQ(evs[0]["object"]["rows"][0]["cells"][0], "a");
+}
+
+TEST_F(ApiServerTest, SlowWatcherIsClosedWhenItsBufferOverflows) {
+  ApiServerOptions opts;
+  opts.watch_buffer_events = 2;
+  startServer(opts);
+  RawConn conn(server_->tcpPort());
+  // Not reading from the watch; the server must not block writers or grow without bound.
+  ASSERT_TRUE(conn.send(watchRequest(path("services") + "?watch=true")));
+  for (int i = 0; i < 200; ++i) {
+    json o = helloService("s" + std::to_string(i));
+    o["metadata"]["annotations"] = {{"pad", std::string(20000, 'x')}};
+    ASSERT_EQ(create(o).code, 201);
+  }
+  conn.readAll();
+  EXPECT_TRUE(conn.closed());
+  EXPECT_LT(conn.events().size(), 200u);
+  EXPECT_EQ(request("GET", "/version").code, 200);
+}
+
+// ---------------------------------------------------------------- robustness
+
+TEST_F(ApiServerTest, BodyLimitIs413AndStateUnchanged) {
+  ApiServerOptions opts;
+  opts.max_body_bytes = 4096;
+  startServer(opts);
+  json big = helloService("big");
+  big["metadata"]["annotations"] = {{"pad", std::string(10000, 'x')}};
+  Resp r = request("POST", path("services"), big.dump());
+  expectStatus(r, 413, "RequestEntityTooLarge");
+  EXPECT_EQ(request("GET", path("services", "big")).code, 404);
+  EXPECT_EQ(store_->currentResourceVersion(), 0);
+  EXPECT_EQ(create(helloService("small")).code, 201);
+}
+
+TEST_F(ApiServerTest, MalformedHttpClosesConnectionAndServerKeepsServing) {
+  {
+    RawConn conn(server_->tcpPort());
+    ASSERT_TRUE(conn.send("THIS IS NOT HTTP\r\n\r\n"));
+    std::string got = conn.readAll();
+    EXPECT_TRUE(conn.closed());
+    EXPECT_NE(got.find("400"), std::string::npos) << got;
+  }
+  {
+    RawConn conn(server_->tcpPort());
+    ASSERT_TRUE(conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\n"
+                          "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"));
+    conn.readAll();
+    EXPECT_TRUE(conn.closed());
+  }
+  {
+    RawConn conn(server_->tcpPort());
+    ASSERT_TRUE(conn.send("GET /version HTTP/1.1\r\nX-Big: " + std::string(100000, 'a') + "\r\n\r\n"));
+    std::string got = conn.readAll();
+    EXPECT_TRUE(conn.closed());
+    EXPECT_NE(got.find("431"), std::string::npos) << got.substr(0, 200);
+  }
+  {
+    // A truncated request followed by close.
+    RawConn conn(server_->tcpPort());
+    ASSERT_TRUE(conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\n"
+                          "Content-Length: 1000\r\n\r\n{\"apiVersion\""));
+  }
+  EXPECT_EQ(store_->currentResourceVersion(), 0);
+  EXPECT_EQ(request("GET", "/version").code, 200);
+  EXPECT_EQ(create(helloService()).code, 201);
+}
+
+TEST_F(ApiServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  RawConn conn(server_->tcpPort());
+  ASSERT_TRUE(conn.send("GET /version HTTP/1.1\r\nHost: x\r\n\r\nGET /apis HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  std::string got = conn.readAll();
+  EXPECT_NE(got.find("\"minor\":\"30\""), std::string::npos);
+  EXPECT_NE(got.find("APIGroupList"), std::string::npos);
+}
+
+TEST_F(ApiServerTest, UnixSocketIsOwnerOnlyAndServes) {
+  std::string sock = ::testing::TempDir() + "knap-api-test-" + std::to_string(::getpid()) + ".sock";
+  ApiServerOptions opts;
+  opts.tcp_listen = "";
+  opts.unix_socket_path = sock;
+  startServer(opts);
+  struct stat st {};
+  ASSERT_EQ(::stat(sock.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string req = "GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_NE(got.find("\"minor\":\"30\""), std::string::npos) << got;
+  server_->stop();
+  EXPECT_NE(::stat(sock.c_str(), &st), 0) << "socket file removed on stop";
+}
+
+TEST_F(ApiServerTest, EffectiveAutoscalingView) {
+  storeCreate("Revision", "hello-00001",
+              {{"metadata", {{"annotations", {{"autoscaling.knative.dev/min-scale", "2"}}}}},
+               {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  Resp r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/autoscaling");
+  ASSERT_EQ(r.code, 200) << r.body;
+  std::map<std::string, json> byKey;
+  for (const json& i : r.j["items"]) byKey[i["key"]] = i;
+  ASSERT_TRUE(byKey.count("min-scale")) << r.body;
+  EXPECT_EQ(byKey["min-scale"]["value"], "2");
+  EXPECT_EQ(byKey["min-scale"]["source"], "annotation");
+  ASSERT_TRUE(byKey.count("window"));
+  EXPECT_NE(byKey["window"]["source"], "annotation");
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/nope/autoscaling"), 404, "NotFound");
+}
+
+TEST_F(ApiServerTest, WriteKubeconfig) {
+  std::string path = ::testing::TempDir() + "knap-kubeconfig-" + std::to_string(::getpid());
+  ASSERT_TRUE(writeKubeconfig(path, server_->url()).isOk());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("server: " + server_->url()), std::string::npos);
+  EXPECT_NE(text.str().find("current-context: knap"), std::string::npos);
+  EXPECT_NE(text.str().find("namespace: default"), std::string::npos);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ::unlink(path.c_str());
+}
+
+}  // namespace
+}  // namespace knap::api
