@@ -109,3 +109,70 @@ std::string generateNameSuffix(std::string prefix, std::mt19937& rng) {
 }
 
 }  // namespace knap::api
+
+namespace knap::api {
+
+bool isValidImageReference(std::string_view ref, std::string* why) {
+  auto fail = [&](std::string msg) {
+    if (why) *why = std::move(msg);
+    return false;
+  };
+  if (ref.empty()) return fail("empty image reference");
+  std::string_view rest = ref;
+  if (size_t at = rest.find('@'); at != std::string_view::npos) {
+    std::string_view digest = rest.substr(at + 1);
+    rest = rest.substr(0, at);
+    size_t colon = digest.find(':');
+    if (colon == std::string_view::npos || colon == 0) return fail("invalid digest \"" + std::string(digest) + "\"");
+    std::string_view algo = digest.substr(0, colon), hex = digest.substr(colon + 1);
+    if (algo == "sha256" && hex.size() != 64) return fail("sha256 digest must have 64 hex characters");
+    if (hex.size() < 32) return fail("digest too short");
+    for (char c : hex) {
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return fail("digest must be lower-case hex");
+    }
+  }
+  size_t last_slash = rest.rfind('/');
+  size_t colon = rest.rfind(':');
+  if (colon != std::string_view::npos && (last_slash == std::string_view::npos || colon > last_slash)) {
+    std::string_view tag = rest.substr(colon + 1);
+    rest = rest.substr(0, colon);
+    if (tag.empty() || tag.size() > 128) return fail("tag must be 1-128 characters");
+    auto word = [](char c) { return isAlnum(c) || c == '_'; };
+    if (!word(tag[0])) return fail("tag must start with a letter, digit or '_'");
+    for (char c : tag) {
+      if (!word(c) && c != '.' && c != '-') return fail("invalid character '" + std::string(1, c) + "' in tag");
+    }
+  }
+  if (rest.empty()) return fail("missing repository");
+  // Split off the registry: the first component when it has '.' or ':' or is "localhost".
+  size_t first_slash = rest.find('/');
+  if (first_slash != std::string_view::npos) {
+    std::string_view first = rest.substr(0, first_slash);
+    if (first.find('.') != std::string_view::npos || first.find(':') != std::string_view::npos || first == "localhost") {
+      for (char c : first) {
+        if (!isAlnum(c) && c != '.' && c != '-' && c != ':') return fail("invalid registry \"" + std::string(first) + "\"");
+      }
+      rest = rest.substr(first_slash + 1);
+    }
+  }
+  if (rest.empty() || rest.size() > 255) return fail("repository must be 1-255 characters");
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t slash = rest.find('/', start);
+    std::string_view comp = rest.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (comp.empty()) return fail("empty path component in repository");
+    if (!isLowerAlnum(comp.front()) || !isLowerAlnum(comp.back())) {
+      return fail("repository component \"" + std::string(comp) + "\" must start and end with a lower-case letter or digit");
+    }
+    for (char c : comp) {
+      if (!isLowerAlnum(c) && c != '.' && c != '_' && c != '-') {
+        return fail("repository can only contain the characters `abcdefghijklmnopqrstuvwxyz0123456789_-./`: " + std::string(rest));
+      }
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return true;
+}
+
+}  // namespace knap::api

@@ -42,3 +42,13 @@ bool isDns1035Prefix(std::string_view s);
 std::string generateNameSuffix(std::string prefix, std::mt19937& rng);
 
 }  // namespace knap::api
+
+namespace knap::api {
+
+// Whether `ref` parses as a container image reference
+// ([registry[:port]/]repo/path[:tag][@sha256:<64 hex>]), as go-containerregistry's
+// name.ParseReference(WeakValidation) accepts it. On failure `why` (if given)
+// says what is wrong.
+bool isValidImageReference(std::string_view ref, std::string* why = nullptr);
+
+}  // namespace knap::api

@@ -96,3 +96,27 @@ TEST(NamingTest, GenerateNameSuffix) {
 
 }  // namespace
 }  // namespace knap::api
+
+namespace knap::api {
+namespace {
+
+TEST(ImageReferenceTest, AcceptsCommonReferences) {
+  for (const char* ref : {"ghcr.io/knative/helloworld-go", "ghcr.io/knative/helloworld-go:latest", "busybox", "nginx:1.25",
+                          "localhost:5000/app:v1", "docker.io/library/nginx@sha256:"
+                          "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                          "kind.local/app:dev_1.2", "registry.example.com:443/a/b/c:tag"}) {
+    std::string why;
+    EXPECT_TRUE(isValidImageReference(ref, &why)) << ref << ": " << why;
+  }
+}
+
+TEST(ImageReferenceTest, RefusesBadReferences) {
+  for (const char* ref : {"", "UPPER/case", "app:", "app@sha256:abc", "a//b", ":tag", "app:-bad", "app/", "a b"}) {
+    std::string why;
+    EXPECT_FALSE(isValidImageReference(ref, &why)) << ref;
+    EXPECT_FALSE(why.empty()) << ref;
+  }
+}
+
+}  // namespace
+}  // namespace knap::api
