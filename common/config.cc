@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -44,7 +44,9 @@ class Errors {
   std::vector<FieldError> errors_;
 };
 
-std::string quoted(const std::string& v) { return "\"" + v + "\""; }
+std::string quoted(const std::string& v) {
+  return "\"" + v + "\"";
+}
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -144,7 +146,8 @@ bool isQuantity(const std::string& v) {
   }
   if (digits == 0) return false;
   std::string suffix = v.substr(i);
-  static const char* const kSuffixes[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E"};
+  static const char* const kSuffixes[] = {"",  "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n",
+                                          "u", "m",  "k",  "M",  "G",  "T",  "P",  "E"};
   for (const char* s : kSuffixes) {
     if (suffix == s) return true;
   }
@@ -163,7 +166,8 @@ bool isQuantity(const std::string& v) {
 bool isDnsLabel(const std::string& s) {
   if (s.empty() || s.size() > 63) return false;
   for (char c : s) {
-    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-')) {
+    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+          c == '-')) {
       return false;
     }
   }
@@ -175,7 +179,8 @@ bool isDnsName(const std::string& s) {
   size_t start = 0;
   for (;;) {
     size_t dot = s.find('.', start);
-    if (!isDnsLabel(s.substr(start, dot == std::string::npos ? std::string::npos : dot - start))) return false;
+    if (!isDnsLabel(s.substr(start, dot == std::string::npos ? std::string::npos : dot - start)))
+      return false;
     if (dot == std::string::npos) return true;
     start = dot + 1;
   }
@@ -200,7 +205,8 @@ std::string renderTemplate(const std::string& tmpl, const std::map<std::string, 
     out->append(tmpl, i, open - i);
     size_t close = tmpl.find("}}", open + 2);
     if (close == std::string::npos) return "unclosed action \"{{\"";
-    // Trim markers ({{- x -}}) and escapes are not supported by the renderer in controller/route_urls.cc either.
+    // Trim markers ({{- x -}}) and escapes are not supported by the renderer in controller/route_urls.cc
+    // either.
     std::string action = trim(tmpl.substr(open + 2, close - open - 2));
     std::istringstream words(action);
     std::vector<std::string> w;
@@ -236,7 +242,8 @@ std::string checkDomainTemplate(const std::string& v) {
   if (!err.empty()) return err;
   if (!contains(used, "Name")) return "must contain {{.Name}}, got " + quoted(v);
   if (out.find('/') != std::string::npos) return "must render a host name without a path, got " + quoted(v);
-  if (!isDnsName(out)) return "renders an invalid host name " + quoted(out) + " for name foo, namespace bar, domain baz.com";
+  if (!isDnsName(out))
+    return "renders an invalid host name " + quoted(out) + " for name foo, namespace bar, domain baz.com";
   return "";
 }
 
@@ -245,7 +252,8 @@ std::string checkTagTemplate(const std::string& v) {
   std::vector<std::string> used;
   std::string err = renderTemplate(v, {{"Name", "foo"}, {"Tag", "v2"}}, {}, &out, &used);
   if (!err.empty()) return err;
-  if (!contains(used, "Name") || !contains(used, "Tag")) return "must contain {{.Tag}} and {{.Name}}, got " + quoted(v);
+  if (!contains(used, "Name") || !contains(used, "Tag"))
+    return "must contain {{.Tag}} and {{.Name}}, got " + quoted(v);
   if (!isDnsLabel(out)) return "renders an invalid host label " + quoted(out) + " for tag v2, name foo";
   return "";
 }
@@ -255,7 +263,8 @@ std::string checkContainerNameTemplate(const std::string& v) {
   std::vector<std::string> used;
   std::string err = renderTemplate(v, {{"Name", "foo"}}, {}, &out, &used);
   if (!err.empty()) return err;
-  if (!isDnsLabel(out)) return "renders an invalid container name " + quoted(out) + " (must be a DNS-1123 label)";
+  if (!isDnsLabel(out))
+    return "renders an invalid container name " + quoted(out) + " (must be a DNS-1123 label)";
   return "";
 }
 
@@ -340,35 +349,43 @@ SectionSpec autoscalerSpec(AutoscalerConfig& c) {
         if (f <= 0 || f > 1) return "must be in (0, 100], got " + quoted(v);
         return "";
       });
-  s.keys["container-concurrency-target-default"] = num(&c.container_concurrency_target_default,
-      [](const std::string& v, double d) { return between(v, d, 0.01, 1e18, "[0.01, inf)"); });
-  s.keys["requests-per-second-target-default"] = num(&c.requests_per_second_target_default,
-      [](const std::string& v, double d) { return between(v, d, 0.01, 1e18, "[0.01, inf)"); });
-  s.keys["target-burst-capacity"] = num(&c.target_burst_capacity, [](const std::string& v, double d) -> std::string {
-    if (d < 0 && d != -1) return "must be >= 0 or -1 (unlimited), got " + quoted(v);
-    return "";
-  });
+  s.keys["container-concurrency-target-default"] =
+      num(&c.container_concurrency_target_default,
+          [](const std::string& v, double d) { return between(v, d, 0.01, 1e18, "[0.01, inf)"); });
+  s.keys["requests-per-second-target-default"] =
+      num(&c.requests_per_second_target_default,
+          [](const std::string& v, double d) { return between(v, d, 0.01, 1e18, "[0.01, inf)"); });
+  s.keys["target-burst-capacity"] =
+      num(&c.target_burst_capacity, [](const std::string& v, double d) -> std::string {
+        if (d < 0 && d != -1) return "must be >= 0 or -1 (unlimited), got " + quoted(v);
+        return "";
+      });
   s.keys["stable-window"] = dur(&c.stable_window, [](const std::string& v, Seconds d) -> std::string {
     if (d < Seconds(6) || d > Seconds(3600)) return "must be between 6s and 1h, got " + quoted(v);
     return "";
   });
-  s.keys["panic-window-percentage"] = num(&c.panic_window_percentage,
-      [](const std::string& v, double d) { return between(v, d, 1, 100, "[1, 100]"); });
-  s.keys["panic-threshold-percentage"] = num(&c.panic_threshold_percentage,
-      [](const std::string& v, double d) { return between(v, d, 110, 1000, "[110, 1000]"); });
+  s.keys["panic-window-percentage"] = num(&c.panic_window_percentage, [](const std::string& v, double d) {
+    return between(v, d, 1, 100, "[1, 100]");
+  });
+  s.keys["panic-threshold-percentage"] =
+      num(&c.panic_threshold_percentage,
+          [](const std::string& v, double d) { return between(v, d, 110, 1000, "[110, 1000]"); });
   s.keys["max-scale-up-rate"] = num(&c.max_scale_up_rate, [](const std::string& v, double d) -> std::string {
     return d > 1 ? "" : "must be greater than 1, got " + quoted(v);
   });
-  s.keys["max-scale-down-rate"] = num(&c.max_scale_down_rate, [](const std::string& v, double d) -> std::string {
-    return d > 1 ? "" : "must be greater than 1, got " + quoted(v);
-  });
-  s.keys["enable-scale-to-zero"] = [&c](const std::string& v) { return parseBool(v, &c.enable_scale_to_zero); };
-  s.keys["scale-to-zero-grace-period"] = dur(&c.scale_to_zero_grace_period,
-      [](const std::string& v, Seconds d) -> std::string {
+  s.keys["max-scale-down-rate"] =
+      num(&c.max_scale_down_rate, [](const std::string& v, double d) -> std::string {
+        return d > 1 ? "" : "must be greater than 1, got " + quoted(v);
+      });
+  s.keys["enable-scale-to-zero"] = [&c](const std::string& v) {
+    return parseBool(v, &c.enable_scale_to_zero);
+  };
+  s.keys["scale-to-zero-grace-period"] =
+      dur(&c.scale_to_zero_grace_period, [](const std::string& v, Seconds d) -> std::string {
         return d > Seconds(0) ? "" : "must be greater than 0s, got " + quoted(v);
       });
-  s.keys["scale-to-zero-pod-retention-period"] = dur(&c.scale_to_zero_pod_retention_period,
-      [](const std::string& v, Seconds d) -> std::string {
+  s.keys["scale-to-zero-pod-retention-period"] =
+      dur(&c.scale_to_zero_pod_retention_period, [](const std::string& v, Seconds d) -> std::string {
         return d >= Seconds(0) ? "" : "must be >= 0s, got " + quoted(v);
       });
   s.keys["pod-autoscaler-class"] = [&c](const std::string& v) -> std::string {
@@ -381,10 +398,13 @@ SectionSpec autoscalerSpec(AutoscalerConfig& c) {
     c.pod_autoscaler_class = v;
     return "";
   };
-  s.keys["activator-capacity"] = num(&c.activator_capacity,
-      [](const std::string& v, double d) { return between(v, d, 1, 1e18, "[1, inf)"); });
+  s.keys["activator-capacity"] = num(&c.activator_capacity, [](const std::string& v, double d) {
+    return between(v, d, 1, 1e18, "[1, inf)");
+  });
   s.keys["initial-scale"] = nonNegInt(&c.initial_scale);
-  s.keys["allow-zero-initial-scale"] = [&c](const std::string& v) { return parseBool(v, &c.allow_zero_initial_scale); };
+  s.keys["allow-zero-initial-scale"] = [&c](const std::string& v) {
+    return parseBool(v, &c.allow_zero_initial_scale);
+  };
   s.keys["min-scale"] = nonNegInt(&c.min_scale);
   s.keys["max-scale"] = nonNegInt(&c.max_scale);
   s.keys["max-scale-limit"] = nonNegInt(&c.max_scale_limit);
@@ -398,17 +418,20 @@ void checkAutoscaler(const AutoscalerConfig& c, Errors& e) {
   double target = c.targetUtilizationFraction() * c.container_concurrency_target_default;
   if (target < 0.01) {
     e.add("autoscaler.container-concurrency-target-default",
-          "container-concurrency-target-percentage x container-concurrency-target-default must be at least 0.01, "
-          "got " + std::to_string(target));
+          "container-concurrency-target-percentage x container-concurrency-target-default must be at least "
+          "0.01, "
+          "got " +
+              std::to_string(target));
   }
   double panic_window_s = c.panic_window_percentage / 100 * static_cast<double>(c.stable_window.count());
   if (panic_window_s < 1) {
-    e.add("autoscaler.panic-window-percentage",
-          "the panic window (" + std::to_string(panic_window_s) + "s of a " + shortSeconds(c.stable_window) +
-              " stable window) must be at least 1s");
+    e.add("autoscaler.panic-window-percentage", "the panic window (" + std::to_string(panic_window_s) +
+                                                    "s of a " + shortSeconds(c.stable_window) +
+                                                    " stable window) must be at least 1s");
   }
   if (c.initial_scale == 0 && !c.allow_zero_initial_scale) {
-    e.add("autoscaler.initial-scale", "must be at least 1 unless allow-zero-initial-scale is true, got \"0\"");
+    e.add("autoscaler.initial-scale",
+          "must be at least 1 unless allow-zero-initial-scale is true, got \"0\"");
   }
   if (c.max_scale > 0 && c.min_scale > c.max_scale) {
     e.add("autoscaler.min-scale", "must be <= max-scale (" + std::to_string(c.max_scale) + "), got " +
@@ -416,7 +439,8 @@ void checkAutoscaler(const AutoscalerConfig& c, Errors& e) {
   }
   if (c.max_scale_limit > 0 && (c.max_scale < 1 || c.max_scale > c.max_scale_limit)) {
     e.add("autoscaler.max-scale", "must be in [1, max-scale-limit (" + std::to_string(c.max_scale_limit) +
-                                      ")] when max-scale-limit is set, got " + quoted(std::to_string(c.max_scale)));
+                                      ")] when max-scale-limit is set, got " +
+                                      quoted(std::to_string(c.max_scale)));
   }
 }
 
@@ -446,7 +470,9 @@ SectionSpec defaultsSpec(DefaultsConfig& c) {
   s.keys["allow-container-concurrency-zero"] = [&c](const std::string& v) {
     return parseBool(v, &c.allow_container_concurrency_zero);
   };
-  s.keys["enable-service-links"] = [&c](const std::string& v) { return parseBool(v, &c.enable_service_links); };
+  s.keys["enable-service-links"] = [&c](const std::string& v) {
+    return parseBool(v, &c.enable_service_links);
+  };
   s.keys["container-name-template"] = [&c](const std::string& v) {
     std::string err = checkContainerNameTemplate(v);
     if (err.empty()) c.container_name_template = v;
@@ -465,7 +491,8 @@ SectionSpec defaultsSpec(DefaultsConfig& c) {
           c.resource_defaults.erase(key);
           return "";
         }
-        if (!isQuantity(v)) return "must be a Kubernetes quantity such as 100m, 128Mi or 1G, got " + quoted(v);
+        if (!isQuantity(v))
+          return "must be a Kubernetes quantity such as 100m, 128Mi or 1G, got " + quoted(v);
         c.resource_defaults[key] = v;
         return "";
       };
@@ -476,9 +503,9 @@ SectionSpec defaultsSpec(DefaultsConfig& c) {
 
 void checkDefaults(const DefaultsConfig& c, Errors& e) {
   if (c.revision_timeout_seconds > c.max_revision_timeout_seconds) {
-    e.add("defaults.revision-timeout-seconds", "must be <= max-revision-timeout-seconds (" +
-                                                   std::to_string(c.max_revision_timeout_seconds) + "), got " +
-                                                   quoted(std::to_string(c.revision_timeout_seconds)));
+    e.add("defaults.revision-timeout-seconds",
+          "must be <= max-revision-timeout-seconds (" + std::to_string(c.max_revision_timeout_seconds) +
+              "), got " + quoted(std::to_string(c.revision_timeout_seconds)));
   }
   if (c.revision_response_start_timeout_seconds &&
       *c.revision_response_start_timeout_seconds > c.revision_timeout_seconds) {
@@ -487,9 +514,9 @@ void checkDefaults(const DefaultsConfig& c, Errors& e) {
               quoted(std::to_string(*c.revision_response_start_timeout_seconds)));
   }
   if (c.revision_idle_timeout_seconds > c.revision_timeout_seconds) {
-    e.add("defaults.revision-idle-timeout-seconds", "must be <= revision-timeout-seconds (" +
-                                                        std::to_string(c.revision_timeout_seconds) + "), got " +
-                                                        quoted(std::to_string(c.revision_idle_timeout_seconds)));
+    e.add("defaults.revision-idle-timeout-seconds",
+          "must be <= revision-timeout-seconds (" + std::to_string(c.revision_timeout_seconds) + "), got " +
+              quoted(std::to_string(c.revision_idle_timeout_seconds)));
   }
   int64_t min_cc = c.allow_container_concurrency_zero ? 0 : 1;
   if (c.container_concurrency < min_cc || c.container_concurrency > c.container_concurrency_max_limit) {
@@ -534,7 +561,8 @@ SectionSpec networkSpec(NetworkConfig& c) {
   s.keys["ingress-class"] = ingressClass;
   s.keys["ingress.class"] = ingressClass;  // legacy spelling
   // Accepted Knative keys knap does not act on: kept in `other`, checked for their type.
-  auto other = [&c](const std::string& key, std::function<std::string(const std::string&, std::string*)> check) {
+  auto other = [&c](const std::string& key,
+                    std::function<std::string(const std::string&, std::string*)> check) {
     return [&c, key, check](const std::string& v) {
       std::string canonical = v;
       std::string err = check ? check(v, &canonical) : "";
@@ -558,12 +586,14 @@ SectionSpec networkSpec(NetworkConfig& c) {
   s.keys["auto-tls"] = other("external-domain-tls", enabledDisabled);  // former name
   s.keys["cluster-local-domain-tls"] = other("cluster-local-domain-tls", enabledDisabled);
   s.keys["system-internal-tls"] = other("system-internal-tls", enabledDisabled);
-  s.keys["internal-encryption"] = other("internal-encryption", boolean);  // former name of system-internal-tls
+  s.keys["internal-encryption"] =
+      other("internal-encryption", boolean);  // former name of system-internal-tls
   s.keys["autocreate-cluster-domain-claims"] = other("autocreate-cluster-domain-claims", boolean);
   s.keys["enable-mesh-pod-addressability"] = other("enable-mesh-pod-addressability", boolean);
-  s.keys["mesh-compatibility-mode"] = other("mesh-compatibility-mode", [](const std::string& v, std::string* out) {
-    return parseEnum(v, {"enabled", "disabled", "auto"}, out);
-  });
+  s.keys["mesh-compatibility-mode"] =
+      other("mesh-compatibility-mode", [](const std::string& v, std::string* out) {
+        return parseEnum(v, {"enabled", "disabled", "auto"}, out);
+      });
   return s;
 }
 
@@ -647,10 +677,17 @@ SectionSpec deploymentSpec(DeploymentConfig& c) {
     c.queue_sidecar_image = v;
     return std::string();
   };
-  s.ignored = {"queue-sidecar-cpu-request", "queue-sidecar-cpu-limit", "queue-sidecar-memory-request",
-               "queue-sidecar-memory-limit", "queue-sidecar-ephemeral-storage-request",
-               "queue-sidecar-ephemeral-storage-limit", "queue-sidecar-token-audiences", "queue-sidecar-rootca",
-               "concurrency-state-endpoint", "concurrency-state-token-path", "runtime-class-name",
+  s.ignored = {"queue-sidecar-cpu-request",
+               "queue-sidecar-cpu-limit",
+               "queue-sidecar-memory-request",
+               "queue-sidecar-memory-limit",
+               "queue-sidecar-ephemeral-storage-request",
+               "queue-sidecar-ephemeral-storage-limit",
+               "queue-sidecar-token-audiences",
+               "queue-sidecar-rootca",
+               "concurrency-state-endpoint",
+               "concurrency-state-token-path",
+               "runtime-class-name",
                "pod-is-always-schedulable"};
   return s;
 }
@@ -666,7 +703,8 @@ SectionSpec knapSpec(KnapConfig& c) {
   };
   s.keys["data-dir"] = str(&c.data_dir, [](const std::string& v) { return checkAbsolutePath(v, false); });
   s.keys["api-socket"] = str(&c.api_socket, [](const std::string& v) { return checkAbsolutePath(v, true); });
-  s.keys["kubeconfig-path"] = str(&c.kubeconfig_path, [](const std::string& v) { return checkAbsolutePath(v, true); });
+  s.keys["kubeconfig-path"] =
+      str(&c.kubeconfig_path, [](const std::string& v) { return checkAbsolutePath(v, true); });
   s.keys["containerd-socket"] =
       str(&c.containerd_socket, [](const std::string& v) { return checkAbsolutePath(v, false); });
   s.keys["api-listen"] = str(&c.api_listen, checkListen);
@@ -685,7 +723,8 @@ SectionSpec knapSpec(KnapConfig& c) {
   });
   s.keys["pod-subnet"] = str(&c.pod_subnet, checkCidr4);
   s.keys["bridge-name"] = str(&c.bridge_name, [](const std::string& v) -> std::string {
-    if (v.empty() || v.size() > 15) return "must be 1..15 characters (a Linux interface name), got " + quoted(v);
+    if (v.empty() || v.size() > 15)
+      return "must be 1..15 characters (a Linux interface name), got " + quoted(v);
     for (char ch : v) {
       if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') {
         return "may contain only letters, digits, '_' and '-', got " + quoted(v);
@@ -846,21 +885,31 @@ StatusOr<Config> parseConfig(const std::string& yaml_text) {
   }
   Config c = defaultConfig();
   if (root.IsNull()) return c;
-  if (!root.IsMap()) return invalidArgument("config must be a mapping of sections (autoscaler, defaults, ...)");
+  if (!root.IsMap())
+    return invalidArgument("config must be a mapping of sections (autoscaler, defaults, ...)");
 
   Errors e;
   try {
     for (const auto& kv : root) {
       std::string section = kv.first.as<std::string>();
       const YAML::Node& node = kv.second;
-      if (section == "autoscaler") applySection(section, node, autoscalerSpec(c.autoscaler), e);
-      else if (section == "defaults") applySection(section, node, defaultsSpec(c.defaults), e);
-      else if (section == "network") applySection(section, node, networkSpec(c.network), e);
-      else if (section == "domain") applyDomain(node, c.domain, e);
-      else if (section == "gc") applySection(section, node, gcSpec(c.gc), e);
-      else if (section == "deployment") applySection(section, node, deploymentSpec(c.deployment), e);
-      else if (section == "knap") applySection(section, node, knapSpec(c.knap), e);
-      else e.add(section, "unknown section (known: autoscaler, defaults, network, domain, gc, deployment, knap)");
+      if (section == "autoscaler")
+        applySection(section, node, autoscalerSpec(c.autoscaler), e);
+      else if (section == "defaults")
+        applySection(section, node, defaultsSpec(c.defaults), e);
+      else if (section == "network")
+        applySection(section, node, networkSpec(c.network), e);
+      else if (section == "domain")
+        applyDomain(node, c.domain, e);
+      else if (section == "gc")
+        applySection(section, node, gcSpec(c.gc), e);
+      else if (section == "deployment")
+        applySection(section, node, deploymentSpec(c.deployment), e);
+      else if (section == "knap")
+        applySection(section, node, knapSpec(c.knap), e);
+      else
+        e.add(section,
+              "unknown section (known: autoscaler, defaults, network, domain, gc, deployment, knap)");
     }
   } catch (const YAML::Exception& ex) {
     return invalidArgument(std::string("invalid config: ") + ex.what());

@@ -50,7 +50,9 @@ struct GoodCase {
   std::function<void(const Config&)> check;
 };
 
-void PrintTo(const GoodCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const GoodCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class ParseConfigAccepts : public testing::TestWithParam<GoodCase> {};
 
@@ -66,9 +68,11 @@ INSTANTIATE_TEST_SUITE_P(
     Table, ParseConfigAccepts,
     testing::Values(
         // autoscaler
-        GoodCase{"CcTargetPercentageAsPercent", "autoscaler:\n  container-concurrency-target-percentage: \"80\"",
+        GoodCase{"CcTargetPercentageAsPercent",
+                 "autoscaler:\n  container-concurrency-target-percentage: \"80\"",
                  CHECK(c.autoscaler.targetUtilizationFraction() == 0.8)},
-        GoodCase{"CcTargetPercentageAsFraction", "autoscaler:\n  container-concurrency-target-percentage: 0.5",
+        GoodCase{"CcTargetPercentageAsFraction",
+                 "autoscaler:\n  container-concurrency-target-percentage: 0.5",
                  CHECK(c.autoscaler.targetUtilizationFraction() == 0.5)},
         GoodCase{"CcTargetPercentage100", "autoscaler:\n  container-concurrency-target-percentage: \"100\"",
                  CHECK(c.autoscaler.targetUtilizationFraction() == 1.0)},
@@ -78,17 +82,22 @@ INSTANTIATE_TEST_SUITE_P(
                  CHECK(c.autoscaler.requests_per_second_target_default == 0.01)},
         GoodCase{"TbcUnlimited", "autoscaler:\n  target-burst-capacity: \"-1\"",
                  CHECK(c.autoscaler.target_burst_capacity == -1)},
-        GoodCase{"TbcZero", "autoscaler:\n  target-burst-capacity: \"0\"", CHECK(c.autoscaler.target_burst_capacity == 0)},
-        GoodCase{"StableWindowMin", "autoscaler:\n  stable-window: \"6s\"\n  panic-window-percentage: \"20\"", CHECK(c.autoscaler.stable_window == Seconds(6))},
-        GoodCase{"StableWindowMax", "autoscaler:\n  stable-window: 1h", CHECK(c.autoscaler.stable_window == hours(1))},
+        GoodCase{"TbcZero", "autoscaler:\n  target-burst-capacity: \"0\"",
+                 CHECK(c.autoscaler.target_burst_capacity == 0)},
+        GoodCase{"StableWindowMin", "autoscaler:\n  stable-window: \"6s\"\n  panic-window-percentage: \"20\"",
+                 CHECK(c.autoscaler.stable_window == Seconds(6))},
+        GoodCase{"StableWindowMax", "autoscaler:\n  stable-window: 1h",
+                 CHECK(c.autoscaler.stable_window == hours(1))},
         GoodCase{"StableWindowMinutes", "autoscaler:\n  stable-window: 2m30s",
                  CHECK(c.autoscaler.stable_window == Seconds(150))},
         GoodCase{"PanicWindowPercentage", "autoscaler:\n  panic-window-percentage: \"20.0\"",
                  CHECK(c.autoscaler.panic_window_percentage == 20.0)},
         GoodCase{"PanicThreshold", "autoscaler:\n  panic-threshold-percentage: \"110\"",
                  CHECK(c.autoscaler.panic_threshold_percentage == 110)},
-        GoodCase{"MaxScaleUpRate", "autoscaler:\n  max-scale-up-rate: \"1.5\"", CHECK(c.autoscaler.max_scale_up_rate == 1.5)},
-        GoodCase{"MaxScaleDownRate", "autoscaler:\n  max-scale-down-rate: 4", CHECK(c.autoscaler.max_scale_down_rate == 4)},
+        GoodCase{"MaxScaleUpRate", "autoscaler:\n  max-scale-up-rate: \"1.5\"",
+                 CHECK(c.autoscaler.max_scale_up_rate == 1.5)},
+        GoodCase{"MaxScaleDownRate", "autoscaler:\n  max-scale-down-rate: 4",
+                 CHECK(c.autoscaler.max_scale_down_rate == 4)},
         GoodCase{"ScaleToZeroOff", "autoscaler:\n  enable-scale-to-zero: \"false\"",
                  CHECK(!c.autoscaler.enable_scale_to_zero)},
         GoodCase{"ScaleToZeroYamlBool", "autoscaler:\n  enable-scale-to-zero: False",
@@ -101,14 +110,17 @@ INSTANTIATE_TEST_SUITE_P(
                  CHECK(c.autoscaler.pod_autoscaler_class == "hpa.autoscaling.knative.dev")},
         GoodCase{"ClassCustom", "autoscaler:\n  pod-autoscaler-class: my.example.com",
                  CHECK(c.autoscaler.pod_autoscaler_class == "my.example.com")},
-        GoodCase{"ActivatorCapacity", "autoscaler:\n  activator-capacity: \"1\"", CHECK(c.autoscaler.activator_capacity == 1)},
+        GoodCase{"ActivatorCapacity", "autoscaler:\n  activator-capacity: \"1\"",
+                 CHECK(c.autoscaler.activator_capacity == 1)},
         GoodCase{"InitialScaleZeroAllowed",
                  "autoscaler:\n  initial-scale: \"0\"\n  allow-zero-initial-scale: \"true\"",
                  CHECK(c.autoscaler.initial_scale == 0 && c.autoscaler.allow_zero_initial_scale)},
-        GoodCase{"InitialScale", "autoscaler:\n  initial-scale: \"3\"", CHECK(c.autoscaler.initial_scale == 3)},
+        GoodCase{"InitialScale", "autoscaler:\n  initial-scale: \"3\"",
+                 CHECK(c.autoscaler.initial_scale == 3)},
         GoodCase{"MinMaxScale", "autoscaler:\n  min-scale: \"2\"\n  max-scale: \"5\"",
                  CHECK(c.autoscaler.min_scale == 2 && c.autoscaler.max_scale == 5)},
-        GoodCase{"MinScaleWithUnboundedMax", "autoscaler:\n  min-scale: \"7\"", CHECK(c.autoscaler.min_scale == 7)},
+        GoodCase{"MinScaleWithUnboundedMax", "autoscaler:\n  min-scale: \"7\"",
+                 CHECK(c.autoscaler.min_scale == 7)},
         GoodCase{"MaxScaleWithinLimit", "autoscaler:\n  max-scale: \"10\"\n  max-scale-limit: \"10\"",
                  CHECK(c.autoscaler.max_scale == 10 && c.autoscaler.max_scale_limit == 10)},
         GoodCase{"ScaleDownDelay", "autoscaler:\n  scale-down-delay: \"15m\"",
@@ -118,7 +130,8 @@ INSTANTIATE_TEST_SUITE_P(
                  CHECK(c.defaults.revision_timeout_seconds == 600)},
         GoodCase{"MaxRevisionTimeout",
                  "defaults:\n  max-revision-timeout-seconds: \"3600\"\n  revision-timeout-seconds: \"1200\"",
-                 CHECK(c.defaults.max_revision_timeout_seconds == 3600 && c.defaults.revision_timeout_seconds == 1200)},
+                 CHECK(c.defaults.max_revision_timeout_seconds == 3600 &&
+                       c.defaults.revision_timeout_seconds == 1200)},
         GoodCase{"ResponseStartTimeout", "defaults:\n  revision-response-start-timeout-seconds: \"10\"",
                  CHECK(c.defaults.revision_response_start_timeout_seconds == 10)},
         GoodCase{"ResponseStartUnsetByDefault", "defaults: {}",
@@ -127,11 +140,14 @@ INSTANTIATE_TEST_SUITE_P(
                  CHECK(c.defaults.revision_idle_timeout_seconds == 30)},
         GoodCase{"ContainerConcurrency", "defaults:\n  container-concurrency: \"1000\"",
                  CHECK(c.defaults.container_concurrency == 1000)},
-        GoodCase{"CcMaxLimit", "defaults:\n  container-concurrency-max-limit: \"5\"\n  container-concurrency: 5",
+        GoodCase{"CcMaxLimit",
+                 "defaults:\n  container-concurrency-max-limit: \"5\"\n  container-concurrency: 5",
                  CHECK(c.defaults.container_concurrency_max_limit == 5)},
-        GoodCase{"NoZeroCc", "defaults:\n  allow-container-concurrency-zero: \"false\"\n  container-concurrency: \"1\"",
+        GoodCase{"NoZeroCc",
+                 "defaults:\n  allow-container-concurrency-zero: \"false\"\n  container-concurrency: \"1\"",
                  CHECK(!c.defaults.allow_container_concurrency_zero)},
-        GoodCase{"ServiceLinks", "defaults:\n  enable-service-links: \"true\"", CHECK(c.defaults.enable_service_links)},
+        GoodCase{"ServiceLinks", "defaults:\n  enable-service-links: \"true\"",
+                 CHECK(c.defaults.enable_service_links)},
         GoodCase{"ContainerNameTemplate", "defaults:\n  container-name-template: \"{{.Name}}-app\"",
                  CHECK(c.defaults.container_name_template == "{{.Name}}-app")},
         GoodCase{"InitContainerNameTemplate", "defaults:\n  init-container-name-template: init",
@@ -155,7 +171,8 @@ INSTANTIATE_TEST_SUITE_P(
                  CHECK(c.network.tag_template == "{{.Name}}-{{.Tag}}")},
         GoodCase{"Https", "network:\n  default-external-scheme: HTTPS",
                  CHECK(c.network.default_external_scheme == "https")},
-        GoodCase{"HttpProtocol", "network:\n  http-protocol: redirected", CHECK(c.network.http_protocol == "Redirected")},
+        GoodCase{"HttpProtocol", "network:\n  http-protocol: redirected",
+                 CHECK(c.network.http_protocol == "Redirected")},
         GoodCase{"RolloutDuration", "network:\n  rollout-duration: \"380s\"",
                  CHECK(c.network.rollout_duration == Seconds(380))},
         GoodCase{"IngressClass", "network:\n  ingress-class: kourier.ingress.networking.knative.dev",
@@ -167,19 +184,23 @@ INSTANTIATE_TEST_SUITE_P(
                  "  cluster-local-domain-tls: Disabled\n  enable-mesh-pod-addressability: \"false\"\n"
                  "  namespace-wildcard-cert-selector: \"\"",
                  CHECK(c.network.other.at("external-domain-tls") == "Disabled" &&
-                       c.network.other.at("certificate-class") == "cert-manager.certificate.networking.knative.dev" &&
+                       c.network.other.at("certificate-class") ==
+                           "cert-manager.certificate.networking.knative.dev" &&
                        c.network.other.size() == 8)},
         // domain
-        GoodCase{"DomainsReplaceDefault",
-                 "domain:\n  example.com: \"\"\n  internal.example.com: |\n    selector:\n      app: secret\n",
-                 [](const Config& c) {
-                   ASSERT_EQ(c.domain.domains.size(), 2u);
-                   EXPECT_EQ(c.domain.domains[0].domain, "example.com");
-                   EXPECT_TRUE(c.domain.domains[0].selector.empty());
-                   EXPECT_EQ(c.domain.domains[1].domain, "internal.example.com");
-                   EXPECT_EQ(c.domain.domains[1].selector, (std::map<std::string, std::string>{{"app", "secret"}}));
-                 }},
-        GoodCase{"DomainSelectorAsMapping", "domain:\n  x.example.com:\n    selector:\n      tier: web\n      env: prod\n",
+        GoodCase{
+            "DomainsReplaceDefault",
+            "domain:\n  example.com: \"\"\n  internal.example.com: |\n    selector:\n      app: secret\n",
+            [](const Config& c) {
+              ASSERT_EQ(c.domain.domains.size(), 2u);
+              EXPECT_EQ(c.domain.domains[0].domain, "example.com");
+              EXPECT_TRUE(c.domain.domains[0].selector.empty());
+              EXPECT_EQ(c.domain.domains[1].domain, "internal.example.com");
+              EXPECT_EQ(c.domain.domains[1].selector,
+                        (std::map<std::string, std::string>{{"app", "secret"}}));
+            }},
+        GoodCase{"DomainSelectorAsMapping",
+                 "domain:\n  x.example.com:\n    selector:\n      tier: web\n      env: prod\n",
                  [](const Config& c) {
                    ASSERT_EQ(c.domain.domains.size(), 1u);
                    EXPECT_EQ(c.domain.domains[0].selector.size(), 2u);
@@ -201,18 +222,23 @@ INSTANTIATE_TEST_SUITE_P(
                  CHECK(c.gc.max_non_active_revisions == 0 && c.gc.retain_since_create_time == Seconds(0) &&
                        c.gc.retain_since_last_active_time == Seconds(0))},
         GoodCase{"GcDurations", "gc:\n  retain-since-create-time: 1h\n  retain-since-last-active-time: 30m",
-                 CHECK(c.gc.retain_since_create_time == hours(1) && c.gc.retain_since_last_active_time == minutes(30))},
+                 CHECK(c.gc.retain_since_create_time == hours(1) &&
+                       c.gc.retain_since_last_active_time == minutes(30))},
         // deployment
-        GoodCase{"ProgressDeadline", "deployment:\n  progress-deadline: 2m", CHECK(c.deployment.progress_deadline == minutes(2))},
-        GoodCase{"RegistriesCsv", "deployment:\n  registries-skipping-tag-resolving: \"kind.local, ko.local,,127.0.0.1:5000\"",
+        GoodCase{"ProgressDeadline", "deployment:\n  progress-deadline: 2m",
+                 CHECK(c.deployment.progress_deadline == minutes(2))},
+        GoodCase{"RegistriesCsv",
+                 "deployment:\n  registries-skipping-tag-resolving: \"kind.local, ko.local,,127.0.0.1:5000\"",
                  CHECK((c.deployment.registries_skipping_tag_resolving ==
                         std::vector<std::string>{"kind.local", "ko.local", "127.0.0.1:5000"}))},
-        GoodCase{"RegistriesList", "deployment:\n  registries-skipping-tag-resolving: [dev.local]",
-                 CHECK((c.deployment.registries_skipping_tag_resolving == std::vector<std::string>{"dev.local"}))},
+        GoodCase{
+            "RegistriesList", "deployment:\n  registries-skipping-tag-resolving: [dev.local]",
+            CHECK((c.deployment.registries_skipping_tag_resolving == std::vector<std::string>{"dev.local"}))},
         GoodCase{"DigestTimeout", "deployment:\n  digest-resolution-timeout: 500ms",
                  CHECK(c.deployment.digest_resolution_timeout == "500ms")},
         GoodCase{"QueueSidecarKeysAccepted",
-                 "deployment:\n  queue-sidecar-image: gcr.io/knative-releases/queue\n  queue-sidecar-cpu-request: 25m",
+                 "deployment:\n  queue-sidecar-image: gcr.io/knative-releases/queue\n  "
+                 "queue-sidecar-cpu-request: 25m",
                  CHECK(c.deployment.queue_sidecar_image == "gcr.io/knative-releases/queue")},
         // knap
         GoodCase{"KnapSection",
@@ -249,7 +275,9 @@ struct BadCase {
   std::string want;  // must appear in the message
 };
 
-void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const BadCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class ParseConfigRefuses : public testing::TestWithParam<BadCase> {};
 
@@ -270,7 +298,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"UnknownSection", "autoscalr:\n  stable-window: 60s", "autoscalr: unknown section"},
         BadCase{"SectionNotMap", "autoscaler: 5", "autoscaler: must be a mapping"},
         BadCase{"UnknownKey", "autoscaler:\n  stable-windw: 60s", "autoscaler.stable-windw: unknown key"},
-        BadCase{"ValueIsMap", "autoscaler:\n  stable-window: {a: 1}", "autoscaler.stable-window: must be a string or a scalar"},
+        BadCase{"ValueIsMap", "autoscaler:\n  stable-window: {a: 1}",
+                "autoscaler.stable-window: must be a string or a scalar"},
         // autoscaler
         BadCase{"CcPercentageZero", "autoscaler:\n  container-concurrency-target-percentage: \"0\"",
                 "autoscaler.container-concurrency-target-percentage: must be in (0, 100], got \"0\""},
@@ -302,7 +331,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "autoscaler.panic-window-percentage: must be in [1, 100]"},
         BadCase{"PanicWindowHigh", "autoscaler:\n  panic-window-percentage: \"101\"",
                 "autoscaler.panic-window-percentage: must be in [1, 100]"},
-        BadCase{"PanicWindowUnderOneSecond", "autoscaler:\n  stable-window: 6s\n  panic-window-percentage: \"10\"",
+        BadCase{"PanicWindowUnderOneSecond",
+                "autoscaler:\n  stable-window: 6s\n  panic-window-percentage: \"10\"",
                 "autoscaler.panic-window-percentage: the panic window"},
         BadCase{"PanicThresholdLow", "autoscaler:\n  panic-threshold-percentage: \"100\"",
                 "autoscaler.panic-threshold-percentage: must be in [110, 1000]"},
@@ -320,12 +350,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "autoscaler.scale-to-zero-pod-retention-period: must be >= 0s"},
         BadCase{"ClassUnknownKnative", "autoscaler:\n  pod-autoscaler-class: foo.autoscaling.knative.dev",
                 "autoscaler.pod-autoscaler-class: must be kpa.autoscaling.knative.dev or hpa"},
-        BadCase{"ClassEmpty", "autoscaler:\n  pod-autoscaler-class: \"\"", "autoscaler.pod-autoscaler-class: must not be empty"},
+        BadCase{"ClassEmpty", "autoscaler:\n  pod-autoscaler-class: \"\"",
+                "autoscaler.pod-autoscaler-class: must not be empty"},
         BadCase{"ActivatorCapacityLow", "autoscaler:\n  activator-capacity: \"0.5\"",
                 "autoscaler.activator-capacity: must be in [1, inf)"},
         BadCase{"InitialScaleZero", "autoscaler:\n  initial-scale: \"0\"",
                 "autoscaler.initial-scale: must be at least 1 unless allow-zero-initial-scale is true"},
-        BadCase{"InitialScaleNegative", "autoscaler:\n  initial-scale: \"-1\"", "autoscaler.initial-scale: must be >= 0"},
+        BadCase{"InitialScaleNegative", "autoscaler:\n  initial-scale: \"-1\"",
+                "autoscaler.initial-scale: must be >= 0"},
         BadCase{"InitialScaleFloat", "autoscaler:\n  initial-scale: \"1.5\"",
                 "autoscaler.initial-scale: must be an integer, got \"1.5\""},
         BadCase{"AllowZeroNotBool", "autoscaler:\n  allow-zero-initial-scale: maybe",
@@ -334,36 +366,46 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"MinAboveMax", "autoscaler:\n  min-scale: \"6\"\n  max-scale: \"5\"",
                 "autoscaler.min-scale: must be <= max-scale (5), got \"6\""},
         BadCase{"MaxScaleNegative", "autoscaler:\n  max-scale: \"-3\"", "autoscaler.max-scale: must be >= 0"},
-        BadCase{"MaxScaleHuge", "autoscaler:\n  max-scale: \"99999999999\"", "autoscaler.max-scale: must be a 32-bit integer"},
+        BadCase{"MaxScaleHuge", "autoscaler:\n  max-scale: \"99999999999\"",
+                "autoscaler.max-scale: must be a 32-bit integer"},
         BadCase{"MaxScaleAboveLimit", "autoscaler:\n  max-scale: \"11\"\n  max-scale-limit: \"10\"",
                 "autoscaler.max-scale: must be in [1, max-scale-limit (10)]"},
         BadCase{"MaxScaleUnboundedWithLimit", "autoscaler:\n  max-scale-limit: \"10\"",
-                "autoscaler.max-scale: must be in [1, max-scale-limit (10)] when max-scale-limit is set, got \"0\""},
-        BadCase{"MaxScaleLimitNegative", "autoscaler:\n  max-scale-limit: \"-1\"", "autoscaler.max-scale-limit: must be >= 0"},
-        BadCase{"ScaleDownDelayNegative", "autoscaler:\n  scale-down-delay: \"-5s\"", "autoscaler.scale-down-delay: must be >= 0s"},
+                "autoscaler.max-scale: must be in [1, max-scale-limit (10)] when max-scale-limit is set, got "
+                "\"0\""},
+        BadCase{"MaxScaleLimitNegative", "autoscaler:\n  max-scale-limit: \"-1\"",
+                "autoscaler.max-scale-limit: must be >= 0"},
+        BadCase{"ScaleDownDelayNegative", "autoscaler:\n  scale-down-delay: \"-5s\"",
+                "autoscaler.scale-down-delay: must be >= 0s"},
         BadCase{"ScaleDownDelaySubSecond", "autoscaler:\n  scale-down-delay: \"1500ms\"",
                 "autoscaler.scale-down-delay: must be a whole number of seconds"},
         // defaults
-        BadCase{"TimeoutOverMax", "defaults:\n  revision-timeout-seconds: \"601\"",
-                "defaults.revision-timeout-seconds: must be <= max-revision-timeout-seconds (600), got \"601\""},
-        BadCase{"TimeoutZero", "defaults:\n  revision-timeout-seconds: \"0\"", "defaults.revision-timeout-seconds: must be >= 1"},
+        BadCase{
+            "TimeoutOverMax", "defaults:\n  revision-timeout-seconds: \"601\"",
+            "defaults.revision-timeout-seconds: must be <= max-revision-timeout-seconds (600), got \"601\""},
+        BadCase{"TimeoutZero", "defaults:\n  revision-timeout-seconds: \"0\"",
+                "defaults.revision-timeout-seconds: must be >= 1"},
         BadCase{"TimeoutNotInt", "defaults:\n  revision-timeout-seconds: 5m",
                 "defaults.revision-timeout-seconds: must be an integer, got \"5m\""},
         BadCase{"MaxTimeoutZero", "defaults:\n  max-revision-timeout-seconds: \"0\"",
                 "defaults.max-revision-timeout-seconds: must be >= 1"},
-        BadCase{"ResponseStartOverTimeout", "defaults:\n  revision-response-start-timeout-seconds: \"301\"",
-                "defaults.revision-response-start-timeout-seconds: must be <= revision-timeout-seconds (300)"},
+        BadCase{
+            "ResponseStartOverTimeout", "defaults:\n  revision-response-start-timeout-seconds: \"301\"",
+            "defaults.revision-response-start-timeout-seconds: must be <= revision-timeout-seconds (300)"},
         BadCase{"ResponseStartNegative", "defaults:\n  revision-response-start-timeout-seconds: \"-1\"",
                 "defaults.revision-response-start-timeout-seconds: must be >= 0"},
         BadCase{"IdleOverTimeout", "defaults:\n  revision-idle-timeout-seconds: \"400\"",
                 "defaults.revision-idle-timeout-seconds: must be <= revision-timeout-seconds (300)"},
         BadCase{"IdleNegative", "defaults:\n  revision-idle-timeout-seconds: \"-1\"",
                 "defaults.revision-idle-timeout-seconds: must be >= 0"},
-        BadCase{"CcNegative", "defaults:\n  container-concurrency: \"-1\"", "defaults.container-concurrency: must be >= 0"},
+        BadCase{"CcNegative", "defaults:\n  container-concurrency: \"-1\"",
+                "defaults.container-concurrency: must be >= 0"},
         BadCase{"CcOverLimit", "defaults:\n  container-concurrency: \"1001\"",
-                "defaults.container-concurrency: must be in [0, container-concurrency-max-limit (1000)], got \"1001\""},
-        BadCase{"CcZeroNotAllowed", "defaults:\n  allow-container-concurrency-zero: \"false\"",
-                "defaults.container-concurrency: must be in [1, container-concurrency-max-limit (1000)] because"},
+                "defaults.container-concurrency: must be in [0, container-concurrency-max-limit (1000)], got "
+                "\"1001\""},
+        BadCase{
+            "CcZeroNotAllowed", "defaults:\n  allow-container-concurrency-zero: \"false\"",
+            "defaults.container-concurrency: must be in [1, container-concurrency-max-limit (1000)] because"},
         BadCase{"CcMaxLimitZero", "defaults:\n  container-concurrency-max-limit: \"0\"",
                 "defaults.container-concurrency-max-limit: must be >= 1"},
         BadCase{"AllowCcZeroNotBool", "defaults:\n  allow-container-concurrency-zero: nope",
@@ -405,9 +447,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "network.default-external-scheme: must be one of http, https, got \"ftp\""},
         BadCase{"HttpProtocolBad", "network:\n  http-protocol: Sometimes",
                 "network.http-protocol: must be one of Enabled, Redirected, Disabled"},
-        BadCase{"RolloutNegative", "network:\n  rollout-duration: \"-1s\"", "network.rollout-duration: must be >= 0s"},
-        BadCase{"RolloutBad", "network:\n  rollout-duration: soon", "network.rollout-duration: invalid duration \"soon\""},
-        BadCase{"IngressClassEmpty", "network:\n  ingress-class: \"\"", "network.ingress-class: must not be empty"},
+        BadCase{"RolloutNegative", "network:\n  rollout-duration: \"-1s\"",
+                "network.rollout-duration: must be >= 0s"},
+        BadCase{"RolloutBad", "network:\n  rollout-duration: soon",
+                "network.rollout-duration: invalid duration \"soon\""},
+        BadCase{"IngressClassEmpty", "network:\n  ingress-class: \"\"",
+                "network.ingress-class: must not be empty"},
         BadCase{"ExternalTlsBad", "network:\n  external-domain-tls: maybe",
                 "network.external-domain-tls: must be one of Enabled, Disabled"},
         BadCase{"MeshModeBad", "network:\n  mesh-compatibility-mode: always",
@@ -416,7 +461,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "network.autocreate-cluster-domain-claims: must be true or false"},
         BadCase{"NetworkUnknown", "network:\n  ingress-klass: x", "network.ingress-klass: unknown key"},
         // domain
-        BadCase{"DomainBadName", "domain:\n  Example..com: \"\"", "domain.Example..com: is not a valid domain name"},
+        BadCase{"DomainBadName", "domain:\n  Example..com: \"\"",
+                "domain.Example..com: is not a valid domain name"},
         BadCase{"DomainBadSelectorKey", "domain:\n  example.com: |\n    selectors:\n      app: x\n",
                 "domain.example.com: unknown key \"selectors\""},
         BadCase{"DomainSelectorNotMap", "domain:\n  example.com: |\n    selector: app\n",
@@ -433,7 +479,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "gc.retain-since-create-time: invalid duration \"forever\""},
         BadCase{"GcActiveBad", "gc:\n  retain-since-last-active-time: 2d",
                 "gc.retain-since-last-active-time: invalid duration \"2d\": unknown unit \"d\""},
-        BadCase{"GcMinNegative", "gc:\n  min-non-active-revisions: \"-1\"", "gc.min-non-active-revisions: must be >= 0"},
+        BadCase{"GcMinNegative", "gc:\n  min-non-active-revisions: \"-1\"",
+                "gc.min-non-active-revisions: must be >= 0"},
         BadCase{"GcMinDisabled", "gc:\n  min-non-active-revisions: disabled",
                 "gc.min-non-active-revisions: must be an integer, got \"disabled\""},
         BadCase{"GcMaxNegative", "gc:\n  max-non-active-revisions: \"-1\"",
@@ -453,28 +500,43 @@ INSTANTIATE_TEST_SUITE_P(
                 "deployment.digest-resolution-timeout: invalid duration"},
         BadCase{"RegistryWithSpace", "deployment:\n  registries-skipping-tag-resolving: \"a.local, b local\"",
                 "deployment.registries-skipping-tag-resolving: invalid registry \"b local\""},
-        BadCase{"DeploymentUnknown", "deployment:\n  progress-deadlin: 10s", "deployment.progress-deadlin: unknown key"},
+        BadCase{"DeploymentUnknown", "deployment:\n  progress-deadlin: 10s",
+                "deployment.progress-deadlin: unknown key"},
         // knap
-        BadCase{"DataDirRelative", "knap:\n  data-dir: var/lib/knap", "knap.data-dir: must be an absolute path"},
+        BadCase{"DataDirRelative", "knap:\n  data-dir: var/lib/knap",
+                "knap.data-dir: must be an absolute path"},
         BadCase{"DataDirEmpty", "knap:\n  data-dir: \"\"", "knap.data-dir: must be an absolute path"},
-        BadCase{"ApiSocketRelative", "knap:\n  api-socket: knapd.sock", "knap.api-socket: must be an absolute path"},
-        BadCase{"KubeconfigRelative", "knap:\n  kubeconfig-path: kubeconfig", "knap.kubeconfig-path: must be an absolute path"},
-        BadCase{"ContainerdSocketEmpty", "knap:\n  containerd-socket: \"\"", "knap.containerd-socket: must be an absolute path"},
+        BadCase{"ApiSocketRelative", "knap:\n  api-socket: knapd.sock",
+                "knap.api-socket: must be an absolute path"},
+        BadCase{"KubeconfigRelative", "knap:\n  kubeconfig-path: kubeconfig",
+                "knap.kubeconfig-path: must be an absolute path"},
+        BadCase{"ContainerdSocketEmpty", "knap:\n  containerd-socket: \"\"",
+                "knap.containerd-socket: must be an absolute path"},
         BadCase{"ApiListenNoPort", "knap:\n  api-listen: localhost", "knap.api-listen: must be host:port"},
-        BadCase{"ApiListenBadPort", "knap:\n  api-listen: \"127.0.0.1:70000\"", "knap.api-listen: port must be 0..65535"},
-        BadCase{"RouterListenBareV6", "knap:\n  router-listen: \"::1:80\"", "knap.router-listen: must be host:port (IPv6 in brackets)"},
-        BadCase{"RouterInternalBad", "knap:\n  router-internal-listen: \"10.0.0.1\"", "knap.router-internal-listen: must be host:port"},
+        BadCase{"ApiListenBadPort", "knap:\n  api-listen: \"127.0.0.1:70000\"",
+                "knap.api-listen: port must be 0..65535"},
+        BadCase{"RouterListenBareV6", "knap:\n  router-listen: \"::1:80\"",
+                "knap.router-listen: must be host:port (IPv6 in brackets)"},
+        BadCase{"RouterInternalBad", "knap:\n  router-internal-listen: \"10.0.0.1\"",
+                "knap.router-internal-listen: must be host:port"},
         BadCase{"NamespaceBadChars", "knap:\n  containerd-namespace: \"knap/x\"",
                 "knap.containerd-namespace: may contain only letters"},
-        BadCase{"NamespaceEmpty", "knap:\n  containerd-namespace: \"\"", "knap.containerd-namespace: must be 1..76 characters"},
+        BadCase{"NamespaceEmpty", "knap:\n  containerd-namespace: \"\"",
+                "knap.containerd-namespace: must be 1..76 characters"},
         BadCase{"PodSubnetBad", "knap:\n  pod-subnet: 10.88.0.0", "knap.pod-subnet: must be an IPv4 CIDR"},
-        BadCase{"PodSubnetTooSmall", "knap:\n  pod-subnet: 10.88.0.0/31", "knap.pod-subnet: must be an IPv4 CIDR"},
-        BadCase{"PodSubnetOctet", "knap:\n  pod-subnet: 10.288.0.0/16", "knap.pod-subnet: must be an IPv4 CIDR"},
-        BadCase{"BridgeTooLong", "knap:\n  bridge-name: a-very-long-bridge", "knap.bridge-name: must be 1..15 characters"},
+        BadCase{"PodSubnetTooSmall", "knap:\n  pod-subnet: 10.88.0.0/31",
+                "knap.pod-subnet: must be an IPv4 CIDR"},
+        BadCase{"PodSubnetOctet", "knap:\n  pod-subnet: 10.288.0.0/16",
+                "knap.pod-subnet: must be an IPv4 CIDR"},
+        BadCase{"BridgeTooLong", "knap:\n  bridge-name: a-very-long-bridge",
+                "knap.bridge-name: must be 1..15 characters"},
         BadCase{"BridgeBadChars", "knap:\n  bridge-name: \"br 0\"", "knap.bridge-name: may contain only"},
-        BadCase{"BodyLimitZero", "knap:\n  max-request-body-bytes: 0", "knap.max-request-body-bytes: must be >= 1"},
-        BadCase{"BodyLimitText", "knap:\n  max-request-body-bytes: 3Mi", "knap.max-request-body-bytes: must be an integer"},
-        BadCase{"HistoryZero", "knap:\n  watch-history-events: \"0\"", "knap.watch-history-events: must be >= 1"},
+        BadCase{"BodyLimitZero", "knap:\n  max-request-body-bytes: 0",
+                "knap.max-request-body-bytes: must be >= 1"},
+        BadCase{"BodyLimitText", "knap:\n  max-request-body-bytes: 3Mi",
+                "knap.max-request-body-bytes: must be an integer"},
+        BadCase{"HistoryZero", "knap:\n  watch-history-events: \"0\"",
+                "knap.watch-history-events: must be >= 1"},
         BadCase{"KnapUnknown", "knap:\n  datadir: /x", "knap.datadir: unknown key"}),
     [](const testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
@@ -542,15 +604,11 @@ TEST(LoadConfigFile, ReadsFileAndNamesItInErrors) {
   ASSERT_GE(fd, 0);
   close(fd);
   std::string path = tmpl;
-  {
-    std::ofstream(path) << "autoscaler:\n  stable-window: 90s\n";
-  }
+  { std::ofstream(path) << "autoscaler:\n  stable-window: 90s\n"; }
   auto ok = loadConfigFile(path);
   ASSERT_TRUE(ok.isOk()) << ok.status().toString();
   EXPECT_EQ(ok->autoscaler.stable_window, Seconds(90));
-  {
-    std::ofstream(path) << "autoscaler:\n  stable-window: 2s\n";
-  }
+  { std::ofstream(path) << "autoscaler:\n  stable-window: 2s\n"; }
   auto bad = loadConfigFile(path);
   ASSERT_FALSE(bad.isOk());
   EXPECT_EQ(bad.status().message(),

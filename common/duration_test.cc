@@ -32,23 +32,19 @@ TEST_P(ParseGoDurationOk, Parses) {
 
 INSTANTIATE_TEST_SUITE_P(
     Table, ParseGoDurationOk,
-    testing::Values(ParseCase{"Zero", "0", nanoseconds(0)}, ParseCase{"NegativeZero", "-0", nanoseconds(0)},
-                    ParseCase{"ZeroWithUnit", "0s", nanoseconds(0)},
-                    ParseCase{"Seconds", "60s", seconds(60)}, ParseCase{"Minutes", "5m", minutes(5)},
-                    ParseCase{"Hours", "48h", hours(48)}, ParseCase{"Compound", "1h30m", minutes(90)},
-                    ParseCase{"CompoundAllUnits", "1h2m3s4ms5us6ns",
-                              hours(1) + minutes(2) + seconds(3) + milliseconds(4) + microseconds(5) +
-                                  nanoseconds(6)},
-                    ParseCase{"FractionalHours", "1.5h", minutes(90)},
-                    ParseCase{"LeadingDot", ".5s", milliseconds(500)},
-                    ParseCase{"TrailingDot", "5.s", seconds(5)},
-                    ParseCase{"Millis", "500ms", milliseconds(500)},
-                    ParseCase{"MicroU", "7us", microseconds(7)},
-                    ParseCase{"MicroSign", "7\xC2\xB5s", microseconds(7)},
-                    ParseCase{"GreekMu", "7\xCE\xBCs", microseconds(7)},
-                    ParseCase{"Nanos", "15ns", nanoseconds(15)},
-                    ParseCase{"Negative", "-1.5h", -minutes(90)}, ParseCase{"Plus", "+10s", seconds(10)},
-                    ParseCase{"SubNanosecondPrecisionKept", "1.000000001s", nanoseconds(1000000001)}),
+    testing::Values(
+        ParseCase{"Zero", "0", nanoseconds(0)}, ParseCase{"NegativeZero", "-0", nanoseconds(0)},
+        ParseCase{"ZeroWithUnit", "0s", nanoseconds(0)}, ParseCase{"Seconds", "60s", seconds(60)},
+        ParseCase{"Minutes", "5m", minutes(5)}, ParseCase{"Hours", "48h", hours(48)},
+        ParseCase{"Compound", "1h30m", minutes(90)},
+        ParseCase{"CompoundAllUnits", "1h2m3s4ms5us6ns",
+                  hours(1) + minutes(2) + seconds(3) + milliseconds(4) + microseconds(5) + nanoseconds(6)},
+        ParseCase{"FractionalHours", "1.5h", minutes(90)}, ParseCase{"LeadingDot", ".5s", milliseconds(500)},
+        ParseCase{"TrailingDot", "5.s", seconds(5)}, ParseCase{"Millis", "500ms", milliseconds(500)},
+        ParseCase{"MicroU", "7us", microseconds(7)}, ParseCase{"MicroSign", "7\xC2\xB5s", microseconds(7)},
+        ParseCase{"GreekMu", "7\xCE\xBCs", microseconds(7)}, ParseCase{"Nanos", "15ns", nanoseconds(15)},
+        ParseCase{"Negative", "-1.5h", -minutes(90)}, ParseCase{"Plus", "+10s", seconds(10)},
+        ParseCase{"SubNanosecondPrecisionKept", "1.000000001s", nanoseconds(1000000001)}),
     [](const testing::TestParamInfo<ParseCase>& info) { return std::string(info.param.name); });
 
 struct BadCase {

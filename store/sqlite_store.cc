@@ -108,7 +108,9 @@ std::string dumpJson(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-const char* typeText(EventType t) { return eventTypeName(t); }
+const char* typeText(EventType t) {
+  return eventTypeName(t);
+}
 
 StatusOr<EventType> parseType(const std::string& s) {
   if (s == "ADDED") return EventType::kAdded;
@@ -233,8 +235,8 @@ class SqliteStore::Conn {
     KNAP_ASSIGN_OR_RETURN(int version, schemaVersion());
     if (version > kLatestSchemaVersion) {
       return failedPrecondition("database schema version " + std::to_string(version) +
-                                " is newer than this knapd supports (" + std::to_string(kLatestSchemaVersion) +
-                                "); use a newer knapd");
+                                " is newer than this knapd supports (" +
+                                std::to_string(kLatestSchemaVersion) + "); use a newer knapd");
     }
     for (const Migration& m : kMigrations) {
       if (m.version <= version || m.version > target) continue;
@@ -244,7 +246,8 @@ class SqliteStore::Conn {
       if (st.isOk()) st = exec("COMMIT");
       if (!st.isOk()) {
         rollbackIfOpen();
-        return st.annotate("schema migration to version " + std::to_string(m.version) + " (" + m.description + ")");
+        return st.annotate("schema migration to version " + std::to_string(m.version) + " (" + m.description +
+                           ")");
       }
       LOG(INFO) << "store: migrated schema to version " << m.version << " (" << m.description << ")";
     }
@@ -298,8 +301,9 @@ class SqliteStore::TxnImpl final : public Txn {
     meta["resourceVersion"] = std::to_string(rv);
     std::string text = dumpJson(body);
     KNAP_ASSIGN_OR_RETURN(
-        auto stmt, prepare("INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) "
-                           "VALUES (?, ?, ?, ?, ?, 1, ?)"));
+        auto stmt,
+        prepare("INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) "
+                "VALUES (?, ?, ?, ?, ?, 1, ?)"));
     stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name).bind(4, uid).bind(5, rv).bind(6, text);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
     Object obj{key, std::move(body), rv};
@@ -339,8 +343,9 @@ class SqliteStore::TxnImpl final : public Txn {
     meta["generation"] = generation;
     meta["resourceVersion"] = std::to_string(rv);
     std::string text = dumpJson(body);
-    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("UPDATE objects SET resource_version = ?, generation = ?, body = ? "
-                                             "WHERE kind = ? AND namespace = ? AND name = ?"));
+    KNAP_ASSIGN_OR_RETURN(auto stmt,
+                          prepare("UPDATE objects SET resource_version = ?, generation = ?, body = ? "
+                                  "WHERE kind = ? AND namespace = ? AND name = ?"));
     stmt->bind(1, rv).bind(2, generation).bind(3, text).bind(4, key.kind).bind(5, key.ns).bind(6, key.name);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
     Object obj{key, std::move(body), rv};
@@ -353,7 +358,8 @@ class SqliteStore::TxnImpl final : public Txn {
     KNAP_RETURN_IF_ERROR(checkKey(key));
     KNAP_ASSIGN_OR_RETURN(std::optional<Stored> old, load(key));
     if (!old) return notFound(resourceName(key.kind) + " \"" + key.name + "\" not found");
-    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?"));
+    KNAP_ASSIGN_OR_RETURN(auto stmt,
+                          prepare("DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?"));
     stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
     int64_t rv = rv_ + 1;
@@ -366,7 +372,8 @@ class SqliteStore::TxnImpl final : public Txn {
   }
 
   // Static so Store::get/list share the code outside a write transaction.
-  static StatusOr<std::vector<Object>> listObjects(Conn& conn, const std::string& kind, const std::string& ns) {
+  static StatusOr<std::vector<Object>> listObjects(Conn& conn, const std::string& kind,
+                                                   const std::string& ns) {
     std::string sql = "SELECT namespace, name, resource_version, body FROM objects WHERE kind = ?";
     if (!ns.empty()) sql += " AND namespace = ?";
     sql += " ORDER BY namespace, name";
@@ -393,8 +400,9 @@ class SqliteStore::TxnImpl final : public Txn {
   };
 
   static StatusOr<std::optional<Stored>> loadFrom(Conn& conn, const Key& key) {
-    KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare("SELECT uid, resource_version, generation, body FROM objects "
-                                                  "WHERE kind = ? AND namespace = ? AND name = ?"));
+    KNAP_ASSIGN_OR_RETURN(auto stmt,
+                          conn.prepare("SELECT uid, resource_version, generation, body FROM objects "
+                                       "WHERE kind = ? AND namespace = ? AND name = ?"));
     stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
     KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
     if (!row) return std::optional<Stored>();
@@ -483,8 +491,8 @@ class SqliteStore::TxnImpl final : public Txn {
 
 StatusOr<std::unique_ptr<SqliteStore::Conn>> SqliteStore::openConn(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Status s = sqliteError(db, rc, "opening database " + path);
     sqlite3_close_v2(db);
@@ -510,7 +518,8 @@ StatusOr<std::unique_ptr<SqliteStore::Conn>> SqliteStore::openConn(const std::st
 StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path, TimeSource& clock,
                                                          int64_t watch_history_events) {
   if (watch_history_events < 1) {
-    return invalidArgument("watch_history_events must be at least 1, got " + std::to_string(watch_history_events));
+    return invalidArgument("watch_history_events must be at least 1, got " +
+                           std::to_string(watch_history_events));
   }
   KNAP_ASSIGN_OR_RETURN(std::unique_ptr<Conn> conn, openConn(path));
   KNAP_RETURN_IF_ERROR(conn->migrate(kLatestSchemaVersion).annotate("opening database " + path));
@@ -582,7 +591,9 @@ StatusOr<std::vector<Object>> SqliteStore::list(const std::string& kind, const s
   return out;
 }
 
-int64_t SqliteStore::currentResourceVersion() { return current_rv_.load(); }
+int64_t SqliteStore::currentResourceVersion() {
+  return current_rv_.load();
+}
 
 StatusOr<int> SqliteStore::schemaVersion() {
   int version = 0;

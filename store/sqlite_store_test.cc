@@ -40,7 +40,9 @@ class TempDir {
   std::string path_;
 };
 
-Key svc(const std::string& name, const std::string& ns = "default") { return {"Service", ns, name}; }
+Key svc(const std::string& name, const std::string& ns = "default") {
+  return {"Service", ns, name};
+}
 
 json serviceBody(const std::string& image) {
   return json{{"apiVersion", "serving.knative.dev/v1"},
@@ -91,7 +93,7 @@ class SqliteStoreTest : public testing::Test {
 
 TEST_F(SqliteStoreTest, CreateSetsServerOwnedMetadata) {
   json body = serviceBody("img:1");
-  body["metadata"]["name"] = "other";        // forced to the key
+  body["metadata"]["name"] = "other";  // forced to the key
   body["metadata"]["namespace"] = "elsewhere";
   body["metadata"]["uid"] = "client-chosen";  // overwritten
   body["metadata"]["generation"] = 7;
@@ -106,7 +108,8 @@ TEST_F(SqliteStoreTest, CreateSetsServerOwnedMetadata) {
   EXPECT_EQ(m["resourceVersion"], "1");
   EXPECT_EQ(created->resource_version, 1);
   std::string uid = m["uid"];
-  EXPECT_TRUE(std::regex_match(uid, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")))
+  EXPECT_TRUE(std::regex_match(
+      uid, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")))
       << uid;
   EXPECT_EQ(m["labels"]["app"], "x");
 
@@ -220,11 +223,19 @@ TEST_F(SqliteStoreTest, GenerationBumpsOnlyOnSpecChange) {
       {"status change", [](json& b) { b["status"]["observedGeneration"] = 1; }, 1},
       {"identical body", [](json&) {}, 1},
       {"image change", [](json& b) { b["spec"]["template"]["spec"]["containers"][0]["image"] = "img:2"; }, 2},
-      {"traffic added", [](json& b) { b["spec"]["traffic"] = json::array({{{"percent", 100}}}); }, 3},
+      {"traffic added",
+       [](json& b) {
+         b["spec"]["traffic"] = json::array({{{"percent", 100}}});
+       },
+       3},
       {"integer vs float same value", [](json& b) { b["spec"]["traffic"][0]["percent"] = 100.0; }, 3},
       {"spec removed", [](json& b) { b.erase("spec"); }, 4},
       {"spec null (same as absent)", [](json& b) { b["spec"] = nullptr; }, 4},
-      {"spec back", [](json& b) { b["spec"] = json{{"x", 1}}; }, 5},
+      {"spec back",
+       [](json& b) {
+         b["spec"] = json{{"x", 1}};
+       },
+       5},
   };
   int64_t rv = c->resource_version;
   for (const Step& s : steps) {
@@ -376,7 +387,8 @@ TEST_F(SqliteStoreTest, CallingTheStoreInsideItsTransactionFailsInsteadOfDeadloc
   });
   EXPECT_TRUE(st.isOk());
   EXPECT_EQ(inner.code(), Code::kFailedPrecondition);
-  Status nested = store_->transact([&](Txn&) -> Status { return store_->create(svc("y"), json::object()).status(); });
+  Status nested =
+      store_->transact([&](Txn&) -> Status { return store_->create(svc("y"), json::object()).status(); });
   EXPECT_EQ(nested.code(), Code::kFailedPrecondition);
   EXPECT_EQ(store_->get(svc("y")).status().code(), Code::kNotFound);
 }
@@ -432,7 +444,8 @@ TEST_F(SqliteStoreTest, ListenerMayWriteToTheStore) {
     }
   });
   std::vector<std::string> order;
-  store_->addListener([&](const Event& e) { order.push_back(e.object.key.kind + std::to_string(e.resource_version)); });
+  store_->addListener(
+      [&](const Event& e) { order.push_back(e.object.key.kind + std::to_string(e.resource_version)); });
   ASSERT_TRUE(store_->create(svc("hello"), serviceBody("a")).isOk());
   EXPECT_TRUE(store_->get({"Route", "default", "hello"}).isOk());
   EXPECT_EQ(order, (std::vector<std::string>{"Service1", "Route2"}));
@@ -467,10 +480,10 @@ TEST_F(SqliteStoreTest, ConcurrentWritersGetUniqueRvsAndOrderedEvents) {
 // --- watch history ------------------------------------------------------------
 
 TEST_F(SqliteStoreTest, EventsSinceReplaysInOrderWithKindFilter) {
-  ASSERT_TRUE(store_->create(svc("a"), serviceBody("1")).isOk());                       // 1
-  ASSERT_TRUE(store_->create({"Route", "default", "a"}, json::object()).isOk());         // 2
-  ASSERT_TRUE(store_->update(svc("a"), serviceBody("2"), 0).isOk());                    // 3
-  ASSERT_TRUE(store_->remove({"Route", "default", "a"}).isOk());                        // 4
+  ASSERT_TRUE(store_->create(svc("a"), serviceBody("1")).isOk());                 // 1
+  ASSERT_TRUE(store_->create({"Route", "default", "a"}, json::object()).isOk());  // 2
+  ASSERT_TRUE(store_->update(svc("a"), serviceBody("2"), 0).isOk());              // 3
+  ASSERT_TRUE(store_->remove({"Route", "default", "a"}).isOk());                  // 4
 
   auto all = store_->eventsSince(0, "");
   ASSERT_TRUE(all.isOk());
@@ -496,7 +509,8 @@ TEST(SqliteStoreHistory, OldResourceVersionsAreGone) {
   SimulatedTimeSource clock;
   auto store = mustOpen(":memory:", clock, /*history=*/5);
   ASSERT_NE(store, nullptr);
-  for (int i = 0; i < 12; ++i) ASSERT_TRUE(store->create(svc("s" + std::to_string(i)), json::object()).isOk());
+  for (int i = 0; i < 12; ++i)
+    ASSERT_TRUE(store->create(svc("s" + std::to_string(i)), json::object()).isOk());
   // RVs 1..12; the newest 5 (8..12) are kept, so since_rv >= 7 is answerable.
   auto ok = store->eventsSince(7, "");
   ASSERT_TRUE(ok.isOk()) << ok.status().toString();
@@ -517,7 +531,8 @@ TEST(SqliteStoreHistory, SmallerHistoryOnReopenPrunesAndGoneSurvivesReopen) {
   std::string path = dir.file("knap.db");
   {
     auto store = mustOpen(path, clock, 100);
-    for (int i = 0; i < 20; ++i) ASSERT_TRUE(store->create(svc("s" + std::to_string(i)), json::object()).isOk());
+    for (int i = 0; i < 20; ++i)
+      ASSERT_TRUE(store->create(svc("s" + std::to_string(i)), json::object()).isOk());
     EXPECT_TRUE(store->eventsSince(0, "").isOk());
   }
   {
@@ -631,7 +646,8 @@ TEST(SqliteStoreMigration, FreshDatabaseIsAtLatestVersion) {
   std::string path = dir.file("knap.db");
   auto store = mustOpen(path, clock);
   EXPECT_EQ(store->schemaVersion().value(), SqliteStore::kLatestSchemaVersion);
-  EXPECT_EQ(rawQuery(path, "SELECT version FROM schema_version"), std::to_string(SqliteStore::kLatestSchemaVersion));
+  EXPECT_EQ(rawQuery(path, "SELECT version FROM schema_version"),
+            std::to_string(SqliteStore::kLatestSchemaVersion));
 }
 
 // Builds a database at each earlier schema version, fills it the way that
@@ -654,14 +670,16 @@ TEST_P(MigrationFrom, MigratesToLatestKeepingData) {
     rawExec(path,
             "INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) VALUES "
             "('Service', 'default', 'old', '11111111-2222-4333-8444-555555555555', 7, 3, '" +
-                body + "');"
-                       "UPDATE meta SET value = 9 WHERE key = 'resource_version';");
+                body +
+                "');"
+                "UPDATE meta SET value = 9 WHERE key = 'resource_version';");
   }
   if (from >= 2) {
     // Version 2 databases have history; the migration to 2 set compacted_rv to the counter then (0).
-    rawExec(path, "INSERT INTO events(rv, type, kind, namespace, name, body) VALUES (7, 'MODIFIED', 'Service', "
-                  "'default', 'old', '" +
-                      body + "');");
+    rawExec(path,
+            "INSERT INTO events(rv, type, kind, namespace, name, body) VALUES (7, 'MODIFIED', 'Service', "
+            "'default', 'old', '" +
+                body + "');");
   }
 
   auto store = mustOpen(path, clock);
@@ -706,7 +724,9 @@ TEST_P(MigrationFrom, MigratesToLatestKeepingData) {
 
 INSTANTIATE_TEST_SUITE_P(EveryEarlierVersion, MigrationFrom,
                          testing::Range(0, SqliteStore::kLatestSchemaVersion),
-                         [](const testing::TestParamInfo<int>& info) { return "V" + std::to_string(info.param); });
+                         [](const testing::TestParamInfo<int>& info) {
+                           return "V" + std::to_string(info.param);
+                         });
 
 TEST(SqliteStoreMigration, RefusesNewerSchema) {
   TempDir dir;
@@ -717,7 +737,8 @@ TEST(SqliteStoreMigration, RefusesNewerSchema) {
   auto s = SqliteStore::open(path, clock);
   ASSERT_FALSE(s.isOk());
   EXPECT_EQ(s.status().code(), Code::kFailedPrecondition);
-  EXPECT_NE(s.status().message().find("schema version 99 is newer"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("schema version 99 is newer"), std::string::npos)
+      << s.status().message();
 }
 
 // --- crash safety -------------------------------------------------------------------
