@@ -1,0 +1,150 @@
+#include "router/headers.h"
+
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
+#include <boost/beast/core/string.hpp>
+
+namespace knap::router {
+
+namespace {
+
+boost::beast::string_view bsv(std::string_view s) { return {s.data(), s.size()}; }
+
+bool iequals(std::string_view a, std::string_view b) {
+  return boost::beast::iequals(bsv(a), bsv(b));
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Comma-separated tokens of every instance of header `name`.
+std::vector<std::string> tokens(const http::fields& fields, std::string_view name) {
+  std::vector<std::string> out;
+  auto range = fields.equal_range(bsv(name));
+  for (auto it = range.first; it != range.second; ++it) {
+    std::string_view v(it->value().data(), it->value().size());
+    size_t start = 0;
+    while (start <= v.size()) {
+      size_t comma = v.find(',', start);
+      if (comma == std::string_view::npos) comma = v.size();
+      std::string_view tok = trim(v.substr(start, comma - start));
+      if (!tok.empty()) out.emplace_back(tok);
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
+std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+}  // namespace
+
+bool isUpgradeRequest(const http::fields& req) {
+  if (req.find(http::field::upgrade) == req.end()) return false;
+  for (const std::string& t : tokens(req, "Connection")) {
+    if (iequals(t, "upgrade")) return true;
+  }
+  return false;
+}
+
+void removeHopByHop(http::fields& fields, bool keep_upgrade) {
+  // Headers named by Connection are hop-by-hop too (RFC 7230 §6.1).
+  for (const std::string& t : tokens(fields, "Connection")) {
+    if (keep_upgrade && iequals(t, "upgrade")) continue;
+    if (iequals(t, "close") || iequals(t, "keep-alive") || iequals(t, "host")) continue;
+    fields.erase(boost::beast::string_view(t.data(), t.size()));
+  }
+  fields.erase(http::field::connection);
+  fields.erase(http::field::keep_alive);
+  fields.erase(http::field::te);
+  fields.erase(http::field::trailer);
+  fields.erase(http::field::transfer_encoding);
+  fields.erase("Proxy-Connection");
+  fields.erase(http::field::proxy_authenticate);
+  fields.erase(http::field::proxy_authorization);
+  if (keep_upgrade) {
+    fields.set(http::field::connection, "Upgrade");
+  } else {
+    fields.erase(http::field::upgrade);
+  }
+}
+
+std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std::string_view xfp) {
+  std::vector<std::string_view> nodes;
+  size_t start = 0;
+  while (start <= xff.size()) {
+    size_t comma = xff.find(',', start);
+    if (comma == std::string_view::npos) comma = xff.size();
+    std::string_view node = trim(xff.substr(start, comma - start));
+    if (!node.empty()) nodes.push_back(node);
+    start = comma + 1;
+  }
+  std::string out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += "for=";
+    if (nodes[i].find(':') != std::string_view::npos) {
+      out += "\"[";
+      out += nodes[i];
+      out += "]\"";
+    } else {
+      out += nodes[i];
+    }
+    if (i == 0) {
+      if (!xfh.empty()) {
+        out += ";host=";
+        out += xfh;
+      }
+      if (!xfp.empty()) {
+        out += ";proto=";
+        out += xfp;
+      }
+    }
+  }
+  return out;
+}
+
+void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::string_view proto,
+                           bool is_upgrade) {
+  removeHopByHop(req, is_upgrade);
+  // Expect: 100-continue is answered by the router itself (see proxy.cc).
+  req.erase(http::field::expect);
+  req.erase(boost::beast::string_view(kRevisionHeader.data(), kRevisionHeader.size()));
+  req.erase(boost::beast::string_view(kNamespaceHeader.data(), kNamespaceHeader.size()));
+  req.erase(boost::beast::string_view(kHashHeader.data(), kHashHeader.size()));
+
+  // X-Forwarded-For: the client's list plus the peer we saw, one header.
+  std::string xff;
+  for (const std::string& t : tokens(req, "X-Forwarded-For")) {
+    if (!xff.empty()) xff += ", ";
+    xff += t;
+  }
+  if (!client_ip.empty()) {
+    if (!xff.empty()) xff += ", ";
+    xff += client_ip;
+  }
+  req.erase("X-Forwarded-For");
+  if (!xff.empty()) req.set("X-Forwarded-For", xff);
+  req.set("X-Forwarded-Proto", bsv(proto));
+  if (req.find("X-Forwarded-Host") == req.end()) {
+    auto host = req.find(http::field::host);
+    if (host != req.end() && !host->value().empty()) req.set("X-Forwarded-Host", host->value());
+  }
+  if (req.find(http::field::forwarded) == req.end() && !xff.empty()) {
+    auto xfh = req.find("X-Forwarded-Host");
+    const std::string fwd =
+        synthesizeForwarded(xff, xfh == req.end() ? std::string_view() : view(xfh->value()), proto);
+    req.set(http::field::forwarded, fwd);
+  }
+}
+
+void rewriteResponseHeaders(http::fields& resp, bool switching_protocols) {
+  removeHopByHop(resp, switching_protocols);
+}
+
+}  // namespace knap::router

@@ -1,0 +1,125 @@
+// Router: knap's data plane — ingress, activator and queue-proxy in one hop
+// (ARCHITECTURE.md "One request, end to end"; KNATIVE-CONTRACT.md §5).
+//
+//   client ─► listener ─► Host lookup (RoutingTable snapshot) ─► weighted pick
+//          ─► ActivatorQueue of the revision (breaker; queue while no pod is free;
+//             on_cold_request at zero pods) ─► keep-alive pool ─► pod ip:port
+//
+// Listeners: external (`port`), internal (`internal_port`, also serves
+// cluster-local hosts) and admin (`admin_port`, GET /metrics and /healthz,
+// meant for 127.0.0.1). Any of them may be disabled with -1; 0 = ephemeral.
+// One io_context per worker thread; one acceptor per listener hands new
+// connections to workers round robin; a connection lives on one worker, so
+// its handlers never run concurrently (the io_context is its strand).
+//
+// Timers: socket and queue timeouts run on Asio's steady clock; queue wait
+// and metrics read the TimeSource (the same clock for RealTimeSource). The
+// activator queue's logic is tested on a SimulatedTimeSource
+// (activator_queue_test.cc); the Router itself needs RealTimeSource.
+//
+// Thread safety: every public method may be called from any thread, also
+// while serving. setRoutingTable() swaps an immutable snapshot (in-flight
+// requests keep theirs); setEndpoints()/setRevisionConfig() take a short
+// per-revision lock. on_cold_request must be set before start(); it is
+// called on a worker thread and must not block (post to your own loop).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "router/activator_queue.h"
+#include "router/metrics.h"
+#include "router/routing_table.h"
+#include "scaler/driver.h"
+
+namespace knap::router {
+
+struct Endpoint {
+  std::string ip;  // IPv4 or IPv6 literal
+  uint16_t port = 0;
+  std::string key() const;  // "ip:port" ("[v6]:port")
+  bool operator==(const Endpoint&) const = default;
+};
+
+// Per-revision settings from the Revision spec (§5.7, §5.8).
+struct RevisionConfig {
+  int container_concurrency = 0;                  // 0 = unlimited
+  Duration timeout = std::chrono::seconds(300);   // timeoutSeconds; queue time counts
+  Duration response_start_timeout{0};             // 0 = none
+  Duration idle_timeout{0};                       // 0 = none
+};
+
+struct RouterOptions {
+  std::string address = "0.0.0.0";
+  int port = 0;
+  std::string internal_address = "127.0.0.1";
+  int internal_port = -1;
+  std::string admin_address = "127.0.0.1";
+  int admin_port = -1;
+  int threads = 2;
+  size_t max_header_bytes = 32 * 1024;             // larger request headers get 431
+  Duration header_read_timeout = std::chrono::seconds(10);
+  Duration keepalive_idle_timeout = std::chrono::seconds(60);
+  Duration client_io_timeout = std::chrono::seconds(60);  // a client that stalls a read/write this long is dropped
+  Duration upstream_connect_timeout = std::chrono::seconds(5);
+  size_t max_idle_upstream_per_endpoint = 64;
+  QueueLimits queue;                               // activator queue depth / max wait
+  std::string forwarded_proto = "http";
+};
+
+class Router final : public scaler::MetricsSource {
+ public:
+  Router(RouterOptions options, const TimeSource& time);
+  ~Router() override;
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  // Binds the listeners and starts the worker threads. Returns Unavailable
+  // when an address cannot be bound, FailedPrecondition if already started.
+  Status start();
+  // Closes listeners and connections, fails queued requests, joins threads.
+  // Idempotent.
+  void stop();
+  // Bound ports (after start()); -1 for a disabled listener.
+  int port() const;
+  int internalPort() const;
+  int adminPort() const;
+
+  // Replaces the routing table; requests already routed keep the old one.
+  void setRoutingTable(std::shared_ptr<const RoutingTable> table);
+  // Ready pod endpoints of `revision` ("ns/name"); releases queued requests.
+  void setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints);
+  void setRevisionConfig(const std::string& revision, const RevisionConfig& config);
+  // Forgets the revision: queued requests get 503, metrics series dropped.
+  void removeRevision(const std::string& revision);
+  // For knap_revision_pods{state="desired"}; "ready" follows setEndpoints.
+  void setDesiredPods(const std::string& revision, int pods);
+
+  // Called when a request for `revision` is queued while it has no ready
+  // endpoint (the daemon wires it to ScalerDriver::poke and the pod runner).
+  std::function<void(const std::string& revision)> on_cold_request;
+
+  // scaler::MetricsSource: requests held for the revision, queued included.
+  scaler::RequestStatsReport collect(const std::string& revision, MonoTime now) override;
+  scaler::MetricsSource& metrics() { return *this; }
+
+  // Prometheus text (what the admin listener serves on /metrics).
+  std::string renderMetrics() const;
+  // Requests waiting in `revision`'s activator queue (tests, status pages).
+  size_t queued(const std::string& revision) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace knap::router

@@ -1,0 +1,139 @@
+#include "router/routing_table.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "router/weighted_chooser.h"
+
+namespace knap::router {
+
+const std::string& HostRoute::pick() const {
+  const uint64_t ticket = picks.fetch_add(1, std::memory_order_relaxed);
+  return splits[chooseSplit(splits, total_percent, ticket)].revision;
+}
+
+std::string normalizeHost(std::string_view host) {
+  // Trim surrounding whitespace (tolerated in Host values).
+  while (!host.empty() && (host.front() == ' ' || host.front() == '\t')) host.remove_prefix(1);
+  while (!host.empty() && (host.back() == ' ' || host.back() == '\t')) host.remove_suffix(1);
+  if (!host.empty() && host.front() == '[') {
+    // IPv6 literal: keep "[...]", drop ":port".
+    const size_t close = host.find(']');
+    if (close != std::string_view::npos) host = host.substr(0, close + 1);
+  } else {
+    const size_t colon = host.rfind(':');
+    if (colon != std::string_view::npos && host.find(':') == colon) host = host.substr(0, colon);
+  }
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  std::string out(host);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+namespace {
+
+// Merges splits naming the same revision (§5.4) and drops zero-percent ones.
+std::vector<TrafficSplit> mergeSplits(const std::vector<TrafficSplit>& in) {
+  std::vector<TrafficSplit> out;
+  for (const TrafficSplit& s : in) {
+    if (s.percent == 0) continue;
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const TrafficSplit& o) { return o.revision == s.revision; });
+    if (it == out.end()) {
+      out.push_back(s);
+    } else {
+      it->percent += s.percent;
+    }
+  }
+  return out;
+}
+
+Visibility mostRestrictive(Visibility a, Visibility b) {
+  return (a == Visibility::kClusterLocal || b == Visibility::kClusterLocal) ? Visibility::kClusterLocal
+                                                                             : Visibility::kExternal;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::build(const std::vector<RouteSpec>& routes,
+                                                                  std::string network_hash) {
+  auto table = std::shared_ptr<RoutingTable>(new RoutingTable());
+  table->network_hash_ = std::move(network_hash);
+
+  auto add = [&](const RouteSpec& route, const std::string& raw_host, const std::string& tag,
+                 Visibility visibility, const std::vector<TrafficSplit>& splits) -> Status {
+    const std::string host = normalizeHost(raw_host);
+    const std::string where = "route " + route.namespace_name + "/" + route.name;
+    if (host.empty()) return invalidArgument(where + ": empty host");
+    if (splits.empty()) return invalidArgument(where + ": host " + host + " has no traffic target");
+    int total = 0;
+    for (const TrafficSplit& s : splits) {
+      if (s.revision.empty()) return invalidArgument(where + ": traffic target without revision");
+      if (s.percent < 0) return invalidArgument(where + ": negative percent for " + s.revision);
+      total += s.percent;
+    }
+    if (total <= 0) return invalidArgument(where + ": host " + host + " has 0% traffic");
+    auto entry = std::make_unique<HostRoute>();
+    entry->host = host;
+    entry->namespace_name = route.namespace_name;
+    entry->route_name = route.name;
+    entry->tag = tag;
+    entry->visibility = visibility;
+    entry->splits = splits;
+    entry->total_percent = total;
+    auto [it, inserted] = table->hosts_.emplace(host, std::move(entry));
+    if (!inserted) {
+      const HostRoute& other = *it->second;
+      if (other.namespace_name == route.namespace_name && other.route_name == route.name &&
+          other.tag == tag) {
+        return Status::ok();  // the same host listed twice for the same target
+      }
+      return invalidArgument(where + ": host " + host + " is already served by route " +
+                             other.namespace_name + "/" + other.route_name);
+    }
+    return Status::ok();
+  };
+
+  for (const RouteSpec& route : routes) {
+    const std::vector<TrafficSplit> main = mergeSplits(route.traffic);
+    for (const std::string& h : route.hosts) {
+      KNAP_RETURN_IF_ERROR(add(route, h, "", route.visibility, main));
+    }
+    for (const std::string& h : route.internal_hosts) {
+      KNAP_RETURN_IF_ERROR(add(route, h, "", Visibility::kClusterLocal, main));
+    }
+    for (const TagSpec& tag : route.tags) {
+      const std::vector<TrafficSplit> one{{tag.revision, 100, tag.tag}};
+      for (const std::string& h : tag.hosts) {
+        KNAP_RETURN_IF_ERROR(
+            add(route, h, tag.tag, mostRestrictive(route.visibility, tag.visibility), one));
+      }
+    }
+  }
+  return std::shared_ptr<const RoutingTable>(std::move(table));
+}
+
+std::shared_ptr<const RoutingTable> RoutingTable::empty() {
+  return std::shared_ptr<const RoutingTable>(new RoutingTable());
+}
+
+const HostRoute* RoutingTable::lookup(std::string_view host, ListenerKind listener) const {
+  auto it = hosts_.find(normalizeHost(host));
+  if (it == hosts_.end()) return nullptr;
+  const HostRoute* route = it->second.get();
+  if (route->visibility == Visibility::kClusterLocal && listener != ListenerKind::kInternal) {
+    return nullptr;
+  }
+  return route;
+}
+
+std::vector<std::string> RoutingTable::revisions() const {
+  std::set<std::string> out;
+  for (const auto& [host, route] : hosts_) {
+    for (const TrafficSplit& s : route->splits) out.insert(s.revision);
+  }
+  return {out.begin(), out.end()};
+}
+
+}  // namespace knap::router
