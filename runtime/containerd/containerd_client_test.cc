@@ -245,6 +245,19 @@ TEST_F(ContainerdIntegrationTest, ContentWriteIsIdempotentAndLabelled) {
   Status bad = leased.writeContent(wrong, std::string_view("hello"));
   EXPECT_EQ(bad.code(), Code::kFailedPrecondition) << bad.toString();
 
+  // The same blob in another namespace: STAT reports offset == total
+  // (content is shared), no data is sent, COMMIT makes it visible there.
+  ContainerdClient other = client_->withNamespace(std::string(kNs) + "-b");
+  StatusOr<std::string> other_lease = other.createLease("", std::chrono::minutes(10));
+  ASSERT_TRUE(other_lease.isOk());
+  int calls = 0;
+  Status shared = other.withLease(*other_lease).writeContent(
+      d, [&](uint64_t off, size_t n) -> StatusOr<std::string> { ++calls; return blob.substr(off, n); });
+  ASSERT_TRUE(shared.isOk()) << shared.toString();
+  EXPECT_EQ(calls, 0);
+  EXPECT_TRUE(other.contentInfo(d.digest).isOk());
+  ASSERT_TRUE(other.deleteLease(*other_lease, /*sync=*/true).isOk());
+
   ASSERT_TRUE(client_->deleteLease(*lease, /*sync=*/true).isOk());
   // Unreferenced and unleased: garbage collected.
   EXPECT_EQ(client_->contentInfo(d.digest).status().code(), Code::kNotFound);
@@ -452,6 +465,90 @@ TEST_F(ContainerdIntegrationTest, ImportRunKillDelete) {
   ASSERT_TRUE(client_->deleteImage(kImage, /*sync=*/true).isOk());
   EXPECT_EQ(client_->statSnapshot(imported->chain_id).status().code(), Code::kNotFound);
   EXPECT_EQ(client_->getImage(kImage).status().code(), Code::kNotFound);
+}
+
+std::string runCommand(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+// Cross-check with an archive made by another tool: umoci writes gzip layers
+// (diff_id != layer digest), an index entry without platform, "./" paths.
+TEST_F(ContainerdIntegrationTest, ImportsGzipMultiLayerImageBuiltByUmoci) {
+  if (std::system("command -v umoci >/dev/null") != 0) {
+    GTEST_SKIP() << "\n\n*** umoci is not installed (tools/setup.sh --test installs it): SKIPPING the umoci cross-check ***\n";
+  }
+  const char* app = getenv("KNAP_TESTAPP");
+  ASSERT_TRUE(app != nullptr && fs::exists(app)) << "KNAP_TESTAPP must name the built knap-testapp";
+  const std::string name = "knap.local/umoci:v1";
+  (void)client_->deleteImage(name, true);
+  std::string cmd = "set -e; cd " + work_ + "; mkdir -p d1/app d2; cp " + fs::absolute(app).string() + " d1/app/; echo hello > d2/greeting.txt;" +
+                    " umoci init --layout img; umoci new --image img:v1; umoci insert --image img:v1 d1 /;" +
+                    " umoci insert --image img:v1 d2 /data; umoci config --image img:v1 --config.entrypoint /app/knap-testapp;" +
+                    " cd img && tar -cf ../umoci.tar . ) >/dev/null 2>&1";
+  cmd = "(" + cmd;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+  ImportOptions opts;
+  opts.name = name;  // umoci only writes a tag-only ref.name ("v1")
+  StatusOr<ImageInfo> img = importImageArchive(*client_, work_ + "/umoci.tar", opts);
+  ASSERT_TRUE(img.isOk()) << img.status().toString();
+  ASSERT_EQ(img->chain_ids.size(), 2u);
+  EXPECT_EQ(img->config.entrypoint, std::vector<std::string>{"/app/knap-testapp"});
+  StatusOr<std::string> manifest_json = client_->readContent(img->manifest_digest);
+  ASSERT_TRUE(manifest_json.isOk());
+  StatusOr<Manifest> m = parseManifest(*manifest_json);
+  ASSERT_TRUE(m.isOk());
+  ASSERT_EQ(m->layers.size(), 2u);
+  EXPECT_EQ(m->layers[0].media_type, kMediaTypeOciLayerGzip);
+  EXPECT_NE(m->layers[0].digest, img->config.diff_ids[0]);  // compressed
+  for (size_t i = 0; i < 2; ++i) {
+    StatusOr<ContentInfo> li = client_->contentInfo(m->layers[i].digest);
+    ASSERT_TRUE(li.isOk());
+    EXPECT_EQ(li->labels["containerd.io/uncompressed"], img->config.diff_ids[i]);
+  }
+  StatusOr<SnapshotInfo> top = client_->statSnapshot(img->chain_ids[1]);
+  ASSERT_TRUE(top.isOk()) << top.status().toString();
+  EXPECT_EQ(top->parent, img->chain_ids[0]);
+  if (std::system("command -v ctr >/dev/null") == 0) {
+    std::string check = runCommand(std::string("ctr -n ") + kNs + " images check name==" + name + " 2>&1");
+    EXPECT_NE(check.find("complete (3/3)"), std::string::npos) << check;
+    EXPECT_NE(check.find("true"), std::string::npos) << check;  // UNPACKED column
+  }
+  ASSERT_TRUE(client_->deleteImage(name, true).isOk());
+  EXPECT_EQ(client_->statSnapshot(img->chain_ids[1]).status().code(), Code::kNotFound);
+}
+
+// knap-mkimage --index-of: a two-platform index; the import takes linux/amd64.
+TEST_F(ContainerdIntegrationTest, ImportPicksThePlatformFromAnIndex) {
+  const char* mk = getenv("KNAP_MKIMAGE");
+  ASSERT_TRUE(mk != nullptr && fs::exists(mk)) << "KNAP_MKIMAGE must name the built knap-mkimage";
+  const std::string name = "knap.local/multi:v1";
+  (void)client_->deleteImage(name, true);
+  std::ofstream(work_ + "/hello.txt") << "hello";
+  std::string base = std::string(mk) + " --name " + name + " --file " + work_ + "/hello.txt:/hello.txt --cmd /hello";
+  std::string out = runCommand(base + " --out " + work_ + "/amd64.tar --platform linux/amd64");
+  ASSERT_NE(out.find("linux/amd64=sha256:"), std::string::npos) << out;
+  std::string amd64_digest = out.substr(out.find("linux/amd64=") + 12, 71);
+  ASSERT_EQ(std::system((base + " --out " + work_ + "/arm64.tar --platform linux/arm64/v8 >/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((std::string(mk) + " --name " + name + " --out " + work_ + "/multi.tar --index-of " + work_ +
+                         "/amd64.tar," + work_ + "/arm64.tar >/dev/null").c_str()), 0);
+  StatusOr<ImageInfo> img = importImageArchive(*client_, work_ + "/multi.tar");
+  ASSERT_TRUE(img.isOk()) << img.status().toString();
+  EXPECT_EQ(img->name, name);
+  EXPECT_EQ(img->manifest_digest, amd64_digest);
+  EXPECT_EQ(img->config.cmd, std::vector<std::string>{"/hello"});
+  ImportOptions s390;
+  s390.platform = *parsePlatform("linux/s390x");
+  EXPECT_EQ(importImageArchive(*client_, work_ + "/multi.tar", s390).status().code(), Code::kNotFound);
+  EXPECT_EQ(importImageArchive(*client_, work_ + "/missing.tar").status().code(), Code::kNotFound);
+  ASSERT_TRUE(client_->deleteImage(name, true).isOk());
 }
 
 TEST_F(ContainerdIntegrationTest, ErrorsMapToStatusCodes) {
