@@ -1,0 +1,310 @@
+// Runs the real knap-testapp binary (KNAP_TESTAPP) on loopback and checks
+// every endpoint and flag other suites rely on.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+
+std::string appPath() {
+  const char* p = getenv("KNAP_TESTAPP");
+  return p ? p : "";
+}
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+int connectTo(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+struct Response {
+  int status = 0;
+  std::string head;
+  std::string body;
+};
+
+// Sends raw bytes and reads until the server closes (requests use Connection: close).
+Response rawExchange(int port, const std::string& raw) {
+  Response r;
+  int fd = connectTo(port);
+  if (fd < 0) return r;
+  send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
+  std::string all;
+  char buf[65536];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) all.append(buf, static_cast<size_t>(n));
+  close(fd);
+  size_t end = all.find("\r\n\r\n");
+  if (end == std::string::npos) return r;
+  r.head = all.substr(0, end);
+  r.body = all.substr(end + 4);
+  r.status = std::atoi(r.head.substr(9, 3).c_str());
+  return r;
+}
+
+Response get(int port, const std::string& path, const std::string& extra_headers = "") {
+  return rawExchange(port, "GET " + path + " HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n" + extra_headers + "\r\n");
+}
+
+std::string dechunk(const std::string& body) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    size_t eol = body.find("\r\n", pos);
+    if (eol == std::string::npos) return out;
+    size_t n = std::stoul(body.substr(pos, eol - pos), nullptr, 16);
+    if (n == 0) return out;
+    out += body.substr(eol + 2, n);
+    pos = eol + 2 + n + 2;
+  }
+}
+
+class App {
+ public:
+  explicit App(std::vector<std::string> args, std::vector<std::string> env = {}, bool wait_ready = true) {
+    port_ = freePort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<std::string> e = {"PORT=" + std::to_string(port_), "K_REVISION=rev-00001"};
+      e.insert(e.end(), env.begin(), env.end());
+      std::vector<char*> ep, ap;
+      for (auto& s : e) ep.push_back(s.data());
+      ep.push_back(nullptr);
+      std::string bin = appPath();
+      ap.push_back(bin.data());
+      for (auto& s : args) ap.push_back(s.data());
+      ap.push_back(nullptr);
+      int devnull = open("/dev/null", O_RDWR);
+      dup2(devnull, 0);  // stdin reads EOF, as the runtime contract wants
+      dup2(devnull, 1);
+      execve(bin.c_str(), ap.data(), ep.data());
+      _exit(127);
+    }
+    if (wait_ready) ready_ = waitConnectable(5000);
+  }
+  ~App() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool waitConnectable(int ms) {
+    for (int i = 0; i < ms / 10; ++i) {
+      int fd = connectTo(port_);
+      if (fd >= 0) {
+        close(fd);
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  // Exit status, or -1 if still running after `ms`.
+  int waitExit(int ms) {
+    for (int i = 0; i < ms / 10; ++i) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  bool ready() const { return ready_; }
+
+ private:
+  int port_ = 0;
+  pid_t pid_ = -1;
+  bool ready_ = false;
+  bool reaped_ = false;
+};
+
+class TestAppTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (appPath().empty() || access(appPath().c_str(), X_OK) != 0) {
+      FAIL() << "KNAP_TESTAPP must name the built knap-testapp binary (meson test sets it)";
+    }
+  }
+};
+
+TEST_F(TestAppTest, RootEnvAndHeaders) {
+  App app({}, {"EXTRA=1"});
+  ASSERT_TRUE(app.ready());
+  Response r = get(app.port(), "/");
+  ASSERT_EQ(r.status, 200);
+  json root = json::parse(r.body);
+  EXPECT_EQ(root["revision"], "rev-00001");
+  EXPECT_NE(root["message"].get<std::string>().find("revision=rev-00001"), std::string::npos);
+
+  json env = json::parse(get(app.port(), "/env").body);
+  EXPECT_EQ(env["PORT"], std::to_string(app.port()));
+  EXPECT_EQ(env["EXTRA"], "1");
+
+  json h = json::parse(get(app.port(), "/headers?a=b", "X-Multi: one\r\nX-Multi: two\r\ntraceparent: 00-abc-01\r\n").body);
+  EXPECT_EQ(h["method"], "GET");
+  EXPECT_EQ(h["protocol"], "HTTP/1.1");
+  EXPECT_EQ(h["host"], "app.test");
+  EXPECT_EQ(h["target"], "/headers?a=b");
+  EXPECT_EQ(h["headers"]["X-Multi"], "one, two");
+  EXPECT_EQ(h["headers"]["traceparent"], "00-abc-01");
+  EXPECT_EQ(get(app.port(), "/nope").status, 404);
+}
+
+TEST_F(TestAppTest, EchoWithLengthAndChunkedBodies) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  std::string big(200000, 'b');
+  Response r = rawExchange(app.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: text/x-test\r\n"
+                                    "Content-Length: " + std::to_string(big.size()) + "\r\n\r\n" + big);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_TRUE(r.body == big);
+  EXPECT_NE(r.head.find("Content-Type: text/x-test"), std::string::npos);
+  r = rawExchange(app.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  EXPECT_EQ(r.body, "hello world");
+}
+
+TEST_F(TestAppTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  int fd = connectTo(app.port());
+  ASSERT_GE(fd, 0);
+  std::string two = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /inflight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  send(fd, two.data(), two.size(), MSG_NOSIGNAL);
+  std::string all;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) all.append(buf, static_cast<size_t>(n));
+  close(fd);
+  size_t first = all.find("HTTP/1.1 200");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_NE(all.find("HTTP/1.1 200", first + 1), std::string::npos) << all;
+  EXPECT_NE(all.find("\"requests\":2"), std::string::npos) << all;
+}
+
+TEST_F(TestAppTest, HealthToggle) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  EXPECT_EQ(get(app.port(), "/healthz").status, 200);
+  EXPECT_EQ(get(app.port(), "/health/off").status, 200);
+  EXPECT_EQ(get(app.port(), "/healthz").status, 503);
+  get(app.port(), "/health/on");
+  EXPECT_EQ(get(app.port(), "/healthz").status, 200);
+}
+
+TEST_F(TestAppTest, ConcurrencyIsCounted) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  std::vector<std::future<Response>> calls;
+  for (int i = 0; i < 5; ++i) calls.push_back(std::async(std::launch::async, [&] { return get(app.port(), "/sleep?ms=400"); }));
+  for (auto& c : calls) EXPECT_EQ(c.get().status, 200);
+  json inflight = json::parse(get(app.port(), "/inflight").body);
+  EXPECT_EQ(inflight["max_inflight"], 5);
+  EXPECT_EQ(inflight["inflight"], 1);  // this request
+}
+
+TEST_F(TestAppTest, StreamAllocAndInfo) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  Response s = get(app.port(), "/stream?chunks=3&ms=10");
+  EXPECT_NE(s.head.find("Transfer-Encoding: chunked"), std::string::npos);
+  EXPECT_EQ(dechunk(s.body), "chunk 0\nchunk 1\nchunk 2\n");
+  EXPECT_EQ(json::parse(get(app.port(), "/alloc?mb=8").body)["allocated_mb"], 8);
+  EXPECT_EQ(json::parse(get(app.port(), "/alloc?mb=2").body)["allocated_mb"], 10);
+  EXPECT_EQ(json::parse(get(app.port(), "/alloc?free=1").body)["allocated_mb"], 0);
+  json info = json::parse(get(app.port(), "/info").body);
+  EXPECT_EQ(info["uid"], getuid());
+  EXPECT_EQ(info["files"]["/dev/null"]["type"], "char_device");
+  EXPECT_EQ(info["files"]["/tmp"]["type"], "directory");
+  EXPECT_TRUE(info.contains("cgroup_v1"));
+  EXPECT_TRUE(info["proc_sys"].contains("writable"));
+  EXPECT_EQ(info["stdin"], "eof");  // stdin is /dev/null here
+}
+
+TEST_F(TestAppTest, CrashExitsWithTheCode) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  get(app.port(), "/crash?code=7");
+  EXPECT_EQ(app.waitExit(3000), 7);
+}
+
+TEST_F(TestAppTest, SigtermDrainsInFlightRequestsThenExitsZero) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  auto slow = std::async(std::launch::async, [&] { return get(app.port(), "/sleep?ms=600"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  kill(app.pid(), SIGTERM);
+  Response r = slow.get();
+  EXPECT_EQ(r.status, 200);  // finished despite SIGTERM
+  EXPECT_EQ(app.waitExit(3000), 0);
+}
+
+TEST_F(TestAppTest, StartupFlags) {
+  {
+    App fail({"--fail-start"}, {}, false);
+    EXPECT_EQ(fail.waitExit(3000), 1);
+  }
+  {
+    App crash({"--exit-after-ms", "200"});
+    ASSERT_TRUE(crash.ready());
+    EXPECT_EQ(crash.waitExit(3000), 3);
+  }
+  {
+    App slow({"--listen-delay-ms", "500"}, {}, false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    EXPECT_EQ(connectTo(slow.port()), -1);  // not listening yet
+    EXPECT_TRUE(slow.waitConnectable(3000));
+  }
+  {
+    int port = freePort();
+    App arg({"--port-from-arg", std::to_string(port)}, {}, false);  // PORT env names another port
+    int status = 0;
+    for (int i = 0; i < 300 && status == 0; ++i) {
+      status = get(port, "/healthz").status;
+      if (status == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(status, 200);
+    EXPECT_EQ(connectTo(arg.port()), -1);
+  }
+}
+
+}  // namespace
