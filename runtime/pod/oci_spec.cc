@@ -1,5 +1,7 @@
 #include "runtime/pod/oci_spec.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -14,7 +16,6 @@ using nlohmann::json;
 constexpr int64_t kCpuPeriodUs = 100000;  // cgroup v1 cfs period, as kubelet uses
 constexpr int64_t kMinCpuQuotaUs = 1000;  // kubelet's minQuotaPeriod
 constexpr int64_t kMinCpuShares = 2;      // kubelet's MinShares (BestEffort)
-constexpr int64_t kNofileLimit = 1048576;
 constexpr int kDefaultPort = 8080;
 constexpr const char* kDefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -377,6 +378,13 @@ StatusOr<std::vector<EnvVar>> containerEnv(const json& container, const PodSpecI
 
 }  // namespace
 
+uint64_t maxNofileForPods() {
+  constexpr uint64_t kCap = 1048576;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_max == RLIM_INFINITY) return kCap;
+  return std::min<uint64_t>(kCap, rl.rlim_max);
+}
+
 StatusOr<int64_t> parseQuantity(const std::string& quantity) { return parseScaled(quantity, 0); }
 StatusOr<int64_t> parseMilliCpu(const std::string& quantity) { return parseScaled(quantity, 3); }
 StatusOr<int64_t> parseQuantityJson(const nlohmann::json& value) { return quantityFromJson(value, 0); }
@@ -489,6 +497,7 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     }
   }
   if (in.pod_id.empty()) return invalidArgument("pod id: required");
+  if (in.nofile_limit == 0) return invalidArgument("nofile limit: must be positive");
 
   const json* image = member(in.image_config, "config");
   if (image == nullptr || !image->is_object()) image = &in.image_config;
@@ -726,7 +735,7 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
       {"env", env},
       {"cwd", cwd},
       {"capabilities", {{"bounding", caps}, {"effective", caps}, {"permitted", caps}}},
-      {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", kNofileLimit}, {"soft", kNofileLimit}}})},
+      {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", in.nofile_limit}, {"soft", in.nofile_limit}}})},
       {"noNewPrivileges", !priv_esc.value_or(false)},
   };
 

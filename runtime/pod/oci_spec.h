@@ -22,7 +22,8 @@
 //   100000; cpu.shares = max(2, requests.cpu millicores * 1024 / 1000), where
 //   requests default to limits and no cpu request at all gives 2 shares, as a
 //   BestEffort Kubernetes pod gets.
-// - RLIMIT_NOFILE 1048576 (what pods see under containerd's systemd unit).
+// - RLIMIT_NOFILE soft = hard = PodSpecInput::nofile_limit (default 1024, as
+//   containerd's default spec; the runner may pass maxNofileForPods()).
 // - No seccomp profile (Kubernetes' default is Unconfined); no /dev/console.
 #pragma once
 
@@ -61,7 +62,15 @@ struct PodSpecInput {
   std::string hostname_path;
   std::string cgroups_path;        // default "/knap/<pod_id>"
   std::string pod_ip;              // for env valueFrom.fieldRef status.podIP (optional)
+  // RLIMIT_NOFILE of the container process. runc fails to start the container
+  // ("error setting rlimit type 7: operation not permitted") when this exceeds
+  // the shim's hard limit and CAP_SYS_RESOURCE is missing, as in some sandboxes.
+  uint64_t nofile_limit = 1024;
 };
+
+// min(1048576, this process's RLIMIT_NOFILE hard limit): the largest limit a
+// pod can be given when containerd runs with the same limits as knapd.
+uint64_t maxNofileForPods();
 
 // Returns the spec, or kInvalidArgument naming the offending field (e.g.
 // "env[2].valueFrom.secretKeyRef: secrets are not supported by knap yet",

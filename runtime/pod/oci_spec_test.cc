@@ -436,8 +436,13 @@ TEST(OciSpecTest, ProcessBasics) {
   EXPECT_EQ(spec["hostname"], "hello-00001-pod-abc");
   ASSERT_EQ(spec["process"]["rlimits"].size(), 1u);
   EXPECT_EQ(spec["process"]["rlimits"][0]["type"], "RLIMIT_NOFILE");
-  EXPECT_GE(spec["process"]["rlimits"][0]["soft"].get<int64_t>(), 1024);
-  EXPECT_EQ(spec["process"]["rlimits"][0]["soft"], spec["process"]["rlimits"][0]["hard"]);
+  EXPECT_EQ(spec["process"]["rlimits"][0]["soft"], 1024);
+  EXPECT_EQ(spec["process"]["rlimits"][0]["hard"], 1024);
+  PodSpecInput in = baseInput();
+  in.nofile_limit = 65536;
+  EXPECT_EQ(mustBuild(in)["process"]["rlimits"][0]["hard"], 65536);
+  EXPECT_GE(maxNofileForPods(), 1u);
+  EXPECT_LE(maxNofileForPods(), 1048576u);
   EXPECT_EQ(spec["linux"]["cgroupsPath"], "/knap/hello-00001-pod-abc");
   EXPECT_FALSE(spec.contains("annotations") && spec["annotations"].contains("seccomp"));
 }
