@@ -404,5 +404,31 @@ TEST_F(CniIntegrationTest, SetUpTwiceRecreatesAndCleanupOrphans) {
   EXPECT_EQ(natRules().find(options_.network_name), std::string::npos) << "masquerade rules left behind";
 }
 
+TEST_F(CniIntegrationTest, ConcurrentSetUpOnAFreshBridge) {
+  // The bridge does not exist yet: every ADD races to create it and its address.
+  constexpr int kPods = 4;
+  std::vector<std::thread> threads;
+  std::vector<StatusOr<PodNetwork>> results(kPods, Status(Code::kInternal, "not run"));
+  for (int i = 0; i < kPods; ++i) {
+    threads.emplace_back([&, i] { results[i] = net_->setUp("par-" + std::to_string(i)); });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> ips;
+  for (int i = 0; i < kPods; ++i) {
+    ASSERT_TRUE(results[i].isOk()) << "pod " << i << ": " << results[i].status().toString();
+    ips.insert(results[i]->ip);
+  }
+  EXPECT_EQ(ips.size(), static_cast<size_t>(kPods));
+  threads.clear();
+  std::vector<Status> down(kPods);
+  for (int i = 0; i < kPods; ++i) {
+    threads.emplace_back([&, i] { down[i] = net_->tearDown("par-" + std::to_string(i)); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kPods; ++i) EXPECT_TRUE(down[i].isOk()) << down[i].toString();
+  EXPECT_TRUE(net_->listLeases().empty());
+  EXPECT_TRUE(net_->listPodNetworks().empty());
+}
+
 }  // namespace
 }  // namespace knap::runtime

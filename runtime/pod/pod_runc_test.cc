@@ -94,6 +94,8 @@ class PodRuncTest : public ::testing::Test {
     EXPECT_TRUE(s.isOk()) << s.toString();
     (void)runProgram({"ip", "link", "del", cni_.bridge}, {});
     (void)runProgram({"rm", "-rf", dir_}, {});
+    // runc removes the pod's cgroups; the empty parents are ours to remove.
+    (void)runProgram({"sh", "-c", "rmdir /sys/fs/cgroup/*/knaptest 2>/dev/null; true"}, {});
   }
 
   std::string testapp_;
