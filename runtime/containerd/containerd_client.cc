@@ -356,7 +356,10 @@ Status ContainerdClient::deleteLease(const std::string& id, bool sync) const {
 Status ContainerdClient::writeContent(const Descriptor& desc, const BlobSource& source, const Labels& labels,
                                       const std::string& ref_in) const {
   const std::string op = "write content " + desc.digest;
-  const std::string ref = ref_in.empty() ? "knap-" + desc.digest : ref_in;
+  // A unique ref per write: two concurrent writers of the same blob would
+  // otherwise collide on the ref lock (UNAVAILABLE "ref ... locked"); with
+  // separate refs the second simply finds the blob committed.
+  const std::string ref = ref_in.empty() ? "knap-" + randomHex(8) + "-" + desc.digest : ref_in;
   grpc::ClientContext ctx;
   // Large blobs need longer than one call timeout; allow 10x.
   setup(&ctx, options_.ns, lease_, options_.time, options_.call_timeout * 10);

@@ -216,6 +216,8 @@ class ContainerdClient {
   // `labels`, draining the stream before Finish (G1). A blob that already
   // exists counts as success; its labels are then set with Content.Update.
   // kFailedPrecondition on digest/size mismatch (the ingest is aborted, G12).
+  // `ref` names the ingest (default: unique per call); pass a stable ref to
+  // resume an interrupted upload.
   Status writeContent(const Descriptor& desc, const BlobSource& source, const Labels& labels = {},
                       const std::string& ref = "") const;
   Status writeContent(const Descriptor& desc, std::string_view data, const Labels& labels = {}) const;
