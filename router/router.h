@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <utility>
 #include <cstdint>
 #include <functional>
 #include <map>

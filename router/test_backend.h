@@ -1,0 +1,89 @@
+// Test helpers for router_test: a blocking loopback "pod" server (a thread
+// per connection) and a blocking HTTP client. Test-only; not part of
+// knap_router.
+//
+// Thread safety: TestBackend's handler runs on one thread per connection;
+// the destructor shuts every connection down and joins the threads.
+#pragma once
+
+#include <atomic>
+#include <utility>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "router/router.h"
+
+namespace knap::router::testing {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+using StringRequest = http::request<http::string_body>;
+using StringResponse = http::response<http::string_body>;
+
+class TestBackend {
+ public:
+  // Called on its own thread for each accepted connection.
+  using ConnHandler = std::function<void(tcp::socket& socket)>;
+  // Called per request by the keep-alive HTTP loop of httpHandler().
+  using Respond = std::function<void(const StringRequest& req, StringResponse& resp)>;
+
+  explicit TestBackend(ConnHandler handler);
+  ~TestBackend();
+  uint16_t port() const { return port_; }
+  Endpoint endpoint() const { return Endpoint{"127.0.0.1", port_}; }
+  int connections() const { return connections_.load(); }
+
+  // A keep-alive HTTP/1.1 server loop around `respond`.
+  static ConnHandler httpHandler(Respond respond);
+
+ private:
+  void acceptLoop();
+  asio::io_context ioc_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> connections_{0};
+  ConnHandler handler_;
+  std::thread accept_thread_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<tcp::socket>> sockets_;
+  std::vector<std::thread> threads_;
+};
+
+// A blocking client connection to 127.0.0.1:port.
+class TestClient {
+ public:
+  explicit TestClient(int port);
+  // Sends `req` and reads one response; on error the response has result 0
+  // and error() says why.
+  StringResponse send(StringRequest req);
+  // Raw bytes in/out for malformed-request tests.
+  void writeRaw(const std::string& bytes);
+  std::string readAll();  // until EOF or error
+  tcp::socket& socket() { return socket_; }
+  beast::flat_buffer& buffer() { return buffer_; }
+  const beast::error_code& error() const { return ec_; }
+
+ private:
+  asio::io_context ioc_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+  beast::error_code ec_;
+};
+
+// One-shot GET on a fresh connection.
+StringResponse get(int port, const std::string& host, const std::string& target = "/",
+                   const std::vector<std::pair<std::string, std::string>>& headers = {});
+
+}  // namespace knap::router::testing
