@@ -246,3 +246,45 @@ TEST(ScalerTickerTest, TicksOnceASecondUntilStopped) {
 
 }  // namespace
 }  // namespace knap::scaler
+
+namespace knap::scaler {
+namespace {
+
+// Router threads poke and query status while the ticker thread ticks; run
+// under -fsanitize=thread to check the locking.
+TEST(ScalerDriverConcurrencyTest, PokeStatusAndTickFromSeveralThreads) {
+  SimulatedTimeSource clock;
+  FakeRouter router(clock);
+  FakeRuntime runtime;
+  runtime.instant = false;
+  ScalerDriver driver(router, runtime, runtime, clock);
+  ScalerSettings s;
+  s.initial_scale = 0;
+  ASSERT_TRUE(driver.addRevision(kRev, s).isOk());
+  driver.poke(kRev);
+  ASSERT_EQ(runtime.desired[kRev], 1);
+  std::atomic<bool> done{false};
+  std::thread ticker([&] {
+    for (int i = 0; i < 500; ++i) {
+      clock.advance(1s);
+      driver.tick();
+    }
+    done = true;
+  });
+  std::thread poker([&] {
+    while (!done) {
+      driver.poke(kRev);
+      (void)driver.status(kRev);
+    }
+  });
+  ticker.join();
+  poker.join();
+  // No pod ever became ready, but 500 s is within the 630-s activation timeout.
+  auto st = driver.status(kRev);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(st->decision.valid);
+  EXPECT_EQ(st->outcome.active.reason, kReasonQueued);
+}
+
+}  // namespace
+}  // namespace knap::scaler
