@@ -176,6 +176,9 @@ bool needsQuotes(const std::string& s) {
     if (c < 0x20 || c == 0x7f) return true;  // newlines, tabs, control characters
   }
   if (s == "<<" || s == "=") return true;
+  // kubectl's decoder (go-yaml v2) reads unquoted dates as timestamps; keep them strings.
+  static const std::regex kTimestampLike("[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ].*)?");
+  if (std::regex_match(s, kTimestampLike)) return true;
   return false;
 }
 

@@ -58,6 +58,31 @@ TEST(CodecTest, ScalarTypesFollowQuoting) {
   EXPECT_EQ(v["explicitInt"], json(7));
 }
 
+TEST(CodecTest, BlockScalarsAndOctal) {
+  json v = parseOne("script: |\n  echo 1\n  echo 2\nfolded: >-\n  a\n  b\nmode: 0755\nhex: 0x1F\nplus: +5\nexp: 1e3\n");
+  EXPECT_EQ(v["script"], json("echo 1\necho 2\n"));
+  EXPECT_EQ(v["folded"], json("a b"));
+  EXPECT_EQ(v["mode"], json(493));
+  EXPECT_EQ(v["hex"], json(31));
+  EXPECT_EQ(v["plus"], json(5));
+  EXPECT_DOUBLE_EQ(v["exp"].get<double>(), 1000.0);
+}
+
+TEST(CodecTest, AnchorsAndAliases) {
+  json v = parseOne("base: &b {image: x}\ncopy: *b\n");
+  EXPECT_EQ(v["copy"], json::parse(R"({"image":"x"})"));
+}
+
+TEST(CodecTest, ToYamlQuotesDatesAndSpecialStrings) {
+  json v = {{"d", "2024-01-01"}, {"t", "2024-01-01T00:00:00Z"}, {"hex", "0x10"}, {"tilde", "~"}, {"on", "on"},
+            {"hash", "a #b"}, {"lead", " x"}, {"key: colon", "v"}, {"unicode", "h\u00e9llo"}};
+  std::string y = toYaml(v);
+  EXPECT_NE(y.find("d: \"2024-01-01\""), std::string::npos) << y;
+  auto back = parseYamlDocuments(y);
+  ASSERT_TRUE(back.isOk()) << y;
+  EXPECT_EQ((*back)[0], v) << y;
+}
+
 TEST(CodecTest, Yaml11BooleansLikeKubectl) {
   json v = parseOne("a: yes\nb: Off\nc: \"yes\"\n");
   EXPECT_EQ(v["a"], json(true));

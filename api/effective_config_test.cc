@@ -196,7 +196,9 @@ TEST(AutoscalingSettingsTest, InvalidValuesAreErrors) {
            {"panic-threshold-percentage", "50"}, {"target-burst-capacity", "-5"}, {"scale-down-delay", "2h"}}) {
     auto s = autoscalingSettings(json{{"autoscaling.knative.dev/" + k, v}}, defaultConfig(), 0);
     EXPECT_FALSE(s.isOk()) << k << "=" << v;
-    if (!s.isOk()) EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+    if (!s.isOk()) {
+      EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+    }
   }
   auto s = autoscalingSettings(json{{"autoscaling.knative.dev/min-scale", "5"}, {"autoscaling.knative.dev/max-scale", "2"}},
                                defaultConfig(), 0);
