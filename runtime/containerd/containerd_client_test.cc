@@ -551,6 +551,36 @@ TEST_F(ContainerdIntegrationTest, ImportPicksThePlatformFromAnIndex) {
   ASSERT_TRUE(client_->deleteImage(name, true).isOk());
 }
 
+// Several imports of one fresh image at once: blob and snapshot races end in
+// ALREADY_EXISTS paths that must all count as success.
+TEST_F(ContainerdIntegrationTest, ConcurrentImportsOfOneImageAllSucceed) {
+  const char* mk = getenv("KNAP_MKIMAGE");
+  ASSERT_TRUE(mk != nullptr && fs::exists(mk)) << "KNAP_MKIMAGE must name the built knap-mkimage";
+  const std::string name = "knap.local/concurrent:v1";
+  (void)client_->deleteImage(name, true);
+  // Unique content so that nothing is unpacked yet.
+  std::ofstream(work_ + "/unique.txt") << "pid " << getpid() << " t " << std::chrono::steady_clock::now().time_since_epoch().count();
+  ASSERT_EQ(std::system((std::string(mk) + " --name " + name + " --out " + work_ + "/c.tar --file " + work_ +
+                         "/unique.txt:/unique.txt --cmd /x >/dev/null").c_str()), 0);
+  std::vector<std::future<StatusOr<ImageInfo>>> imports;
+  for (int i = 0; i < 3; ++i) {
+    imports.push_back(std::async(std::launch::async, [&] { return importImageArchive(*client_, work_ + "/c.tar"); }));
+  }
+  std::string chain;
+  for (auto& f : imports) {
+    StatusOr<ImageInfo> r = f.get();
+    ASSERT_TRUE(r.isOk()) << r.status().toString();
+    if (chain.empty()) chain = r->chain_id;
+    EXPECT_EQ(r->chain_id, chain);
+  }
+  EXPECT_TRUE(client_->statSnapshot(chain).isOk());
+  // No extraction snapshot was left behind.
+  StatusOr<std::vector<SnapshotInfo>> snaps = client_->listSnapshots();
+  ASSERT_TRUE(snaps.isOk()) << snaps.status().toString();
+  for (const auto& sn : *snaps) EXPECT_EQ(sn.name.rfind("extract-", 0), std::string::npos) << sn.name;
+  ASSERT_TRUE(client_->deleteImage(name, true).isOk());
+}
+
 TEST_F(ContainerdIntegrationTest, ErrorsMapToStatusCodes) {
   EXPECT_EQ(client_->waitTask("knap-cd-nonexistent").status().code(), Code::kNotFound);
   EXPECT_EQ(client_->getTask("knap-cd-nonexistent").status().code(), Code::kNotFound);
