@@ -376,6 +376,70 @@ StatusOr<std::vector<EnvVar>> containerEnv(const json& container, const PodSpecI
   return out;
 }
 
+// volumeMounts -> mounts. emptyDir volumes become tmpfs (memory-backed, so
+// they count against the memory limit, like medium: Memory in Kubernetes);
+// other volume sources need Secrets/ConfigMaps/PVCs, which knap does not have.
+StatusOr<json> volumeMounts(const json& spec, const json& container) {
+  json out = json::array();
+  const json* mounts = member(container, "volumeMounts");
+  if (mounts == nullptr) return out;
+  if (!mounts->is_array()) return invalidArgument("volumeMounts: must be a list");
+  const json* volumes = member(spec, "volumes");
+  if (volumes != nullptr && !volumes->is_array()) return invalidArgument("spec.volumes: must be a list");
+  std::set<std::string> used;
+  for (size_t i = 0; i < mounts->size(); ++i) {
+    const json& m = (*mounts)[i];
+    const std::string path = "volumeMounts[" + std::to_string(i) + "]";
+    const json* name = member(m, "name");
+    const json* dest = member(m, "mountPath");
+    if (name == nullptr || !name->is_string()) return invalidArgument(path + ".name: required");
+    if (dest == nullptr || !dest->is_string() || dest->get<std::string>().empty() ||
+        dest->get<std::string>()[0] != '/') {
+      return invalidArgument(path + ".mountPath: must be an absolute path");
+    }
+    if (const json* sp = member(m, "subPath"); sp && sp->is_string() && !sp->get<std::string>().empty()) {
+      return invalidArgument(path + ".subPath: not supported by knap yet");
+    }
+    const json* volume = nullptr;
+    size_t vi = 0;
+    for (size_t j = 0; volumes != nullptr && j < volumes->size(); ++j) {
+      const json* vn = member((*volumes)[j], "name");
+      if (vn && *vn == *name) {
+        volume = &(*volumes)[j];
+        vi = j;
+        break;
+      }
+    }
+    if (volume == nullptr) {
+      return invalidArgument(path + ".name: no volume named \"" + name->get<std::string>() + "\"");
+    }
+    const std::string vpath = "spec.volumes[" + std::to_string(vi) + "]";
+    for (const char* kind : {"secret", "configMap", "projected", "persistentVolumeClaim", "hostPath", "csi",
+                             "ephemeral", "image"}) {
+      if (member(*volume, kind)) {
+        return invalidArgument(vpath + "." + kind + ": " + kind + " volumes are not supported by knap yet");
+      }
+    }
+    const json* empty_dir = member(*volume, "emptyDir");
+    if (empty_dir == nullptr) return invalidArgument(vpath + ": only emptyDir volumes are supported by knap");
+    if (!used.insert(name->get<std::string>()).second) {
+      return invalidArgument(path + ": emptyDir \"" + name->get<std::string>() +
+                             "\" is mounted twice; knap mounts each emptyDir once");
+    }
+    std::vector<std::string> options = {"nosuid", "nodev", "mode=1777"};
+    if (const json* limit = member(*empty_dir, "sizeLimit")) {
+      auto bytes = parseQuantityJson(*limit);
+      if (!bytes.isOk()) return bytes.status().annotate(vpath + ".emptyDir.sizeLimit");
+      if (*bytes > 0) options.push_back("size=" + std::to_string(*bytes));
+    }
+    if (const json* ro = member(m, "readOnly"); ro && ro->is_boolean() && ro->get<bool>()) {
+      options.push_back("ro");
+    }
+    out.push_back(mount(dest->get<std::string>(), "tmpfs", "tmpfs", options));
+  }
+  return out;
+}
+
 }  // namespace
 
 uint64_t maxNofileForPods() {
@@ -721,6 +785,9 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     if ((*src)[0] != '/') return invalidArgument(std::string(dest) + " source must be an absolute path");
     mounts.push_back(mount(dest, "bind", *src, {"rbind", "rprivate", "ro"}));
   }
+
+  KNAP_ASSIGN_OR_RETURN(json volume_mounts, volumeMounts(*spec, c));
+  for (auto& m : volume_mounts) mounts.push_back(std::move(m));
 
   json namespaces = json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}},
                                  {{"type", "mount"}}});

@@ -24,6 +24,8 @@
 //   BestEffort Kubernetes pod gets.
 // - RLIMIT_NOFILE soft = hard = PodSpecInput::nofile_limit (default 1024, as
 //   containerd's default spec; the runner may pass maxNofileForPods()).
+// - volumeMounts of emptyDir volumes become tmpfs mounts (mode 1777, size =
+//   sizeLimit); other volume sources are kInvalidArgument "not supported".
 // - No seccomp profile (Kubernetes' default is Unconfined); no /dev/console.
 #pragma once
 

@@ -515,6 +515,46 @@ TEST(OciSpecTest, EmptyHostFilePathsLeaveImageFiles) {
   EXPECT_NE(findMount(spec, "/etc/resolv.conf"), nullptr);
 }
 
+TEST(OciSpecTest, EmptyDirVolumesBecomeTmpfs) {
+  PodSpecInput in = baseInput({{"volumeMounts", json::array({{{"name", "cache"}, {"mountPath", "/cache"}},
+                                                             {{"name", "scratch"}, {"mountPath", "/scratch"},
+                                                              {"readOnly", true}}})}});
+  in.revision["spec"]["volumes"] = json::array({{{"name", "scratch"}, {"emptyDir", json::object()}},
+                                                {{"name", "cache"}, {"emptyDir", {{"sizeLimit", "64Mi"}}}}});
+  json spec = mustBuild(in);
+  const json* cache = findMount(spec, "/cache");
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(*cache, json({{"destination", "/cache"}, {"type", "tmpfs"}, {"source", "tmpfs"},
+                          {"options", {"nosuid", "nodev", "mode=1777", "size=67108864"}}}));
+  const json* scratch = findMount(spec, "/scratch");
+  ASSERT_NE(scratch, nullptr);
+  EXPECT_EQ((*scratch)["options"], json({"nosuid", "nodev", "mode=1777", "ro"}));
+}
+
+TEST(OciSpecTest, UnsupportedVolumesAreClearErrors) {
+  struct Case {
+    json volume;
+    json mount;
+    std::string want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"name", "v"}, {"secret", {{"secretName", "s"}}}}, {{"name", "v"}, {"mountPath", "/s"}},
+            "spec.volumes[0].secret: secret volumes are not supported by knap yet"},
+           {{{"name", "v"}, {"configMap", {{"name", "c"}}}}, {{"name", "v"}, {"mountPath", "/c"}},
+            "spec.volumes[0].configMap: configMap volumes are not supported by knap yet"},
+           {{{"name", "v"}, {"emptyDir", json::object()}}, {{"name", "w"}, {"mountPath", "/c"}},
+            "volumeMounts[0].name: no volume named \"w\""},
+           {{{"name", "v"}, {"emptyDir", json::object()}}, {{"name", "v"}, {"mountPath", "/c"}, {"subPath", "x"}},
+            "volumeMounts[0].subPath: not supported by knap yet"}}) {
+    PodSpecInput in = baseInput({{"volumeMounts", json::array({c.mount})}});
+    in.revision["spec"]["volumes"] = json::array({c.volume});
+    auto spec = buildOciSpec(in);
+    ASSERT_FALSE(spec.isOk()) << c.want;
+    EXPECT_EQ(spec.status().code(), Code::kInvalidArgument);
+    EXPECT_EQ(spec.status().message(), c.want);
+  }
+}
+
 TEST(OciSpecTest, MaskedAndReadonlyPaths) {
   json spec = mustBuild(baseInput());
   auto ro = spec["linux"]["readonlyPaths"].get<std::vector<std::string>>();
