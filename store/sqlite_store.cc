@@ -241,7 +241,14 @@ class SqliteStore::Conn {
     for (const Migration& m : kMigrations) {
       if (m.version <= version || m.version > target) continue;
       KNAP_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
-      Status st = exec(m.sql);
+      // Re-read under the write lock: another process opening the same file may have migrated meanwhile.
+      StatusOr<int> now = schemaVersion();
+      Status st = now.isOk() ? Status::ok() : now.status();
+      if (st.isOk() && *now >= m.version) {
+        st = exec("COMMIT");
+        if (st.isOk()) continue;
+      }
+      if (st.isOk()) st = exec(m.sql);
       if (st.isOk()) st = exec("UPDATE schema_version SET version = " + std::to_string(m.version));
       if (st.isOk()) st = exec("COMMIT");
       if (!st.isOk()) {
@@ -253,8 +260,6 @@ class SqliteStore::Conn {
     }
     return Status::ok();
   }
-
-  int64_t compacted_rv = 0;  // cached meta 'compacted_rv'
 
  private:
   sqlite3* db_;
@@ -426,12 +431,13 @@ class SqliteStore::TxnImpl final : public Txn {
     if (events_.empty()) return Status::ok();
     KNAP_RETURN_IF_ERROR(track(conn_.setMeta("resource_version", rv_)));
     int64_t keep_from = rv_ - history;  // events with rv <= keep_from go
-    if (keep_from > conn_.compacted_rv) {
+    StatusOr<int64_t> compacted = conn_.metaValue("compacted_rv");
+    KNAP_RETURN_IF_ERROR(track(compacted.isOk() ? Status::ok() : compacted.status()));
+    if (keep_from > *compacted) {
       KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("DELETE FROM events WHERE rv <= ?"));
       stmt->bind(1, keep_from);
       KNAP_RETURN_IF_ERROR(track(stmt->run()));
       KNAP_RETURN_IF_ERROR(track(conn_.setMeta("compacted_rv", keep_from)));
-      new_compacted_rv_ = keep_from;
     }
     return Status::ok();
   }
@@ -439,7 +445,6 @@ class SqliteStore::TxnImpl final : public Txn {
   void close() { usable_ = false; }
   const Status& sqliteFailure() const { return failure_; }
   int64_t rv() const { return rv_; }
-  int64_t newCompactedRv() const { return new_compacted_rv_; }
   std::vector<Event>& events() { return events_; }
 
  private:
@@ -481,7 +486,6 @@ class SqliteStore::TxnImpl final : public Txn {
   Conn& conn_;
   TimeSource& clock_;
   int64_t rv_;
-  int64_t new_compacted_rv_ = 0;
   bool usable_ = true;
   Status failure_;
   std::vector<Event> events_;
@@ -502,16 +506,26 @@ StatusOr<std::unique_ptr<SqliteStore::Conn>> SqliteStore::openConn(const std::st
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, 5000);
   // WAL + synchronous=FULL: a commit is on disk (WAL fsynced) before it returns.
-  KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA journal_mode = WAL").annotate("opening database " + path));
+  // Switching a fresh file to WAL needs an exclusive lock and SQLite does not
+  // wait for it through the busy handler, so retry while another opener holds it.
+  std::string mode;
+  for (int attempt = 0;; ++attempt) {
+    StatusOr<std::unique_ptr<Conn::Stmt>> stmt = conn->prepare("PRAGMA journal_mode = WAL");
+    Status st = stmt.isOk() ? Status::ok() : stmt.status();
+    if (st.isOk()) {
+      StatusOr<bool> row = (*stmt)->step();
+      if (row.isOk() && *row) mode = (*stmt)->text(0);
+      if (!row.isOk()) st = row.status();
+    }
+    if (st.isOk()) break;
+    if (st.code() != Code::kUnavailable || attempt >= 250) return st.annotate("opening database " + path);
+    sqlite3_sleep(20);
+  }
+  if (path != ":memory:" && mode != "wal") {
+    LOG(WARNING) << "store: " << path << " runs in journal mode " << mode << ", not WAL";
+  }
   KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA synchronous = FULL").annotate("opening database " + path));
   KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA foreign_keys = ON").annotate("opening database " + path));
-  if (path != ":memory:") {
-    KNAP_ASSIGN_OR_RETURN(auto stmt, conn->prepare("PRAGMA journal_mode"));
-    KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
-    if (row && stmt->text(0) != "wal") {
-      LOG(WARNING) << "store: " << path << " runs in journal mode " << stmt->text(0) << ", not WAL";
-    }
-  }
   return conn;
 }
 
@@ -524,12 +538,12 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path
   KNAP_ASSIGN_OR_RETURN(std::unique_ptr<Conn> conn, openConn(path));
   KNAP_RETURN_IF_ERROR(conn->migrate(kLatestSchemaVersion).annotate("opening database " + path));
   KNAP_ASSIGN_OR_RETURN(int64_t rv, conn->metaValue("resource_version"));
-  KNAP_ASSIGN_OR_RETURN(conn->compacted_rv, conn->metaValue("compacted_rv"));
+  KNAP_ASSIGN_OR_RETURN(int64_t compacted, conn->metaValue("compacted_rv"));
   std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(conn), clock, watch_history_events));
   store->current_rv_ = rv;
   // Apply a smaller history limit right away.
   int64_t keep_from = rv - watch_history_events;
-  if (keep_from > store->conn_->compacted_rv) {
+  if (keep_from > compacted) {
     Conn& c = *store->conn_;
     Status s = c.exec("BEGIN IMMEDIATE");
     if (s.isOk()) s = c.exec("DELETE FROM events WHERE rv <= " + std::to_string(keep_from));
@@ -539,7 +553,6 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path
       c.rollbackIfOpen();
       return s.annotate("pruning watch history");
     }
-    c.compacted_rv = keep_from;
   }
   LOG(INFO) << "store: opened " << path << " at resourceVersion " << rv;
   return store;
@@ -608,7 +621,13 @@ Status SqliteStore::transact(const std::function<Status(Txn&)>& fn) {
   bool committed_events = false;
   Status result = withConnection([&](Conn& conn) -> Status {
     KNAP_RETURN_IF_ERROR(conn.exec("BEGIN IMMEDIATE"));
-    TxnImpl txn(conn, clock_, current_rv_.load());
+    // Read the counter under SQLite's write lock, so writers in other processes cannot reuse an RV.
+    StatusOr<int64_t> base_rv = conn.metaValue("resource_version");
+    if (!base_rv.isOk()) {
+      conn.rollbackIfOpen();
+      return base_rv.status();
+    }
+    TxnImpl txn(conn, clock_, *base_rv);
     Status st;
     try {
       st = fn(txn);
@@ -627,7 +646,6 @@ Status SqliteStore::transact(const std::function<Status(Txn&)>& fn) {
     }
     if (txn.events().empty()) return Status::ok();
     current_rv_ = txn.rv();
-    if (txn.newCompactedRv() > conn.compacted_rv) conn.compacted_rv = txn.newCompactedRv();
     // Queue while still holding the connection so batches are queued in commit order.
     std::lock_guard<std::mutex> lock(delivery_mu_);
     pending_.push_back(std::move(txn.events()));
@@ -678,30 +696,41 @@ StatusOr<std::vector<Event>> SqliteStore::eventsSince(int64_t since_rv, const st
   if (since_rv < 0) return invalidArgument("resourceVersion must not be negative");
   std::vector<Event> out;
   KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
-    if (since_rv < conn.compacted_rv) {
-      return Status(Code::kGone, "too old resource version: " + std::to_string(since_rv) + " (" +
-                                     std::to_string(conn.compacted_rv) + ")");
-    }
-    std::string sql = "SELECT rv, type, kind, namespace, name, body FROM events WHERE rv > ?";
-    if (!kind.empty()) sql += " AND kind = ?";
-    sql += " ORDER BY rv";
-    KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare(sql));
-    stmt->bind(1, since_rv);
-    if (!kind.empty()) stmt->bind(2, kind);
-    for (;;) {
-      KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
-      if (!row) break;
-      Event e;
-      e.resource_version = stmt->i64(0);
-      KNAP_ASSIGN_OR_RETURN(e.type, parseType(stmt->text(1)));
-      e.object.key = {stmt->text(2), stmt->text(3), stmt->text(4)};
-      e.object.resource_version = e.resource_version;
-      KNAP_ASSIGN_OR_RETURN(e.object.body, TxnImpl::parseBody(e.object.key, stmt->text(5)));
-      out.push_back(std::move(e));
-    }
-    return Status::ok();
+    // One read transaction, so the compaction mark and the events are one snapshot.
+    KNAP_RETURN_IF_ERROR(conn.exec("BEGIN"));
+    Status st = readEventsSince(conn, since_rv, kind, &out);
+    if (st.isOk()) st = conn.exec("COMMIT");
+    if (!st.isOk()) conn.rollbackIfOpen();
+    return st;
   }));
   return out;
+}
+
+Status SqliteStore::readEventsSince(Conn& conn, int64_t since_rv, const std::string& kind,
+                                    std::vector<Event>* out) {
+  KNAP_ASSIGN_OR_RETURN(int64_t compacted, conn.metaValue("compacted_rv"));
+  if (since_rv < compacted) {
+    return Status(Code::kGone, "too old resource version: " + std::to_string(since_rv) + " (" +
+                                   std::to_string(compacted) + ")");
+  }
+  std::string sql = "SELECT rv, type, kind, namespace, name, body FROM events WHERE rv > ?";
+  if (!kind.empty()) sql += " AND kind = ?";
+  sql += " ORDER BY rv";
+  KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare(sql));
+  stmt->bind(1, since_rv);
+  if (!kind.empty()) stmt->bind(2, kind);
+  for (;;) {
+    KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+    if (!row) break;
+    Event e;
+    e.resource_version = stmt->i64(0);
+    KNAP_ASSIGN_OR_RETURN(e.type, parseType(stmt->text(1)));
+    e.object.key = {stmt->text(2), stmt->text(3), stmt->text(4)};
+    e.object.resource_version = e.resource_version;
+    KNAP_ASSIGN_OR_RETURN(e.object.body, TxnImpl::parseBody(e.object.key, stmt->text(5)));
+    out->push_back(std::move(e));
+  }
+  return Status::ok();
 }
 
 int SqliteStore::addListener(std::function<void(const Event&)> fn) {

@@ -23,6 +23,11 @@
 // may be delivered by the first writer's thread (so order is kept), and a
 // listener removed with removeListener() may still receive one batch that was
 // already being delivered on another thread.
+//
+// Processes: a database file is meant to be owned by one SqliteStore (knapd).
+// Others may open it too (tools, tests): resourceVersions are allocated under
+// SQLite's write lock so writers never reuse one, but a store's
+// currentResourceVersion() and its listeners reflect only its own writes.
 #pragma once
 
 #include <atomic>
@@ -87,6 +92,8 @@ class SqliteStore final : public Store {
   // Delivers queued event batches to listeners unless another thread already is.
   void deliver();
   static StatusOr<std::unique_ptr<Conn>> openConn(const std::string& path);
+  static Status readEventsSince(Conn& conn, int64_t since_rv, const std::string& kind,
+                                std::vector<Event>* out);
 
   TimeSource& clock_;
   const int64_t watch_history_events_;

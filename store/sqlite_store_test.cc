@@ -622,6 +622,28 @@ TEST(SqliteStorePersistence, EverythingSurvivesCloseAndReopen) {
   EXPECT_EQ((*ev)[0].type, EventType::kDeleted);
 }
 
+TEST(SqliteStorePersistence, TwoStoresOnOneFileNeverReuseResourceVersions) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  std::string path = dir.file("knap.db");
+  auto a = mustOpen(path, clock);
+  auto b = mustOpen(path, clock);
+  std::set<int64_t> rvs;
+  for (int i = 0; i < 10; ++i) {
+    auto x = a->create(svc("a" + std::to_string(i)), json::object());
+    auto y = b->create(svc("b" + std::to_string(i)), json::object());
+    ASSERT_TRUE(x.isOk()) << x.status().toString();
+    ASSERT_TRUE(y.isOk()) << y.status().toString();
+    rvs.insert(x->resource_version);
+    rvs.insert(y->resource_version);
+  }
+  EXPECT_EQ(rvs.size(), 20u);
+  EXPECT_EQ(*rvs.rbegin(), 20);
+  auto ev = a->eventsSince(0, "");
+  ASSERT_TRUE(ev.isOk());
+  EXPECT_EQ(ev->size(), 20u);
+}
+
 TEST(SqliteStorePersistence, ResourceVersionNeverReusedAfterDeletingNewest) {
   TempDir dir;
   SimulatedTimeSource clock;
@@ -727,6 +749,46 @@ INSTANTIATE_TEST_SUITE_P(EveryEarlierVersion, MigrationFrom,
                          [](const testing::TestParamInfo<int>& info) {
                            return "V" + std::to_string(info.param);
                          });
+
+// Several processes opening one fresh file at once must all succeed: each
+// migration step re-checks the version under the write lock.
+TEST(SqliteStoreMigration, ConcurrentOpenersOfAFreshFileAllSucceed) {
+  TempDir dir;
+  for (int round = 0; round < 5; ++round) {
+    std::string path = dir.file("race" + std::to_string(round) + ".db");
+    int gate[2];
+    ASSERT_EQ(pipe(gate), 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < 4; ++i) {
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        close(gate[1]);
+        char c;
+        (void)!read(gate[0], &c, 1);  // returns 0 when the parent closes the pipe: all start together
+        SimulatedTimeSource clock;
+        auto s = SqliteStore::open(path, clock);
+        if (!s.isOk()) {
+          std::fprintf(stderr, "child open failed: %s\n", s.status().toString().c_str());
+          _exit(1);
+        }
+        _exit(s.value()->schemaVersion().isOk() ? 0 : 2);
+      }
+      children.push_back(pid);
+    }
+    close(gate[0]);
+    close(gate[1]);
+    for (pid_t pid : children) {
+      int wstatus = 0;
+      ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+      EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+          << "round " << round << " status " << wstatus;
+    }
+    EXPECT_EQ(rawQuery(path, "SELECT version FROM schema_version"),
+              std::to_string(SqliteStore::kLatestSchemaVersion));
+    EXPECT_EQ(rawQuery(path, "SELECT COUNT(*) FROM schema_version"), "1");
+  }
+}
 
 TEST(SqliteStoreMigration, RefusesNewerSchema) {
   TempDir dir;
