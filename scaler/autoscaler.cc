@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/log.h"
-
 namespace knap::scaler {
 
 MaxTimeWindow::MaxTimeWindow(Duration duration, Duration granularity)
@@ -76,8 +74,7 @@ ScaleDecision Autoscaler::decide(const MetricSnapshot& metrics, int ready_pods, 
 
   const bool over = dppc / ready >= s.panicThreshold();
   if (!panic_since_ && over) {
-    LOG(INFO) << "scaler: panicking, panic desired " << panic << " with " << ready_pods << " ready";
-    panic_since_ = now;
+    panic_since_ = now;  // start panicking
   } else if (over) {
     panic_since_ = now;  // still over: extend the episode
   } else if (panic_since_ && now > *panic_since_ + s.stable_window) {

@@ -95,16 +95,27 @@ void ScalerDriver::podsChanged(const std::string& key) {
 void ScalerDriver::decideLocked(const std::string& key, Revision& rev, int ready, MonoTime now) {
   rev.last_decision = now;
   rev.last_metrics = rev.window.snapshot(now, rev.autoscaler.settings().metric);
+  const bool was_panicking = rev.autoscaler.panicking();
   ScaleDecision decision = rev.autoscaler.decide(rev.last_metrics, ready, now);
+  if (decision.valid && decision.panicking != was_panicking) {
+    LOG(INFO) << "scaler: " << key << (decision.panicking ? " panicking" : " leaves panic")
+              << ": panic average " << rev.last_metrics.panic_average << ", " << ready << " ready";
+  }
   if (decision.valid) rev.latest = decision;  // an invalid result keeps the last valid one
   reconcileLocked(key, rev, ready, now);
 }
 
 void ScalerDriver::reconcileLocked(const std::string& key, Revision& rev, int ready, MonoTime now) {
   const bool was_initialized = rev.last_outcome.scale_target_initialized;
+  const int old_scale = rev.scaler.desiredPods();
   ScaleOutcome outcome = rev.scaler.reconcile(rev.latest, ready, now);
   rev.last_outcome = outcome;
-  if (outcome.scale_changed) target_.setDesiredScale(key, outcome.desired_pods);
+  if (outcome.scale_changed) {
+    LOG(INFO) << "scaler: " << key << " scale " << old_scale << " -> " << outcome.desired_pods << " (wish "
+              << rev.latest.desired_pods << ", stable average " << rev.last_metrics.stable_average
+              << ", panic average " << rev.last_metrics.panic_average << ", " << ready << " ready)";
+    target_.setDesiredScale(key, outcome.desired_pods);
+  }
   if (outcome.condition_changed || outcome.scale_target_initialized != was_initialized) {
     LOG(INFO) << "scaler: revision " << key << " Active=" << conditionStatusName(outcome.active.status) << " "
               << outcome.active.reason;

@@ -109,6 +109,36 @@ TEST_F(DriverTest, IdleRevisionScalesToZeroAfterAboutAStableWindow) {
   EXPECT_EQ(driver_.status(kRev)->outcome.active.reason, kReasonNoTraffic);
 }
 
+TEST_F(DriverTest, WithoutBurstCapacityIdleRevisionAlsoWaitsTheGracePeriod) {
+  ScalerSettings s;
+  s.target_burst_capacity = 0;  // Knative would serve directly: the grace period applies
+  ASSERT_TRUE(driver_.addRevision(kRev, s).isOk());
+  run(2);
+  int secs = secondsUntil(0, 200);
+  // 60 s stable window + 30 s scale-to-zero grace period.
+  EXPECT_GE(secs, 88);
+  EXPECT_LE(secs, 92);
+}
+
+TEST_F(DriverTest, LoadThenIdleThenColdStart) {
+  ASSERT_TRUE(driver_.addRevision(kRev, ScalerSettings{}).isOk());
+  run(2);
+  // 200 concurrent requests for 30 s: with target 70 => ceil(200 / 70) = 3 pods.
+  for (int i = 0; i < 200; ++i) router_.requestIn(kRev);
+  run(30);
+  EXPECT_EQ(runtime_.desired[kRev], 3);
+  for (int i = 0; i < 200; ++i) router_.requestOut(kRev);
+  // The load leaves the stable window over 60 s, then the idle revision goes to zero.
+  int secs = secondsUntil(0, 400);
+  EXPECT_GT(secs, 60) << secs;
+  EXPECT_LT(secs, 200);
+  EXPECT_EQ(runtime_.ready[kRev], 0);
+  // Cold start: one request at zero.
+  router_.requestIn(kRev);
+  driver_.poke(kRev);
+  EXPECT_EQ(runtime_.desired[kRev], 1);
+}
+
 TEST_F(DriverTest, PokeFromZeroScalesUpImmediately) {
   ASSERT_TRUE(driver_.addRevision(kRev, ScalerSettings{}).isOk());
   ASSERT_GT(secondsUntil(0, 200), 0);

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "common/log.h"
-
 namespace knap::scaler {
 namespace {
 
@@ -123,7 +121,6 @@ ScaleOutcome RevisionScaler::reconcile(const ScaleDecision& decision, int ready_
     const GateResult gate = scaleToZeroGate(bounded, now);
     want = gate.scale;
     if (gate.apply && gate.scale != applied_scale_) {
-      LOG(INFO) << "scaler: scaling from " << applied_scale_ << " to " << gate.scale;
       applied_scale_ = gate.scale;
       out.scale_changed = true;
     }
