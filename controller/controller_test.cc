@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -734,6 +735,44 @@ TEST_F(ControllerTest, WorkerThreadConvergesAndGoesQuiet) {
   ASSERT_TRUE(ctl_->waitIdle(std::chrono::seconds(10)));
   EXPECT_EQ(store_->currentResourceVersion(), rv);
   ctl_->stop();
+}
+
+TEST_F(ControllerTest, WorkerWithConcurrentWritersAndBackendCallbacks) {
+  ctl_->start();
+  constexpr int kServices = 6;
+  for (int i = 0; i < kServices; ++i) create(serviceBody("s" + std::to_string(i), "x:1"));
+  ASSERT_TRUE(ctl_->waitIdle(std::chrono::seconds(30)));
+  std::thread backend_thread([&] {
+    for (int i = 0; i < kServices; ++i) backend_.setReady(kNs, "s" + std::to_string(i) + "-00001");
+  });
+  // Users edit the Services while the controller writes their status: retry on conflict, as kubectl would.
+  for (int i = 0; i < kServices; ++i) {
+    Key key{"Service", kNs, "s" + std::to_string(i)};
+    for (int attempt = 0;; ++attempt) {
+      ASSERT_LT(attempt, 50);
+      auto o = store_->get(key);
+      ASSERT_TRUE(o.isOk());
+      json body = o->body;
+      body["metadata"]["labels"]["edited"] = "yes";
+      auto u = store_->update(key, body, o->resource_version);
+      if (u.isOk()) break;
+      ASSERT_EQ(u.status().code(), Code::kConflict);
+    }
+  }
+  backend_thread.join();
+  ASSERT_TRUE(ctl_->waitIdle(std::chrono::seconds(30)));
+  ctl_->stop();
+  for (int i = 0; i < kServices; ++i) {
+    std::string name = "s" + std::to_string(i);
+    json s = get("Service", name);
+    EXPECT_EQ(ready(s), "True") << s.dump();
+    EXPECT_EQ(labelOf(get("Route", name), "edited"), "yes");
+    EXPECT_FALSE(exists("Revision", name + "-00002"));
+  }
+  // Nothing left to do.
+  int64_t rv = store_->currentResourceVersion();
+  EXPECT_EQ(ctl_->runPending(), 0u);
+  EXPECT_EQ(store_->currentResourceVersion(), rv);
 }
 
 }  // namespace
