@@ -314,6 +314,11 @@ std::string between(const std::string& v, double x, double lo, double hi, const 
   return "";
 }
 
+std::string atLeast(const std::string& v, double x, double lo, const std::string& lo_text) {
+  if (x < lo) return "must be at least " + lo_text + ", got " + quoted(v);
+  return "";
+}
+
 SectionSpec autoscalerSpec(AutoscalerConfig& c) {
   SectionSpec s;
   auto num = [](double* field, std::function<std::string(const std::string&, double)> check) -> Handler {
@@ -351,10 +356,10 @@ SectionSpec autoscalerSpec(AutoscalerConfig& c) {
       });
   s.keys["container-concurrency-target-default"] =
       num(&c.container_concurrency_target_default,
-          [](const std::string& v, double d) { return between(v, d, 0.01, 1e18, "[0.01, inf)"); });
+          [](const std::string& v, double d) { return atLeast(v, d, 0.01, "0.01"); });
   s.keys["requests-per-second-target-default"] =
       num(&c.requests_per_second_target_default,
-          [](const std::string& v, double d) { return between(v, d, 0.01, 1e18, "[0.01, inf)"); });
+          [](const std::string& v, double d) { return atLeast(v, d, 0.01, "0.01"); });
   s.keys["target-burst-capacity"] =
       num(&c.target_burst_capacity, [](const std::string& v, double d) -> std::string {
         if (d < 0 && d != -1) return "must be >= 0 or -1 (unlimited), got " + quoted(v);
@@ -398,9 +403,8 @@ SectionSpec autoscalerSpec(AutoscalerConfig& c) {
     c.pod_autoscaler_class = v;
     return "";
   };
-  s.keys["activator-capacity"] = num(&c.activator_capacity, [](const std::string& v, double d) {
-    return between(v, d, 1, 1e18, "[1, inf)");
-  });
+  s.keys["activator-capacity"] =
+      num(&c.activator_capacity, [](const std::string& v, double d) { return atLeast(v, d, 1, "1"); });
   s.keys["initial-scale"] = nonNegInt(&c.initial_scale);
   s.keys["allow-zero-initial-scale"] = [&c](const std::string& v) {
     return parseBool(v, &c.allow_zero_initial_scale);
