@@ -442,6 +442,32 @@ StatusOr<json> volumeMounts(const json& spec, const json& container) {
 
 }  // namespace
 
+PodHostFiles makePodHostFiles(const std::string& pod_id, const std::string& pod_ip,
+                              const std::string& host_resolv_conf) {
+  PodHostFiles f;
+  const std::string host = pod_id.substr(0, 63);
+  f.hostname = host + "\n";
+  f.hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+  if (!pod_ip.empty()) f.hosts += pod_ip + "\t" + host + "\n";
+  std::istringstream in(host_resolv_conf);
+  std::string line;
+  int nameservers = 0;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string key, value;
+    words >> key >> value;
+    if (key == "nameserver") {
+      if (value.rfind("127.", 0) == 0 || value == "::1") continue;
+      ++nameservers;
+    }
+    f.resolv_conf += line + "\n";
+  }
+  if (nameservers == 0) {
+    f.resolv_conf += "# knap: the host has no nameserver reachable from a pod (loopback only)\n";
+  }
+  return f;
+}
+
 uint64_t maxNofileForPods() {
   constexpr uint64_t kCap = 1048576;
   rlimit rl{};

@@ -70,6 +70,21 @@ struct PodSpecInput {
   uint64_t nofile_limit = 1024;
 };
 
+// Contents of the per-pod files the runner writes (mode 0644) and passes as
+// resolv_conf_path / hosts_path / hostname_path:
+// - hostname: the pod id's first 63 characters and a newline;
+// - hosts: localhost entries plus "<pod ip>\t<hostname>";
+// - resolv.conf: the host's resolv.conf without loopback nameservers (127.x,
+//   ::1: unreachable from a pod's netns, e.g. systemd-resolved's 127.0.0.53);
+//   when none is left, a comment says so (pods then have no DNS).
+struct PodHostFiles {
+  std::string resolv_conf;
+  std::string hosts;
+  std::string hostname;
+};
+PodHostFiles makePodHostFiles(const std::string& pod_id, const std::string& pod_ip,
+                              const std::string& host_resolv_conf);
+
 // min(1048576, this process's RLIMIT_NOFILE hard limit): the largest limit a
 // pod can be given when containerd runs with the same limits as knapd.
 uint64_t maxNofileForPods();

@@ -612,6 +612,19 @@ TEST(OciSpecTest, MalformedInputIsInvalidArgumentNotAnException) {
   EXPECT_FALSE(buildOciSpec(in).isOk());
 }
 
+TEST(PodHostFilesTest, Contents) {
+  PodHostFiles f = makePodHostFiles(std::string(70, 'p'), "10.88.0.7",
+                                    "# generated\nnameserver 127.0.0.53\nnameserver 10.255.255.53\n"
+                                    "nameserver ::1\nsearch example.com\noptions ndots:2\n");
+  EXPECT_EQ(f.hostname, std::string(63, 'p') + "\n");
+  EXPECT_EQ(f.hosts, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n10.88.0.7\t" +
+                         std::string(63, 'p') + "\n");
+  EXPECT_EQ(f.resolv_conf, "# generated\nnameserver 10.255.255.53\nsearch example.com\noptions ndots:2\n");
+
+  PodHostFiles loopback_only = makePodHostFiles("p", "10.88.0.8", "nameserver 127.0.0.53\n");
+  EXPECT_EQ(loopback_only.resolv_conf, "# knap: the host has no nameserver reachable from a pod (loopback only)\n");
+}
+
 TEST(ExpandVarsTest, KubernetesRules) {
   std::vector<std::pair<std::string, std::string>> vars = {{"A", "1"}, {"B", "two"}, {"A", "3"}};
   EXPECT_EQ(expandVars("$(A)-$(B)", vars), "3-two");

@@ -120,9 +120,10 @@ TEST_F(PodRuncTest, RuntimeContractInsideARealContainer) {
   auto network = net_->setUp(pod_id_);
   ASSERT_TRUE(network.isOk()) << network.status().toString();
   const std::string resolv = "nameserver " + network->gateway + "\nsearch default.svc.cluster.local\n";
-  writeFile(dir_ + "/pod/resolv.conf", resolv);
-  writeFile(dir_ + "/pod/hosts", "127.0.0.1 localhost\n" + network->ip + " " + pod_id_ + "\n");
-  writeFile(dir_ + "/pod/hostname", pod_id_ + "\n");
+  PodHostFiles files = makePodHostFiles(pod_id_, network->ip, "nameserver 127.0.0.53\n" + resolv);
+  writeFile(dir_ + "/pod/resolv.conf", files.resolv_conf);
+  writeFile(dir_ + "/pod/hosts", files.hosts);
+  writeFile(dir_ + "/pod/hostname", files.hostname);
 
   PodSpecInput in;
   in.revision = json::parse(R"JSON({
@@ -202,6 +203,8 @@ TEST_F(PodRuncTest, RuntimeContractInsideARealContainer) {
   EXPECT_EQ(info["files"]["/etc/resolv.conf"]["type"], "file");
   EXPECT_EQ(info["resolv_conf"], resolv.substr(0, resolv.size() - 1));
   EXPECT_EQ(info["etc_hostname"], pod_id_);
+  EXPECT_NE(info["hosts"].get<std::string>().find(network->ip + "\t" + pod_id_), std::string::npos) << info["hosts"];
+  EXPECT_EQ(info["files"]["/etc/resolv.conf"]["perm"], "rw-r--r--");
   // §1.9 kernel isolation.
   EXPECT_EQ(info["proc_sys"]["writable"], false) << info["proc_sys"].dump();
   EXPECT_EQ(info["cgroup_fs"]["writable"], false) << info["cgroup_fs"].dump();
