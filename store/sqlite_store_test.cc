@@ -644,6 +644,33 @@ TEST(SqliteStorePersistence, TwoStoresOnOneFileNeverReuseResourceVersions) {
   EXPECT_EQ(ev->size(), 20u);
 }
 
+TEST(SqliteStorePersistence, StorageFailureInsideTransactionForcesRollback) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  std::string path = dir.file("knap.db");
+  auto store = mustOpen(path, clock);
+  ASSERT_TRUE(store->create(svc("ok"), json::object()).isOk());
+  // A row whose body is not JSON, as a damaged file might hold.
+  rawExec(path,
+          "INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) "
+          "VALUES ('Service', 'default', 'broken', 'u', 1, 1, '{not json')");
+  auto g = store->get(svc("broken"));
+  ASSERT_FALSE(g.isOk());
+  EXPECT_EQ(g.status().code(), Code::kInternal);
+  EXPECT_NE(g.status().message().find("Service default/broken"), std::string::npos) << g.status().message();
+  EXPECT_EQ(store->list("Service", "").status().code(), Code::kInternal);
+  // fn ignores the failed read and returns OK: the transaction must still not commit.
+  Status st = store->transact([&](Txn& txn) -> Status {
+    EXPECT_TRUE(txn.create(svc("new"), json::object()).isOk());
+    (void)txn.get(svc("broken"));
+    return Status::ok();
+  });
+  EXPECT_EQ(st.code(), Code::kInternal);
+  rawExec(path, "DELETE FROM objects WHERE name = 'broken'");
+  EXPECT_EQ(store->get(svc("new")).status().code(), Code::kNotFound);
+  EXPECT_EQ(store->currentResourceVersion(), 1);
+}
+
 TEST(SqliteStorePersistence, ResourceVersionNeverReusedAfterDeletingNewest) {
   TempDir dir;
   SimulatedTimeSource clock;
