@@ -30,7 +30,7 @@ def test_apply_get_describe_delete(knapd):
     k.wait_for(lambda: "100%  hello-00002" in k.knap("describe", "service", "hello").stdout, what="traffic moved")
     desc = k.knap("describe", "service", "hello").stdout
     for needle in ("Name:       hello", "URL:", "Traffic:", "Revisions:", "Conditions:", "Autoscaling",
-                   "container-concurrency-target-default", "ConfigurationsReady"):
+                   "target-utilization-percentage", "ConfigurationsReady"):
         assert needle in desc, f"{needle!r} missing from:\n{desc}"
 
     out = k.knap("delete", "service", "hello").stdout

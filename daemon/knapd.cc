@@ -1,0 +1,152 @@
+// knapd: the knap daemon. Loads the configuration, opens the store, and wires
+// the concrete implementations together: the REST API server, the
+// controllers and the revision backend (the containerd pod runner, or the
+// control-plane-only backend with --runtime none).
+//
+//   knapd [--config FILE] [--data-dir DIR] [--runtime auto|containerd|none] [--log-level debug|info|warning]
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "api/server/api_server.h"
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "controller/controller.h"
+#include "controller/immediate_revision_backend.h"
+#include "daemon/runtime_wiring.h"
+#include "store/sqlite_store.h"
+
+namespace knap::daemon {
+namespace {
+
+const char* kUsage =
+    "knapd — Knative Serving on one machine\n"
+    "\n"
+    "  knapd [--config FILE] [--data-dir DIR] [--runtime auto|containerd|none] [--log-level LEVEL]\n"
+    "\n"
+    "  --config FILE     YAML with Knative ConfigMap sections (autoscaler, defaults, network, domain,\n"
+    "                    gc, deployment) and knap's own section; default: embedded defaults\n"
+    "                    (or /etc/knap/config.yaml when it exists)\n"
+    "  --data-dir DIR    overrides knap.data-dir (state, sockets, kubeconfig)\n"
+    "  --runtime MODE    containerd: run pods; none: control plane only (revisions report Ready\n"
+    "                    without pods); auto (default): containerd when available\n";
+
+struct Flags {
+  std::string config_path;
+  std::string data_dir;
+  std::string runtime = "auto";
+  std::string log_level = "info";
+};
+
+int usageError(const std::string& message) {
+  std::cerr << "knapd: " << message << "\n\n" << kUsage;
+  return 2;
+}
+
+int run(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--config") flags.config_path = value();
+    else if (a == "--data-dir") flags.data_dir = value();
+    else if (a == "--runtime") flags.runtime = value();
+    else if (a == "--log-level") flags.log_level = value();
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else return usageError("unknown argument " + a);
+  }
+  if (flags.log_level == "debug") log::setMinLevel(log::Level::kDebug);
+  else if (flags.log_level == "warning") log::setMinLevel(log::Level::kWarning);
+  else if (flags.log_level != "info") return usageError("--log-level must be debug, info or warning");
+  if (flags.runtime != "auto" && flags.runtime != "containerd" && flags.runtime != "none")
+    return usageError("--runtime must be auto, containerd or none, got \"" + flags.runtime + "\"");
+
+  if (flags.config_path.empty() && std::filesystem::exists("/etc/knap/config.yaml"))
+    flags.config_path = "/etc/knap/config.yaml";
+  Config config = defaultConfig();
+  if (!flags.config_path.empty()) {
+    auto loaded = loadConfigFile(flags.config_path);
+    if (!loaded.isOk()) {
+      std::cerr << "knapd: refusing to start: bad config file " << flags.config_path << ": "
+                << loaded.status().message() << "\n";
+      return 1;
+    }
+    config = std::move(loaded).value();
+  }
+  if (!flags.data_dir.empty()) config.knap.data_dir = flags.data_dir;
+  const std::string& dir = config.knap.data_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << "knapd: cannot create data dir " << dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  ::chmod(dir.c_str(), 0700);
+  if (config.knap.api_socket.empty()) config.knap.api_socket = dir + "/knapd.sock";
+  if (config.knap.kubeconfig_path.empty()) config.knap.kubeconfig_path = dir + "/kubeconfig";
+
+  // Block the signals we handle before any thread starts, so that every
+  // thread inherits the mask and sigwait() below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  TimeSource& clock = RealTimeSource::instance();
+  auto store = store::SqliteStore::open(dir + "/knap.db", clock, config.knap.watch_history_events);
+  if (!store.isOk()) {
+    std::cerr << "knapd: cannot open the store: " << store.status().message() << "\n";
+    return 1;
+  }
+
+  auto runtime = makeRuntime(flags.runtime, config, **store, clock);
+  if (!runtime.isOk()) {
+    std::cerr << "knapd: " << runtime.status().message() << "\n";
+    return 1;
+  }
+  controller::Controller controller(**store, (*runtime)->backend(), clock, config);
+
+  api::ApiServerOptions options;
+  options.tcp_listen = config.knap.api_listen;
+  options.unix_socket_path = config.knap.api_socket;
+  options.max_body_bytes = config.knap.max_request_body_bytes;
+  api::ApiServer server(options, config, **store, clock);
+  if (Status st = server.start(); !st.isOk()) {
+    std::cerr << "knapd: cannot start the API server: " << st.message() << "\n";
+    return 1;
+  }
+  if (Status st = api::writeKubeconfig(config.knap.kubeconfig_path, server.url()); !st.isOk()) {
+    LOG(WARNING) << "cannot write kubeconfig: " << st.message();
+  }
+  if (Status st = (*runtime)->start(); !st.isOk()) {
+    std::cerr << "knapd: cannot start the runtime: " << st.message() << "\n";
+    return 1;
+  }
+  controller.start();
+  controller.enqueueAll();
+  LOG(INFO) << "knapd ready: api " << server.url() << " and unix://" << config.knap.api_socket
+            << ", kubeconfig " << config.knap.kubeconfig_path << ", runtime " << (*runtime)->name();
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  LOG(INFO) << "received " << strsignal(sig) << ", shutting down";
+  server.stop();
+  controller.stop();
+  (*runtime)->stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace knap::daemon
+
+int main(int argc, char** argv) { return knap::daemon::run(argc, argv); }
