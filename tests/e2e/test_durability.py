@@ -1,6 +1,7 @@
 """Restart and crash safety of knapd's stored state."""
 import json
 import threading
+import time
 
 from conftest import Knapd
 
@@ -35,8 +36,11 @@ def test_restart_keeps_every_object_generation_and_resource_version(knapd):
     assert code == 200, body
     k.wait_for(lambda: len(k.get_json(f"{API}/revisions")["items"]) == 6, what="6 revisions")
     k.wait_for(lambda: all(
-        s.get("status", {}).get("observedGeneration") == s["metadata"]["generation"]
-        for s in k.get_json(f"{API}/services")["items"]), what="services reconciled")
+        s.get("status", {}).get("observedGeneration") == s["metadata"]["generation"] and
+        s["status"].get("latestReadyRevisionName") == s["status"].get("latestCreatedRevisionName") and
+        any(c["type"] == "Ready" and c["status"] == "True" for c in s["status"].get("conditions", []))
+        for s in k.get_json(f"{API}/services")["items"]), what="services reconciled and Ready")
+    time.sleep(1)  # let the last status writes land
     before = snapshot(k)
     list_rv = k.get_json(f"{API}/services")["metadata"]["resourceVersion"]
     k.stop()
