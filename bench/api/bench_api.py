@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""API benchmark: create 1,000 Services, list them, get them, delete them.
+
+Starts its own knapd (control plane only, temporary data dir, loopback port),
+drives it over one keep-alive HTTP connection and prints per-operation p50/p99
+latency and knapd's resident memory before and after.
+
+    python3 bench/api/bench_api.py [--build build] [--count 1000]
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+
+API = "/apis/serving.knative.dev/v1/namespaces/default/services"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.environ.get("KNAP_BUILD_DIR", "build"))
+    ap.add_argument("--count", type=int, default=1000)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="knap-bench-")
+    port = free_port()
+    cfg = os.path.join(work, "config.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"knap:\n  data-dir: {work}/data\n  api-listen: 127.0.0.1:{port}\n  router-listen: 127.0.0.1:{free_port()}\n")
+    proc = subprocess.Popen([os.path.join(args.build, "daemon", "knapd"), "--config", cfg, "--runtime", "none",
+                             "--log-level", "warning"], stderr=subprocess.DEVNULL)
+    try:
+        conn = None
+        for _ in range(200):
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                conn.request("GET", "/readyz")
+                if conn.getresponse().read() is not None:
+                    break
+            except OSError:
+                time.sleep(0.05)
+        rss_start = rss_kib(proc.pid)
+
+        def call(method, path, body=None, ctype="application/json"):
+            t0 = time.perf_counter()
+            conn.request(method, path, body=body, headers={"Content-Type": ctype, "Accept": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            dt = time.perf_counter() - t0
+            if r.status >= 300:
+                raise SystemExit(f"{method} {path}: {r.status} {data[:300]!r}")
+            return dt, data
+
+        results = {}
+        create = []
+        for i in range(args.count):
+            body = json.dumps({"apiVersion": "serving.knative.dev/v1", "kind": "Service",
+                               "metadata": {"name": f"svc-{i:05d}", "labels": {"bench": "yes"}},
+                               "spec": {"template": {"spec": {"containers": [
+                                   {"image": "example.com/app:1", "env": [{"name": "I", "value": str(i)}]}]}}}})
+            create.append(call("POST", API, body)[0])
+        results["create service"] = create
+        time.sleep(2)  # let the controllers create every Configuration, Route and Revision
+        results["get service"] = [call("GET", f"{API}/svc-{i:05d}")[0] for i in range(0, args.count, max(1, args.count // 200))]
+        lst = []
+        size = 0
+        for _ in range(20):
+            dt, data = call("GET", API)
+            lst.append(dt)
+            size = len(data)
+        results[f"list {args.count} services"] = lst
+        results["list with label selector"] = [call("GET", API + "?labelSelector=bench%3Dyes")[0] for _ in range(10)]
+        results["merge patch"] = [call("PATCH", f"{API}/svc-{i:05d}", json.dumps({"metadata": {"labels": {"p": "1"}}}),
+                                       "application/merge-patch+json")[0] for i in range(0, args.count, max(1, args.count // 200))]
+        rss_full = rss_kib(proc.pid)
+        results["delete service (cascade)"] = [call("DELETE", f"{API}/svc-{i:05d}")[0] for i in range(args.count)]
+        rss_end = rss_kib(proc.pid)
+
+        print(f"knap API benchmark: {args.count} Services, one keep-alive connection, Python client")
+        print(f"{'operation':32} {'n':>6} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9}")
+        for name, v in results.items():
+            print(f"{name:32} {len(v):6d} {pct(v, 50) * 1e3:9.2f} {pct(v, 99) * 1e3:9.2f} {statistics.mean(v) * 1e3:9.2f}")
+        print(f"list response size: {size / 1024:.0f} KiB")
+        print(f"knapd RSS: {rss_start / 1024:.1f} MiB at start, {rss_full / 1024:.1f} MiB with {args.count} Services "
+              f"(+ {args.count} Configurations, Routes, Revisions), {rss_end / 1024:.1f} MiB after deleting them")
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
