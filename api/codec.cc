@@ -26,14 +26,18 @@ std::string where(const YAML::Mark& mark) {
 // Resolution of plain (unquoted) scalars, as kubectl's YAML decoder
 // (go-yaml v2, YAML 1.1 booleans) does it. Returns nullopt for plain strings.
 std::optional<json> resolveBool(const std::string& s) {
-  static const std::set<std::string> kTrue = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"};
-  static const std::set<std::string> kFalse = {"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"};
+  static const std::set<std::string> kTrue = {"y",    "Y",    "yes", "Yes", "YES", "true",
+                                              "True", "TRUE", "on",  "On",  "ON"};
+  static const std::set<std::string> kFalse = {"n",     "N",     "no",  "No",  "NO", "false",
+                                               "False", "FALSE", "off", "Off", "OFF"};
   if (kTrue.count(s)) return json(true);
   if (kFalse.count(s)) return json(false);
   return std::nullopt;
 }
 
-bool isNullLiteral(const std::string& s) { return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL"; }
+bool isNullLiteral(const std::string& s) {
+  return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
+}
 
 std::optional<json> resolveInt(const std::string& raw) {
   static const std::regex kDec("[-+]?(0|[1-9][0-9_]*)");
@@ -129,7 +133,8 @@ StatusOr<json> toJson(const YAML::Node& node) {
         return scalarError(node, "cannot decode \"" + text + "\" as !!float");
       }
       if (tag != "?" && !tag.empty()) return json(text);  // other explicit tags: keep the text
-      if (isSpecialFloat(text)) return scalarError(node, "\"" + text + "\" (infinity/NaN) has no JSON representation");
+      if (isSpecialFloat(text))
+        return scalarError(node, "\"" + text + "\" (infinity/NaN) has no JSON representation");
       if (auto v = resolvePlain(text)) return *v;
       return json(text);
     }

@@ -59,7 +59,8 @@ TEST(CodecTest, ScalarTypesFollowQuoting) {
 }
 
 TEST(CodecTest, BlockScalarsAndOctal) {
-  json v = parseOne("script: |\n  echo 1\n  echo 2\nfolded: >-\n  a\n  b\nmode: 0755\nhex: 0x1F\nplus: +5\nexp: 1e3\n");
+  json v = parseOne(
+      "script: |\n  echo 1\n  echo 2\nfolded: >-\n  a\n  b\nmode: 0755\nhex: 0x1F\nplus: +5\nexp: 1e3\n");
   EXPECT_EQ(v["script"], json("echo 1\necho 2\n"));
   EXPECT_EQ(v["folded"], json("a b"));
   EXPECT_EQ(v["mode"], json(493));
@@ -74,8 +75,15 @@ TEST(CodecTest, AnchorsAndAliases) {
 }
 
 TEST(CodecTest, ToYamlQuotesDatesAndSpecialStrings) {
-  json v = {{"d", "2024-01-01"}, {"t", "2024-01-01T00:00:00Z"}, {"hex", "0x10"}, {"tilde", "~"}, {"on", "on"},
-            {"hash", "a #b"}, {"lead", " x"}, {"key: colon", "v"}, {"unicode", "h\u00e9llo"}};
+  json v = {{"d", "2024-01-01"},
+            {"t", "2024-01-01T00:00:00Z"},
+            {"hex", "0x10"},
+            {"tilde", "~"},
+            {"on", "on"},
+            {"hash", "a #b"},
+            {"lead", " x"},
+            {"key: colon", "v"},
+            {"unicode", "h\u00e9llo"}};
   std::string y = toYaml(v);
   EXPECT_NE(y.find("d: \"2024-01-01\""), std::string::npos) << y;
   auto back = parseYamlDocuments(y);
@@ -135,9 +143,9 @@ TEST(CodecTest, ParseJsonErrorsGiveOffset) {
 }
 
 TEST(CodecTest, ToYamlQuotesStringsThatWouldChangeType) {
-  json v = {{"port", "8080"}, {"num", 8080}, {"b", "true"}, {"y", "yes"}, {"nul", "null"}, {"e", ""},
-            {"f", "1.5"}, {"colon", "a: b"}, {"dash", "-x"}, {"plain", "hello"}, {"multi", "a\nb"},
-            {"real", 1.5}, {"whole", 100.0}};
+  json v = {{"port", "8080"},  {"num", 8080}, {"b", "true"},     {"y", "yes"},   {"nul", "null"},
+            {"e", ""},         {"f", "1.5"},  {"colon", "a: b"}, {"dash", "-x"}, {"plain", "hello"},
+            {"multi", "a\nb"}, {"real", 1.5}, {"whole", 100.0}};
   std::string y = toYaml(v);
   EXPECT_NE(y.find("port: \"8080\"\n"), std::string::npos) << y;
   EXPECT_NE(y.find("num: 8080\n"), std::string::npos) << y;
@@ -149,7 +157,8 @@ TEST(CodecTest, ToYamlQuotesStringsThatWouldChangeType) {
 }
 
 TEST(CodecTest, ToYamlBlockStyleLikeKubectl) {
-  json v = json::parse(R"({"spec":{"containers":[{"image":"x","ports":[{"containerPort":8080}]}],"empty":{},"list":[]}})");
+  json v = json::parse(
+      R"({"spec":{"containers":[{"image":"x","ports":[{"containerPort":8080}]}],"empty":{},"list":[]}})");
   EXPECT_EQ(toYaml(v),
             "spec:\n"
             "  containers:\n"
@@ -188,8 +197,9 @@ TEST_P(KnativeExamplesTest, RoundTrips) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Docs, KnativeExamplesTest,
-                         ::testing::Values("helloworld-go.yaml", "traffic-split-tags.yaml", "blue-green-route.yaml",
-                                           "autoscaling.yaml", "cluster-local.yaml", "probes-volumes.yaml"));
+                         ::testing::Values("helloworld-go.yaml", "traffic-split-tags.yaml",
+                                           "blue-green-route.yaml", "autoscaling.yaml", "cluster-local.yaml",
+                                           "probes-volumes.yaml"));
 
 TEST(CodecTest, HelloWorldTypes) {
   auto docs = parseYamlDocuments(readData("helloworld-go.yaml"));

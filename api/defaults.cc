@@ -11,7 +11,9 @@ namespace {
 
 using nlohmann::json;
 
-bool has(const json& obj, const char* key) { return obj.is_object() && obj.contains(key) && !obj[key].is_null(); }
+bool has(const json& obj, const char* key) {
+  return obj.is_object() && obj.contains(key) && !obj[key].is_null();
+}
 
 // obj[key] as an object, creating it (or replacing a null) when absent.
 json& child(json& obj, const char* key) {
@@ -61,7 +63,8 @@ void defaultContainerNames(json& containers, const std::string& base) {
 void defaultGrpcService(json& container, const char* probe_key) {
   if (!has(container, probe_key) || !container[probe_key].is_object()) return;
   json& probe = container[probe_key];
-  if (has(probe, "grpc") && probe["grpc"].is_object() && !has(probe["grpc"], "service")) probe["grpc"]["service"] = "";
+  if (has(probe, "grpc") && probe["grpc"].is_object() && !has(probe["grpc"], "service"))
+    probe["grpc"]["service"] = "";
 }
 
 // applyProbesWithDefaults + applyGRPCProbeDefaults, for the serving container.
@@ -79,7 +82,8 @@ void defaultProbes(json& container) {
     if (zeroOrUnset("failureThreshold")) probe["failureThreshold"] = 3;
     if (zeroOrUnset("timeoutSeconds")) probe["timeoutSeconds"] = 1;
   }
-  for (const char* key : {"readinessProbe", "livenessProbe", "startupProbe"}) defaultGrpcService(container, key);
+  for (const char* key : {"readinessProbe", "livenessProbe", "startupProbe"})
+    defaultGrpcService(container, key);
 }
 
 void defaultResources(json& container, const DefaultsConfig& d) {
@@ -102,7 +106,8 @@ void defaultRevisionSpec(json& spec, const Config& config, const std::string& pa
   const DefaultsConfig& d = config.defaults;
   auto isInt = [&](const char* key) { return has(spec, key) && spec[key].is_number_integer(); };
 
-  if (!has(spec, "timeoutSeconds") || (isInt("timeoutSeconds") && spec["timeoutSeconds"].get<int64_t>() == 0)) {
+  if (!has(spec, "timeoutSeconds") ||
+      (isInt("timeoutSeconds") && spec["timeoutSeconds"].get<int64_t>() == 0)) {
     spec["timeoutSeconds"] = d.revision_timeout_seconds;
   }
   if (isInt("timeoutSeconds")) {
@@ -120,17 +125,20 @@ void defaultRevisionSpec(json& spec, const Config& config, const std::string& pa
   if (!has(spec, "enableServiceLinks")) spec["enableServiceLinks"] = d.enable_service_links;
 
   if (has(spec, "containers")) {
-    defaultContainerNames(spec["containers"], containerNameFromTemplate(d.container_name_template, parent_name));
+    defaultContainerNames(spec["containers"],
+                          containerNameFromTemplate(d.container_name_template, parent_name));
   }
   if (has(spec, "initContainers")) {
-    defaultContainerNames(spec["initContainers"], containerNameFromTemplate(d.init_container_name_template, parent_name));
+    defaultContainerNames(spec["initContainers"],
+                          containerNameFromTemplate(d.init_container_name_template, parent_name));
   }
 
   // Volumes that are writable: everything else (secret, configMap, projected) is mounted read-only.
   std::set<std::string> writable;
   if (isArrayOfObjects(spec.value("volumes", json()))) {
     for (const auto& v : spec["volumes"]) {
-      if ((has(v, "emptyDir") || has(v, "persistentVolumeClaim")) && v.contains("name") && v["name"].is_string()) {
+      if ((has(v, "emptyDir") || has(v, "persistentVolumeClaim")) && v.contains("name") &&
+          v["name"].is_string()) {
         writable.insert(v["name"].get<std::string>());
       }
     }
@@ -145,7 +153,8 @@ void defaultRevisionSpec(json& spec, const Config& config, const std::string& pa
     if (containers.size() == 1 || has_ports) defaultProbes(c);
     if (has(c, "volumeMounts") && isArrayOfObjects(c["volumeMounts"])) {
       for (auto& m : c["volumeMounts"]) {
-        std::string name = m.value("name", json("")).is_string() ? m.value("name", std::string()) : std::string();
+        std::string name =
+            m.value("name", json("")).is_string() ? m.value("name", std::string()) : std::string();
         if (!writable.count(name)) m["readOnly"] = true;
       }
     }
@@ -168,7 +177,8 @@ void defaultTraffic(json& spec, bool service_context) {
   if (!isArrayOfObjects(spec["traffic"])) return;
   for (auto& t : spec["traffic"]) {
     if (!has(t, "latestRevision")) {
-      bool no_revision = !has(t, "revisionName") || (t["revisionName"].is_string() && t["revisionName"] == "");
+      bool no_revision =
+          !has(t, "revisionName") || (t["revisionName"].is_string() && t["revisionName"] == "");
       t["latestRevision"] = no_revision;
     }
   }

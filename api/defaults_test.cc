@@ -8,7 +8,8 @@ namespace {
 using nlohmann::json;
 
 json svc(const std::string& template_spec) {
-  json s = json::parse(R"({"apiVersion":"serving.knative.dev/v1","kind":"Service","metadata":{"name":"hello"},"spec":{"template":{}}})");
+  json s = json::parse(
+      R"({"apiVersion":"serving.knative.dev/v1","kind":"Service","metadata":{"name":"hello"},"spec":{"template":{}}})");
   s["spec"]["template"]["spec"] = json::parse(template_spec);
   return s;
 }
@@ -35,14 +36,16 @@ TEST(DefaultsTest, HelloWorldServiceGetsKnativeDefaults) {
 }
 
 TEST(DefaultsTest, Idempotent) {
-  json once = defaulted("Service", svc(R"({"containers":[{"image":"x","readinessProbe":{"periodSeconds":5,"httpGet":{}}},
+  json once = defaulted("Service",
+                        svc(R"({"containers":[{"image":"x","readinessProbe":{"periodSeconds":5,"httpGet":{}}},
                                                       {"image":"y"}],"volumes":[{"name":"s","secret":{"secretName":"s"}}]})"));
   json twice = defaulted("Service", once);
   EXPECT_EQ(once, twice);
 }
 
 TEST(DefaultsTest, ExplicitValuesAreKept) {
-  json s = defaulted("Service", svc(R"({"containerConcurrency":10,"timeoutSeconds":60,"enableServiceLinks":true,
+  json s =
+      defaulted("Service", svc(R"({"containerConcurrency":10,"timeoutSeconds":60,"enableServiceLinks":true,
                                        "containers":[{"name":"app","image":"x"}]})"));
   const json& spec = s["spec"]["template"]["spec"];
   EXPECT_EQ(spec["containerConcurrency"], 10);
@@ -64,7 +67,8 @@ TEST(DefaultsTest, ConfigDefaultsApply) {
   c.defaults.revision_idle_timeout_seconds = 20;
   c.defaults.resource_defaults["revision-cpu-request"] = "100m";
   c.defaults.resource_defaults["revision-memory-limit"] = "200M";
-  json s = defaulted("Service", svc(R"({"containers":[{"image":"x","resources":{"requests":{"cpu":"1"}}}]})"), c);
+  json s =
+      defaulted("Service", svc(R"({"containers":[{"image":"x","resources":{"requests":{"cpu":"1"}}}]})"), c);
   const json& spec = s["spec"]["template"]["spec"];
   EXPECT_EQ(spec["timeoutSeconds"], 100);
   EXPECT_EQ(spec["containerConcurrency"], 5);
@@ -86,7 +90,8 @@ TEST(DefaultsTest, ResponseStartAndIdleNotDefaultedWhenNotBelowTimeout) {
 }
 
 TEST(DefaultsTest, SeveralContainersGetNumberedNames) {
-  json s = defaulted("Service", svc(R"({"containers":[{"image":"a","ports":[{"containerPort":8080}]},{"image":"b"},
+  json s =
+      defaulted("Service", svc(R"({"containers":[{"image":"a","ports":[{"containerPort":8080}]},{"image":"b"},
                                                       {"name":"user-container-1","image":"c"}]})"));
   const json& cs = s["spec"]["template"]["spec"]["containers"];
   EXPECT_EQ(cs[0]["name"], "user-container-0");
@@ -110,13 +115,18 @@ TEST(DefaultsTest, InitContainersNamed) {
 }
 
 TEST(DefaultsTest, ReadinessProbeWithPeriodGetsKubernetesDefaults) {
-  json s = defaulted("Service", svc(R"({"containers":[{"image":"a","readinessProbe":{"httpGet":{"path":"/h"},"periodSeconds":5}}]})"));
-  EXPECT_EQ(s["spec"]["template"]["spec"]["containers"][0]["readinessProbe"],
-            json::parse(R"({"httpGet":{"path":"/h"},"periodSeconds":5,"successThreshold":1,"failureThreshold":3,"timeoutSeconds":1})"));
+  json s = defaulted(
+      "Service",
+      svc(R"({"containers":[{"image":"a","readinessProbe":{"httpGet":{"path":"/h"},"periodSeconds":5}}]})"));
+  EXPECT_EQ(
+      s["spec"]["template"]["spec"]["containers"][0]["readinessProbe"],
+      json::parse(
+          R"({"httpGet":{"path":"/h"},"periodSeconds":5,"successThreshold":1,"failureThreshold":3,"timeoutSeconds":1})"));
 }
 
 TEST(DefaultsTest, GrpcProbeServiceDefaultsToEmpty) {
-  json s = defaulted("Service", svc(R"({"containers":[{"image":"a","livenessProbe":{"grpc":{"port":8080}}}]})"));
+  json s =
+      defaulted("Service", svc(R"({"containers":[{"image":"a","livenessProbe":{"grpc":{"port":8080}}}]})"));
   EXPECT_EQ(s["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["grpc"]["service"], "");
 }
 
@@ -150,18 +160,21 @@ TEST(DefaultsTest, StandaloneRouteGetsNoDefaultTraffic) {
 }
 
 TEST(DefaultsTest, ConfigurationAndRevision) {
-  json c = json::parse(R"({"kind":"Configuration","metadata":{"name":"c"},"spec":{"template":{"spec":{"containers":[{"image":"a"}]}}}})");
+  json c = json::parse(
+      R"({"kind":"Configuration","metadata":{"name":"c"},"spec":{"template":{"spec":{"containers":[{"image":"a"}]}}}})");
   c = defaulted("Configuration", c);
   EXPECT_EQ(c["spec"]["template"]["spec"]["containers"][0]["name"], "user-container");
   EXPECT_FALSE(c["spec"].contains("traffic"));
-  json r = json::parse(R"({"kind":"Revision","metadata":{"name":"c-00001"},"spec":{"containers":[{"image":"a"}]}})");
+  json r = json::parse(
+      R"({"kind":"Revision","metadata":{"name":"c-00001"},"spec":{"containers":[{"image":"a"}]}})");
   r = defaulted("Revision", r);
   EXPECT_EQ(r["spec"]["timeoutSeconds"], 300);
 }
 
 TEST(DefaultsTest, MalformedInputDoesNotThrow) {
-  for (const char* spec : {R"({"containers":"x"})", R"({"containers":[1,2]})", R"({"timeoutSeconds":"x","containers":[]})",
-                           R"({"containers":[{"readinessProbe":"x","volumeMounts":[{"name":5}]}],"volumes":"v"})"}) {
+  for (const char* spec :
+       {R"({"containers":"x"})", R"({"containers":[1,2]})", R"({"timeoutSeconds":"x","containers":[]})",
+        R"({"containers":[{"readinessProbe":"x","volumeMounts":[{"name":5}]}],"volumes":"v"})"}) {
     json s = svc(spec);
     EXPECT_NO_THROW(setDefaults("Service", s, defaultConfig())) << spec;
   }

@@ -44,7 +44,9 @@ std::string fmt(double v) {
   return os.str();
 }
 
-std::string fmtSeconds(Seconds s) { return formatGoDuration(std::chrono::duration_cast<nanoseconds>(s)); }
+std::string fmtSeconds(Seconds s) {
+  return formatGoDuration(std::chrono::duration_cast<nanoseconds>(s));
+}
 
 }  // namespace
 
@@ -113,7 +115,8 @@ StatusOr<double> floatIn(const AnnotationValue& a, double lo, double hi, bool al
   double v = std::strtod(a.value.c_str(), &end);
   if (a.value.empty() || *end != '\0' || std::isnan(v) || std::isinf(v)) return bad(a, "not a number");
   if (allow_minus_one && v == -1) return v;
-  if (v < lo || v > hi) return bad(a, "expected " + fmt(lo) + " <= value <= " + (std::isinf(hi) ? "+Inf" : fmt(hi)));
+  if (v < lo || v > hi)
+    return bad(a, "expected " + fmt(lo) + " <= value <= " + (std::isinf(hi) ? "+Inf" : fmt(hi)));
   return v;
 }
 
@@ -129,7 +132,8 @@ StatusOr<int32_t> intIn(const AnnotationValue& a, int64_t lo) {
 StatusOr<nanoseconds> durationIn(const AnnotationValue& a, nanoseconds lo, nanoseconds hi) {
   auto d = parseGoDuration(a.value);
   if (!d.isOk()) return bad(a, d.status().message());
-  if (*d < lo || *d > hi) return bad(a, "expected " + formatGoDuration(lo) + " <= value <= " + formatGoDuration(hi));
+  if (*d < lo || *d > hi)
+    return bad(a, "expected " + formatGoDuration(lo) + " <= value <= " + formatGoDuration(hi));
   return *d;
 }
 
@@ -159,13 +163,15 @@ StatusOr<AutoscalingSettings> autoscalingSettings(const json& annotations, const
     total = ac.requests_per_second_target_default;
     utilization = 0.7;
   } else {
-    total = container_concurrency > 0 ? static_cast<double>(container_concurrency) : ac.container_concurrency_target_default;
+    total = container_concurrency > 0 ? static_cast<double>(container_concurrency)
+                                      : ac.container_concurrency_target_default;
     utilization = ac.targetUtilizationFraction();
   }
   if (auto a = ann("target")) {
     KNAP_ASSIGN_OR_RETURN(double t, floatIn(*a, 0.01, INFINITY));
     total = t;
-    if (s.metric == "concurrency" && container_concurrency > 0) total = std::min(t, static_cast<double>(container_concurrency));
+    if (s.metric == "concurrency" && container_concurrency > 0)
+      total = std::min(t, static_cast<double>(container_concurrency));
   }
   if (auto a = ann("target-utilization-percentage")) {
     KNAP_ASSIGN_OR_RETURN(double p, floatIn(*a, 1, 100));
@@ -190,8 +196,8 @@ StatusOr<AutoscalingSettings> autoscalingSettings(const json& annotations, const
     KNAP_ASSIGN_OR_RETURN(s.max_scale, intIn(*a, 0));
   }
   if (s.max_scale != 0 && s.max_scale < s.min_scale) {
-    return invalidArgument("max-scale=" + std::to_string(s.max_scale) + " is less than min-scale=" +
-                           std::to_string(s.min_scale));
+    return invalidArgument("max-scale=" + std::to_string(s.max_scale) +
+                           " is less than min-scale=" + std::to_string(s.min_scale));
   }
   // initial-scale: the annotation counts when non-zero, or zero with allow-zero-initial-scale (§4.7).
   s.initial_scale = ac.initial_scale;
@@ -225,7 +231,8 @@ StatusOr<AutoscalingSettings> autoscalingSettings(const json& annotations, const
   if (auto a = ann("scale-down-delay")) {
     KNAP_ASSIGN_OR_RETURN(s.scale_down_delay, durationIn(*a, seconds(0), seconds(3600)));
   }
-  s.scale_to_zero_pod_retention_period = std::chrono::duration_cast<nanoseconds>(ac.scale_to_zero_pod_retention_period);
+  s.scale_to_zero_pod_retention_period =
+      std::chrono::duration_cast<nanoseconds>(ac.scale_to_zero_pod_retention_period);
   if (auto a = ann("scale-to-zero-pod-retention-period")) {
     KNAP_ASSIGN_OR_RETURN(s.scale_to_zero_pod_retention_period, durationIn(*a, seconds(0), seconds(3600)));
   }

@@ -7,12 +7,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "common/status.h"
@@ -24,7 +23,7 @@ inline constexpr const char* kHpaClass = "hpa.autoscaling.knative.dev";
 
 // One autoscaling annotation found in an annotation map.
 struct AnnotationValue {
-  std::string key;    // the full key actually used, e.g. "autoscaling.knative.dev/minScale"
+  std::string key;  // the full key actually used, e.g. "autoscaling.knative.dev/minScale"
   std::string value;
 };
 
@@ -32,7 +31,8 @@ struct AnnotationValue {
 // in `annotations` (a JSON object of strings, or null), honouring the legacy
 // camelCase alias (minScale, ...); the kebab-case key wins when both are set.
 // nullopt when neither is present or the value is not a string.
-std::optional<AnnotationValue> autoscalingAnnotation(const nlohmann::json& annotations, std::string_view name);
+std::optional<AnnotationValue> autoscalingAnnotation(const nlohmann::json& annotations,
+                                                     std::string_view name);
 
 struct EffectiveValue {
   std::string key;     // kebab-case setting name: "min-scale", "window", ...
@@ -52,16 +52,16 @@ std::vector<EffectiveValue> effectiveAutoscaling(const nlohmann::json& annotatio
 // The typed settings the scaler consumes.
 struct AutoscalingSettings {
   std::string autoscaler_class = kKpaClass;
-  std::string metric = "concurrency";              // "concurrency" or "rps" for the KPA
+  std::string metric = "concurrency";  // "concurrency" or "rps" for the KPA
   std::string metric_aggregation_algorithm = "linear";
-  int64_t container_concurrency = 0;               // the Revision's hard limit, 0 = unlimited
-  double target = 100;                             // per-pod target before utilization (TotalValue)
-  double target_utilization = 0.7;                 // fraction in (0, 1]
-  double target_value = 70;                        // max(0.01, total_value * target_utilization)
+  int64_t container_concurrency = 0;  // the Revision's hard limit, 0 = unlimited
+  double target = 100;                // per-pod target before utilization (TotalValue)
+  double target_utilization = 0.7;    // fraction in (0, 1]
+  double target_value = 70;           // max(0.01, total_value * target_utilization)
   double total_value = 100;
-  double target_burst_capacity = 211;              // -1 = unlimited
+  double target_burst_capacity = 211;  // -1 = unlimited
   int32_t min_scale = 0;
-  int32_t max_scale = 0;                           // 0 = unbounded
+  int32_t max_scale = 0;  // 0 = unbounded
   int32_t initial_scale = 1;
   int32_t activation_scale = 1;
   std::chrono::nanoseconds stable_window = std::chrono::seconds(60);

@@ -112,20 +112,21 @@ TEST_P(TargetTest, ComputesTargetAndTotal) {
 
 INSTANTIATE_TEST_SUITE_P(
     Targets, TargetTest,
-    ::testing::Values(TargetCase{"DefaultConcurrency", json::object(), 0, 70, 100},
-                      TargetCase{"ContainerConcurrency10", json::object(), 10, 7, 10},
-                      TargetCase{"ContainerConcurrency1", json::object(), 1, 0.7, 1},
-                      TargetCase{"AnnotationTarget", json{{"autoscaling.knative.dev/target", "10"}}, 0, 7, 10},
-                      TargetCase{"AnnotationTargetCappedByCc", json{{"autoscaling.knative.dev/target", "50"}}, 20, 14, 20},
-                      TargetCase{"Utilization", json{{"autoscaling.knative.dev/target-utilization-percentage", "50"}}, 0,
-                                 50, 100},
-                      TargetCase{"LegacyUtilization", json{{"autoscaling.knative.dev/targetUtilizationPercentage", "100"}},
-                                 10, 10, 10},
-                      TargetCase{"Rps", json{{"autoscaling.knative.dev/metric", "rps"}}, 0, 140, 200},
-                      TargetCase{"RpsTargetNotCappedByCc",
-                                 json{{"autoscaling.knative.dev/metric", "rps"}, {"autoscaling.knative.dev/target", "50"}},
-                                 10, 35, 50},
-                      TargetCase{"TinyTargetFloored", json{{"autoscaling.knative.dev/target", "0.01"}}, 0, 0.01, 0.01}),
+    ::testing::Values(
+        TargetCase{"DefaultConcurrency", json::object(), 0, 70, 100},
+        TargetCase{"ContainerConcurrency10", json::object(), 10, 7, 10},
+        TargetCase{"ContainerConcurrency1", json::object(), 1, 0.7, 1},
+        TargetCase{"AnnotationTarget", json{{"autoscaling.knative.dev/target", "10"}}, 0, 7, 10},
+        TargetCase{"AnnotationTargetCappedByCc", json{{"autoscaling.knative.dev/target", "50"}}, 20, 14, 20},
+        TargetCase{"Utilization", json{{"autoscaling.knative.dev/target-utilization-percentage", "50"}}, 0,
+                   50, 100},
+        TargetCase{"LegacyUtilization", json{{"autoscaling.knative.dev/targetUtilizationPercentage", "100"}},
+                   10, 10, 10},
+        TargetCase{"Rps", json{{"autoscaling.knative.dev/metric", "rps"}}, 0, 140, 200},
+        TargetCase{"RpsTargetNotCappedByCc",
+                   json{{"autoscaling.knative.dev/metric", "rps"}, {"autoscaling.knative.dev/target", "50"}},
+                   10, 35, 50},
+        TargetCase{"TinyTargetFloored", json{{"autoscaling.knative.dev/target", "0.01"}}, 0, 0.01, 0.01}),
     [](const ::testing::TestParamInfo<TargetCase>& info) { return std::string(info.param.name); });
 
 TEST(AutoscalingSettingsTest, DefaultsFromConfig) {
@@ -191,17 +192,24 @@ TEST(AutoscalingSettingsTest, ZeroInitialScaleNeedsConfig) {
 }
 
 TEST(AutoscalingSettingsTest, InvalidValuesAreErrors) {
-  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"min-scale", "-1"}, {"max-scale", "x"}, {"window", "5s"}, {"target", "0"}, {"metric", "cpu"},
-           {"panic-threshold-percentage", "50"}, {"target-burst-capacity", "-5"}, {"scale-down-delay", "2h"}}) {
+  for (const auto& [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"min-scale", "-1"},
+                                                        {"max-scale", "x"},
+                                                        {"window", "5s"},
+                                                        {"target", "0"},
+                                                        {"metric", "cpu"},
+                                                        {"panic-threshold-percentage", "50"},
+                                                        {"target-burst-capacity", "-5"},
+                                                        {"scale-down-delay", "2h"}}) {
     auto s = autoscalingSettings(json{{"autoscaling.knative.dev/" + k, v}}, defaultConfig(), 0);
     EXPECT_FALSE(s.isOk()) << k << "=" << v;
     if (!s.isOk()) {
       EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
     }
   }
-  auto s = autoscalingSettings(json{{"autoscaling.knative.dev/min-scale", "5"}, {"autoscaling.knative.dev/max-scale", "2"}},
-                               defaultConfig(), 0);
+  auto s = autoscalingSettings(
+      json{{"autoscaling.knative.dev/min-scale", "5"}, {"autoscaling.knative.dev/max-scale", "2"}},
+      defaultConfig(), 0);
   EXPECT_FALSE(s.isOk());
 }
 

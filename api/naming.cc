@@ -12,8 +12,12 @@ constexpr size_t kChildNameHead = kMaxNameLength - kMd5HexLength;  // 31
 constexpr size_t kRandomSuffixLength = 5;
 constexpr std::string_view kRandomAlphabet = "bcdfghjklmnpqrstvwxz2456789";
 
-bool isLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-bool isAlnum(char c) { return isLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
+bool isLowerAlnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+bool isAlnum(char c) {
+  return isLowerAlnum(c) || (c >= 'A' && c <= 'Z');
+}
 
 }  // namespace
 
@@ -66,7 +70,8 @@ bool isDns1123Subdomain(std::string_view s) {
   size_t start = 0;
   while (true) {
     size_t dot = s.find('.', start);
-    std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    std::string_view label =
+        s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
     // Subdomain labels are not limited to 63 individually by Kubernetes' regexp; keep the char rules.
     if (label.empty() || !isLowerAlnum(label.front()) || !isLowerAlnum(label.back())) return false;
     for (char c : label) {
@@ -102,7 +107,8 @@ bool isDns1035Prefix(std::string_view s) {
 }
 
 std::string generateNameSuffix(std::string prefix, std::mt19937& rng) {
-  if (prefix.size() > kMaxNameLength - kRandomSuffixLength) prefix.resize(kMaxNameLength - kRandomSuffixLength);
+  if (prefix.size() > kMaxNameLength - kRandomSuffixLength)
+    prefix.resize(kMaxNameLength - kRandomSuffixLength);
   std::uniform_int_distribution<size_t> pick(0, kRandomAlphabet.size() - 1);
   for (size_t i = 0; i < kRandomSuffixLength; ++i) prefix.push_back(kRandomAlphabet[pick(rng)]);
   return prefix;
@@ -123,7 +129,8 @@ bool isValidImageReference(std::string_view ref, std::string* why) {
     std::string_view digest = rest.substr(at + 1);
     rest = rest.substr(0, at);
     size_t colon = digest.find(':');
-    if (colon == std::string_view::npos || colon == 0) return fail("invalid digest \"" + std::string(digest) + "\"");
+    if (colon == std::string_view::npos || colon == 0)
+      return fail("invalid digest \"" + std::string(digest) + "\"");
     std::string_view algo = digest.substr(0, colon), hex = digest.substr(colon + 1);
     if (algo == "sha256" && hex.size() != 64) return fail("sha256 digest must have 64 hex characters");
     if (hex.size() < 32) return fail("digest too short");
@@ -140,7 +147,8 @@ bool isValidImageReference(std::string_view ref, std::string* why) {
     auto word = [](char c) { return isAlnum(c) || c == '_'; };
     if (!word(tag[0])) return fail("tag must start with a letter, digit or '_'");
     for (char c : tag) {
-      if (!word(c) && c != '.' && c != '-') return fail("invalid character '" + std::string(1, c) + "' in tag");
+      if (!word(c) && c != '.' && c != '-')
+        return fail("invalid character '" + std::string(1, c) + "' in tag");
     }
   }
   if (rest.empty()) return fail("missing repository");
@@ -148,9 +156,11 @@ bool isValidImageReference(std::string_view ref, std::string* why) {
   size_t first_slash = rest.find('/');
   if (first_slash != std::string_view::npos) {
     std::string_view first = rest.substr(0, first_slash);
-    if (first.find('.') != std::string_view::npos || first.find(':') != std::string_view::npos || first == "localhost") {
+    if (first.find('.') != std::string_view::npos || first.find(':') != std::string_view::npos ||
+        first == "localhost") {
       for (char c : first) {
-        if (!isAlnum(c) && c != '.' && c != '-' && c != ':') return fail("invalid registry \"" + std::string(first) + "\"");
+        if (!isAlnum(c) && c != '.' && c != '-' && c != ':')
+          return fail("invalid registry \"" + std::string(first) + "\"");
       }
       rest = rest.substr(first_slash + 1);
     }
@@ -159,14 +169,18 @@ bool isValidImageReference(std::string_view ref, std::string* why) {
   size_t start = 0;
   while (start <= rest.size()) {
     size_t slash = rest.find('/', start);
-    std::string_view comp = rest.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    std::string_view comp =
+        rest.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
     if (comp.empty()) return fail("empty path component in repository");
     if (!isLowerAlnum(comp.front()) || !isLowerAlnum(comp.back())) {
-      return fail("repository component \"" + std::string(comp) + "\" must start and end with a lower-case letter or digit");
+      return fail("repository component \"" + std::string(comp) +
+                  "\" must start and end with a lower-case letter or digit");
     }
     for (char c : comp) {
       if (!isLowerAlnum(c) && c != '.' && c != '_' && c != '-') {
-        return fail("repository can only contain the characters `abcdefghijklmnopqrstuvwxyz0123456789_-./`: " + std::string(rest));
+        return fail(
+            "repository can only contain the characters `abcdefghijklmnopqrstuvwxyz0123456789_-./`: " +
+            std::string(rest));
       }
     }
     if (slash == std::string_view::npos) break;

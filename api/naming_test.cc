@@ -45,9 +45,9 @@ TEST(NamingTest, Dns1035Label) {
   EXPECT_TRUE(isDns1035Label(std::string(63, 'a')));
   EXPECT_FALSE(isDns1035Label(std::string(64, 'a')));
   EXPECT_FALSE(isDns1035Label(""));
-  EXPECT_FALSE(isDns1035Label("1abc"));     // must start with a letter
-  EXPECT_FALSE(isDns1035Label("Hello"));    // lower case only
-  EXPECT_FALSE(isDns1035Label("hello-"));   // must end alphanumeric
+  EXPECT_FALSE(isDns1035Label("1abc"));    // must start with a letter
+  EXPECT_FALSE(isDns1035Label("Hello"));   // lower case only
+  EXPECT_FALSE(isDns1035Label("hello-"));  // must end alphanumeric
   EXPECT_FALSE(isDns1035Label("hel.lo"));
 }
 
@@ -101,8 +101,9 @@ namespace knap::api {
 namespace {
 
 TEST(ImageReferenceTest, AcceptsCommonReferences) {
-  for (const char* ref : {"ghcr.io/knative/helloworld-go", "ghcr.io/knative/helloworld-go:latest", "busybox", "nginx:1.25",
-                          "localhost:5000/app:v1", "docker.io/library/nginx@sha256:"
+  for (const char* ref : {"ghcr.io/knative/helloworld-go", "ghcr.io/knative/helloworld-go:latest", "busybox",
+                          "nginx:1.25", "localhost:5000/app:v1",
+                          "docker.io/library/nginx@sha256:"
                           "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
                           "kind.local/app:dev_1.2", "registry.example.com:443/a/b/c:tag"}) {
     std::string why;
@@ -111,7 +112,8 @@ TEST(ImageReferenceTest, AcceptsCommonReferences) {
 }
 
 TEST(ImageReferenceTest, RefusesBadReferences) {
-  for (const char* ref : {"", "UPPER/case", "app:", "app@sha256:abc", "a//b", ":tag", "app:-bad", "app/", "a b"}) {
+  for (const char* ref :
+       {"", "UPPER/case", "app:", "app@sha256:abc", "a//b", ":tag", "app:-bad", "app/", "a b"}) {
     std::string why;
     EXPECT_FALSE(isValidImageReference(ref, &why)) << ref;
     EXPECT_FALSE(why.empty()) << ref;

@@ -2,9 +2,8 @@
 // Pure functions; thread-safe.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 

@@ -10,9 +10,18 @@ TEST(QuantityTest, ParsesKubernetesQuantities) {
     const char* text;
     double want;
   };
-  for (const auto& c : std::vector<Case>{{"1", 1}, {"100m", 0.1}, {"1.5", 1.5}, {"128Mi", 134217728}, {"1Gi", 1073741824},
-                                         {"500M", 5e8}, {"2k", 2000}, {"1e3", 1000}, {".5", 0.5}, {"250u", 250e-6},
-                                         {"+1Ki", 1024}, {"-1", -1}}) {
+  for (const auto& c : std::vector<Case>{{"1", 1},
+                                         {"100m", 0.1},
+                                         {"1.5", 1.5},
+                                         {"128Mi", 134217728},
+                                         {"1Gi", 1073741824},
+                                         {"500M", 5e8},
+                                         {"2k", 2000},
+                                         {"1e3", 1000},
+                                         {".5", 0.5},
+                                         {"250u", 250e-6},
+                                         {"+1Ki", 1024},
+                                         {"-1", -1}}) {
     auto q = parseQuantity(std::string(c.text));
     ASSERT_TRUE(q.isOk()) << c.text << ": " << q.status().toString();
     EXPECT_DOUBLE_EQ(*q, c.want) << c.text;

@@ -17,12 +17,29 @@ Node leaf(SchemaType t) {
   n->type = t;
   return n;
 }
-Node str() { static Node n = leaf(SchemaType::kString); return n; }
-Node integer() { static Node n = leaf(SchemaType::kInteger); return n; }
-Node boolean() { static Node n = leaf(SchemaType::kBoolean); return n; }
-Node intOrString() { static Node n = leaf(SchemaType::kIntOrString); return n; }
-Node any() { static Node n = leaf(SchemaType::kAny); return n; }
-Node quantity() { return intOrString(); }
+Node str() {
+  static Node n = leaf(SchemaType::kString);
+  return n;
+}
+Node integer() {
+  static Node n = leaf(SchemaType::kInteger);
+  return n;
+}
+Node boolean() {
+  static Node n = leaf(SchemaType::kBoolean);
+  return n;
+}
+Node intOrString() {
+  static Node n = leaf(SchemaType::kIntOrString);
+  return n;
+}
+Node any() {
+  static Node n = leaf(SchemaType::kAny);
+  return n;
+}
+Node quantity() {
+  return intOrString();
+}
 
 Node obj(std::initializer_list<std::pair<const std::string, Node>> fields) {
   auto n = std::make_shared<SchemaNode>();
@@ -42,8 +59,12 @@ Node mapOf(Node items) {
   n->items = std::move(items);
   return n;
 }
-Node strings() { return arr(str()); }
-Node stringMap() { return mapOf(str()); }
+Node strings() {
+  return arr(str());
+}
+Node stringMap() {
+  return mapOf(str());
+}
 
 // ---- metav1 ----
 
@@ -81,14 +102,24 @@ Node objectMeta() {
 
 // ---- corev1 pieces ----
 
-Node keyToPaths() { return arr(obj({{"key", str()}, {"path", str()}, {"mode", integer()}})); }
-Node localRef() { return obj({{"name", str()}}); }
-Node keySelector() { return obj({{"name", str()}, {"key", str()}, {"optional", boolean()}}); }
-Node fieldRef() { return obj({{"apiVersion", str()}, {"fieldPath", str()}}); }
+Node keyToPaths() {
+  return arr(obj({{"key", str()}, {"path", str()}, {"mode", integer()}}));
+}
+Node localRef() {
+  return obj({{"name", str()}});
+}
+Node keySelector() {
+  return obj({{"name", str()}, {"key", str()}, {"optional", boolean()}});
+}
+Node fieldRef() {
+  return obj({{"apiVersion", str()}, {"fieldPath", str()}});
+}
 Node resourceFieldRef() {
   return obj({{"containerName", str()}, {"resource", str()}, {"divisor", quantity()}});
 }
-Node seccompProfile() { return obj({{"type", str()}, {"localhostProfile", str()}}); }
+Node seccompProfile() {
+  return obj({{"type", str()}, {"localhostProfile", str()}});
+}
 
 Node envVar() {
   return obj({{"name", str()},
@@ -195,8 +226,12 @@ Node volume() {
   });
   return obj({
       {"name", str()},
-      {"secret", obj({{"secretName", str()}, {"items", keyToPaths()}, {"defaultMode", integer()}, {"optional", boolean()}})},
-      {"configMap", obj({{"name", str()}, {"items", keyToPaths()}, {"defaultMode", integer()}, {"optional", boolean()}})},
+      {"secret", obj({{"secretName", str()},
+                      {"items", keyToPaths()},
+                      {"defaultMode", integer()},
+                      {"optional", boolean()}})},
+      {"configMap",
+       obj({{"name", str()}, {"items", keyToPaths()}, {"defaultMode", integer()}, {"optional", boolean()}})},
       {"projected", obj({{"sources", arr(projection)}, {"defaultMode", integer()}})},
       {"emptyDir", obj({{"medium", str()}, {"sizeLimit", quantity()}})},
       {"hostPath", obj({{"path", str()}, {"type", str()}})},
@@ -207,12 +242,26 @@ Node volume() {
       {"downwardAPI", any()},
       // Kubernetes volume sources Knative never allows; known so that they are
       // reported as disallowed rather than unknown.
-      {"awsElasticBlockStore", any()}, {"gcePersistentDisk", any()}, {"gitRepo", any()},
-      {"nfs", any()}, {"iscsi", any()}, {"glusterfs", any()}, {"rbd", any()},
-      {"flexVolume", any()}, {"cinder", any()}, {"cephfs", any()}, {"flocker", any()},
-      {"fc", any()}, {"azureFile", any()}, {"vsphereVolume", any()}, {"quobyte", any()},
-      {"azureDisk", any()}, {"photonPersistentDisk", any()}, {"portworxVolume", any()},
-      {"scaleIO", any()}, {"storageos", any()},
+      {"awsElasticBlockStore", any()},
+      {"gcePersistentDisk", any()},
+      {"gitRepo", any()},
+      {"nfs", any()},
+      {"iscsi", any()},
+      {"glusterfs", any()},
+      {"rbd", any()},
+      {"flexVolume", any()},
+      {"cinder", any()},
+      {"cephfs", any()},
+      {"flocker", any()},
+      {"fc", any()},
+      {"azureFile", any()},
+      {"vsphereVolume", any()},
+      {"quobyte", any()},
+      {"azureDisk", any()},
+      {"photonPersistentDisk", any()},
+      {"portworxVolume", any()},
+      {"scaleIO", any()},
+      {"storageos", any()},
   });
 }
 
@@ -284,7 +333,9 @@ Node revisionSpec() {
   return n;
 }
 
-Node revisionTemplate() { return obj({{"metadata", objectMeta()}, {"spec", revisionSpec()}}); }
+Node revisionTemplate() {
+  return obj({{"metadata", objectMeta()}, {"spec", revisionSpec()}});
+}
 
 Node trafficTarget() {
   static Node n = obj({{"tag", str()},
@@ -305,19 +356,23 @@ Node condition() {
               {"message", str()}});
 }
 
-Node addressable() { return obj({{"name", str()}, {"url", str()}, {"CACerts", str()}, {"audience", str()}}); }
+Node addressable() {
+  return obj({{"name", str()}, {"url", str()}, {"CACerts", str()}, {"audience", str()}});
+}
 
 // Status fields of knative duck.Status plus the kind's own.
 Node status(std::initializer_list<std::pair<const std::string, Node>> extra) {
   auto n = std::make_shared<SchemaNode>();
   n->type = SchemaType::kObject;
-  n->fields = {{"observedGeneration", integer()}, {"conditions", arr(condition())}, {"annotations", stringMap()}};
+  n->fields = {
+      {"observedGeneration", integer()}, {"conditions", arr(condition())}, {"annotations", stringMap()}};
   for (const auto& [k, v] : extra) n->fields[k] = v;
   return n;
 }
 
 Node topLevel(Node spec, Node st) {
-  return obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", objectMeta()}, {"spec", spec}, {"status", st}});
+  return obj(
+      {{"apiVersion", str()}, {"kind", str()}, {"metadata", objectMeta()}, {"spec", spec}, {"status", st}});
 }
 
 const std::map<std::string, Node>& kinds() {
@@ -330,8 +385,9 @@ const std::map<std::string, Node>& kinds() {
                                     {"traffic", traffic},
                                     {"latestReadyRevisionName", str()},
                                     {"latestCreatedRevisionName", str()}}));
-    m["Configuration"] = topLevel(obj({{"template", revisionTemplate()}}),
-                                  status({{"latestReadyRevisionName", str()}, {"latestCreatedRevisionName", str()}}));
+    m["Configuration"] =
+        topLevel(obj({{"template", revisionTemplate()}}),
+                 status({{"latestReadyRevisionName", str()}, {"latestCreatedRevisionName", str()}}));
     Node container_status = arr(obj({{"name", str()}, {"imageDigest", str()}}));
     m["Revision"] = topLevel(revisionSpec(), status({{"logUrl", str()},
                                                      {"serviceName", str()},
@@ -349,31 +405,49 @@ const std::map<std::string, Node>& kinds() {
 
 const char* jsonTypeName(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "boolean";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "integer";
-    case json::value_t::number_float: return "number";
-    case json::value_t::string: return "string";
-    case json::value_t::array: return "array";
-    case json::value_t::object: return "object";
-    default: return "value";
+    case json::value_t::number_unsigned:
+      return "integer";
+    case json::value_t::number_float:
+      return "number";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::object:
+      return "object";
+    default:
+      return "value";
   }
 }
 
-bool isIntegral(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
+bool isIntegral(const json& v) {
+  return v.is_number_integer() || v.is_number_unsigned();
+}
 
 bool typeMatches(SchemaType t, const json& v) {
   switch (t) {
-    case SchemaType::kString: return v.is_string();
-    case SchemaType::kInteger: return isIntegral(v);
-    case SchemaType::kNumber: return v.is_number();
-    case SchemaType::kBoolean: return v.is_boolean();
-    case SchemaType::kIntOrString: return isIntegral(v) || v.is_string();
+    case SchemaType::kString:
+      return v.is_string();
+    case SchemaType::kInteger:
+      return isIntegral(v);
+    case SchemaType::kNumber:
+      return v.is_number();
+    case SchemaType::kBoolean:
+      return v.is_boolean();
+    case SchemaType::kIntOrString:
+      return isIntegral(v) || v.is_string();
     case SchemaType::kObject:
-    case SchemaType::kMap: return v.is_object();
-    case SchemaType::kArray: return v.is_array();
-    case SchemaType::kAny: return true;
+    case SchemaType::kMap:
+      return v.is_object();
+    case SchemaType::kArray:
+      return v.is_array();
+    case SchemaType::kAny:
+      return true;
   }
   return false;
 }
@@ -399,10 +473,12 @@ void walk(const SchemaNode& node, const json& v, const std::string& path, std::v
       }
       break;
     case SchemaType::kArray:
-      for (size_t i = 0; i < v.size(); ++i) walk(*node.items, v[i], path + "[" + std::to_string(i) + "]", unknown, errors);
+      for (size_t i = 0; i < v.size(); ++i)
+        walk(*node.items, v[i], path + "[" + std::to_string(i) + "]", unknown, errors);
       break;
     case SchemaType::kMap:
-      for (auto it = v.begin(); it != v.end(); ++it) walk(*node.items, it.value(), path + "[" + it.key() + "]", unknown, errors);
+      for (auto it = v.begin(); it != v.end(); ++it)
+        walk(*node.items, it.value(), path + "[" + it.key() + "]", unknown, errors);
       break;
     default:
       break;
@@ -411,14 +487,22 @@ void walk(const SchemaNode& node, const json& v, const std::string& path, std::v
 
 json toOpenApi(const SchemaNode& node) {
   switch (node.type) {
-    case SchemaType::kString: return {{"type", "string"}};
-    case SchemaType::kInteger: return {{"type", "integer"}, {"format", "int64"}};
-    case SchemaType::kNumber: return {{"type", "number"}};
-    case SchemaType::kBoolean: return {{"type", "boolean"}};
-    case SchemaType::kIntOrString: return {{"x-kubernetes-int-or-string", true}};
-    case SchemaType::kAny: return {{"x-kubernetes-preserve-unknown-fields", true}};
-    case SchemaType::kArray: return {{"type", "array"}, {"items", toOpenApi(*node.items)}};
-    case SchemaType::kMap: return {{"type", "object"}, {"additionalProperties", toOpenApi(*node.items)}};
+    case SchemaType::kString:
+      return {{"type", "string"}};
+    case SchemaType::kInteger:
+      return {{"type", "integer"}, {"format", "int64"}};
+    case SchemaType::kNumber:
+      return {{"type", "number"}};
+    case SchemaType::kBoolean:
+      return {{"type", "boolean"}};
+    case SchemaType::kIntOrString:
+      return {{"x-kubernetes-int-or-string", true}};
+    case SchemaType::kAny:
+      return {{"x-kubernetes-preserve-unknown-fields", true}};
+    case SchemaType::kArray:
+      return {{"type", "array"}, {"items", toOpenApi(*node.items)}};
+    case SchemaType::kMap:
+      return {{"type", "object"}, {"additionalProperties", toOpenApi(*node.items)}};
     case SchemaType::kObject: {
       json props = json::object();
       for (const auto& [name, child] : node.fields) props[name] = toOpenApi(*child);
@@ -432,15 +516,23 @@ json toOpenApi(const SchemaNode& node) {
 
 const char* schemaTypeName(SchemaType type) {
   switch (type) {
-    case SchemaType::kString: return "string";
-    case SchemaType::kInteger: return "integer";
-    case SchemaType::kNumber: return "number";
-    case SchemaType::kBoolean: return "boolean";
-    case SchemaType::kIntOrString: return "integer or string";
+    case SchemaType::kString:
+      return "string";
+    case SchemaType::kInteger:
+      return "integer";
+    case SchemaType::kNumber:
+      return "number";
+    case SchemaType::kBoolean:
+      return "boolean";
+    case SchemaType::kIntOrString:
+      return "integer or string";
     case SchemaType::kObject:
-    case SchemaType::kMap: return "object";
-    case SchemaType::kArray: return "array";
-    case SchemaType::kAny: return "any";
+    case SchemaType::kMap:
+      return "object";
+    case SchemaType::kArray:
+      return "array";
+    case SchemaType::kAny:
+      return "any";
   }
   return "?";
 }
@@ -454,7 +546,8 @@ json openApiSchema(const std::string& kind) {
   const SchemaNode* node = schemaForKind(kind);
   if (node == nullptr) return json();
   json schema = toOpenApi(*node);
-  schema["x-kubernetes-group-version-kind"] = json::array({{{"group", "serving.knative.dev"}, {"version", "v1"}, {"kind", kind}}});
+  schema["x-kubernetes-group-version-kind"] =
+      json::array({{{"group", "serving.knative.dev"}, {"version", "v1"}, {"kind", kind}}});
   return schema;
 }
 

@@ -10,9 +10,8 @@
 
 #include <map>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace knap::api {
 

@@ -30,8 +30,8 @@ json service(const std::string& container_json) {
 }
 
 TEST(SchemaTest, KnativeExamplesHaveNoUnknownFields) {
-  for (const char* file : {"helloworld-go.yaml", "traffic-split-tags.yaml", "blue-green-route.yaml", "autoscaling.yaml",
-                           "cluster-local.yaml", "probes-volumes.yaml"}) {
+  for (const char* file : {"helloworld-go.yaml", "traffic-split-tags.yaml", "blue-green-route.yaml",
+                           "autoscaling.yaml", "cluster-local.yaml", "probes-volumes.yaml"}) {
     for (const json& doc : readDocs(file)) {
       auto unknown = unknownFields(doc["kind"].get<std::string>(), doc);
       ASSERT_TRUE(unknown.isOk()) << file << ": " << unknown.status().toString();
@@ -41,7 +41,8 @@ TEST(SchemaTest, KnativeExamplesHaveNoUnknownFields) {
 }
 
 TEST(SchemaTest, UnknownContainerFieldPath) {
-  auto unknown = unknownFields("Service", service(R"({"image":"x","foo":1,"ports":[{"containerPort":1,"bar":2}]})"));
+  auto unknown =
+      unknownFields("Service", service(R"({"image":"x","foo":1,"ports":[{"containerPort":1,"bar":2}]})"));
   ASSERT_TRUE(unknown.isOk());
   EXPECT_EQ(*unknown, (std::vector<std::string>{"spec.template.spec.containers[0].foo",
                                                 "spec.template.spec.containers[0].ports[0].bar"}));
@@ -109,13 +110,15 @@ TEST(SchemaTest, NullMeansUnset) {
 }
 
 TEST(SchemaTest, KindSpecificSpecAndStatus) {
-  json route = json::parse(R"({"kind":"Route","metadata":{"name":"r"},"spec":{"traffic":[{"revisionName":"a","percent":100}],
+  json route = json::parse(
+      R"({"kind":"Route","metadata":{"name":"r"},"spec":{"traffic":[{"revisionName":"a","percent":100}],
       "template":{}},"status":{"url":"http://r","traffic":[{"revisionName":"a","percent":100,"url":"http://x"}],
       "latestReadyRevisionName":"x"}})");
   auto r = unknownFields("Route", route);
   ASSERT_TRUE(r.isOk());
   EXPECT_EQ(*r, (std::vector<std::string>{"spec.template", "status.latestReadyRevisionName"}));
-  json rev = json::parse(R"({"kind":"Revision","metadata":{"name":"r-00001"},"spec":{"containers":[{"image":"x"}],
+  json rev =
+      json::parse(R"({"kind":"Revision","metadata":{"name":"r-00001"},"spec":{"containers":[{"image":"x"}],
       "timeoutSeconds":300},"status":{"containerStatuses":[{"name":"user-container","imageDigest":"x@sha256:00"}],
       "actualReplicas":1}})");
   r = unknownFields("Revision", rev);
@@ -131,7 +134,8 @@ TEST(SchemaTest, UnknownKind) {
 TEST(SchemaTest, OpenApiSchema) {
   json s = openApiSchema("Service");
   EXPECT_EQ(s["type"], "object");
-  EXPECT_EQ(s["properties"]["spec"]["properties"]["template"]["properties"]["spec"]["properties"]["containers"]["type"],
+  EXPECT_EQ(s["properties"]["spec"]["properties"]["template"]["properties"]["spec"]["properties"]
+             ["containers"]["type"],
             "array");
   EXPECT_EQ(s["properties"]["metadata"]["properties"]["labels"]["additionalProperties"]["type"], "string");
   EXPECT_EQ(s["x-kubernetes-group-version-kind"][0]["kind"], "Service");

@@ -63,7 +63,9 @@ std::string quoteList(std::initializer_list<const char*> values) {
   return out;
 }
 
-std::string show(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string show(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
 std::string fmtNumber(double v) {
   std::ostringstream os;
@@ -80,12 +82,14 @@ class Errors {
     add(field, detail.empty() ? "missing field(s)" : "missing field(s): " + detail, kRequired);
   }
   void disallowed(const std::string& field, const std::string& detail = "") {
-    add(field, detail.empty() ? "must not set the field(s)" : "must not set the field(s): " + detail, kForbidden);
+    add(field, detail.empty() ? "must not set the field(s)" : "must not set the field(s): " + detail,
+        kForbidden);
   }
   void gated(const std::string& field, const std::string& flag) {
     add(field, "must not set the field(s): the feature flag " + flag + " is not enabled", kForbidden);
   }
-  void outOfBounds(const std::string& field, const std::string& value, const std::string& lo, const std::string& hi) {
+  void outOfBounds(const std::string& field, const std::string& value, const std::string& lo,
+                   const std::string& hi) {
     add(field, "expected " + lo + " <= " + value + " <= " + hi);
   }
   void notOneOf(const std::string& field, const std::string& value, const std::string& allowed) {
@@ -100,7 +104,9 @@ class Errors {
 
 // ---- small JSON accessors (the schema pass has checked the types) ----
 
-bool has(const json& o, const char* k) { return o.is_object() && o.contains(k) && !o[k].is_null(); }
+bool has(const json& o, const char* k) {
+  return o.is_object() && o.contains(k) && !o[k].is_null();
+}
 const json& get(const json& o, const char* k) {
   static const json kNull;
   return has(o, k) ? o[k] : kNull;
@@ -127,10 +133,13 @@ const json& objOrEmpty(const json& o, const char* k) {
 std::string idx(const std::string& path, const char* field, size_t i) {
   return path + "." + field + "[" + std::to_string(i) + "]";
 }
-std::string key(const std::string& path, const std::string& k) { return path + "[" + k + "]"; }
+std::string key(const std::string& path, const std::string& k) {
+  return path + "[" + k + "]";
+}
 
 // Fields of `o` not in `allowed` are reported as disallowed ("must not set").
-void checkAllowedFields(const json& o, const std::string& path, std::initializer_list<const char*> allowed, Errors& errs) {
+void checkAllowedFields(const json& o, const std::string& path, std::initializer_list<const char*> allowed,
+                        Errors& errs) {
   if (!o.is_object()) return;
   for (auto it = o.begin(); it != o.end(); ++it) {
     if (it.value().is_null()) continue;
@@ -149,27 +158,31 @@ void validateObjectName(const json& meta, const std::string& path, Errors& errs)
                                          "\": lower-case letters, digits and '-', starting with a letter");
   }
   if (!name.empty() && !isDns1035Label(name)) {
-    errs.add(path + ".name", "not a DNS 1035 label: \"" + name +
-                                 "\": 1-63 lower-case letters, digits and '-', starting with a letter and ending "
-                                 "with a letter or digit");
+    errs.add(path + ".name",
+             "not a DNS 1035 label: \"" + name +
+                 "\": 1-63 lower-case letters, digits and '-', starting with a letter and ending "
+                 "with a letter or digit");
   }
   if (name.empty() && generate.empty()) errs.missing(path + ".name", "name or generateName is required");
 }
 
-bool hasPrefix(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+bool hasPrefix(const std::string& s, const std::string& p) {
+  return s.rfind(p, 0) == 0;
+}
 
 void validateNoAutoscalingAnnotations(const json& meta, const std::string& path, Errors& errs) {
   for (auto it = objOrEmpty(meta, "annotations").begin(); it != objOrEmpty(meta, "annotations").end(); ++it) {
     if (hasPrefix(it.key(), "autoscaling.knative.dev")) {
       errs.add(key(path + ".annotations", it.key()),
-               "autoscaling annotations must be put under `spec.template.metadata.annotations` to work", kForbidden);
+               "autoscaling annotations must be put under `spec.template.metadata.annotations` to work",
+               kForbidden);
     }
   }
 }
 
 // A Go duration with whole-second precision and >= 0 (rollout-duration, progress-deadline).
-void validateSecondDuration(const json& annotations, const std::vector<std::string>& keys, const std::string& path,
-                            Errors& errs) {
+void validateSecondDuration(const json& annotations, const std::vector<std::string>& keys,
+                            const std::string& path, Errors& errs) {
   for (const auto& k : keys) {
     if (!has(annotations, k.c_str()) || !annotations[k].is_string()) continue;
     std::string v = annotations[k].get<std::string>();
@@ -189,7 +202,8 @@ void validateSecondDuration(const json& annotations, const std::vector<std::stri
 void validateVisibilityLabel(const json& meta, const std::string& path, Errors& errs) {
   const json& labels = objOrEmpty(meta, "labels");
   if (has(labels, labels::kVisibility) && labels[labels::kVisibility] != "cluster-local") {
-    errs.notOneOf(key(path + ".labels", labels::kVisibility), show(labels[labels::kVisibility]), "\"cluster-local\"");
+    errs.notOneOf(key(path + ".labels", labels::kVisibility), show(labels[labels::kVisibility]),
+                  "\"cluster-local\"");
   }
 }
 
@@ -203,8 +217,8 @@ void validateOwnerLabel(const json& meta, const std::string& path, const char* l
     if (str(ref, "kind") == owner_kind && str(ref, "name") == value) return;
   }
   errs.add(key(path + ".labels", label),
-           std::string("label needs a matching metadata.ownerReferences entry of kind ") + owner_kind + " named \"" +
-               value + "\"",
+           std::string("label needs a matching metadata.ownerReferences entry of kind ") + owner_kind +
+               " named \"" + value + "\"",
            kInvalid);
 }
 
@@ -238,9 +252,10 @@ void validateAutoscalingAnnotations(const json& annotations, const std::string& 
   if (auto c = lookup("class")) {
     klass = c->value;
     class_explicit = true;
-    if (klass.size() >= 12 && klass.compare(klass.size() - 12, 12, ".knative.dev") == 0 && klass != kKpaClass &&
-        klass != kHpaClass) {
-      errs.notOneOf(field(*c), klass, quoteList({kKpaClass, kHpaClass}) + " (or a class outside knative.dev)");
+    if (klass.size() >= 12 && klass.compare(klass.size() - 12, 12, ".knative.dev") == 0 &&
+        klass != kKpaClass && klass != kHpaClass) {
+      errs.notOneOf(field(*c), klass,
+                    quoteList({kKpaClass, kHpaClass}) + " (or a class outside knative.dev)");
     }
   }
 
@@ -262,14 +277,15 @@ void validateAutoscalingAnnotations(const json& annotations, const std::string& 
   auto [min_a, min_scale] = intGE0("min-scale");
   auto [max_a, max_scale] = intGE0("max-scale");
   if (min_a && max_a && max_scale != 0 && max_scale < min_scale) {
-    errs.add(field(*max_a), "max-scale=" + std::to_string(max_scale) + " is less than min-scale=" +
-                                std::to_string(min_scale));
+    errs.add(field(*max_a), "max-scale=" + std::to_string(max_scale) +
+                                " is less than min-scale=" + std::to_string(min_scale));
   }
   if (max_a && ac.max_scale_limit > 0) {
     if (max_scale > ac.max_scale_limit) {
       errs.outOfBounds(field(*max_a), max_a->value, "1", std::to_string(ac.max_scale_limit));
     } else if (max_scale == 0) {
-      errs.add(field(*max_a), "max-scale=0 (unlimited), must be less than " + std::to_string(ac.max_scale_limit));
+      errs.add(field(*max_a),
+               "max-scale=0 (unlimited), must be less than " + std::to_string(ac.max_scale_limit));
     }
   }
 
@@ -296,8 +312,8 @@ void validateAutoscalingAnnotations(const json& annotations, const std::string& 
     }
     if (rule.allow_minus_one && *v == -1) continue;
     if (*v < rule.lo || *v > rule.hi) {
-      errs.add(field(*a), "expected " + fmtNumber(rule.lo) + " <= " + a->value + " <= " +
-                              (std::isinf(rule.hi) ? "+Inf" : fmtNumber(rule.hi)) +
+      errs.add(field(*a), "expected " + fmtNumber(rule.lo) + " <= " + a->value +
+                              " <= " + (std::isinf(rule.hi) ? "+Inf" : fmtNumber(rule.hi)) +
                               (rule.allow_minus_one ? " (or -1 for unlimited)" : ""));
     }
   }
@@ -322,7 +338,8 @@ void validateAutoscalingAnnotations(const json& annotations, const std::string& 
     } else if (*d < rule.lo || *d > rule.hi) {
       errs.outOfBounds(field(*a), a->value, formatGoDuration(rule.lo), formatGoDuration(rule.hi));
     } else if (rule.whole_seconds && d->count() % 1000000000 != 0) {
-      errs.add(field(*a), "invalid value: \"" + a->value + "\": must be specified with at most second precision");
+      errs.add(field(*a),
+               "invalid value: \"" + a->value + "\": must be specified with at most second precision");
     }
   }
 
@@ -331,21 +348,25 @@ void validateAutoscalingAnnotations(const json& annotations, const std::string& 
     if (klass == kKpaClass && m->value != "concurrency" && m->value != "rps") {
       errs.notOneOf(field(*m), m->value, quoteList({"concurrency", "rps"}) + " for the KPA class");
     } else if (klass == kHpaClass && m->value.empty()) {
-      errs.add(field(*m), "invalid value: \"\": the HPA class needs a metric (cpu, memory or a custom metric)");
+      errs.add(field(*m),
+               "invalid value: \"\": the HPA class needs a metric (cpu, memory or a custom metric)");
     }
   }
 
   if (auto alg = lookup("metric-aggregation-algorithm"); alg && class_explicit && klass == kKpaClass) {
-    if (alg->value != "linear" && alg->value != "weighted-exponential" && alg->value != "weightedExponential") {
-      errs.notOneOf(field(*alg), alg->value, quoteList({"linear", "weighted-exponential", "weightedExponential"}));
+    if (alg->value != "linear" && alg->value != "weighted-exponential" &&
+        alg->value != "weightedExponential") {
+      errs.notOneOf(field(*alg), alg->value,
+                    quoteList({"linear", "weighted-exponential", "weightedExponential"}));
     }
   }
 
   if (auto init = lookup("initial-scale")) {
     auto v = parseInt(init->value);
     if (!v || *v < 0 || *v > kMaxInt32 || (*v == 0 && !ac.allow_zero_initial_scale)) {
-      errs.add(field(*init), "invalid value: \"" + init->value + "\": must be an integer >= " +
-                                 (ac.allow_zero_initial_scale ? "0" : "1 (0 needs allow-zero-initial-scale: true)"));
+      errs.add(field(*init),
+               "invalid value: \"" + init->value + "\": must be an integer >= " +
+                   (ac.allow_zero_initial_scale ? "0" : "1 (0 needs allow-zero-initial-scale: true)"));
     }
   }
 
@@ -357,26 +378,32 @@ void validateAutoscalingAnnotations(const json& annotations, const std::string& 
       errs.outOfBounds(field(*act), act->value, "2", std::to_string(kMaxInt32));
     } else {
       if (min_a && min_scale > *v) {
-        errs.add(field(*act), "activation-scale=" + act->value + " must be >= min-scale=" + std::to_string(min_scale));
+        errs.add(field(*act),
+                 "activation-scale=" + act->value + " must be >= min-scale=" + std::to_string(min_scale));
       }
       if (max_a && max_scale != 0 && *v > max_scale) {
-        errs.add(field(*act), "activation-scale=" + act->value + " must be <= max-scale=" + std::to_string(max_scale));
+        errs.add(field(*act),
+                 "activation-scale=" + act->value + " must be <= max-scale=" + std::to_string(max_scale));
       }
     }
   }
 }
 
-void validateTemplateAnnotations(const json& meta, const std::string& path, const Config& config, Errors& errs) {
+void validateTemplateAnnotations(const json& meta, const std::string& path, const Config& config,
+                                 Errors& errs) {
   const json& annotations = objOrEmpty(meta, "annotations");
   std::string ann_path = path + ".annotations";
   validateAutoscalingAnnotations(annotations, ann_path, config, errs);
 
-  static const std::set<std::string> kNetworking = {
-      "networking.knative.dev/ingress.class",   "networking.knative.dev/ingress-class",
-      "networking.knative.dev/certificate.class", "networking.knative.dev/certificate-class",
-      "networking.knative.dev/disableAutoTLS",  "networking.knative.dev/disable-auto-tls",
-      "networking.knative.dev/disable-external-domain-tls", "networking.knative.dev/httpOption",
-      "networking.knative.dev/http-protocol"};
+  static const std::set<std::string> kNetworking = {"networking.knative.dev/ingress.class",
+                                                    "networking.knative.dev/ingress-class",
+                                                    "networking.knative.dev/certificate.class",
+                                                    "networking.knative.dev/certificate-class",
+                                                    "networking.knative.dev/disableAutoTLS",
+                                                    "networking.knative.dev/disable-auto-tls",
+                                                    "networking.knative.dev/disable-external-domain-tls",
+                                                    "networking.knative.dev/httpOption",
+                                                    "networking.knative.dev/http-protocol"};
   static const std::set<std::string> kQueueResources = {
       "queue.sidecar.serving.knative.dev/cpu-resource-request",
       "queue.sidecar.serving.knative.dev/cpu-resource-limit",
@@ -388,14 +415,17 @@ void validateTemplateAnnotations(const json& meta, const std::string& path, cons
     const std::string& k = it.key();
     std::string v = it.value().is_string() ? it.value().get<std::string>() : "";
     if (hasPrefix(k, "networking.knative.dev/") && !kNetworking.count(k)) {
-      errs.add(key(ann_path, k), "invalid key name \"" + k + "\": networking.knative.dev annotations must be one of "
-                                     "ingress.class, ingress-class, certificate.class, certificate-class, "
-                                     "disableAutoTLS, disable-auto-tls, disable-external-domain-tls, httpOption, "
-                                     "http-protocol",
+      errs.add(key(ann_path, k),
+               "invalid key name \"" + k +
+                   "\": networking.knative.dev annotations must be one of "
+                   "ingress.class, ingress-class, certificate.class, certificate-class, "
+                   "disableAutoTLS, disable-auto-tls, disable-external-domain-tls, httpOption, "
+                   "http-protocol",
                kNotSupported);
     }
     if (kQueueResources.count(k) && !parseQuantity(v).isOk()) {
-      errs.add(key(ann_path, k), "invalid value: \"" + v + "\": must be a Kubernetes quantity such as 100m or 128Mi");
+      errs.add(key(ann_path, k),
+               "invalid value: \"" + v + "\": must be a Kubernetes quantity such as 100m or 128Mi");
     }
     if (k == "queue.sidecar.serving.knative.dev/resource-percentage") {
       auto f = parseFloat(v);
@@ -417,7 +447,8 @@ struct PodContext {
 void validateNonNegative(const json& o, const std::string& path, std::initializer_list<const char*> fields,
                          Errors& errs) {
   for (const char* f : fields) {
-    if (auto v = integer(o, f); v && *v < 0) errs.outOfBounds(path + "." + f, std::to_string(*v), "0", std::to_string(kMaxInt32));
+    if (auto v = integer(o, f); v && *v < 0)
+      errs.outOfBounds(path + "." + f, std::to_string(*v), "0", std::to_string(kMaxInt32));
   }
 }
 
@@ -440,9 +471,9 @@ void validateProbe(const json& probe, const std::string& path, const std::string
     if (!action.is_object()) continue;
     const json& port = get(action, "port");
     if (port.is_string() && port.get<std::string>() != port_name) {
-      errs.add(path + "." + h + ".port", "invalid value: \"" + port.get<std::string>() +
-                                             "\": a named probe port must match the container port's name (\"" +
-                                             port_name + "\")");
+      errs.add(path + "." + h + ".port",
+               "invalid value: \"" + port.get<std::string>() +
+                   "\": a named probe port must match the container port's name (\"" + port_name + "\")");
     }
     if (port.is_number_integer() && (port.get<int64_t>() < 0 || port.get<int64_t>() > 65535)) {
       errs.outOfBounds(path + "." + h + ".port", port.dump(), "0", "65535");
@@ -454,31 +485,42 @@ void validateProbe(const json& probe, const std::string& path, const std::string
       errs.notOneOf(path + ".httpGet.scheme", scheme, quoteList({"HTTP", "HTTPS"}));
     }
     for (size_t i = 0; i < arr(http, "httpHeaders").size(); ++i) {
-      if (str(arr(http, "httpHeaders")[i], "name").empty()) errs.missing(idx(path + ".httpGet", "httpHeaders", i) + ".name");
+      if (str(arr(http, "httpHeaders")[i], "name").empty())
+        errs.missing(idx(path + ".httpGet", "httpHeaders", i) + ".name");
     }
   }
   if (const json& exec = get(probe, "exec"); exec.is_object() && arr(exec, "command").empty()) {
     errs.missing(path + ".exec.command");
   }
-  validateNonNegative(probe, path, {"initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold",
-                                    "failureThreshold", "terminationGracePeriodSeconds"}, errs);
+  validateNonNegative(probe, path,
+                      {"initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold",
+                       "failureThreshold", "terminationGracePeriodSeconds"},
+                      errs);
 }
 
-void validateReadinessProbe(const json& probe, const std::string& path, const std::string& port_name, Errors& errs) {
+void validateReadinessProbe(const json& probe, const std::string& path, const std::string& port_name,
+                            Errors& errs) {
   validateProbe(probe, path, port_name, errs);
   if (!probe.is_object()) return;
   int64_t period = integer(probe, "periodSeconds").value_or(0);
   int64_t success = integer(probe, "successThreshold").value_or(0);
   int64_t failure = integer(probe, "failureThreshold").value_or(0);
   int64_t timeout = integer(probe, "timeoutSeconds").value_or(0);
-  if (success < 1) errs.outOfBounds(path + ".successThreshold", std::to_string(success), "1", std::to_string(kMaxInt32));
+  if (success < 1)
+    errs.outOfBounds(path + ".successThreshold", std::to_string(success), "1", std::to_string(kMaxInt32));
   if (period == 0) {
     // periodSeconds 0 = Knative's aggressive probing; its own retry budget applies.
-    if (failure != 0) errs.add(path + ".failureThreshold", "failureThreshold is disallowed when periodSeconds is zero", kForbidden);
-    if (timeout != 0) errs.add(path + ".timeoutSeconds", "timeoutSeconds is disallowed when periodSeconds is zero", kForbidden);
+    if (failure != 0)
+      errs.add(path + ".failureThreshold", "failureThreshold is disallowed when periodSeconds is zero",
+               kForbidden);
+    if (timeout != 0)
+      errs.add(path + ".timeoutSeconds", "timeoutSeconds is disallowed when periodSeconds is zero",
+               kForbidden);
   } else if (period > 0) {
-    if (timeout < 1) errs.outOfBounds(path + ".timeoutSeconds", std::to_string(timeout), "1", std::to_string(kMaxInt32));
-    if (failure < 1) errs.outOfBounds(path + ".failureThreshold", std::to_string(failure), "1", std::to_string(kMaxInt32));
+    if (timeout < 1)
+      errs.outOfBounds(path + ".timeoutSeconds", std::to_string(timeout), "1", std::to_string(kMaxInt32));
+    if (failure < 1)
+      errs.outOfBounds(path + ".failureThreshold", std::to_string(failure), "1", std::to_string(kMaxInt32));
   }
 }
 
@@ -488,10 +530,12 @@ void validateSecurityContext(const json& sc, const std::string& path, const PodC
     const std::string& f = it.key();
     if (it.value().is_null()) continue;
     if (f == "privileged") {
-      if (it.value() == true) errs.add(path + ".privileged", "must not set the field(s): only false is allowed", kForbidden);
+      if (it.value() == true)
+        errs.add(path + ".privileged", "must not set the field(s): only false is allowed", kForbidden);
     } else if (f == "capabilities") {
       checkAllowedFields(it.value(), path + ".capabilities", {"add", "drop"}, errs);
-      if (has(it.value(), "add") && !arr(it.value(), "add").empty() && !pod.feats.on("kubernetes.containerspec-addcapabilities")) {
+      if (has(it.value(), "add") && !arr(it.value(), "add").empty() &&
+          !pod.feats.on("kubernetes.containerspec-addcapabilities")) {
         errs.gated(path + ".capabilities.add", "kubernetes.containerspec-addcapabilities");
       }
     } else if (f == "runAsUser" || f == "runAsGroup") {
@@ -501,9 +545,11 @@ void validateSecurityContext(const json& sc, const std::string& path, const PodC
     } else if (f == "seccompProfile") {
       std::string type = str(it.value(), "type");
       if (type != "RuntimeDefault" && type != "Localhost" && type != "Unconfined") {
-        errs.notOneOf(path + ".seccompProfile.type", type, quoteList({"RuntimeDefault", "Localhost", "Unconfined"}));
+        errs.notOneOf(path + ".seccompProfile.type", type,
+                      quoteList({"RuntimeDefault", "Localhost", "Unconfined"}));
       } else if ((type == "Localhost") != has(it.value(), "localhostProfile")) {
-        errs.add(path + ".seccompProfile.localhostProfile", "must be set if and only if type is \"Localhost\"",
+        errs.add(path + ".seccompProfile.localhostProfile",
+                 "must be set if and only if type is \"Localhost\"",
                  type == "Localhost" ? kRequired : kForbidden);
       }
     } else if (f != "readOnlyRootFilesystem" && f != "runAsNonRoot" && f != "allowPrivilegeEscalation") {
@@ -512,10 +558,11 @@ void validateSecurityContext(const json& sc, const std::string& path, const PodC
   }
 }
 
-void validatePodSecurityContext(const json& sc, const std::string& path, const PodContext& pod, Errors& errs) {
+void validatePodSecurityContext(const json& sc, const std::string& path, const PodContext& pod,
+                                Errors& errs) {
   if (!sc.is_object()) return;
-  static const std::set<std::string> kAllowed = {"runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup",
-                                                 "supplementalGroups", "seccompProfile"};
+  static const std::set<std::string> kAllowed = {"runAsUser", "runAsGroup",         "runAsNonRoot",
+                                                 "fsGroup",   "supplementalGroups", "seccompProfile"};
   bool enabled = pod.feats.on("kubernetes.podspec-securitycontext");
   for (auto it = sc.begin(); it != sc.end(); ++it) {
     if (it.value().is_null()) continue;
@@ -533,8 +580,10 @@ void validatePodSecurityContext(const json& sc, const std::string& path, const P
   }
   const json& groups = arr(sc, "supplementalGroups");
   for (size_t i = 0; i < groups.size(); ++i) {
-    if (groups[i].is_number_integer() && (groups[i].get<int64_t>() < 0 || groups[i].get<int64_t>() > kMaxInt32)) {
-      errs.outOfBounds(path + ".supplementalGroups[" + std::to_string(i) + "]", groups[i].dump(), "0", std::to_string(kMaxInt32));
+    if (groups[i].is_number_integer() &&
+        (groups[i].get<int64_t>() < 0 || groups[i].get<int64_t>() > kMaxInt32)) {
+      errs.outOfBounds(path + ".supplementalGroups[" + std::to_string(i) + "]", groups[i].dump(), "0",
+                       std::to_string(kMaxInt32));
     }
   }
 }
@@ -548,14 +597,17 @@ void validateResources(const json& res, const std::string& path, Errors& errs) {
     for (auto it = m.begin(); it != m.end(); ++it) {
       auto q = parseQuantity(it.value());
       if (!q.isOk()) {
-        errs.add(key(path + "." + section, it.key()), "invalid value: " + show(it.value()) + ": " + q.status().message());
+        errs.add(key(path + "." + section, it.key()),
+                 "invalid value: " + show(it.value()) + ": " + q.status().message());
       } else if (*q < 0) {
-        errs.add(key(path + "." + section, it.key()), "invalid value: " + show(it.value()) + ": must be >= 0");
+        errs.add(key(path + "." + section, it.key()),
+                 "invalid value: " + show(it.value()) + ": must be >= 0");
       } else if (std::string(section) == "limits") {
         limits[it.key()] = *q;
       } else if (limits.count(it.key()) && *q > limits[it.key()]) {
-        errs.add(key(path + ".requests", it.key()), "must be less than or equal to " + it.key() + " limit of " +
-                                                         show(objOrEmpty(res, "limits")[it.key()]));
+        errs.add(key(path + ".requests", it.key()), "must be less than or equal to " + it.key() +
+                                                        " limit of " +
+                                                        show(objOrEmpty(res, "limits")[it.key()]));
       }
     }
   }
@@ -569,9 +621,13 @@ void validateEnv(const json& c, const std::string& path, bool serving, const Pod
     std::string name = str(e, "name");
     if (name.empty()) {
       errs.missing(p + ".name");
-    } else if (name == "K_SERVICE" || name == "K_CONFIGURATION" || name == "K_REVISION" || (serving && name == "PORT")) {
-      errs.add(p + ".name", "\"" + name + "\" is a reserved environment variable (PORT, K_SERVICE, K_CONFIGURATION "
-                            "and K_REVISION are set by the platform)", kForbidden);
+    } else if (name == "K_SERVICE" || name == "K_CONFIGURATION" || name == "K_REVISION" ||
+               (serving && name == "PORT")) {
+      errs.add(p + ".name",
+               "\"" + name +
+                   "\" is a reserved environment variable (PORT, K_SERVICE, K_CONFIGURATION "
+                   "and K_REVISION are set by the platform)",
+               kForbidden);
     }
     const json& from = get(e, "valueFrom");
     if (!from.is_object()) continue;
@@ -583,13 +639,17 @@ void validateEnv(const json& c, const std::string& path, bool serving, const Pod
       if (it.value().is_null()) continue;
       sources.push_back(it.key());
       if (it.key() == "fieldRef" || it.key() == "resourceFieldRef") {
-        if (!pod.feats.on("kubernetes.podspec-fieldref")) errs.gated(p + ".valueFrom." + it.key(), "kubernetes.podspec-fieldref");
+        if (!pod.feats.on("kubernetes.podspec-fieldref"))
+          errs.gated(p + ".valueFrom." + it.key(), "kubernetes.podspec-fieldref");
       } else if (it.key() == "configMapKeyRef" || it.key() == "secretKeyRef") {
         if (str(it.value(), "key").empty()) errs.missing(p + ".valueFrom." + it.key() + ".key");
       }
     }
-    if (sources.empty()) errs.add(p + ".valueFrom", "expected exactly one, got neither: one of configMapKeyRef, secretKeyRef", kRequired);
-    if (sources.size() > 1) errs.add(p + ".valueFrom", "expected exactly one, got both: only one source may be set");
+    if (sources.empty())
+      errs.add(p + ".valueFrom", "expected exactly one, got neither: one of configMapKeyRef, secretKeyRef",
+               kRequired);
+    if (sources.size() > 1)
+      errs.add(p + ".valueFrom", "expected exactly one, got both: only one source may be set");
   }
   const json& env_from = arr(c, "envFrom");
   for (size_t i = 0; i < env_from.size(); ++i) {
@@ -603,7 +663,8 @@ void validateEnv(const json& c, const std::string& path, bool serving, const Pod
 void validatePort(const json& port, const std::string& path, Errors& errs) {
   checkAllowedFields(port, path, {"containerPort", "name", "protocol"}, errs);
   std::string protocol = str(port, "protocol");
-  if (!protocol.empty() && protocol != "TCP") errs.notOneOf(path + ".protocol", protocol, quoteList({"", "TCP"}));
+  if (!protocol.empty() && protocol != "TCP")
+    errs.notOneOf(path + ".protocol", protocol, quoteList({"", "TCP"}));
   if (auto n = integer(port, "containerPort")) {
     static const std::set<int64_t> kReserved = {8012, 8013, 8022, 9090, 9091, 8008};
     if (*n < 0 || *n > 65535) {
@@ -615,7 +676,8 @@ void validatePort(const json& port, const std::string& path, Errors& errs) {
   }
   std::string name = str(port, "name");
   if (name != "" && name != "http1" && name != "h2c") {
-    errs.add(path + ".name", "Port name " + name + " is not allowed: must be one of \"\", \"http1\", \"h2c\"", kNotSupported);
+    errs.add(path + ".name", "Port name " + name + " is not allowed: must be one of \"\", \"http1\", \"h2c\"",
+             kNotSupported);
   }
 }
 
@@ -626,7 +688,8 @@ void validateVolumeMounts(const json& c, const std::string& path, const PodConte
     std::string p = idx(path, "volumeMounts", i);
     const json& m = mounts[i];
     std::string name = str(m, "name");
-    if (!pod.volumes.count(name)) errs.add(p + ".name", "volumeMount has no matching volume \"" + name + "\"");
+    if (!pod.volumes.count(name))
+      errs.add(p + ".name", "volumeMount has no matching volume \"" + name + "\"");
     std::string mount_path = str(m, "mountPath");
     std::string clean = mount_path;
     while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
@@ -634,7 +697,8 @@ void validateVolumeMounts(const json& c, const std::string& path, const PodConte
     if (mount_path.empty()) {
       errs.missing(p + ".mountPath");
     } else if (kReservedPaths.count(clean)) {
-      errs.add(p + ".mountPath", "mountPath \"" + clean + "\" is a reserved path (/, /dev, /dev/log, /tmp, /var, /var/log)");
+      errs.add(p + ".mountPath",
+               "mountPath \"" + clean + "\" is a reserved path (/, /dev, /dev/log, /tmp, /var, /var/log)");
     } else if (mount_path[0] != '/') {
       errs.add(p + ".mountPath", "invalid value: \"" + mount_path + "\": must be an absolute path");
     } else if (seen_paths.count(clean)) {
@@ -642,14 +706,16 @@ void validateVolumeMounts(const json& c, const std::string& path, const PodConte
     }
     seen_paths.insert(clean);
     if (pod.volumes.count(name) && !pod.writable_volumes.count(name) && get(m, "readOnly") != true) {
-      errs.add(p + ".readOnly", "missing field(s): mounts of secret, configMap and projected volumes must be readOnly: true",
+      errs.add(p + ".readOnly",
+               "missing field(s): mounts of secret, configMap and projected volumes must be readOnly: true",
                kRequired);
     }
     if (has(m, "mountPropagation")) {
       if (!pod.feats.on("kubernetes.podspec-volumes-mount-propagation")) {
         errs.gated(p + ".mountPropagation", "kubernetes.podspec-volumes-mount-propagation");
       } else if (str(m, "mountPropagation") != "None" && str(m, "mountPropagation") != "HostToContainer") {
-        errs.notOneOf(p + ".mountPropagation", str(m, "mountPropagation"), quoteList({"None", "HostToContainer"}));
+        errs.notOneOf(p + ".mountPropagation", str(m, "mountPropagation"),
+                      quoteList({"None", "HostToContainer"}));
       }
     }
     checkAllowedFields(m, p, {"name", "readOnly", "mountPath", "subPath", "mountPropagation"}, errs);
@@ -663,16 +729,18 @@ void validateContainer(const json& c, const std::string& path, const std::string
     errs.missing(path);
     return;
   }
-  checkAllowedFields(c, path, {"name", "args", "command", "env", "envFrom", "workingDir", "image", "imagePullPolicy",
-                               "livenessProbe", "readinessProbe", "startupProbe", "ports", "resources",
-                               "securityContext", "terminationMessagePath", "terminationMessagePolicy",
-                               "volumeMounts"},
-                     errs);
+  checkAllowedFields(
+      c, path,
+      {"name", "args", "command", "env", "envFrom", "workingDir", "image", "imagePullPolicy", "livenessProbe",
+       "readinessProbe", "startupProbe", "ports", "resources", "securityContext", "terminationMessagePath",
+       "terminationMessagePolicy", "volumeMounts"},
+      errs);
   std::string name = str(c, "name");
   if (name == "queue-proxy") {
     errs.add(path + ".name", "\"queue-proxy\" is a reserved container name", kForbidden);
   } else if (!name.empty() && !isDns1123Label(name)) {
-    errs.add(path + ".name", "invalid value: \"" + name + "\": must be a DNS-1123 label (lower-case letters, digits and '-')");
+    errs.add(path + ".name", "invalid value: \"" + name +
+                                 "\": must be a DNS-1123 label (lower-case letters, digits and '-')");
   }
   std::string image = str(c, "image");
   std::string why;
@@ -692,7 +760,8 @@ void validateContainer(const json& c, const std::string& path, const std::string
   validateEnv(c, path, kind == "serving", pod, errs);
   const json& ports = arr(c, "ports");
   if (ports.size() > 1) {
-    errs.add(path + ".ports", "more than one container port is set: only a single port is allowed across all containers");
+    errs.add(path + ".ports",
+             "more than one container port is set: only a single port is allowed across all containers");
   }
   if (!ports.empty()) validatePort(ports[0], path + ".ports[0]", errs);
   validateResources(get(c, "resources"), path + ".resources", errs);
@@ -771,7 +840,9 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
           }
         }
         if (kinds.empty()) {
-          errs.add(pp, "expected exactly one, got neither: secret, configMap, serviceAccountToken, downwardAPI", kRequired);
+          errs.add(pp,
+                   "expected exactly one, got neither: secret, configMap, serviceAccountToken, downwardAPI",
+                   kRequired);
         } else if (kinds.size() > 1) {
           errs.add(pp, "expected exactly one, got both: only one projection source per entry");
         }
@@ -781,10 +852,13 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
         errs.gated(p, g->second);
       } else if (src == "emptyDir") {
         std::string medium = str(it.value(), "medium");
-        if (!medium.empty() && medium != "Memory") errs.notOneOf(p + ".medium", medium, quoteList({"", "Memory"}));
+        if (!medium.empty() && medium != "Memory")
+          errs.notOneOf(p + ".medium", medium, quoteList({"", "Memory"}));
         if (has(it.value(), "sizeLimit")) {
           auto q = parseQuantity(it.value()["sizeLimit"]);
-          if (!q.isOk() || *q < 0) errs.add(p + ".sizeLimit", "invalid value: " + show(it.value()["sizeLimit"]) + ": must be a quantity >= 0");
+          if (!q.isOk() || *q < 0)
+            errs.add(p + ".sizeLimit",
+                     "invalid value: " + show(it.value()["sizeLimit"]) + ": must be a quantity >= 0");
         }
       }
     } else {
@@ -822,8 +896,9 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
       {"hostNetwork", "kubernetes.podspec-hostnetwork"},
   };
   static const std::set<std::string> kAllowed = {
-      "containerConcurrency", "timeoutSeconds", "responseStartTimeoutSeconds", "idleTimeoutSeconds",
-      "containers", "volumes", "serviceAccountName", "imagePullSecrets", "enableServiceLinks",
+      "containerConcurrency",         "timeoutSeconds",   "responseStartTimeoutSeconds",
+      "idleTimeoutSeconds",           "containers",       "volumes",
+      "serviceAccountName",           "imagePullSecrets", "enableServiceLinks",
       "automountServiceAccountToken", "securityContext"};
   for (auto it = spec.begin(); it != spec.end(); ++it) {
     if (it.value().is_null()) continue;
@@ -836,7 +911,8 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
     }
   }
   if (has(spec, "automountServiceAccountToken") && spec["automountServiceAccountToken"] != false) {
-    errs.add(path + ".automountServiceAccountToken", "must not set the field(s): only false is allowed", kForbidden);
+    errs.add(path + ".automountServiceAccountToken", "must not set the field(s): only false is allowed",
+             kForbidden);
   }
   std::string sa = str(spec, "serviceAccountName");
   if (!sa.empty() && !isDns1123Subdomain(sa)) {
@@ -864,7 +940,8 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
     if (name.empty()) continue;
     if (pod.volumes.count(name)) errs.add(p + ".name", "duplicate volume name \"" + name + "\"", kDuplicate);
     pod.volumes.insert(name);
-    if (has(volumes[i], "emptyDir") || has(volumes[i], "persistentVolumeClaim")) pod.writable_volumes.insert(name);
+    if (has(volumes[i], "emptyDir") || has(volumes[i], "persistentVolumeClaim"))
+      pod.writable_volumes.insert(name);
     if (!mounted.count(name)) errs.add(p + ".name", "volume with name \"" + name + "\" not mounted");
   }
 
@@ -873,7 +950,8 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
     errs.missing(path + ".containers");
   } else if (containers.size() > 1) {
     if (!feats.on("multi-container")) {
-      errs.add(path + ".containers", "multi-container is off, but found " + std::to_string(containers.size()) + " containers",
+      errs.add(path + ".containers",
+               "multi-container is off, but found " + std::to_string(containers.size()) + " containers",
                kForbidden);
     }
     size_t port_count = 0;
@@ -881,7 +959,8 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
     if (port_count == 0) {
       errs.missing(path + ".containers.ports", "exactly one container must declare a port");
     } else if (port_count > 1) {
-      errs.add(path + ".containers[*].ports", "more than one container port is set: only a single port is allowed across all containers");
+      errs.add(path + ".containers[*].ports",
+               "more than one container port is set: only a single port is allowed across all containers");
     }
   }
   std::set<std::string> names;
@@ -922,7 +1001,8 @@ void validateRevisionSpec(const json& spec, const std::string& path, const Confi
   }
   for (const char* f : {"timeoutSeconds", "responseStartTimeoutSeconds", "idleTimeoutSeconds"}) {
     if (auto t = integer(spec, f); t && (*t < 0 || *t > d.max_revision_timeout_seconds)) {
-      errs.outOfBounds(path + "." + f, std::to_string(*t), "0", std::to_string(d.max_revision_timeout_seconds));
+      errs.outOfBounds(path + "." + f, std::to_string(*t), "0",
+                       std::to_string(d.max_revision_timeout_seconds));
     }
   }
   auto timeout = integer(spec, "timeoutSeconds");
@@ -937,8 +1017,8 @@ void validateRevisionSpec(const json& spec, const std::string& path, const Confi
 }
 
 // parent_meta: the Service/Configuration metadata (for the BYO revision name rules).
-void validateTemplate(const json& tmpl, const std::string& path, const json& parent_meta, const Config& config,
-                      Errors& errs) {
+void validateTemplate(const json& tmpl, const std::string& path, const json& parent_meta,
+                      const Config& config, Errors& errs) {
   if (!tmpl.is_object()) {
     errs.missing(path);
     return;
@@ -953,8 +1033,10 @@ void validateTemplate(const json& tmpl, const std::string& path, const json& par
     if (!isDns1035Label(name)) {
       errs.add(path + ".metadata.name", "not a DNS 1035 label: \"" + name + "\"");
     } else if (parent.empty() && !str(parent_meta, "generateName").empty()) {
-      errs.add(path + ".metadata.name", "must not set the field(s): a revision name cannot be chosen when the parent "
-                                        "uses generateName", kForbidden);
+      errs.add(path + ".metadata.name",
+               "must not set the field(s): a revision name cannot be chosen when the parent "
+               "uses generateName",
+               kForbidden);
     } else if (!hasPrefix(name, parent + "-")) {
       errs.add(path + ".metadata.name", "\"" + name + "\" must have prefix \"" + parent + "-\"");
     }
@@ -969,7 +1051,8 @@ void validateTemplate(const json& tmpl, const std::string& path, const json& par
 
 // ---- traffic (§3.2) ----
 
-void validateTraffic(const json& traffic, const std::string& path, bool service_context, bool in_status, Errors& errs) {
+void validateTraffic(const json& traffic, const std::string& path, bool service_context, bool in_status,
+                     Errors& errs) {
   if (!traffic.is_array()) return;
   std::map<std::string, size_t> tags;
   int64_t sum = 0;
@@ -980,9 +1063,10 @@ void validateTraffic(const json& traffic, const std::string& path, bool service_
     if (!in_status && has(t, "latestRevision") && t["latestRevision"].is_boolean()) {
       bool latest = t["latestRevision"].get<bool>();
       if (latest == !rev.empty()) {
-        errs.add(p + ".latestRevision", "may not set revisionName \"" + rev + "\" when latestRevision is " +
-                                            (latest ? "true" : "false") +
-                                            " (latestRevision: true needs an empty revisionName, false needs one)");
+        errs.add(p + ".latestRevision",
+                 "may not set revisionName \"" + rev + "\" when latestRevision is " +
+                     (latest ? "true" : "false") +
+                     " (latestRevision: true needs an empty revisionName, false needs one)");
       }
     }
     if (service_context && !cfg.empty()) {
@@ -990,11 +1074,13 @@ void validateTraffic(const json& traffic, const std::string& path, bool service_
     } else if (!rev.empty() && !cfg.empty()) {
       errs.add(p, "expected exactly one, got both: revisionName, configurationName");
     } else if (!rev.empty()) {
-      if (!isQualifiedName(rev)) errs.add(p + ".revisionName", "invalid key name \"" + rev + "\": must be a qualified name");
+      if (!isQualifiedName(rev))
+        errs.add(p + ".revisionName", "invalid key name \"" + rev + "\": must be a qualified name");
     } else if (in_status) {
       errs.missing(p + ".revisionName");
     } else if (!cfg.empty()) {
-      if (!isQualifiedName(cfg)) errs.add(p + ".configurationName", "invalid key name \"" + cfg + "\": must be a qualified name");
+      if (!isQualifiedName(cfg))
+        errs.add(p + ".configurationName", "invalid key name \"" + cfg + "\": must be a qualified name");
     } else if (!service_context) {
       errs.add(p, "expected exactly one, got neither: revisionName, configurationName", kRequired);
     }
@@ -1012,12 +1098,15 @@ void validateTraffic(const json& traffic, const std::string& path, bool service_
     }
     if (tag.empty()) continue;
     if (!in_status && !isDns1035Label(tag)) {
-      errs.add(p + ".tag", "invalid value: \"" + tag + "\": a tag must be a DNS-1035 label (lower-case letters, digits "
-                           "and '-', starting with a letter)");
+      errs.add(p + ".tag", "invalid value: \"" + tag +
+                               "\": a tag must be a DNS-1035 label (lower-case letters, digits "
+                               "and '-', starting with a letter)");
     }
     if (auto it = tags.find(tag); it != tags.end()) {
-      errs.add(p + ".tag", "Multiple definitions for \"" + tag + "\" (also " + path + "[" + std::to_string(it->second) +
-                               "].tag)", kDuplicate);
+      errs.add(p + ".tag",
+               "Multiple definitions for \"" + tag + "\" (also " + path + "[" + std::to_string(it->second) +
+                   "].tag)",
+               kDuplicate);
     } else {
       tags[tag] = i;
     }
@@ -1069,7 +1158,9 @@ void validateNameChange(const json& obj, const json& old, Errors& errs) {
   }
 }
 
-bool isOwned(const json& meta) { return !arr(meta, "ownerReferences").empty(); }
+bool isOwned(const json& meta) {
+  return !arr(meta, "ownerReferences").empty();
+}
 
 Status toStatus(const std::string& kind, const json& obj, Errors& errs) {
   if (errs.empty()) return Status::ok();
@@ -1084,7 +1175,8 @@ Status toStatus(const std::string& kind, const json& obj, Errors& errs) {
 
 }  // namespace
 
-Status validate(const std::string& kind, const json& obj, const json* old, Operation op, const Config& config) {
+Status validate(const std::string& kind, const json& obj, const json* old, Operation op,
+                const Config& config) {
   Errors errs;
   if (kind != "Service" && kind != "Configuration" && kind != "Revision" && kind != "Route") {
     return invalidArgument("unknown kind \"" + kind + "\"");
@@ -1100,7 +1192,8 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
     if (update) {
       // Revision spec is immutable; Revision defaulting is skipped on update.
       if (get(obj, "spec") != get(*old, "spec")) {
-        errs.add("spec", "Immutable fields changed (-old +new): " + templateDiff(get(*old, "spec"), get(obj, "spec")),
+        errs.add("spec",
+                 "Immutable fields changed (-old +new): " + templateDiff(get(*old, "spec"), get(obj, "spec")),
                  kForbidden);
       }
     } else {
@@ -1121,7 +1214,8 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
                            {annotations::kRolloutDuration, "serving.knative.dev/rolloutDuration"},
                            "metadata.annotations", errs);
   }
-  if (kind == "Configuration" || kind == "Route") validateOwnerLabel(meta, "metadata", labels::kService, "Service", errs);
+  if (kind == "Configuration" || kind == "Route")
+    validateOwnerLabel(meta, "metadata", labels::kService, "Service", errs);
 
   if (kind == "Service" || kind == "Configuration") {
     if (!has(spec, "template")) {
@@ -1131,9 +1225,11 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
     }
   }
   if (kind == "Service") {
-    validateTraffic(arr(spec, "traffic"), "spec.traffic", /*service_context=*/true, /*in_status=*/false, errs);
+    validateTraffic(arr(spec, "traffic"), "spec.traffic", /*service_context=*/true, /*in_status=*/false,
+                    errs);
   } else if (kind == "Route") {
-    validateTraffic(arr(spec, "traffic"), "spec.traffic", /*service_context=*/false, /*in_status=*/false, errs);
+    validateTraffic(arr(spec, "traffic"), "spec.traffic", /*service_context=*/false, /*in_status=*/false,
+                    errs);
   }
   if (kind != "Configuration" && has(get(obj, "status"), "traffic")) {
     const json& st = get(get(obj, "status"), "traffic");

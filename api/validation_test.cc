@@ -23,19 +23,27 @@ json helloRoute() {
     "spec":{"traffic":[{"configurationName":"hello","percent":100}]}})");
 }
 json helloConfiguration() {
-  return json::parse(R"({"apiVersion":"serving.knative.dev/v1","kind":"Configuration","metadata":{"name":"hello"},
+  return json::parse(
+      R"({"apiVersion":"serving.knative.dev/v1","kind":"Configuration","metadata":{"name":"hello"},
     "spec":{"template":{"spec":{"containers":[{"image":"ghcr.io/knative/helloworld-go"}]}}}})");
 }
 json helloRevision() {
-  return json::parse(R"({"apiVersion":"serving.knative.dev/v1","kind":"Revision","metadata":{"name":"hello-00001",
+  return json::parse(
+      R"({"apiVersion":"serving.knative.dev/v1","kind":"Revision","metadata":{"name":"hello-00001",
     "labels":{"serving.knative.dev/configuration":"hello"},
     "ownerReferences":[{"apiVersion":"serving.knative.dev/v1","kind":"Configuration","name":"hello","uid":"u1","controller":true}]},
     "spec":{"containers":[{"image":"ghcr.io/knative/helloworld-go"}]}})");
 }
 
-json& tspec(json& o) { return o["spec"]["template"]["spec"]; }
-json& c0(json& o) { return tspec(o)["containers"][0]; }
-json& tann(json& o) { return o["spec"]["template"]["metadata"]["annotations"]; }
+json& tspec(json& o) {
+  return o["spec"]["template"]["spec"];
+}
+json& c0(json& o) {
+  return tspec(o)["containers"][0];
+}
+json& tann(json& o) {
+  return o["spec"]["template"]["metadata"]["annotations"];
+}
 
 Status check(const std::string& kind, json obj, const Config& config = defaultConfig()) {
   setDefaults(kind, obj, config);
@@ -66,8 +74,8 @@ TEST_P(InvalidObjectTest, IsRejectedWithFieldError) {
   json obj = c.base();
   c.mutate(obj);
   std::string kind = obj["kind"].get<std::string>();
-  Status s = c.apply_defaults ? check(kind, obj)
-                              : validate(kind, obj, nullptr, Operation::kCreate, defaultConfig());
+  Status s =
+      c.apply_defaults ? check(kind, obj) : validate(kind, obj, nullptr, Operation::kCreate, defaultConfig());
   ASSERT_FALSE(s.isOk()) << "accepted: " << obj.dump();
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   bool found = false;
@@ -89,8 +97,8 @@ const std::vector<Case> kInvalidCases = {
      "not a DNS 1035 label"},
     {"NameUpperCase", helloService, [](json& o) { o["metadata"]["name"] = "Hello"; }, "metadata.name",
      "not a DNS 1035 label"},
-    {"NameTooLong", helloService, [](json& o) { o["metadata"]["name"] = std::string(64, 'a'); }, "metadata.name",
-     "not a DNS 1035 label"},
+    {"NameTooLong", helloService, [](json& o) { o["metadata"]["name"] = std::string(64, 'a'); },
+     "metadata.name", "not a DNS 1035 label"},
     {"GenerateNameInvalid", helloService,
      [](json& o) {
        o["metadata"].erase("name");
@@ -102,11 +110,14 @@ const std::vector<Case> kInvalidCases = {
      "metadata.annotations[autoscaling.knative.dev/min-scale]", "spec.template.metadata.annotations",
      "FieldValueForbidden"},
     {"AutoscalingAnnotationOnRouteMetadata", helloRoute,
-     [](json& o) { o["metadata"]["annotations"]["autoscaling.knative.dev/class"] = "kpa.autoscaling.knative.dev"; },
+     [](json& o) {
+       o["metadata"]["annotations"]["autoscaling.knative.dev/class"] = "kpa.autoscaling.knative.dev";
+     },
      "metadata.annotations[autoscaling.knative.dev/class]", "autoscaling annotations", "FieldValueForbidden"},
     {"UnknownNetworkingAnnotationOnTemplate", helloService,
      [](json& o) { tann(o)["networking.knative.dev/foo"] = "x"; },
-     "spec.template.metadata.annotations[networking.knative.dev/foo]", "must be one of", "FieldValueNotSupported"},
+     "spec.template.metadata.annotations[networking.knative.dev/foo]", "must be one of",
+     "FieldValueNotSupported"},
     {"ServiceLabelWithoutOwnerOnConfiguration", helloConfiguration,
      [](json& o) { o["metadata"]["labels"]["serving.knative.dev/service"] = "hello"; },
      "metadata.labels[serving.knative.dev/service]", "ownerReferences"},
@@ -128,18 +139,20 @@ const std::vector<Case> kInvalidCases = {
 
     // §3.2 traffic
     {"TrafficSumNot100", helloService,
-     [](json& o) { o["spec"]["traffic"] = json::parse(R"([{"latestRevision":true,"percent":60}])"); }, "spec.traffic",
-     "Traffic targets sum to 60, want 100"},
+     [](json& o) { o["spec"]["traffic"] = json::parse(R"([{"latestRevision":true,"percent":60}])"); },
+     "spec.traffic", "Traffic targets sum to 60, want 100"},
     {"RouteEmptyTraffic", helloRoute, [](json& o) { o["spec"]["traffic"] = json::array(); }, "spec.traffic",
      "Traffic targets sum to 0, want 100"},
     {"TrafficPercentAbove100", helloRoute,
      [](json& o) {
-       o["spec"]["traffic"] = json::parse(R"([{"configurationName":"hello","percent":101},{"revisionName":"hello-00001","percent":-1}])");
+       o["spec"]["traffic"] = json::parse(
+           R"([{"configurationName":"hello","percent":101},{"revisionName":"hello-00001","percent":-1}])");
      },
      "spec.traffic[0].percent", "expected 0 <= 101 <= 100", "FieldValueInvalid", true, 2},
     {"TrafficPercentNegative", helloRoute,
      [](json& o) {
-       o["spec"]["traffic"] = json::parse(R"([{"configurationName":"hello","percent":101},{"revisionName":"hello-00001","percent":-1}])");
+       o["spec"]["traffic"] = json::parse(
+           R"([{"configurationName":"hello","percent":101},{"revisionName":"hello-00001","percent":-1}])");
      },
      "spec.traffic[1].percent", "expected 0 <= -1 <= 100", "FieldValueInvalid", true, 2},
     {"TrafficTagNotDns1035", helloService,
@@ -147,7 +160,8 @@ const std::vector<Case> kInvalidCases = {
      "spec.traffic[0].tag", "DNS-1035"},
     {"TrafficTagDuplicate", helloService,
      [](json& o) {
-       o["spec"]["traffic"] = json::parse(R"([{"tag":"a","percent":50},{"tag":"a","revisionName":"hello-00001","percent":50}])");
+       o["spec"]["traffic"] =
+           json::parse(R"([{"tag":"a","percent":50},{"tag":"a","revisionName":"hello-00001","percent":50}])");
      },
      "spec.traffic[1].tag", "Multiple definitions for \"a\"", "FieldValueDuplicate"},
     {"TrafficRevisionAndConfiguration", helloRoute,
@@ -164,9 +178,11 @@ const std::vector<Case> kInvalidCases = {
      "spec.traffic[0].revisionName", "qualified name"},
     {"TrafficLatestRevisionTrueWithRevisionName", helloService,
      [](json& o) {
-       o["spec"]["traffic"] = json::parse(R"([{"revisionName":"hello-00001","latestRevision":true,"percent":100}])");
+       o["spec"]["traffic"] =
+           json::parse(R"([{"revisionName":"hello-00001","latestRevision":true,"percent":100}])");
      },
-     "spec.traffic[0].latestRevision", "may not set revisionName \"hello-00001\" when latestRevision is true"},
+     "spec.traffic[0].latestRevision",
+     "may not set revisionName \"hello-00001\" when latestRevision is true"},
     {"TrafficLatestRevisionFalseWithoutRevisionName", helloService,
      [](json& o) { o["spec"]["traffic"] = json::parse(R"([{"latestRevision":false,"percent":100}])"); },
      "spec.traffic[0].latestRevision", "when latestRevision is false"},
@@ -174,7 +190,9 @@ const std::vector<Case> kInvalidCases = {
      [](json& o) { o["spec"]["traffic"] = json::parse(R"([{"tag":"x","url":"http://x","percent":100}])"); },
      "spec.traffic[0].url", "must not set the field(s)", "FieldValueForbidden"},
     {"StatusTrafficTagWithoutUrl", helloRoute,
-     [](json& o) { o["status"]["traffic"] = json::parse(R"([{"tag":"x","revisionName":"hello-00001","percent":100}])"); },
+     [](json& o) {
+       o["status"]["traffic"] = json::parse(R"([{"tag":"x","revisionName":"hello-00001","percent":100}])");
+     },
      "status.traffic[0].url", "missing field(s)", "FieldValueRequired"},
 
     // §3.3 RevisionSpec scalars
@@ -186,7 +204,8 @@ const std::vector<Case> kInvalidCases = {
      "spec.template.spec.timeoutSeconds", "expected 0 <= 601 <= 600"},
     {"TimeoutNegative", helloService, [](json& o) { tspec(o)["timeoutSeconds"] = -1; },
      "spec.template.spec.timeoutSeconds", "expected 0 <= -1 <= 600"},
-    {"ResponseStartTimeoutAboveMax", helloService, [](json& o) { tspec(o)["responseStartTimeoutSeconds"] = 700; },
+    {"ResponseStartTimeoutAboveMax", helloService,
+     [](json& o) { tspec(o)["responseStartTimeoutSeconds"] = 700; },
      "spec.template.spec.responseStartTimeoutSeconds", "expected 0 <= 700 <= 600"},
     {"IdleTimeoutAboveTimeout", helloService,
      [](json& o) {
@@ -200,9 +219,15 @@ const std::vector<Case> kInvalidCases = {
      "spec.template.spec.containers", "missing field(s)", "FieldValueRequired"},
     {"TemplateMissing", helloService, [](json& o) { o["spec"].erase("template"); }, "spec.template",
      "missing field(s)", "FieldValueRequired"},
-    {"FeatureGatedAffinity", helloService, [](json& o) { tspec(o)["affinity"] = json::object({{"nodeAffinity", {}}}); },
+    {"FeatureGatedAffinity", helloService,
+     [](json& o) {
+       tspec(o)["affinity"] = json::object({{"nodeAffinity", {}}});
+     },
      "spec.template.spec.affinity", "kubernetes.podspec-affinity", "FieldValueForbidden"},
-    {"FeatureGatedNodeSelector", helloService, [](json& o) { tspec(o)["nodeSelector"] = {{"disk", "ssd"}}; },
+    {"FeatureGatedNodeSelector", helloService,
+     [](json& o) {
+       tspec(o)["nodeSelector"] = {{"disk", "ssd"}};
+     },
      "spec.template.spec.nodeSelector", "kubernetes.podspec-nodeselector", "FieldValueForbidden"},
     {"FeatureGatedInitContainers", helloService,
      [](json& o) { tspec(o)["initContainers"] = json::parse(R"([{"image":"busybox"}])"); },
@@ -210,8 +235,11 @@ const std::vector<Case> kInvalidCases = {
     {"FeatureGatedHostNetwork", helloService, [](json& o) { tspec(o)["hostNetwork"] = true; },
      "spec.template.spec.hostNetwork", "kubernetes.podspec-hostnetwork", "FieldValueForbidden"},
     {"FeatureGatedPodSecurityContext", helloService,
-     [](json& o) { tspec(o)["securityContext"] = {{"runAsUser", 1000}}; },
-     "spec.template.spec.securityContext.runAsUser", "kubernetes.podspec-securitycontext", "FieldValueForbidden"},
+     [](json& o) {
+       tspec(o)["securityContext"] = {{"runAsUser", 1000}};
+     },
+     "spec.template.spec.securityContext.runAsUser", "kubernetes.podspec-securitycontext",
+     "FieldValueForbidden"},
     {"NeverAllowedNodeName", helloService, [](json& o) { tspec(o)["nodeName"] = "n1"; },
      "spec.template.spec.nodeName", "must not set the field(s)", "FieldValueForbidden"},
     {"NeverAllowedRestartPolicy", helloService, [](json& o) { tspec(o)["restartPolicy"] = "Always"; },
@@ -221,69 +249,94 @@ const std::vector<Case> kInvalidCases = {
      "spec.template.spec.terminationGracePeriodSeconds", "must not set the field(s)", "FieldValueForbidden"},
     {"ServiceAccountNameInvalid", helloService, [](json& o) { tspec(o)["serviceAccountName"] = "Bad_SA"; },
      "spec.template.spec.serviceAccountName", "DNS-1123 subdomain"},
-    {"AutomountServiceAccountTokenTrue", helloService, [](json& o) { tspec(o)["automountServiceAccountToken"] = true; },
+    {"AutomountServiceAccountTokenTrue", helloService,
+     [](json& o) { tspec(o)["automountServiceAccountToken"] = true; },
      "spec.template.spec.automountServiceAccountToken", "only false", "FieldValueForbidden"},
 
     // §3.5 containers
-    {"ImageMissing", helloService, [](json& o) { c0(o).erase("image"); }, "spec.template.spec.containers[0].image",
-     "missing field(s)", "FieldValueRequired"},
+    {"ImageMissing", helloService, [](json& o) { c0(o).erase("image"); },
+     "spec.template.spec.containers[0].image", "missing field(s)", "FieldValueRequired"},
     {"ImageUnparseable", helloService, [](json& o) { c0(o)["image"] = "Ghcr.io/UPPER/Case::x"; },
      "spec.template.spec.containers[0].image", "Failed to parse image reference"},
-    {"ContainerLifecycle", helloService, [](json& o) { c0(o)["lifecycle"] = {{"preStop", {}}}; },
+    {"ContainerLifecycle", helloService,
+     [](json& o) {
+       c0(o)["lifecycle"] = {{"preStop", {}}};
+     },
      "spec.template.spec.containers[0].lifecycle", "must not set the field(s)", "FieldValueForbidden"},
-    {"ContainerTty", helloService, [](json& o) { c0(o)["tty"] = true; }, "spec.template.spec.containers[0].tty",
-     "must not set the field(s)", "FieldValueForbidden"},
-    {"ContainerStdin", helloService, [](json& o) { c0(o)["stdin"] = true; }, "spec.template.spec.containers[0].stdin",
-     "must not set the field(s)", "FieldValueForbidden"},
+    {"ContainerTty", helloService, [](json& o) { c0(o)["tty"] = true; },
+     "spec.template.spec.containers[0].tty", "must not set the field(s)", "FieldValueForbidden"},
+    {"ContainerStdin", helloService, [](json& o) { c0(o)["stdin"] = true; },
+     "spec.template.spec.containers[0].stdin", "must not set the field(s)", "FieldValueForbidden"},
     {"ReservedContainerName", helloService, [](json& o) { c0(o)["name"] = "queue-proxy"; },
      "spec.template.spec.containers[0].name", "reserved container name", "FieldValueForbidden"},
     {"DuplicateContainerNames", helloService,
      [](json& o) {
-       tspec(o)["containers"] = json::parse(R"([{"name":"a","image":"x","ports":[{"containerPort":8080}]},{"name":"a","image":"y"}])");
+       tspec(o)["containers"] = json::parse(
+           R"([{"name":"a","image":"x","ports":[{"containerPort":8080}]},{"name":"a","image":"y"}])");
      },
      "spec.template.spec.containers[1].name", "duplicate container name", "FieldValueDuplicate"},
-    {"ReservedEnvPort", helloService, [](json& o) { c0(o)["env"].push_back({{"name", "PORT"}, {"value", "1"}}); },
+    {"ReservedEnvPort", helloService,
+     [](json& o) {
+       c0(o)["env"].push_back({{"name", "PORT"}, {"value", "1"}});
+     },
      "spec.template.spec.containers[0].env[1].name", "\"PORT\" is a reserved environment variable",
      "FieldValueForbidden"},
     {"ReservedEnvKService", helloService,
-     [](json& o) { c0(o)["env"].push_back({{"name", "K_SERVICE"}, {"value", "x"}}); },
+     [](json& o) {
+       c0(o)["env"].push_back({{"name", "K_SERVICE"}, {"value", "x"}});
+     },
      "spec.template.spec.containers[0].env[1].name", "reserved environment variable", "FieldValueForbidden"},
     {"EnvNameMissing", helloService, [](json& o) { c0(o)["env"][0].erase("name"); },
      "spec.template.spec.containers[0].env[0].name", "missing field(s)", "FieldValueRequired"},
     {"EnvValueFromFieldRefGated", helloService,
-     [](json& o) { c0(o)["env"][0] = json::parse(R"({"name":"N","valueFrom":{"fieldRef":{"fieldPath":"metadata.name"}}})"); },
-     "spec.template.spec.containers[0].env[0].valueFrom.fieldRef", "kubernetes.podspec-fieldref", "FieldValueForbidden"},
-    {"EnvFromNeitherSource", helloService, [](json& o) { c0(o)["envFrom"] = json::parse(R"([{"prefix":"X_"}])"); },
-     "spec.template.spec.containers[0].envFrom[0]", "expected exactly one, got neither", "FieldValueRequired"},
+     [](json& o) {
+       c0(o)["env"][0] =
+           json::parse(R"({"name":"N","valueFrom":{"fieldRef":{"fieldPath":"metadata.name"}}})");
+     },
+     "spec.template.spec.containers[0].env[0].valueFrom.fieldRef", "kubernetes.podspec-fieldref",
+     "FieldValueForbidden"},
+    {"EnvFromNeitherSource", helloService,
+     [](json& o) { c0(o)["envFrom"] = json::parse(R"([{"prefix":"X_"}])"); },
+     "spec.template.spec.containers[0].envFrom[0]", "expected exactly one, got neither",
+     "FieldValueRequired"},
     {"EnvFromBothSources", helloService,
-     [](json& o) { c0(o)["envFrom"] = json::parse(R"([{"configMapRef":{"name":"a"},"secretRef":{"name":"b"}}])"); },
+     [](json& o) {
+       c0(o)["envFrom"] = json::parse(R"([{"configMapRef":{"name":"a"},"secretRef":{"name":"b"}}])");
+     },
      "spec.template.spec.containers[0].envFrom[0]", "expected exactly one, got both"},
     {"TwoPortsOneContainer", helloService,
      [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":8080},{"containerPort":8081}])"); },
      "spec.template.spec.containers[0].ports", "more than one container port is set"},
     {"PortsAcrossContainers", helloService,
      [](json& o) {
-       tspec(o)["containers"] = json::parse(R"([{"image":"x","ports":[{"containerPort":8080}]},{"image":"y","ports":[{"containerPort":9000}]}])");
+       tspec(o)["containers"] = json::parse(
+           R"([{"image":"x","ports":[{"containerPort":8080}]},{"image":"y","ports":[{"containerPort":9000}]}])");
      },
      "spec.template.spec.containers[*].ports", "more than one container port is set"},
     {"MultiContainerWithoutPort", helloService,
      [](json& o) { tspec(o)["containers"] = json::parse(R"([{"image":"x"},{"image":"y"}])"); },
-     "spec.template.spec.containers.ports", "exactly one container must declare a port", "FieldValueRequired"},
+     "spec.template.spec.containers.ports", "exactly one container must declare a port",
+     "FieldValueRequired"},
     {"PortNameNotAllowed", helloService,
      [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":8080,"name":"grpc"}])"); },
      "spec.template.spec.containers[0].ports[0].name", "must be one of \"\", \"http1\", \"h2c\"",
      "FieldValueNotSupported"},
     {"PortProtocolUdp", helloService,
      [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":8080,"protocol":"UDP"}])"); },
-     "spec.template.spec.containers[0].ports[0].protocol", "must be one of \"\", \"TCP\"", "FieldValueNotSupported"},
-    {"PortReserved", helloService, [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":8012}])"); },
+     "spec.template.spec.containers[0].ports[0].protocol", "must be one of \"\", \"TCP\"",
+     "FieldValueNotSupported"},
+    {"PortReserved", helloService,
+     [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":8012}])"); },
      "spec.template.spec.containers[0].ports[0].containerPort", "reserved"},
-    {"PortOutOfRange", helloService, [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":70000}])"); },
+    {"PortOutOfRange", helloService,
+     [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":70000}])"); },
      "spec.template.spec.containers[0].ports[0].containerPort", "expected 0 <= 70000 <= 65535"},
     {"PortHostPort", helloService,
      [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":8080,"hostPort":80}])"); },
-     "spec.template.spec.containers[0].ports[0].hostPort", "must not set the field(s)", "FieldValueForbidden"},
-    {"ResourcesClaims", helloService, [](json& o) { c0(o)["resources"] = json::parse(R"({"claims":[{"name":"gpu"}]})"); },
+     "spec.template.spec.containers[0].ports[0].hostPort", "must not set the field(s)",
+     "FieldValueForbidden"},
+    {"ResourcesClaims", helloService,
+     [](json& o) { c0(o)["resources"] = json::parse(R"({"claims":[{"name":"gpu"}]})"); },
      "spec.template.spec.containers[0].resources.claims", "must not set the field(s)", "FieldValueForbidden"},
     {"ResourcesBadQuantity", helloService,
      [](json& o) { c0(o)["resources"] = json::parse(R"({"limits":{"memory":"lots"}})"); },
@@ -292,23 +345,34 @@ const std::vector<Case> kInvalidCases = {
      [](json& o) { c0(o)["resources"] = json::parse(R"({"limits":{"cpu":"500m"},"requests":{"cpu":"1"}})"); },
      "spec.template.spec.containers[0].resources.requests[cpu]", "less than or equal to cpu limit"},
     {"SecurityContextRunAsUserNegative", helloService,
-     [](json& o) { c0(o)["securityContext"] = {{"runAsUser", -10}}; },
+     [](json& o) {
+       c0(o)["securityContext"] = {{"runAsUser", -10}};
+     },
      "spec.template.spec.containers[0].securityContext.runAsUser", "expected 0 <= -10 <= 2147483647"},
     {"SecurityContextRunAsGroupTooBig", helloService,
-     [](json& o) { c0(o)["securityContext"] = {{"runAsGroup", 4294967296LL}}; },
+     [](json& o) {
+       c0(o)["securityContext"] = {{"runAsGroup", 4294967296LL}};
+     },
      "spec.template.spec.containers[0].securityContext.runAsGroup", "<= 2147483647"},
-    {"SecurityContextPrivileged", helloService, [](json& o) { c0(o)["securityContext"] = {{"privileged", true}}; },
+    {"SecurityContextPrivileged", helloService,
+     [](json& o) {
+       c0(o)["securityContext"] = {{"privileged", true}};
+     },
      "spec.template.spec.containers[0].securityContext.privileged", "only false", "FieldValueForbidden"},
     {"SecurityContextSeLinux", helloService,
-     [](json& o) { c0(o)["securityContext"] = {{"seLinuxOptions", {{"user", "x"}}}}; },
+     [](json& o) {
+       c0(o)["securityContext"] = {{"seLinuxOptions", {{"user", "x"}}}};
+     },
      "spec.template.spec.containers[0].securityContext.seLinuxOptions", "must not set the field(s)",
      "FieldValueForbidden"},
     {"SecurityContextAddCapabilitiesGated", helloService,
      [](json& o) { c0(o)["securityContext"] = json::parse(R"({"capabilities":{"add":["NET_ADMIN"]}})"); },
-     "spec.template.spec.containers[0].securityContext.capabilities.add", "kubernetes.containerspec-addcapabilities",
-     "FieldValueForbidden"},
-    {"TerminationMessagePolicyInvalid", helloService, [](json& o) { c0(o)["terminationMessagePolicy"] = "Always"; },
-     "spec.template.spec.containers[0].terminationMessagePolicy", "FallbackToLogsOnError", "FieldValueNotSupported"},
+     "spec.template.spec.containers[0].securityContext.capabilities.add",
+     "kubernetes.containerspec-addcapabilities", "FieldValueForbidden"},
+    {"TerminationMessagePolicyInvalid", helloService,
+     [](json& o) { c0(o)["terminationMessagePolicy"] = "Always"; },
+     "spec.template.spec.containers[0].terminationMessagePolicy", "FallbackToLogsOnError",
+     "FieldValueNotSupported"},
     {"ImagePullPolicyInvalid", helloService, [](json& o) { c0(o)["imagePullPolicy"] = "Sometimes"; },
      "spec.template.spec.containers[0].imagePullPolicy", "IfNotPresent", "FieldValueNotSupported"},
 
@@ -316,8 +380,10 @@ const std::vector<Case> kInvalidCases = {
     {"ProbeTwoHandlers", helloService,
      [](json& o) { c0(o)["livenessProbe"] = json::parse(R"({"httpGet":{"path":"/"},"tcpSocket":{}})"); },
      "spec.template.spec.containers[0].livenessProbe", "expected exactly one, got both"},
-    {"ProbeNoHandler", helloService, [](json& o) { c0(o)["livenessProbe"] = json::parse(R"({"periodSeconds":5})"); },
-     "spec.template.spec.containers[0].livenessProbe", "expected exactly one, got neither", "FieldValueRequired"},
+    {"ProbeNoHandler", helloService,
+     [](json& o) { c0(o)["livenessProbe"] = json::parse(R"({"periodSeconds":5})"); },
+     "spec.template.spec.containers[0].livenessProbe", "expected exactly one, got neither",
+     "FieldValueRequired"},
     {"ProbeNamedPortMismatch", helloService,
      [](json& o) {
        c0(o)["ports"] = json::parse(R"([{"containerPort":8080,"name":"h2c"}])");
@@ -326,12 +392,12 @@ const std::vector<Case> kInvalidCases = {
      "spec.template.spec.containers[0].readinessProbe.httpGet.port", "must match the container port's name"},
     {"ReadinessZeroPeriodWithFailureThreshold", helloService,
      [](json& o) { c0(o)["readinessProbe"] = json::parse(R"({"tcpSocket":{},"failureThreshold":3})"); },
-     "spec.template.spec.containers[0].readinessProbe.failureThreshold", "disallowed when periodSeconds is zero",
-     "FieldValueForbidden"},
+     "spec.template.spec.containers[0].readinessProbe.failureThreshold",
+     "disallowed when periodSeconds is zero", "FieldValueForbidden"},
     {"ReadinessZeroPeriodWithTimeout", helloService,
      [](json& o) { c0(o)["readinessProbe"] = json::parse(R"({"tcpSocket":{},"timeoutSeconds":3})"); },
-     "spec.template.spec.containers[0].readinessProbe.timeoutSeconds", "disallowed when periodSeconds is zero",
-     "FieldValueForbidden"},
+     "spec.template.spec.containers[0].readinessProbe.timeoutSeconds",
+     "disallowed when periodSeconds is zero", "FieldValueForbidden"},
     {"ReadinessNegativePeriod", helloService,
      [](json& o) { c0(o)["readinessProbe"] = json::parse(R"({"tcpSocket":{},"periodSeconds":-1})"); },
      "spec.template.spec.containers[0].readinessProbe.periodSeconds", "expected 0 <= -1"},
@@ -354,7 +420,8 @@ const std::vector<Case> kInvalidCases = {
      "spec.template.spec.volumes[0]", "expected exactly one, got neither", "FieldValueRequired"},
     {"VolumeTwoSources", helloService,
      [](json& o) {
-       tspec(o)["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x"},"configMap":{"name":"y"}}])");
+       tspec(o)["volumes"] =
+           json::parse(R"([{"name":"s","secret":{"secretName":"x"},"configMap":{"name":"y"}}])");
        c0(o)["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/s"}])");
      },
      "spec.template.spec.volumes[0]", "expected exactly one, got both"},
@@ -372,19 +439,22 @@ const std::vector<Case> kInvalidCases = {
      "spec.template.spec.volumes[0].nfs", "must not set the field(s)", "FieldValueForbidden"},
     {"VolumeDuplicateName", helloService,
      [](json& o) {
-       tspec(o)["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x"}},{"name":"s","configMap":{"name":"y"}}])");
+       tspec(o)["volumes"] =
+           json::parse(R"([{"name":"s","secret":{"secretName":"x"}},{"name":"s","configMap":{"name":"y"}}])");
        c0(o)["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/s"}])");
      },
      "spec.template.spec.volumes[1].name", "duplicate volume name", "FieldValueDuplicate"},
     {"VolumeItemsNeedKeyAndPath", helloService,
      [](json& o) {
-       tspec(o)["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x","items":[{"key":"k"}]}}])");
+       tspec(o)["volumes"] =
+           json::parse(R"([{"name":"s","secret":{"secretName":"x","items":[{"key":"k"}]}}])");
        c0(o)["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/s"}])");
      },
      "spec.template.spec.volumes[0].secret.items[0].path", "missing field(s)", "FieldValueRequired"},
     {"ProjectedServiceAccountTokenNeedsPath", helloService,
      [](json& o) {
-       tspec(o)["volumes"] = json::parse(R"([{"name":"p","projected":{"sources":[{"serviceAccountToken":{"audience":"a"}}]}}])");
+       tspec(o)["volumes"] = json::parse(
+           R"([{"name":"p","projected":{"sources":[{"serviceAccountToken":{"audience":"a"}}]}}])");
        c0(o)["volumeMounts"] = json::parse(R"([{"name":"p","mountPath":"/p"}])");
      },
      "spec.template.spec.volumes[0].projected.sources[0].serviceAccountToken.path", "missing field(s)",
@@ -394,9 +464,12 @@ const std::vector<Case> kInvalidCases = {
        tspec(o)["volumes"] = json::parse(R"([{"name":"e","emptyDir":{"medium":"Disk"}}])");
        c0(o)["volumeMounts"] = json::parse(R"([{"name":"e","mountPath":"/e"}])");
      },
-     "spec.template.spec.volumes[0].emptyDir.medium", "must be one of \"\", \"Memory\"", "FieldValueNotSupported"},
+     "spec.template.spec.volumes[0].emptyDir.medium", "must be one of \"\", \"Memory\"",
+     "FieldValueNotSupported"},
     {"MountWithoutVolume", helloService,
-     [](json& o) { c0(o)["volumeMounts"] = json::parse(R"([{"name":"nope","mountPath":"/x","readOnly":true}])"); },
+     [](json& o) {
+       c0(o)["volumeMounts"] = json::parse(R"([{"name":"nope","mountPath":"/x","readOnly":true}])");
+     },
      "spec.template.spec.containers[0].volumeMounts[0].name", "no matching volume"},
     {"MountPathReserved", helloService,
      [](json& o) {
@@ -418,24 +491,29 @@ const std::vector<Case> kInvalidCases = {
      "spec.template.spec.containers[0].volumeMounts[0].mountPath", "missing field(s)", "FieldValueRequired"},
     {"MountPathDuplicate", helloService,
      [](json& o) {
-       tspec(o)["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x"}},{"name":"c","configMap":{"name":"y"}}])");
-       c0(o)["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/data"},{"name":"c","mountPath":"/data/"}])");
+       tspec(o)["volumes"] =
+           json::parse(R"([{"name":"s","secret":{"secretName":"x"}},{"name":"c","configMap":{"name":"y"}}])");
+       c0(o)["volumeMounts"] =
+           json::parse(R"([{"name":"s","mountPath":"/data"},{"name":"c","mountPath":"/data/"}])");
      },
      "spec.template.spec.containers[0].volumeMounts[1].mountPath", "must be unique", "FieldValueDuplicate"},
     {"SecretMountExplicitlyWritable", helloRevision,
      [](json& o) {
-       // Revisions come from the Configuration controller already defaulted; a writable secret mount is refused.
+       // Revisions come from the Configuration controller already defaulted; a writable secret mount is
+       // refused.
        o["spec"]["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x"}}])");
-       o["spec"]["containers"][0]["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/s","readOnly":false}])");
+       o["spec"]["containers"][0]["volumeMounts"] =
+           json::parse(R"([{"name":"s","mountPath":"/s","readOnly":false}])");
      },
      "spec.containers[0].volumeMounts[0].readOnly", "must be readOnly: true", "FieldValueRequired", false},
     {"MountPropagationGated", helloService,
      [](json& o) {
        tspec(o)["volumes"] = json::parse(R"([{"name":"e","emptyDir":{}}])");
-       c0(o)["volumeMounts"] = json::parse(R"([{"name":"e","mountPath":"/e","mountPropagation":"HostToContainer"}])");
+       c0(o)["volumeMounts"] =
+           json::parse(R"([{"name":"e","mountPath":"/e","mountPropagation":"HostToContainer"}])");
      },
-     "spec.template.spec.containers[0].volumeMounts[0].mountPropagation", "kubernetes.podspec-volumes-mount-propagation",
-     "FieldValueForbidden"},
+     "spec.template.spec.containers[0].volumeMounts[0].mountPropagation",
+     "kubernetes.podspec-volumes-mount-propagation", "FieldValueForbidden"},
 
     // §3.6 autoscaling annotations (on the template)
     {"AutoscalingClassUnknownKnative", helloService,
@@ -444,18 +522,21 @@ const std::vector<Case> kInvalidCases = {
      "FieldValueNotSupported"},
     {"MinScaleNegative", helloService, [](json& o) { tann(o)["autoscaling.knative.dev/min-scale"] = "-1"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/min-scale]", "expected 0 <= -1"},
-    {"MinScaleNotInteger", helloService, [](json& o) { tann(o)["autoscaling.knative.dev/min-scale"] = "one"; },
+    {"MinScaleNotInteger", helloService,
+     [](json& o) { tann(o)["autoscaling.knative.dev/min-scale"] = "one"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/min-scale]", "must be an integer"},
     {"MaxScaleBelowMinScale", helloService,
      [](json& o) {
        tann(o)["autoscaling.knative.dev/min-scale"] = "5";
        tann(o)["autoscaling.knative.dev/max-scale"] = "2";
      },
-     "spec.template.metadata.annotations[autoscaling.knative.dev/max-scale]", "max-scale=2 is less than min-scale=5"},
+     "spec.template.metadata.annotations[autoscaling.knative.dev/max-scale]",
+     "max-scale=2 is less than min-scale=5"},
     {"LegacyMaxScaleAliasValidated", helloService,
      [](json& o) { tann(o)["autoscaling.knative.dev/maxScale"] = "-3"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/maxScale]", "expected 0 <= -3"},
-    {"InitialScaleZeroNotAllowed", helloService, [](json& o) { tann(o)["autoscaling.knative.dev/initial-scale"] = "0"; },
+    {"InitialScaleZeroNotAllowed", helloService,
+     [](json& o) { tann(o)["autoscaling.knative.dev/initial-scale"] = "0"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/initial-scale]", "allow-zero-initial-scale"},
     {"ActivationScaleBelowTwo", helloService,
      [](json& o) { tann(o)["autoscaling.knative.dev/activation-scale"] = "1"; },
@@ -465,7 +546,8 @@ const std::vector<Case> kInvalidCases = {
        tann(o)["autoscaling.knative.dev/activation-scale"] = "5";
        tann(o)["autoscaling.knative.dev/max-scale"] = "3";
      },
-     "spec.template.metadata.annotations[autoscaling.knative.dev/activation-scale]", "must be <= max-scale=3"},
+     "spec.template.metadata.annotations[autoscaling.knative.dev/activation-scale]",
+     "must be <= max-scale=3"},
     {"TargetTooSmall", helloService, [](json& o) { tann(o)["autoscaling.knative.dev/target"] = "0.001"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/target]", "expected 0.01 <= 0.001"},
     {"TargetNotANumber", helloService, [](json& o) { tann(o)["autoscaling.knative.dev/target"] = "ten"; },
@@ -478,21 +560,26 @@ const std::vector<Case> kInvalidCases = {
      "spec.template.metadata.annotations[autoscaling.knative.dev/target-burst-capacity]", "or -1"},
     {"PanicWindowPercentageOutOfRange", helloService,
      [](json& o) { tann(o)["autoscaling.knative.dev/panic-window-percentage"] = "0.5"; },
-     "spec.template.metadata.annotations[autoscaling.knative.dev/panic-window-percentage]", "expected 1 <= 0.5 <= 100"},
+     "spec.template.metadata.annotations[autoscaling.knative.dev/panic-window-percentage]",
+     "expected 1 <= 0.5 <= 100"},
     {"PanicThresholdOutOfRange", helloService,
      [](json& o) { tann(o)["autoscaling.knative.dev/panic-threshold-percentage"] = "100"; },
-     "spec.template.metadata.annotations[autoscaling.knative.dev/panic-threshold-percentage]", "expected 110 <= 100"},
+     "spec.template.metadata.annotations[autoscaling.knative.dev/panic-threshold-percentage]",
+     "expected 110 <= 100"},
     {"WindowTooShort", helloService, [](json& o) { tann(o)["autoscaling.knative.dev/window"] = "5s"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/window]", "expected 6s <= 5s <= 1h0m0s"},
-    {"WindowNotWholeSeconds", helloService, [](json& o) { tann(o)["autoscaling.knative.dev/window"] = "6500ms"; },
+    {"WindowNotWholeSeconds", helloService,
+     [](json& o) { tann(o)["autoscaling.knative.dev/window"] = "6500ms"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/window]", "second precision"},
     {"ScaleDownDelayTooLong", helloService,
      [](json& o) { tann(o)["autoscaling.knative.dev/scale-down-delay"] = "2h"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/scale-down-delay]", "<= 1h0m0s"},
     {"ScaleToZeroRetentionInvalid", helloService,
      [](json& o) { tann(o)["autoscaling.knative.dev/scale-to-zero-pod-retention-period"] = "forever"; },
-     "spec.template.metadata.annotations[autoscaling.knative.dev/scale-to-zero-pod-retention-period]", "invalid value"},
-    {"MetricNotSupportedByKpa", helloService, [](json& o) { tann(o)["autoscaling.knative.dev/metric"] = "cpu"; },
+     "spec.template.metadata.annotations[autoscaling.knative.dev/scale-to-zero-pod-retention-period]",
+     "invalid value"},
+    {"MetricNotSupportedByKpa", helloService,
+     [](json& o) { tann(o)["autoscaling.knative.dev/metric"] = "cpu"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/metric]", "\"concurrency\", \"rps\"",
      "FieldValueNotSupported"},
     {"MetricAggregationAlgorithmWithExplicitKpa", helloService,
@@ -500,11 +587,12 @@ const std::vector<Case> kInvalidCases = {
        tann(o)["autoscaling.knative.dev/class"] = "kpa.autoscaling.knative.dev";
        tann(o)["autoscaling.knative.dev/metric-aggregation-algorithm"] = "median";
      },
-     "spec.template.metadata.annotations[autoscaling.knative.dev/metric-aggregation-algorithm]", "weighted-exponential",
-     "FieldValueNotSupported"},
+     "spec.template.metadata.annotations[autoscaling.knative.dev/metric-aggregation-algorithm]",
+     "weighted-exponential", "FieldValueNotSupported"},
     {"QueueSidecarResourceNotQuantity", helloService,
      [](json& o) { tann(o)["queue.sidecar.serving.knative.dev/cpu-resource-request"] = "lots"; },
-     "spec.template.metadata.annotations[queue.sidecar.serving.knative.dev/cpu-resource-request]", "quantity"},
+     "spec.template.metadata.annotations[queue.sidecar.serving.knative.dev/cpu-resource-request]",
+     "quantity"},
 
     // BYO revision name
     {"ByoNameWithoutParentPrefix", helloService,
@@ -529,7 +617,9 @@ const std::vector<Case> kInvalidCases = {
      "metadata.annotations[autoscaling.knative.dev/min-scale]", "expected 0 <= -1"},
 };
 
-std::string caseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+std::string caseName(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
 
 INSTANTIATE_TEST_SUITE_P(Rules, InvalidObjectTest, ::testing::ValuesIn(kInvalidCases), caseName);
 
@@ -543,8 +633,8 @@ std::string readData(const std::string& name) {
 }
 
 TEST(ValidationTest, KnativeExamplesAreValid) {
-  for (const char* file : {"helloworld-go.yaml", "traffic-split-tags.yaml", "blue-green-route.yaml", "autoscaling.yaml",
-                           "cluster-local.yaml", "probes-volumes.yaml"}) {
+  for (const char* file : {"helloworld-go.yaml", "traffic-split-tags.yaml", "blue-green-route.yaml",
+                           "autoscaling.yaml", "cluster-local.yaml", "probes-volumes.yaml"}) {
     auto docs = parseYamlDocuments(readData(file));
     ASSERT_TRUE(docs.isOk()) << file;
     for (json doc : *docs) {
@@ -567,21 +657,32 @@ TEST(ValidationTest, AcceptedVariations) {
     std::function<void(json&)> mutate;
   };
   const std::vector<Ok> oks = {
-      {"generateName only", [](json& o) { o["metadata"].erase("name"); o["metadata"]["generateName"] = "hello-"; }},
-      {"port http1 8080", [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":8080,"name":"http1"}])"); }},
+      {"generateName only",
+       [](json& o) {
+         o["metadata"].erase("name");
+         o["metadata"]["generateName"] = "hello-";
+       }},
+      {"port http1 8080",
+       [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":8080,"name":"http1"}])"); }},
       {"port 0", [](json& o) { c0(o)["ports"] = json::parse(R"([{"containerPort":0,"protocol":"TCP"}])"); }},
       {"cc 1000", [](json& o) { tspec(o)["containerConcurrency"] = 1000; }},
       {"timeout 600", [](json& o) { tspec(o)["timeoutSeconds"] = 600; }},
       {"byo name", [](json& o) { o["spec"]["template"]["metadata"]["name"] = "hello-v1"; }},
-      {"emptyDir writable", [](json& o) {
-         tspec(o)["volumes"] = json::parse(R"([{"name":"cache","emptyDir":{"medium":"Memory","sizeLimit":"64Mi"}}])");
+      {"emptyDir writable",
+       [](json& o) {
+         tspec(o)["volumes"] =
+             json::parse(R"([{"name":"cache","emptyDir":{"medium":"Memory","sizeLimit":"64Mi"}}])");
          c0(o)["volumeMounts"] = json::parse(R"([{"name":"cache","mountPath":"/cache"}])");
        }},
-      {"multi-container with one port", [](json& o) {
-         tspec(o)["containers"] = json::parse(R"([{"image":"x","ports":[{"containerPort":8080}]},{"image":"y","env":[{"name":"PORT","value":"9"}]}])");
+      {"multi-container with one port",
+       [](json& o) {
+         tspec(o)["containers"] = json::parse(
+             R"([{"image":"x","ports":[{"containerPort":8080}]},{"image":"y","env":[{"name":"PORT","value":"9"}]}])");
        }},
-      {"autoscaling annotations", [](json& o) {
-         tann(o) = json::parse(R"({"autoscaling.knative.dev/min-scale":"1","autoscaling.knative.dev/maxScale":"10",
+      {"autoscaling annotations",
+       [](json& o) {
+         tann(o) =
+             json::parse(R"({"autoscaling.knative.dev/min-scale":"1","autoscaling.knative.dev/maxScale":"10",
            "autoscaling.knative.dev/target":"0.5","autoscaling.knative.dev/window":"1m","autoscaling.knative.dev/metric":"rps",
            "autoscaling.knative.dev/target-burst-capacity":"-1","autoscaling.knative.dev/activation-scale":"3",
            "autoscaling.knative.dev/scale-to-zero-pod-retention-period":"1m5s","networking.knative.dev/ingress.class":"x",
@@ -589,21 +690,27 @@ TEST(ValidationTest, AcceptedVariations) {
          tann(o)["autoscaling.knative.dev/class"] = "hpa.autoscaling.knative.dev";
          tann(o)["autoscaling.knative.dev/metric"] = "memory";
        }},
-      {"traffic split", [](json& o) {
+      {"traffic split",
+       [](json& o) {
          o["spec"]["traffic"] = json::parse(R"([{"tag":"current","revisionName":"hello-00001","percent":90},
            {"tag":"candidate","latestRevision":true,"percent":10},{"tag":"latest","percent":0}])");
        }},
-      {"security context", [](json& o) {
-         c0(o)["securityContext"] = json::parse(R"({"runAsUser":2020,"runAsNonRoot":true,"readOnlyRootFilesystem":true,
+      {"security context",
+       [](json& o) {
+         c0(o)["securityContext"] =
+             json::parse(R"({"runAsUser":2020,"runAsNonRoot":true,"readOnlyRootFilesystem":true,
            "privileged":false,"capabilities":{"drop":["ALL"]},"seccompProfile":{"type":"RuntimeDefault"}})");
        }},
-      {"probes", [](json& o) {
+      {"probes",
+       [](json& o) {
          c0(o)["ports"] = json::parse(R"([{"containerPort":8080,"name":"h2c"}])");
-         c0(o)["readinessProbe"] = json::parse(R"({"httpGet":{"port":"h2c","path":"/ready"},"periodSeconds":2})");
+         c0(o)["readinessProbe"] =
+             json::parse(R"({"httpGet":{"port":"h2c","path":"/ready"},"periodSeconds":2})");
          c0(o)["livenessProbe"] = json::parse(R"({"grpc":{"port":8080}})");
          c0(o)["startupProbe"] = json::parse(R"({"exec":{"command":["true"]}})");
        }},
-      {"rollout duration", [](json& o) { o["metadata"]["annotations"]["serving.knative.dev/rollout-duration"] = "380s"; }},
+      {"rollout duration",
+       [](json& o) { o["metadata"]["annotations"]["serving.knative.dev/rollout-duration"] = "380s"; }},
   };
   for (const auto& ok : oks) {
     json s = helloService();
@@ -694,7 +801,8 @@ TEST(UpdateValidationTest, ByoNameMustChangeWithTemplate) {
   EXPECT_TRUE(validate("Service", now, &old, Operation::kUpdate, defaultConfig()).isOk());
   // Traffic-only change keeps the name.
   now = old;
-  now["spec"]["traffic"] = json::parse(R"([{"revisionName":"hello-v1","percent":100,"latestRevision":false}])");
+  now["spec"]["traffic"] =
+      json::parse(R"([{"revisionName":"hello-v1","percent":100,"latestRevision":false}])");
   EXPECT_TRUE(validate("Service", now, &old, Operation::kUpdate, defaultConfig()).isOk());
 }
 
@@ -719,14 +827,20 @@ TEST(UpdateValidationTest, CreatorAnnotationImmutable) {
   EXPECT_TRUE(validate("Service", now, &old, Operation::kUpdate, defaultConfig()).isOk());
 }
 
-TEST(ValidationTest, UnknownKind) { EXPECT_FALSE(validate("Pod", json::object(), nullptr, Operation::kCreate, defaultConfig()).isOk()); }
+TEST(ValidationTest, UnknownKind) {
+  EXPECT_FALSE(validate("Pod", json::object(), nullptr, Operation::kCreate, defaultConfig()).isOk());
+}
 
 TEST(ValidationTest, MalformedTypesDoNotThrow) {
-  for (const char* spec : {R"({"containers":"x"})", R"({"containers":[1]})", R"({"containers":[{"env":"x","ports":[1]}]})",
-                           R"({"volumes":[{"name":3}],"containers":[{"image":"x","volumeMounts":[5]}]})"}) {
+  for (const char* spec :
+       {R"({"containers":"x"})", R"({"containers":[1]})", R"({"containers":[{"env":"x","ports":[1]}]})",
+        R"({"volumes":[{"name":3}],"containers":[{"image":"x","volumeMounts":[5]}]})"}) {
     json s = helloService();
     s["spec"]["template"]["spec"] = json::parse(spec);
-    EXPECT_NO_THROW({ Status st = check("Service", s); (void)st; }) << spec;
+    EXPECT_NO_THROW({
+      Status st = check("Service", s);
+      (void)st;
+    }) << spec;
   }
 }
 
