@@ -298,15 +298,14 @@ struct Router::Impl {
       co_await http::async_read_header(client, buf, parser, tok(ec));
       if (ec) {
         if (ec == http::error::header_limit) {
-          co_await writeLocal(client, 11, http::status::request_header_fields_too_large,
-                              "request header larger than " + std::to_string(opts.max_header_bytes) +
-                                  " bytes",
-                              false);
+          const std::string msg =
+              "request header larger than " + std::to_string(opts.max_header_bytes) + " bytes";
+          co_await writeLocal(client, 11, http::status::request_header_fields_too_large, msg, false);
         } else if (ec != beast::error::timeout && ec != http::error::end_of_stream &&
                    ec != asio::error::eof && ec != asio::error::connection_reset &&
                    ec != asio::error::operation_aborted) {
-          co_await writeLocal(client, 11, http::status::bad_request,
-                              "malformed request: " + ec.message(), false);
+          const std::string msg = "malformed request: " + ec.message();
+          co_await writeLocal(client, 11, http::status::bad_request, msg, false);
         }
         break;
       }
@@ -317,6 +316,7 @@ struct Router::Impl {
         keep = co_await handleRequest(client, buf, parser, kind, *w, client_ip, chunk);
       }
       if (!keep) break;
+      if (buf.size() == 0) buf.shrink_to_fit();  // idle connections hold no big buffer
     }
     if (client.socket().is_open()) {
       beast::error_code ec;
@@ -342,8 +342,8 @@ struct Router::Impl {
     if (path == "/healthz") {
       co_return co_await writeLocal(client, req.version(), http::status::ok, "ok", keep);
     }
-    co_return co_await writeLocal(client, req.version(), http::status::not_found,
-                                  "not found: " + path + " (try /metrics or /healthz)", keep);
+    const std::string msg = "not found: " + path + " (try /metrics or /healthz)";
+    co_return co_await writeLocal(client, req.version(), http::status::not_found, msg, keep);
   }
 
   // Answers K-Network-Probe requests (§5.5, §5.6, §5.10); never forwarded
@@ -368,8 +368,8 @@ struct Router::Impl {
       }
       if (table.lookup(host, kind == Kind::kInternal ? ListenerKind::kInternal
                                                       : ListenerKind::kExternal) == nullptr) {
-        co_return co_await writeLocal(client, req.version(), http::status::not_found,
-                                      "no route for host \"" + host + "\"", keep);
+        const std::string msg = "no route for host \"" + host + "\"";
+        co_return co_await writeLocal(client, req.version(), http::status::not_found, msg, keep);
       }
       // "override" asks for the hash of the programmed table (§5.6 step 1).
       const std::string answer =
@@ -378,9 +378,8 @@ struct Router::Impl {
                                     hashHeader(answer));
     }
     countProbe("invalid");
-    co_return co_await writeLocal(client, req.version(), http::status::bad_request,
-                                  "unexpected K-Network-Probe value \"" + std::string(value) + "\"",
-                                  keep);
+    const std::string msg = "unexpected K-Network-Probe value \"" + std::string(value) + "\"";
+    co_return co_await writeLocal(client, req.version(), http::status::bad_request, msg, keep);
   }
 
   awaitable<bool> handleRequest(beast::tcp_stream& client, beast::flat_buffer& buf,
@@ -466,8 +465,8 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
   const HostRoute* route = tbl->lookup(host, lk);
   if (route == nullptr) {
     countUnrouted();
-    co_return co_await writeLocal(client, version, http::status::not_found,
-                                  "no route for host \"" + normalizeHost(host) + "\"", reusable());
+    const std::string msg = "no route for host \"" + normalizeHost(host) + "\"";
+    co_return co_await writeLocal(client, version, http::status::not_found, msg, reusable());
   }
   const std::string revision = route->pick();
   std::shared_ptr<RevisionState> state = revisionState(revision);
@@ -533,8 +532,8 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
   tcp::endpoint pod_addr;
   if (!parseEndpointKey(endpoint, &pod_addr)) {
     guard->code = 502;
-    co_return co_await writeLocal(client, version, http::status::bad_gateway,
-                                  "bad pod endpoint " + endpoint, reusable());
+    const std::string msg = "bad pod endpoint " + endpoint;
+    co_return co_await writeLocal(client, version, http::status::bad_gateway, msg, reusable());
   }
 
   // 2. Headers for the pod.
@@ -560,6 +559,10 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
   // 3. Send the request (streaming its body) and read the response header.
   std::unique_ptr<beast::tcp_stream> up;
   beast::flat_buffer ubuf;
+  // Beast reads at most the free capacity of a flat_buffer (>= 512 bytes):
+  // give it room so bodies move in large reads.
+  ubuf.reserve(kChunkBytes);
+  if (had_body) buf.reserve(kChunkBytes);
   std::optional<http::response_parser<http::buffer_body>> rp;
   for (int attempt = 0;; ++attempt) {
     beast::error_code ec;
@@ -572,10 +575,14 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
       if (ec) {
         const bool timeout = ec == beast::error::timeout && time.monotonic() >= first_byte_deadline;
         guard->code = timeout ? 504 : 502;
+        // (Message built outside the co_await: GCC 12 mishandles temporaries
+        // of a ?: inside a co_await expression.)
+        const std::string msg =
+            timeout ? std::string("request timeout")
+                    : "cannot connect to pod " + endpoint + ": " + ec.message();
         co_return co_await writeLocal(
             client, version, timeout ? http::status::gateway_timeout : http::status::bad_gateway,
-            timeout ? "request timeout" : "cannot connect to pod " + endpoint + ": " + ec.message(),
-            reusable());
+            msg, reusable());
       }
       up->socket().set_option(tcp::no_delay(true), ec);
     }
@@ -631,9 +638,10 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     if (reused && !had_body && attempt == 0 && ec != beast::error::timeout) continue;
     const bool timeout = ec == beast::error::timeout;
     guard->code = timeout ? 504 : 502;
+    const std::string msg =
+        timeout ? std::string("request timeout") : "pod " + endpoint + " failed: " + ec.message();
     co_return co_await writeLocal(
-        client, version, timeout ? http::status::gateway_timeout : http::status::bad_gateway,
-        timeout ? "request timeout" : "pod " + endpoint + " failed: " + ec.message(),
+        client, version, timeout ? http::status::gateway_timeout : http::status::bad_gateway, msg,
         timeout && reusable());
   }
 

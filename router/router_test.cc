@@ -286,5 +286,418 @@ TEST_F(RouterTest, AdminListenerServesMetrics) {
   EXPECT_EQ(get(router_->port(), "127.0.0.1", "/metrics").result_int(), 404);
 }
 
+
+// --- streaming --------------------------------------------------------------
+
+constexpr size_t kBig = 50u << 20;        // 50 MiB
+constexpr size_t kFirstPart = 4u << 20;   // sent before waiting for the other side
+constexpr size_t kSeen = 1u << 20;        // what the other side must have seen by then
+
+TEST_F(RouterTest, LargeUploadIsStreamedNotBuffered) {
+  std::atomic<size_t> pod_received{0};
+  TestBackend pod([&](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    buf.reserve(64 * 1024);
+    http::request_parser<http::buffer_body> p;
+    p.body_limit(1ull << 40);
+    beast::error_code ec;
+    http::read_header(sock, buf, p, ec);
+    if (ec) return;
+    std::vector<char> chunk(64 * 1024);
+    while (!p.is_done()) {
+      p.get().body().data = chunk.data();
+      p.get().body().size = chunk.size();
+      http::read(sock, buf, p, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) return;
+      pod_received += chunk.size() - p.get().body().size;
+    }
+    StringResponse resp{http::status::ok, 11};
+    resp.body() = std::to_string(pod_received.load());
+    resp.prepare_payload();
+    http::write(sock, resp, ec);
+  });
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+
+  TestClient c(router_->port());
+  c.writeRaw("POST /upload HTTP/1.1\r\nHost: " + std::string(kHost) +
+             "\r\nContent-Length: " + std::to_string(kBig) + "\r\n\r\n");
+  const std::string block(1 << 20, 'u');
+  for (size_t sent = 0; sent < kFirstPart; sent += block.size()) c.writeRaw(block);
+  // A proxy that buffers the whole body would never let the pod see these
+  // bytes before the upload ends.
+  EXPECT_TRUE(eventually([&] { return pod_received.load() >= kSeen; }, 10s))
+      << "pod saw " << pod_received.load() << " bytes";
+  for (size_t sent = kFirstPart; sent < kBig; sent += block.size()) c.writeRaw(block);
+  ASSERT_FALSE(c.error()) << c.error().message();
+  http::response<http::string_body> resp;
+  beast::error_code ec;
+  http::read(c.socket(), c.buffer(), resp, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(resp.result_int(), 200);
+  EXPECT_EQ(resp.body(), std::to_string(kBig));
+}
+
+TEST_F(RouterTest, ChunkedUploadIsRelayed) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
+    resp.body() = std::to_string(req.body().size()) + ":" + req.body().substr(0, 5);
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  c.writeRaw("POST / HTTP/1.1\r\nHost: " + std::string(kHost) +
+             "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  http::response<http::string_body> resp;
+  beast::error_code ec;
+  http::read(c.socket(), c.buffer(), resp, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(resp.body(), "11:hello");
+}
+
+TEST_F(RouterTest, LargeDownloadIsStreamedNotBuffered) {
+  std::atomic<size_t> client_received{0};
+  TestBackend pod([&](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kBig) +
+                             "\r\nContent-Type: application/octet-stream\r\n\r\n";
+    asio::write(sock, asio::buffer(head), ec);
+    const std::string block(1 << 20, 'd');
+    for (size_t sent = 0; sent < kBig && !ec; sent += block.size()) {
+      if (sent == kFirstPart) {
+        // The client must get data while the pod is still producing it.
+        if (!eventually([&] { return client_received.load() >= kSeen; }, 10s)) return;
+      }
+      asio::write(sock, asio::buffer(block), ec);
+    }
+  });
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+
+  TestClient c(router_->port());
+  StringRequest req{http::verb::get, "/download", 11};
+  req.set(http::field::host, kHost);
+  beast::error_code ec;
+  http::write(c.socket(), req, ec);
+  ASSERT_FALSE(ec);
+  http::response_parser<http::buffer_body> p;
+  p.body_limit(1ull << 40);
+  c.buffer().reserve(64 * 1024);
+  http::read_header(c.socket(), c.buffer(), p, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(p.get().result_int(), 200);
+  EXPECT_EQ(p.content_length().value_or(0), kBig);
+  std::vector<char> chunk(64 * 1024);
+  while (!p.is_done()) {
+    p.get().body().data = chunk.data();
+    p.get().body().size = chunk.size();
+    http::read(c.socket(), c.buffer(), p, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    ASSERT_FALSE(ec) << ec.message() << " after " << client_received.load();
+    client_received += chunk.size() - p.get().body().size;
+  }
+  EXPECT_EQ(client_received.load(), kBig);
+}
+
+// --- concurrency and the activator queue -----------------------------------
+
+TEST_F(RouterTest, ContainerConcurrencyOneNeverOverlaps) {
+  std::atomic<int> in_flight{0}, max_in_flight{0}, served{0};
+  TestBackend pod(TestBackend::httpHandler([&](const StringRequest&, StringResponse& resp) {
+    const int now = ++in_flight;
+    int seen = max_in_flight.load();
+    while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {}
+    std::this_thread::sleep_for(10ms);
+    --in_flight;
+    ++served;
+    resp.body() = "ok";
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  RevisionConfig cfg;
+  cfg.container_concurrency = 1;
+  router_->setRevisionConfig(kRev, cfg);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+
+  std::vector<std::future<int>> clients;
+  for (int i = 0; i < 5; ++i) {
+    clients.push_back(std::async(std::launch::async, [&] {
+      int ok = 0;
+      TestClient c(router_->port());
+      for (int j = 0; j < 6; ++j) {
+        StringRequest req{http::verb::get, "/", 11};
+        req.set(http::field::host, kHost);
+        ok += c.send(std::move(req)).result_int() == 200;
+      }
+      return ok;
+    }));
+  }
+  int ok = 0;
+  for (auto& f : clients) ok += f.get();
+  EXPECT_EQ(ok, 30);  // all served (queued, never rejected)
+  EXPECT_EQ(served.load(), 30);
+  EXPECT_EQ(max_in_flight.load(), 1);
+}
+
+TEST_F(RouterTest, QueuesAtZeroAndReleasesWhenEndpointAppears) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
+    resp.body() = "warm now";
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  std::vector<std::future<StringResponse>> reqs;
+  for (int i = 0; i < 5; ++i) {
+    reqs.push_back(std::async(std::launch::async, [&] { return get(router_->port(), kHost); }));
+  }
+  ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 5; })) << router_->queued(kRev);
+  EXPECT_GE(coldCalls(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_EQ(cold_[0], kRev);
+  }
+  // Queued requests count as concurrency for the autoscaler.
+  auto report = router_->collect(kRev, RealTimeSource::instance().monotonic());
+  EXPECT_EQ(report.request_count, 5);
+  EXPECT_GT(report.average_concurrency, 0);
+  EXPECT_NE(router_->renderMetrics().find("knap_activator_queued_requests{revision=\"default/hello-00001\"} 5"),
+            std::string::npos);
+
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  for (auto& f : reqs) {
+    auto resp = f.get();
+    EXPECT_EQ(resp.result_int(), 200);
+    EXPECT_EQ(resp.body(), "warm now");
+  }
+  EXPECT_EQ(router_->queued(kRev), 0u);
+  const std::string m = router_->renderMetrics();
+  EXPECT_NE(m.find("knap_cold_start_seconds_count{revision=\"default/hello-00001\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("knap_activator_queue_wait_seconds_count{revision=\"default/hello-00001\"} 5"), std::string::npos) << m;
+}
+
+TEST_F(RouterTest, QueueFullGets503) {
+  RouterOptions o = defaultOptions();
+  o.queue.max_depth = 2;
+  startRouter(o); setRoutes({helloRoute()});
+  std::vector<std::future<StringResponse>> waiting;
+  for (int i = 0; i < 2; ++i) {
+    waiting.push_back(std::async(std::launch::async, [&] { return get(router_->port(), kHost); }));
+  }
+  ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 2; }));
+  auto resp = get(router_->port(), kHost);
+  EXPECT_EQ(resp.result_int(), 503);
+  EXPECT_NE(resp.body().find("queue full"), std::string::npos) << resp.body();
+  router_->removeRevision(kRev);  // releases the two waiting with 503
+  for (auto& f : waiting) EXPECT_EQ(f.get().result_int(), 503);
+}
+
+TEST_F(RouterTest, QueueWaitLimitGets503) {
+  RouterOptions o = defaultOptions();
+  o.queue.max_wait = 300ms;
+  startRouter(o); setRoutes({helloRoute()});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto resp = get(router_->port(), kHost);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(resp.result_int(), 503);
+  EXPECT_NE(resp.body().find("queue wait limit"), std::string::npos) << resp.body();
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 3s);
+}
+
+TEST_F(RouterTest, QueueTimeCountsAgainstTimeout) {
+  startRouter(); setRoutes({helloRoute()});
+  RevisionConfig cfg;
+  cfg.timeout = 400ms;
+  router_->setRevisionConfig(kRev, cfg);
+  auto resp = get(router_->port(), kHost);
+  EXPECT_EQ(resp.result_int(), 504);
+  EXPECT_NE(resp.body().find("timeout"), std::string::npos);
+}
+
+// --- timeouts ---------------------------------------------------------------
+
+TEST_F(RouterTest, TimeoutWithNoResponseByteIs504) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
+    std::this_thread::sleep_for(1500ms);
+    resp.body() = "too late";
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  RevisionConfig cfg;
+  cfg.timeout = 500ms;
+  router_->setRevisionConfig(kRev, cfg);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto resp = get(router_->port(), kHost);
+  EXPECT_EQ(resp.result_int(), 504);
+  EXPECT_EQ(resp.body(), "request timeout\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1400ms);
+}
+
+TEST_F(RouterTest, ResponseStartTimeoutIs504) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
+    std::this_thread::sleep_for(1000ms);
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  RevisionConfig cfg;
+  cfg.timeout = 10s;
+  cfg.response_start_timeout = 300ms;
+  router_->setRevisionConfig(kRev, cfg);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  EXPECT_EQ(get(router_->port(), kHost).result_int(), 504);
+}
+
+// A pod that answers at once, then streams `pieces` chunks `gap` apart.
+TestBackend::ConnHandler slowStream(int pieces, std::chrono::milliseconds gap) {
+  return [pieces, gap](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    asio::write(sock, asio::buffer(head), ec);
+    for (int i = 0; i < pieces && !ec; ++i) {
+      asio::write(sock, asio::buffer(std::string("6\r\npiece") + char('0' + i) + "\r\n"), ec);
+      std::this_thread::sleep_for(gap);
+    }
+    asio::write(sock, asio::buffer(std::string("0\r\n\r\n")), ec);
+  };
+}
+
+TEST_F(RouterTest, StartedStreamIsNotCutByTimeout) {
+  // Knative's timeout handler: once the response has started, timeoutSeconds
+  // no longer applies (TestRevisionTimeout: first byte at once, then
+  // streaming past the timeout => 200 and the whole body).
+  TestBackend pod(slowStream(5, 250ms));
+  startRouter(); setRoutes({helloRoute()});
+  RevisionConfig cfg;
+  cfg.timeout = 500ms;
+  router_->setRevisionConfig(kRev, cfg);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  auto resp = get(router_->port(), kHost);
+  EXPECT_EQ(resp.result_int(), 200);
+  EXPECT_EQ(resp.body(), "piece0piece1piece2piece3piece4");
+}
+
+TEST_F(RouterTest, IdleTimeoutCutsAStalledStream) {
+  TestBackend pod(slowStream(2, 1500ms));
+  startRouter(); setRoutes({helloRoute()});
+  RevisionConfig cfg;
+  cfg.idle_timeout = 300ms;
+  router_->setRevisionConfig(kRev, cfg);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  StringRequest req{http::verb::get, "/", 11};
+  req.set(http::field::host, kHost);
+  auto resp = c.send(std::move(req));
+  // Status 200 had been sent; the body was cut: the read fails.
+  EXPECT_TRUE(c.error()) << resp.body();
+}
+
+// --- upgrade ------------------------------------------------------------------
+
+TEST_F(RouterTest, UpgradeIsSplicedBothWays) {
+  TestBackend pod([](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    if (!boost::beast::iequals(req[http::field::upgrade], "websocket")) {
+      asio::write(sock, asio::buffer(std::string("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")), ec);
+      return;
+    }
+    asio::write(sock, asio::buffer(std::string(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")), ec);
+    // Echo, prefixed, until the client closes.
+    std::string pending(static_cast<const char*>(buf.data().data()), buf.size());
+    if (!pending.empty()) asio::write(sock, asio::buffer("echo:" + pending), ec);
+    char data[1024];
+    for (;;) {
+      const size_t n = sock.read_some(asio::buffer(data), ec);
+      if (ec) return;
+      asio::write(sock, asio::buffer("echo:" + std::string(data, n)), ec);
+    }
+  });
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  c.writeRaw("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
+             "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  http::response_parser<http::empty_body> p;
+  beast::error_code ec;
+  http::read_header(c.socket(), c.buffer(), p, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(p.get().result_int(), 101);
+  EXPECT_EQ(p.get()[http::field::upgrade], "websocket");
+  c.writeRaw("ping-1");
+  std::string got(static_cast<const char*>(c.buffer().data().data()), c.buffer().size());
+  c.buffer().consume(c.buffer().size());
+  char data[256];
+  while (got.size() < 11) {
+    const size_t n = c.socket().read_some(asio::buffer(data), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    got.append(data, n);
+  }
+  EXPECT_EQ(got, "echo:ping-1");
+  c.writeRaw("ping-2");
+  got.clear();
+  while (got.size() < 11) {
+    const size_t n = c.socket().read_some(asio::buffer(data), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    got.append(data, n);
+  }
+  EXPECT_EQ(got, "echo:ping-2");
+}
+
+TEST_F(RouterTest, ExpectContinueAnsweredByRouter) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
+    resp.body() = req.body();
+    resp.set("X-Saw-Expect", req.count(http::field::expect) ? "yes" : "no");
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  c.writeRaw("POST / HTTP/1.1\r\nHost: " + std::string(kHost) +
+             "\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
+  char data[64];
+  beast::error_code ec;
+  const size_t n = c.socket().read_some(asio::buffer(data), ec);
+  ASSERT_FALSE(ec);
+  EXPECT_EQ(std::string(data, n).rfind("HTTP/1.1 100 Continue", 0), 0u) << std::string(data, n);
+  c.writeRaw("body");
+  http::response<http::string_body> resp;
+  http::read(c.socket(), c.buffer(), resp, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(resp.body(), "body");
+  EXPECT_EQ(resp["X-Saw-Expect"], "no");
+}
+
+TEST_F(RouterTest, RoutingTableSwapKeepsServing) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
+    std::this_thread::sleep_for(200ms);
+    resp.body() = "slow ok";
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  auto inflight = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
+  std::this_thread::sleep_for(50ms);
+  router_->setRoutingTable(RoutingTable::empty());
+  EXPECT_EQ(inflight.get().body(), "slow ok");
+  EXPECT_EQ(get(router_->port(), kHost).result_int(), 404);
+}
+
+TEST_F(RouterTest, PodDownIs502) {
+  uint16_t dead_port;
+  {
+    TestBackend gone([](tcp::socket&) {});
+    dead_port = gone.port();
+  }
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {Endpoint{"127.0.0.1", dead_port}});
+  EXPECT_EQ(get(router_->port(), kHost).result_int(), 502);
+}
+
 }  // namespace
 }  // namespace knap::router
