@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -49,8 +49,10 @@ std::string trimmed(std::string s) {
 bool isIpv4(const std::string& s) {
   int dots = 0;
   for (char c : s) {
-    if (c == '.') ++dots;
-    else if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    if (c == '.')
+      ++dots;
+    else if (!std::isdigit(static_cast<unsigned char>(c)))
+      return false;
   }
   return dots == 3;
 }
@@ -135,8 +137,7 @@ StatusOr<PodNetwork> parseCniResult(const std::string& stdout_text, const std::s
         const int64_t idx = ip["interface"].get<int64_t>();
         if (idx < 0 || idx >= static_cast<int64_t>(ifaces.size())) continue;
         const json& iface = ifaces[static_cast<size_t>(idx)];
-        if (!iface.is_object() || iface.value("name", "") != ifname ||
-            iface.value("sandbox", "").empty()) {
+        if (!iface.is_object() || iface.value("name", "") != ifname || iface.value("sandbox", "").empty()) {
           continue;
         }
       }
@@ -189,7 +190,9 @@ std::string CniNetwork::netnsPath(const std::string& pod_id) const {
   return options_.netns_dir + "/" + netnsName(pod_id);
 }
 
-json CniNetwork::networkConfig() const { return makeBridgeConfig(options_); }
+json CniNetwork::networkConfig() const {
+  return makeBridgeConfig(options_);
+}
 
 std::string CniNetwork::leaseDir() const {
   return options_.ipam_data_dir + "/" + options_.network_name;
@@ -200,12 +203,13 @@ StatusOr<std::string> CniNetwork::runBridge(Command command, const std::string& 
   const char* cmd = command == Command::kAdd ? "ADD" : "DEL";
   ProgramOptions po;
   const char* path = std::getenv("PATH");
-  po.env = {std::string("CNI_COMMAND=") + cmd,
-            "CNI_CONTAINERID=" + pod_id,
-            "CNI_NETNS=" + netns_path,
-            "CNI_IFNAME=" + options_.ifname,
-            "CNI_PATH=" + options_.plugin_dir,
-            std::string("PATH=") + (path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")};
+  po.env = {
+      std::string("CNI_COMMAND=") + cmd,
+      "CNI_CONTAINERID=" + pod_id,
+      "CNI_NETNS=" + netns_path,
+      "CNI_IFNAME=" + options_.ifname,
+      "CNI_PATH=" + options_.plugin_dir,
+      std::string("PATH=") + (path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")};
   po.stdin_text = networkConfig().dump();
   po.timeout = options_.plugin_timeout;
   const std::string plugin = options_.plugin_dir + "/bridge";
@@ -219,8 +223,7 @@ StatusOr<std::string> CniNetwork::runBridge(Command command, const std::string& 
 StatusOr<PodNetwork> CniNetwork::setUp(const std::string& pod_id) {
   KNAP_RETURN_IF_ERROR(validatePodId(pod_id));
   if (options_.netns_dir != "/var/run/netns" && options_.netns_dir != "/run/netns") {
-    return failedPrecondition("netns dir " + options_.netns_dir +
-                              ": `ip netns` only manages /var/run/netns");
+    return failedPrecondition("netns dir " + options_.netns_dir + ": `ip netns` only manages /var/run/netns");
   }
   if (::access((options_.plugin_dir + "/bridge").c_str(), X_OK) != 0 ||
       ::access((options_.plugin_dir + "/host-local").c_str(), X_OK) != 0) {
@@ -287,11 +290,11 @@ void CniNetwork::removeMasqRules(const std::string& pod_id, const std::string& i
   const std::string source = ip + (ip.find(':') == std::string::npos ? "/32" : "/128");
   const std::string iptables = ip.find(':') == std::string::npos ? "iptables" : "ip6tables";
   // Each step may find nothing to do (the plugin got there); errors only get logged.
-  for (const auto& argv : std::vector<std::vector<std::string>>{
-           {iptables, "-w", "-t", "nat", "-D", "POSTROUTING", "-s", source, "-m", "comment",
-            "--comment", comment, "-j", chain},
-           {iptables, "-w", "-t", "nat", "-F", chain},
-           {iptables, "-w", "-t", "nat", "-X", chain}}) {
+  for (const auto& argv :
+       std::vector<std::vector<std::string>>{{iptables, "-w", "-t", "nat", "-D", "POSTROUTING", "-s", source,
+                                              "-m", "comment", "--comment", comment, "-j", chain},
+                                             {iptables, "-w", "-t", "nat", "-F", chain},
+                                             {iptables, "-w", "-t", "nat", "-X", chain}}) {
     auto r = runProgram(argv, {}, time_);
     if (r.isOk() && r->exit_code != 0 && r->stderr_text.find("No chain") == std::string::npos &&
         r->stderr_text.find("does a matching rule exist") == std::string::npos) {

@@ -24,11 +24,10 @@
 
 #include <chrono>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -36,26 +35,26 @@
 namespace knap::runtime {
 
 struct CniOptions {
-  std::string network_name = "knap";      // CNI network name (and lease subdirectory)
-  std::string bridge = "knap0";           // at most 15 characters
+  std::string network_name = "knap";  // CNI network name (and lease subdirectory)
+  std::string bridge = "knap0";       // at most 15 characters
   std::string subnet = "10.88.0.0/16";
   std::string plugin_dir = "/usr/lib/cni";
   std::string ipam_data_dir = "/var/lib/knap/cni";  // host-local dataDir
   // Where iproute2 keeps named namespaces; `ip netns add` always uses
   // /var/run/netns, so only a different directory for listing in tests makes sense.
   std::string netns_dir = "/var/run/netns";
-  std::string netns_prefix = "knap-";     // netns name = prefix + pod id
+  std::string netns_prefix = "knap-";  // netns name = prefix + pod id
   std::string ifname = "eth0";
   bool ip_masq = true;
-  std::string cni_version = "1.0.0";      // supported by plugins >= 1.0
+  std::string cni_version = "1.0.0";  // supported by plugins >= 1.0
   Duration plugin_timeout = std::chrono::seconds(30);
 };
 
 struct PodNetwork {
-  std::string netns_path;   // /var/run/netns/knap-<pod id>
-  std::string ip;           // the pod's IPv4 address, e.g. "10.88.0.7"
-  int prefix_length = 0;    // e.g. 16
-  std::string gateway;      // the bridge address, e.g. "10.88.0.1"
+  std::string netns_path;  // /var/run/netns/knap-<pod id>
+  std::string ip;          // the pod's IPv4 address, e.g. "10.88.0.7"
+  int prefix_length = 0;   // e.g. 16
+  std::string gateway;     // the bridge address, e.g. "10.88.0.1"
 };
 
 class CniNetwork {
@@ -94,8 +93,7 @@ class CniNetwork {
 
  private:
   enum class Command { kAdd, kDel };
-  StatusOr<std::string> runBridge(Command command, const std::string& pod_id,
-                                  const std::string& netns_path);
+  StatusOr<std::string> runBridge(Command command, const std::string& pod_id, const std::string& netns_path);
   std::string leaseDir() const;
   void removeMasqRules(const std::string& pod_id, const std::string& ip);
 

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -10,12 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -112,7 +111,10 @@ TEST(CniErrorTest, UsesPluginErrorObject) {
   EXPECT_EQ(s.code(), Code::kInternal);
   EXPECT_EQ(s.message(), "CNI bridge ADD for pod p1: failed to open netns \"/x\": no such file");
 
-  s = cniError("ADD", 1, R"({"code":999,"msg":"failed to allocate for range 0: no IP addresses available in range set: 10.0.0.1-10.0.0.2"})", "");
+  s = cniError(
+      "ADD", 1,
+      R"({"code":999,"msg":"failed to allocate for range 0: no IP addresses available in range set: 10.0.0.1-10.0.0.2"})",
+      "");
   EXPECT_EQ(s.code(), Code::kResourceExhausted);
   s = cniError("ADD", 1, R"({"code":11,"msg":"busy"})", "");
   EXPECT_EQ(s.code(), Code::kUnavailable);
@@ -162,7 +164,8 @@ TEST(CniListTest, ListsNetnsAndLeasesOfThisNetworkOnly) {
   ::mkdir(o.ipam_data_dir.c_str(), 0755);
   ::mkdir((o.ipam_data_dir + "/knap").c_str(), 0755);
   ::mkdir((o.ipam_data_dir + "/other").c_str(), 0755);
-  for (const char* f : {"knap-pod-b", "knap-pod-a", "cni-1234", "knap-"}) writeFile(o.netns_dir + "/" + f, "");
+  for (const char* f : {"knap-pod-b", "knap-pod-a", "cni-1234", "knap-"})
+    writeFile(o.netns_dir + "/" + f, "");
   writeFile(o.ipam_data_dir + "/knap/10.88.0.2", "pod-a\r\neth0");
   writeFile(o.ipam_data_dir + "/knap/10.88.0.3", "pod-c\r\neth0");
   writeFile(o.ipam_data_dir + "/knap/last_reserved_ip.0", "10.88.0.3");
@@ -232,7 +235,8 @@ std::string pingFromHost(const std::string& ip, int port) {
   a.sin_port = htons(static_cast<uint16_t>(port));
   ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
   std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::send(fd, "ping", 4, MSG_NOSIGNAL) == 4) {
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::send(fd, "ping", 4, MSG_NOSIGNAL) == 4) {
     char buf[128];
     ssize_t n;
     while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));

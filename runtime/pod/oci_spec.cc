@@ -21,20 +21,26 @@ constexpr const char* kDefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/s
 
 // containerd's default capability set (oci/spec.go defaultUnixCaps).
 const std::vector<std::string> kDefaultCaps = {
-    "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FSETID",           "CAP_FOWNER",     "CAP_MKNOD",
-    "CAP_NET_RAW", "CAP_SETGID",      "CAP_SETUID",           "CAP_SETFCAP",    "CAP_SETPCAP",
-    "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL",     "CAP_AUDIT_WRITE"};
+    "CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FSETID",           "CAP_FOWNER",
+    "CAP_MKNOD",   "CAP_NET_RAW",      "CAP_SETGID",           "CAP_SETUID",
+    "CAP_SETFCAP", "CAP_SETPCAP",      "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+    "CAP_KILL",    "CAP_AUDIT_WRITE"};
 
 // Every capability runc knows (Linux 5.x), to reject typos before runc does.
-const std::set<std::string> kKnownCaps = {
-    "CAP_AUDIT_CONTROL", "CAP_AUDIT_READ", "CAP_AUDIT_WRITE", "CAP_BLOCK_SUSPEND", "CAP_BPF",
-    "CAP_CHECKPOINT_RESTORE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH",
-    "CAP_FOWNER", "CAP_FSETID", "CAP_IPC_LOCK", "CAP_IPC_OWNER", "CAP_KILL", "CAP_LEASE",
-    "CAP_LINUX_IMMUTABLE", "CAP_MAC_ADMIN", "CAP_MAC_OVERRIDE", "CAP_MKNOD", "CAP_NET_ADMIN",
-    "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST", "CAP_NET_RAW", "CAP_PERFMON", "CAP_SETFCAP",
-    "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYSLOG", "CAP_SYS_ADMIN", "CAP_SYS_BOOT",
-    "CAP_SYS_CHROOT", "CAP_SYS_MODULE", "CAP_SYS_NICE", "CAP_SYS_PACCT", "CAP_SYS_PTRACE",
-    "CAP_SYS_RAWIO", "CAP_SYS_RESOURCE", "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_WAKE_ALARM"};
+const std::set<std::string> kKnownCaps = {"CAP_AUDIT_CONTROL",   "CAP_AUDIT_READ",   "CAP_AUDIT_WRITE",
+                                          "CAP_BLOCK_SUSPEND",   "CAP_BPF",          "CAP_CHECKPOINT_RESTORE",
+                                          "CAP_CHOWN",           "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH",
+                                          "CAP_FOWNER",          "CAP_FSETID",       "CAP_IPC_LOCK",
+                                          "CAP_IPC_OWNER",       "CAP_KILL",         "CAP_LEASE",
+                                          "CAP_LINUX_IMMUTABLE", "CAP_MAC_ADMIN",    "CAP_MAC_OVERRIDE",
+                                          "CAP_MKNOD",           "CAP_NET_ADMIN",    "CAP_NET_BIND_SERVICE",
+                                          "CAP_NET_BROADCAST",   "CAP_NET_RAW",      "CAP_PERFMON",
+                                          "CAP_SETFCAP",         "CAP_SETGID",       "CAP_SETPCAP",
+                                          "CAP_SETUID",          "CAP_SYSLOG",       "CAP_SYS_ADMIN",
+                                          "CAP_SYS_BOOT",        "CAP_SYS_CHROOT",   "CAP_SYS_MODULE",
+                                          "CAP_SYS_NICE",        "CAP_SYS_PACCT",    "CAP_SYS_PTRACE",
+                                          "CAP_SYS_RAWIO",       "CAP_SYS_RESOURCE", "CAP_SYS_TIME",
+                                          "CAP_SYS_TTY_CONFIG",  "CAP_WAKE_ALARM"};
 
 // --- JSON access with field paths in errors --------------------------------
 
@@ -58,16 +64,14 @@ StatusOr<std::vector<std::string>> stringList(const json* v, const std::string& 
   return out;
 }
 
-StatusOr<std::optional<int64_t>> optionalInt(const json& obj, const char* key,
-                                             const std::string& path) {
+StatusOr<std::optional<int64_t>> optionalInt(const json& obj, const char* key, const std::string& path) {
   const json* v = member(obj, key);
   if (v == nullptr) return std::optional<int64_t>();
   if (!v->is_number_integer()) return invalidArgument(path + "." + key + ": must be an integer");
   return std::optional<int64_t>(v->get<int64_t>());
 }
 
-StatusOr<std::optional<bool>> optionalBool(const json& obj, const char* key,
-                                           const std::string& path) {
+StatusOr<std::optional<bool>> optionalBool(const json& obj, const char* key, const std::string& path) {
   const json* v = member(obj, key);
   if (v == nullptr) return std::optional<bool>();
   if (!v->is_boolean()) return invalidArgument(path + "." + key + ": must be a boolean");
@@ -78,9 +82,7 @@ StatusOr<std::optional<bool>> optionalBool(const json& obj, const char* key,
 
 // Parses a Kubernetes quantity and returns ceil(value * 10^scale10).
 StatusOr<int64_t> parseScaled(const std::string& q, int scale10) {
-  auto bad = [&](const std::string& why) {
-    return invalidArgument("quantity \"" + q + "\": " + why);
-  };
+  auto bad = [&](const std::string& why) { return invalidArgument("quantity \"" + q + "\": " + why); };
   size_t i = 0;
   if (i < q.size() && (q[i] == '+' || q[i] == '-')) {
     if (q[i] == '-') return bad("must not be negative");
@@ -112,21 +114,36 @@ StatusOr<int64_t> parseScaled(const std::string& q, int scale10) {
   const std::string suffix = q.substr(i);
   int pow10 = 0, pow2 = 0;
   if (suffix.empty()) {
-  } else if (suffix == "Ki") pow2 = 10;
-  else if (suffix == "Mi") pow2 = 20;
-  else if (suffix == "Gi") pow2 = 30;
-  else if (suffix == "Ti") pow2 = 40;
-  else if (suffix == "Pi") pow2 = 50;
-  else if (suffix == "Ei") pow2 = 60;
-  else if (suffix == "n") pow10 = -9;
-  else if (suffix == "u") pow10 = -6;
-  else if (suffix == "m") pow10 = -3;
-  else if (suffix == "k") pow10 = 3;
-  else if (suffix == "M") pow10 = 6;
-  else if (suffix == "G") pow10 = 9;
-  else if (suffix == "T") pow10 = 12;
-  else if (suffix == "P") pow10 = 15;
-  else if (suffix == "E") pow10 = 18;
+  } else if (suffix == "Ki")
+    pow2 = 10;
+  else if (suffix == "Mi")
+    pow2 = 20;
+  else if (suffix == "Gi")
+    pow2 = 30;
+  else if (suffix == "Ti")
+    pow2 = 40;
+  else if (suffix == "Pi")
+    pow2 = 50;
+  else if (suffix == "Ei")
+    pow2 = 60;
+  else if (suffix == "n")
+    pow10 = -9;
+  else if (suffix == "u")
+    pow10 = -6;
+  else if (suffix == "m")
+    pow10 = -3;
+  else if (suffix == "k")
+    pow10 = 3;
+  else if (suffix == "M")
+    pow10 = 6;
+  else if (suffix == "G")
+    pow10 = 9;
+  else if (suffix == "T")
+    pow10 = 12;
+  else if (suffix == "P")
+    pow10 = 15;
+  else if (suffix == "E")
+    pow10 = 18;
   else if ((suffix[0] == 'e' || suffix[0] == 'E') && suffix.size() > 1) {
     size_t j = 1;
     bool neg = false;
@@ -139,7 +156,8 @@ StatusOr<int64_t> parseScaled(const std::string& q, int scale10) {
     }
     pow10 = neg ? -e : e;
   } else {
-    return bad("unknown suffix \"" + suffix + "\" (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent)");
+    return bad("unknown suffix \"" + suffix +
+               "\" (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent)");
   }
   // value = mantissa * 2^pow2 * 10^(pow10 + scale10 - frac_digits), rounded up.
   int exp10 = pow10 + scale10 - frac_digits;
@@ -275,7 +293,9 @@ std::vector<uint32_t> additionalGids(const PasswdEntry* user, uint32_t gid,
 
 // --- small helpers --------------------------------------------------------------
 
-std::string envName(const std::string& kv) { return kv.substr(0, kv.find('=')); }
+std::string envName(const std::string& kv) {
+  return kv.substr(0, kv.find('='));
+}
 
 void setEnv(std::vector<std::string>& env, const std::string& name, const std::string& value) {
   for (auto& e : env) {
@@ -298,8 +318,8 @@ json mount(const std::string& dest, const std::string& type, const std::string& 
   return json{{"destination", dest}, {"type", type}, {"source", source}, {"options", options}};
 }
 
-json deviceRule(bool allow, const char* type, std::optional<int64_t> major,
-                std::optional<int64_t> minor, const char* access) {
+json deviceRule(bool allow, const char* type, std::optional<int64_t> major, std::optional<int64_t> minor,
+                const char* access) {
   json r{{"allow", allow}, {"access", access}};
   if (type != nullptr) r["type"] = type;
   if (major) r["major"] = *major;
@@ -358,9 +378,12 @@ StatusOr<std::vector<EnvVar>> containerEnv(const json& container, const PodSpecI
       if (const json* fr = member(*vf, "fieldRef")) {
         const json* fp = member(*fr, "fieldPath");
         const std::string field = fp && fp->is_string() ? fp->get<std::string>() : "";
-        if (field == "metadata.name") value = in.pod_id;
-        else if (field == "metadata.namespace") value = namespace_name;
-        else if (field == "status.podIP" && !in.pod_ip.empty()) value = in.pod_ip;
+        if (field == "metadata.name")
+          value = in.pod_id;
+        else if (field == "metadata.namespace")
+          value = namespace_name;
+        else if (field == "status.podIP" && !in.pod_ip.empty())
+          value = in.pod_ip;
         else {
           return invalidArgument(path + ".valueFrom.fieldRef.fieldPath: \"" + field +
                                  "\" is not supported by knap (metadata.name, metadata.namespace, "
@@ -475,13 +498,20 @@ uint64_t maxNofileForPods() {
   return std::min<uint64_t>(kCap, rl.rlim_max);
 }
 
-StatusOr<int64_t> parseQuantity(const std::string& quantity) { return parseScaled(quantity, 0); }
-StatusOr<int64_t> parseMilliCpu(const std::string& quantity) { return parseScaled(quantity, 3); }
-StatusOr<int64_t> parseQuantityJson(const nlohmann::json& value) { return quantityFromJson(value, 0); }
-StatusOr<int64_t> parseMilliCpuJson(const nlohmann::json& value) { return quantityFromJson(value, 3); }
+StatusOr<int64_t> parseQuantity(const std::string& quantity) {
+  return parseScaled(quantity, 0);
+}
+StatusOr<int64_t> parseMilliCpu(const std::string& quantity) {
+  return parseScaled(quantity, 3);
+}
+StatusOr<int64_t> parseQuantityJson(const nlohmann::json& value) {
+  return quantityFromJson(value, 0);
+}
+StatusOr<int64_t> parseMilliCpuJson(const nlohmann::json& value) {
+  return quantityFromJson(value, 3);
+}
 
-std::string expandVars(const std::string& s,
-                       const std::vector<std::pair<std::string, std::string>>& vars) {
+std::string expandVars(const std::string& s, const std::vector<std::pair<std::string, std::string>>& vars) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] != '$' || i + 1 >= s.size()) {
@@ -515,15 +545,15 @@ std::string expandVars(const std::string& s,
   return out;
 }
 
-StatusOr<ResolvedUser> resolveImageUser(const std::string& user,
-                                        const std::optional<std::string>& etc_passwd,
+StatusOr<ResolvedUser> resolveImageUser(const std::string& user, const std::optional<std::string>& etc_passwd,
                                         const std::optional<std::string>& etc_group) {
   const auto users = parsePasswd(etc_passwd);
   const auto groups = parseGroup(etc_group);
   ResolvedUser out;
   if (user.empty()) {
     const PasswdEntry* root = nullptr;
-    for (const auto& u : users) if (u.uid == 0 && !root) root = &u;
+    for (const auto& u : users)
+      if (u.uid == 0 && !root) root = &u;
     out.additional_gids = additionalGids(root, 0, groups);
     return out;
   }
@@ -535,12 +565,18 @@ StatusOr<ResolvedUser> resolveImageUser(const std::string& user,
   if (auto id = parseId(u)) {
     out.uid = *id;
     for (const auto& p : users) {
-      if (p.uid == *id) { entry = &p; break; }
+      if (p.uid == *id) {
+        entry = &p;
+        break;
+      }
     }
     if (entry) out.gid = entry->gid;
   } else {
     for (const auto& p : users) {
-      if (p.name == u) { entry = &p; break; }
+      if (p.name == u) {
+        entry = &p;
+        break;
+      }
     }
     if (entry == nullptr) {
       return invalidArgument("image USER \"" + user + "\": no user \"" + u + "\" in " +
@@ -555,7 +591,10 @@ StatusOr<ResolvedUser> resolveImageUser(const std::string& user,
     } else {
       const GroupEntry* ge = nullptr;
       for (const auto& gr : groups) {
-        if (gr.name == *g) { ge = &gr; break; }
+        if (gr.name == *g) {
+          ge = &gr;
+          break;
+        }
       }
       if (ge == nullptr) {
         return invalidArgument("image USER \"" + user + "\": no group \"" + *g + "\" in " +
@@ -596,7 +635,8 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
   KNAP_ASSIGN_OR_RETURN(auto image_env, stringList(member(*image, "Env"), "image Env"));
   std::string image_user, image_workdir;
   if (const json* v = member(*image, "User"); v && v->is_string()) image_user = v->get<std::string>();
-  if (const json* v = member(*image, "WorkingDir"); v && v->is_string()) image_workdir = v->get<std::string>();
+  if (const json* v = member(*image, "WorkingDir"); v && v->is_string())
+    image_workdir = v->get<std::string>();
 
   // Port.
   int port = kDefaultPort;
@@ -613,11 +653,10 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
   KNAP_ASSIGN_OR_RETURN(auto cenv, containerEnv(c, in, namespace_name));
   std::vector<std::pair<std::string, std::string>> mapping;
   for (const auto& e : cenv) mapping.emplace_back(e.name, e.value);
-  const std::pair<std::string, std::string> reserved[] = {
-      {"PORT", std::to_string(port)},
-      {"K_SERVICE", in.service_name},
-      {"K_CONFIGURATION", in.configuration_name},
-      {"K_REVISION", in.revision_name}};
+  const std::pair<std::string, std::string> reserved[] = {{"PORT", std::to_string(port)},
+                                                          {"K_SERVICE", in.service_name},
+                                                          {"K_CONFIGURATION", in.configuration_name},
+                                                          {"K_REVISION", in.revision_name}};
   for (const auto& r : reserved) mapping.push_back(r);
   std::vector<std::string> env;
   for (const auto& e : image_env) {
@@ -647,7 +686,8 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     }
   }
   if (args.empty()) {
-    return invalidArgument("no command: the image has no Entrypoint or Cmd and the container sets no command");
+    return invalidArgument(
+        "no command: the image has no Entrypoint or Cmd and the container sets no command");
   }
 
   // Working directory.
@@ -713,8 +753,9 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     }
   }
   if (non_root && user.uid == 0) {
-    return invalidArgument("securityContext.runAsNonRoot: the container would run as root (uid 0); "
-                           "set runAsUser or a non-root USER in the image");
+    return invalidArgument(
+        "securityContext.runAsNonRoot: the container would run as root (uid 0); "
+        "set runAsUser or a non-root USER in the image");
   }
 
   // Capabilities.
@@ -746,14 +787,14 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
   json resources = json::object();
   resources["devices"] = json::array({
       deviceRule(false, nullptr, std::nullopt, std::nullopt, "rwm"),
-      deviceRule(true, "c", 1, 3, "rwm"),    // /dev/null
-      deviceRule(true, "c", 1, 8, "rwm"),    // /dev/random
-      deviceRule(true, "c", 1, 7, "rwm"),    // /dev/full
-      deviceRule(true, "c", 5, 0, "rwm"),    // /dev/tty
-      deviceRule(true, "c", 1, 5, "rwm"),    // /dev/zero
-      deviceRule(true, "c", 1, 9, "rwm"),    // /dev/urandom
+      deviceRule(true, "c", 1, 3, "rwm"),               // /dev/null
+      deviceRule(true, "c", 1, 8, "rwm"),               // /dev/random
+      deviceRule(true, "c", 1, 7, "rwm"),               // /dev/full
+      deviceRule(true, "c", 5, 0, "rwm"),               // /dev/tty
+      deviceRule(true, "c", 1, 5, "rwm"),               // /dev/zero
+      deviceRule(true, "c", 1, 9, "rwm"),               // /dev/urandom
       deviceRule(true, "c", 136, std::nullopt, "rwm"),  // /dev/pts/*
-      deviceRule(true, "c", 5, 2, "rwm"),    // /dev/ptmx
+      deviceRule(true, "c", 5, 2, "rwm"),               // /dev/ptmx
       // No 5:1: Knative says /dev/console SHOULD NOT exist (contract item 53).
   });
   const json* res = member(c, "resources");
@@ -802,10 +843,9 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
       mount("/run", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
       mount("/tmp", "tmpfs", "tmpfs", {"nosuid", "nodev", "mode=1777"}),
   });
-  const std::pair<const char*, const std::string*> binds[] = {
-      {"/etc/resolv.conf", &in.resolv_conf_path},
-      {"/etc/hosts", &in.hosts_path},
-      {"/etc/hostname", &in.hostname_path}};
+  const std::pair<const char*, const std::string*> binds[] = {{"/etc/resolv.conf", &in.resolv_conf_path},
+                                                              {"/etc/hosts", &in.hosts_path},
+                                                              {"/etc/hostname", &in.hostname_path}};
   for (const auto& [dest, src] : binds) {
     if (src->empty()) continue;
     if ((*src)[0] != '/') return invalidArgument(std::string(dest) + " source must be an absolute path");
@@ -815,8 +855,8 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
   KNAP_ASSIGN_OR_RETURN(json volume_mounts, volumeMounts(*spec, c));
   for (auto& m : volume_mounts) mounts.push_back(std::move(m));
 
-  json namespaces = json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}},
-                                 {{"type", "mount"}}});
+  json namespaces =
+      json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}});
   json net = {{"type", "network"}};
   if (!in.netns_path.empty()) net["path"] = in.netns_path;
   namespaces.push_back(net);
@@ -828,7 +868,8 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
       {"env", env},
       {"cwd", cwd},
       {"capabilities", {{"bounding", caps}, {"effective", caps}, {"permitted", caps}}},
-      {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", in.nofile_limit}, {"soft", in.nofile_limit}}})},
+      {"rlimits",
+       json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", in.nofile_limit}, {"soft", in.nofile_limit}}})},
       {"noNewPrivileges", !priv_esc.value_or(false)},
   };
 
@@ -844,10 +885,8 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
         {"namespaces", namespaces},
         {"maskedPaths",
          {"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-          "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware",
-          "/proc/scsi"}},
-        {"readonlyPaths",
-         {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}}}},
+          "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"}},
+        {"readonlyPaths", {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}}}},
   };
   return out;
 }

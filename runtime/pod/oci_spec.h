@@ -30,11 +30,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -62,8 +61,8 @@ struct PodSpecInput {
   std::string resolv_conf_path;
   std::string hosts_path;
   std::string hostname_path;
-  std::string cgroups_path;        // default "/knap/<pod_id>"
-  std::string pod_ip;              // for env valueFrom.fieldRef status.podIP (optional)
+  std::string cgroups_path;  // default "/knap/<pod_id>"
+  std::string pod_ip;        // for env valueFrom.fieldRef status.podIP (optional)
   // RLIMIT_NOFILE of the container process. runc fails to start the container
   // ("error setting rlimit type 7: operation not permitted") when this exceeds
   // the shim's hard limit and CAP_SYS_RESOURCE is missing, as in some sandboxes.
@@ -116,13 +115,11 @@ struct ResolvedUser {
 // Resolves an image USER string ("", "name", "uid", "uid:gid", "name:group",
 // ...) against the passwd/group texts, like containerd's WithUser +
 // WithAdditionalGIDs. kInvalidArgument for unknown names.
-StatusOr<ResolvedUser> resolveImageUser(const std::string& user,
-                                        const std::optional<std::string>& etc_passwd,
+StatusOr<ResolvedUser> resolveImageUser(const std::string& user, const std::optional<std::string>& etc_passwd,
                                         const std::optional<std::string>& etc_group);
 
 // Kubernetes $(VAR) expansion: $(NAME) becomes the value when NAME is in
 // `vars`, stays as written otherwise; $$ becomes $.
-std::string expandVars(const std::string& s,
-                       const std::vector<std::pair<std::string, std::string>>& vars);
+std::string expandVars(const std::string& s, const std::vector<std::pair<std::string, std::string>>& vars);
 
 }  // namespace knap::runtime

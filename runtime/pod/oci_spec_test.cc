@@ -27,9 +27,10 @@ const char* kGroup =
 PodSpecInput baseInput(json container = json::object()) {
   PodSpecInput in;
   if (!container.contains("image")) container["image"] = "example.com/app:1";
-  in.revision = {{"metadata", {{"name", "hello-00001"}, {"namespace", "default"}}},
-                 {"spec", {{"containerConcurrency", 0}, {"timeoutSeconds", 300},
-                           {"containers", json::array({container})}}}};
+  in.revision = {
+      {"metadata", {{"name", "hello-00001"}, {"namespace", "default"}}},
+      {"spec",
+       {{"containerConcurrency", 0}, {"timeoutSeconds", 300}, {"containers", json::array({container})}}}};
   in.image_config = {{"architecture", "amd64"},
                      {"config",
                       {{"Entrypoint", {"/app/server"}},
@@ -61,7 +62,7 @@ struct ArgsCase {
   const char* name;
   json entrypoint;  // null: image has none
   json cmd;
-  json command;     // null: container sets none
+  json command;  // null: container sets none
   json args;
   std::vector<std::string> want;
 };
@@ -87,12 +88,18 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ArgsCase{"image_only", {"/ep", "-x"}, {"c1", "c2"}, nullptr, nullptr, {"/ep", "-x", "c1", "c2"}},
         ArgsCase{"image_cmd_only", nullptr, {"/bin/app", "a"}, nullptr, nullptr, {"/bin/app", "a"}},
-        ArgsCase{"command_replaces_entrypoint_and_cmd", {"/ep"}, {"c1"}, {"/bin/other"}, nullptr, {"/bin/other"}},
-        ArgsCase{"command_and_args", {"/ep"}, {"c1"}, {"/bin/other", "-v"}, {"a1"}, {"/bin/other", "-v", "a1"}},
+        ArgsCase{
+            "command_replaces_entrypoint_and_cmd", {"/ep"}, {"c1"}, {"/bin/other"}, nullptr, {"/bin/other"}},
+        ArgsCase{
+            "command_and_args", {"/ep"}, {"c1"}, {"/bin/other", "-v"}, {"a1"}, {"/bin/other", "-v", "a1"}},
         ArgsCase{"args_keep_entrypoint", {"/ep"}, {"c1"}, nullptr, {"a1", "a2"}, {"/ep", "a1", "a2"}},
         ArgsCase{"args_without_entrypoint", nullptr, {"c1"}, nullptr, {"/bin/x", "y"}, {"/bin/x", "y"}},
         ArgsCase{"empty_args_drop_cmd", {"/ep"}, {"c1"}, nullptr, json::array(), {"/ep"}},
-        ArgsCase{"var_expansion", {"/ep"}, nullptr, nullptr, {"--port=$(PORT)", "$(K_REVISION)", "$$(PORT)", "$(NOPE)"},
+        ArgsCase{"var_expansion",
+                 {"/ep"},
+                 nullptr,
+                 nullptr,
+                 {"--port=$(PORT)", "$(K_REVISION)", "$$(PORT)", "$(NOPE)"},
                  {"/ep", "--port=8080", "hello-00001", "$(PORT)", "$(NOPE)"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -128,10 +135,15 @@ TEST(OciSpecTest, EnvOrderImageThenContainerThenReserved) {
                                          {{"name", "EMPTY"}}})},
                     {"ports", json::array({{{"containerPort", 8801}}})}};
   json spec = mustBuild(baseInput(container));
-  std::vector<std::string> want = {
-      "PATH=/app/bin:/usr/bin", "LANG=de_DE.UTF-8", "PORT=8801",  // image order, replaced in place
-      "FOO=bar", "REF=x-bar-$(PORT)", "EMPTY=",                  // env only sees earlier vars
-      "K_SERVICE=hello", "K_CONFIGURATION=hello", "K_REVISION=hello-00001"};
+  std::vector<std::string> want = {"PATH=/app/bin:/usr/bin",
+                                   "LANG=de_DE.UTF-8",
+                                   "PORT=8801",  // image order, replaced in place
+                                   "FOO=bar",
+                                   "REF=x-bar-$(PORT)",
+                                   "EMPTY=",  // env only sees earlier vars
+                                   "K_SERVICE=hello",
+                                   "K_CONFIGURATION=hello",
+                                   "K_REVISION=hello-00001"};
   EXPECT_EQ(envOf(spec), want);
 }
 
@@ -142,9 +154,9 @@ TEST(OciSpecTest, ReservedVarsAlwaysWinAndPortDefaults) {
   in.service_name = "";  // a Revision without a Service
   in.image_config["config"]["Env"] = json::array();
   json spec = mustBuild(in);
-  std::vector<std::string> want = {
-      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-      "PORT=8080", "K_SERVICE=", "K_CONFIGURATION=hello", "K_REVISION=hello-00001"};
+  std::vector<std::string> want = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                   "PORT=8080", "K_SERVICE=", "K_CONFIGURATION=hello",
+                                   "K_REVISION=hello-00001"};
   EXPECT_EQ(envOf(spec), want);
 }
 
@@ -169,19 +181,22 @@ TEST_P(EnvErrorTest, Rejects) {
 INSTANTIATE_TEST_SUITE_P(
     ValueFrom, EnvErrorTest,
     ::testing::Values(
-        EnvErrorCase{"secret",
-                     json::array({{{"name", "A"}, {"value", "1"}},
-                                  {{"name", "B"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "k"}}}}}}}),
-                     "env[1].valueFrom.secretKeyRef: secrets are not supported by knap yet"},
+        EnvErrorCase{
+            "secret",
+            json::array({{{"name", "A"}, {"value", "1"}},
+                         {{"name", "B"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "k"}}}}}}}),
+            "env[1].valueFrom.secretKeyRef: secrets are not supported by knap yet"},
         EnvErrorCase{"configmap",
-                     json::array({{{"name", "B"}, {"valueFrom", {{"configMapKeyRef", {{"name", "c"}, {"key", "k"}}}}}}}),
+                     json::array({{{"name", "B"},
+                                   {"valueFrom", {{"configMapKeyRef", {{"name", "c"}, {"key", "k"}}}}}}}),
                      "env[0].valueFrom.configMapKeyRef: config maps are not supported by knap yet"},
         EnvErrorCase{"missing_name", json::array({{{"value", "1"}}}), "env[0].name: required"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(OciSpecTest, EnvFieldRefPodName) {
-  json env = json::array({{{"name", "POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
-                          {{"name", "NS"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.namespace"}}}}}}});
+  json env =
+      json::array({{{"name", "POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
+                   {{"name", "NS"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.namespace"}}}}}}});
   auto e = envOf(mustBuild(baseInput({{"env", env}})));
   EXPECT_NE(std::find(e.begin(), e.end(), "POD=hello-00001-pod-abc"), e.end());
   EXPECT_NE(std::find(e.begin(), e.end(), "NS=default"), e.end());
@@ -233,29 +248,16 @@ TEST_P(QuantityTest, Parses) {
 }
 INSTANTIATE_TEST_SUITE_P(
     Kubernetes, QuantityTest,
-    ::testing::Values(QuantityCase{"128Mi", 134217728, 134217728000},
-                      QuantityCase{"1G", 1000000000, 1000000000000},
-                      QuantityCase{"500M", 500000000, 500000000000},
-                      QuantityCase{"1e9", 1000000000, 1000000000000},
-                      QuantityCase{"1E3", 1000, 1000000},
-                      QuantityCase{"0.5Gi", 536870912, 536870912000},
-                      QuantityCase{"1.5Ki", 1536, 1536000},
-                      QuantityCase{"1", 1, 1000},
-                      QuantityCase{"500m", 1, 500},
-                      QuantityCase{"0.5", 1, 500},
-                      QuantityCase{"0.0001", 1, 1},
-                      QuantityCase{"2.25", 3, 2250},
-                      QuantityCase{"100k", 100000, 100000000},
-                      QuantityCase{"1000000000n", 1, 1000},
-                      QuantityCase{"0", 0, 0},
-                      QuantityCase{"+1Ki", 1024, 1024000},
-                      QuantityCase{"", -1, -1},
-                      QuantityCase{"Mi", -1, -1},
-                      QuantityCase{"-1", -1, -1},
-                      QuantityCase{"1..5", -1, -1},
-                      QuantityCase{"12XB", -1, -1},
-                      QuantityCase{"1 Gi", -1, -1},
-                      QuantityCase{"100Ei", -1, -1}),
+    ::testing::Values(
+        QuantityCase{"128Mi", 134217728, 134217728000}, QuantityCase{"1G", 1000000000, 1000000000000},
+        QuantityCase{"500M", 500000000, 500000000000}, QuantityCase{"1e9", 1000000000, 1000000000000},
+        QuantityCase{"1E3", 1000, 1000000}, QuantityCase{"0.5Gi", 536870912, 536870912000},
+        QuantityCase{"1.5Ki", 1536, 1536000}, QuantityCase{"1", 1, 1000}, QuantityCase{"500m", 1, 500},
+        QuantityCase{"0.5", 1, 500}, QuantityCase{"0.0001", 1, 1}, QuantityCase{"2.25", 3, 2250},
+        QuantityCase{"100k", 100000, 100000000}, QuantityCase{"1000000000n", 1, 1000},
+        QuantityCase{"0", 0, 0}, QuantityCase{"+1Ki", 1024, 1024000}, QuantityCase{"", -1, -1},
+        QuantityCase{"Mi", -1, -1}, QuantityCase{"-1", -1, -1}, QuantityCase{"1..5", -1, -1},
+        QuantityCase{"12XB", -1, -1}, QuantityCase{"1 Gi", -1, -1}, QuantityCase{"100Ei", -1, -1}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 TEST(QuantityTest, JsonNumbers) {
@@ -297,15 +299,21 @@ TEST_P(ResourceTest, MapsToCgroupValues) {
 INSTANTIATE_TEST_SUITE_P(
     Kubelet, ResourceTest,
     ::testing::Values(
-        ResourceCase{"cpu1_mem128Mi", {{"limits", {{"cpu", "1"}, {"memory", "128Mi"}}}}, 134217728, 1024, 100000},
+        ResourceCase{
+            "cpu1_mem128Mi", {{"limits", {{"cpu", "1"}, {"memory", "128Mi"}}}}, 134217728, 1024, 100000},
         ResourceCase{"nothing_set", nullptr, std::nullopt, 2, std::nullopt},
         ResourceCase{"request_only", {{"requests", {{"cpu", "250m"}}}}, std::nullopt, 256, std::nullopt},
-        ResourceCase{"limit_and_request", {{"requests", {{"cpu", "100m"}}}, {"limits", {{"cpu", "500m"}}}},
-                     std::nullopt, 102, 50000},
+        ResourceCase{"limit_and_request",
+                     {{"requests", {{"cpu", "100m"}}}, {"limits", {{"cpu", "500m"}}}},
+                     std::nullopt,
+                     102,
+                     50000},
         ResourceCase{"tiny_cpu", {{"limits", {{"cpu", "1m"}}}}, std::nullopt, 2, 1000},
-        ResourceCase{"half_cpu_decimal", {{"limits", {{"cpu", "0.5"}, {"memory", "1G"}}}}, 1000000000, 512, 50000},
+        ResourceCase{
+            "half_cpu_decimal", {{"limits", {{"cpu", "0.5"}, {"memory", "1G"}}}}, 1000000000, 512, 50000},
         ResourceCase{"two_cpus", {{"limits", {{"cpu", 2}}}}, std::nullopt, 2048, 200000},
-        ResourceCase{"memory_request_ignored", {{"requests", {{"memory", "64Mi"}}}}, std::nullopt, 2, std::nullopt}),
+        ResourceCase{
+            "memory_request_ignored", {{"requests", {{"memory", "64Mi"}}}}, std::nullopt, 2, std::nullopt}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(OciSpecTest, BadQuantityNamesTheField) {
@@ -361,10 +369,23 @@ INSTANTIATE_TEST_SUITE_P(
         UserCase{"unknown_name", "nobody2", nullptr, nullptr, -1, 0, {}, "no user \"nobody2\""},
         UserCase{"unknown_group", "app:wheel", nullptr, nullptr, -1, 0, {}, "no group \"wheel\""},
         UserCase{"run_as_user_wins", "app", {{"runAsUser", 2020}}, nullptr, 2020, 0, {0}},
-        UserCase{"run_as_user_and_group", "app", {{"runAsUser", 2020}, {"runAsGroup", 3030}}, nullptr, 2020, 3030, {3030}},
+        UserCase{"run_as_user_and_group",
+                 "app",
+                 {{"runAsUser", 2020}, {"runAsGroup", 3030}},
+                 nullptr,
+                 2020,
+                 3030,
+                 {3030}},
         UserCase{"run_as_group_only", "app", {{"runAsGroup", 7}}, nullptr, 1000, 7, {7, 29, 50}},
-        UserCase{"pod_level", "", nullptr, {{"runAsUser", 33}, {"supplementalGroups", {5, 6}}}, 33, 33, {33, 29, 44, 5, 6}},
-        UserCase{"container_over_pod", "", {{"runAsUser", 1000}}, {{"runAsUser", 33}}, 1000, 1001, {1001, 29, 50}},
+        UserCase{"pod_level",
+                 "",
+                 nullptr,
+                 {{"runAsUser", 33}, {"supplementalGroups", {5, 6}}},
+                 33,
+                 33,
+                 {33, 29, 44, 5, 6}},
+        UserCase{
+            "container_over_pod", "", {{"runAsUser", 1000}}, {{"runAsUser", 33}}, 1000, 1001, {1001, 29, 50}},
         UserCase{"non_root_violated", "", {{"runAsNonRoot", true}}, nullptr, -1, 0, {}, "runAsNonRoot"},
         UserCase{"non_root_ok", "app", {{"runAsNonRoot", true}}, nullptr, 1000, 1001, {1001, 29, 50}},
         UserCase{"negative_uid", "", {{"runAsUser", -10}}, nullptr, -1, 0, {}, "runAsUser"}),
@@ -402,7 +423,8 @@ TEST(OciSpecTest, DefaultCapabilitiesAreContainerds) {
 }
 
 TEST(OciSpecTest, CapabilitiesDropAndAdd) {
-  auto caps = capsOf(mustBuild(baseInput({{"securityContext", {{"capabilities", {{"drop", {"NET_RAW", "CAP_KILL"}}}}}}})));
+  auto caps = capsOf(
+      mustBuild(baseInput({{"securityContext", {{"capabilities", {{"drop", {"NET_RAW", "CAP_KILL"}}}}}}})));
   EXPECT_EQ(caps.size(), 12u);
   EXPECT_EQ(std::find(caps.begin(), caps.end(), "CAP_NET_RAW"), caps.end());
   EXPECT_EQ(std::find(caps.begin(), caps.end(), "CAP_KILL"), caps.end());
@@ -420,14 +442,20 @@ TEST(OciSpecTest, CapabilitiesDropAndAdd) {
 
 TEST(OciSpecTest, NoNewPrivilegesUnlessEscalationAllowed) {
   EXPECT_EQ(mustBuild(baseInput())["process"]["noNewPrivileges"], true);
-  EXPECT_EQ(mustBuild(baseInput({{"securityContext", {{"allowPrivilegeEscalation", false}}}}))["process"]["noNewPrivileges"], true);
-  EXPECT_EQ(mustBuild(baseInput({{"securityContext", {{"allowPrivilegeEscalation", true}}}}))["process"]["noNewPrivileges"], false);
+  EXPECT_EQ(mustBuild(baseInput(
+                {{"securityContext", {{"allowPrivilegeEscalation", false}}}}))["process"]["noNewPrivileges"],
+            true);
+  EXPECT_EQ(mustBuild(baseInput(
+                {{"securityContext", {{"allowPrivilegeEscalation", true}}}}))["process"]["noNewPrivileges"],
+            false);
   EXPECT_FALSE(buildOciSpec(baseInput({{"securityContext", {{"privileged", true}}}})).isOk());
 }
 
 TEST(OciSpecTest, ReadOnlyRootFilesystem) {
   EXPECT_EQ(mustBuild(baseInput())["root"], json({{"path", "rootfs"}, {"readonly", false}}));
-  EXPECT_EQ(mustBuild(baseInput({{"securityContext", {{"readOnlyRootFilesystem", true}}}}))["root"]["readonly"], true);
+  EXPECT_EQ(
+      mustBuild(baseInput({{"securityContext", {{"readOnlyRootFilesystem", true}}}}))["root"]["readonly"],
+      true);
 }
 
 TEST(OciSpecTest, ProcessBasics) {
@@ -470,18 +498,17 @@ TEST(OciSpecTest, MountsPresent) {
     const char* type;
     std::vector<std::string> must_have;
   };
-  for (const Want& w : std::vector<Want>{
-           {"/proc", "proc", {"nosuid", "noexec", "nodev"}},
-           {"/dev", "tmpfs", {"mode=755"}},
-           {"/dev/pts", "devpts", {"newinstance", "ptmxmode=0666"}},
-           {"/dev/shm", "tmpfs", {"mode=1777"}},
-           {"/dev/mqueue", "mqueue", {}},
-           {"/sys", "sysfs", {"ro"}},
-           {"/sys/fs/cgroup", "cgroup", {"ro", "nosuid", "noexec", "nodev"}},
-           {"/tmp", "tmpfs", {"mode=1777"}},
-           {"/etc/resolv.conf", "bind", {"rbind", "ro"}},
-           {"/etc/hosts", "bind", {"rbind", "ro"}},
-           {"/etc/hostname", "bind", {"rbind", "ro"}}}) {
+  for (const Want& w : std::vector<Want>{{"/proc", "proc", {"nosuid", "noexec", "nodev"}},
+                                         {"/dev", "tmpfs", {"mode=755"}},
+                                         {"/dev/pts", "devpts", {"newinstance", "ptmxmode=0666"}},
+                                         {"/dev/shm", "tmpfs", {"mode=1777"}},
+                                         {"/dev/mqueue", "mqueue", {}},
+                                         {"/sys", "sysfs", {"ro"}},
+                                         {"/sys/fs/cgroup", "cgroup", {"ro", "nosuid", "noexec", "nodev"}},
+                                         {"/tmp", "tmpfs", {"mode=1777"}},
+                                         {"/etc/resolv.conf", "bind", {"rbind", "ro"}},
+                                         {"/etc/hosts", "bind", {"rbind", "ro"}},
+                                         {"/etc/hostname", "bind", {"rbind", "ro"}}}) {
     const json* m = findMount(spec, w.dest);
     ASSERT_NE(m, nullptr) << w.dest;
     EXPECT_EQ((*m)["type"], w.type) << w.dest;
@@ -490,9 +517,10 @@ TEST(OciSpecTest, MountsPresent) {
       EXPECT_NE(std::find(opts.begin(), opts.end(), o), opts.end()) << w.dest << " " << o;
     }
   }
-  EXPECT_EQ((*findMount(spec, "/sys/fs/cgroup")),
-            json({{"destination", "/sys/fs/cgroup"}, {"type", "cgroup"}, {"source", "cgroup"},
-                  {"options", {"ro", "nosuid", "noexec", "nodev"}}}));
+  EXPECT_EQ((*findMount(spec, "/sys/fs/cgroup")), json({{"destination", "/sys/fs/cgroup"},
+                                                        {"type", "cgroup"},
+                                                        {"source", "cgroup"},
+                                                        {"options", {"ro", "nosuid", "noexec", "nodev"}}}));
   EXPECT_EQ((*findMount(spec, "/etc/resolv.conf"))["source"], "/var/lib/knap/pods/p/resolv.conf");
   EXPECT_EQ((*findMount(spec, "/etc/hosts"))["source"], "/var/lib/knap/pods/p/hosts");
   // /dev/pts comes after /dev (mount order matters to runc).
@@ -516,15 +544,18 @@ TEST(OciSpecTest, EmptyHostFilePathsLeaveImageFiles) {
 }
 
 TEST(OciSpecTest, EmptyDirVolumesBecomeTmpfs) {
-  PodSpecInput in = baseInput({{"volumeMounts", json::array({{{"name", "cache"}, {"mountPath", "/cache"}},
-                                                             {{"name", "scratch"}, {"mountPath", "/scratch"},
-                                                              {"readOnly", true}}})}});
+  PodSpecInput in =
+      baseInput({{"volumeMounts",
+                  json::array({{{"name", "cache"}, {"mountPath", "/cache"}},
+                               {{"name", "scratch"}, {"mountPath", "/scratch"}, {"readOnly", true}}})}});
   in.revision["spec"]["volumes"] = json::array({{{"name", "scratch"}, {"emptyDir", json::object()}},
                                                 {{"name", "cache"}, {"emptyDir", {{"sizeLimit", "64Mi"}}}}});
   json spec = mustBuild(in);
   const json* cache = findMount(spec, "/cache");
   ASSERT_NE(cache, nullptr);
-  EXPECT_EQ(*cache, json({{"destination", "/cache"}, {"type", "tmpfs"}, {"source", "tmpfs"},
+  EXPECT_EQ(*cache, json({{"destination", "/cache"},
+                          {"type", "tmpfs"},
+                          {"source", "tmpfs"},
                           {"options", {"nosuid", "nodev", "mode=1777", "size=67108864"}}}));
   const json* scratch = findMount(spec, "/scratch");
   ASSERT_NE(scratch, nullptr);
@@ -537,15 +568,19 @@ TEST(OciSpecTest, UnsupportedVolumesAreClearErrors) {
     json mount;
     std::string want;
   };
-  for (const Case& c : std::vector<Case>{
-           {{{"name", "v"}, {"secret", {{"secretName", "s"}}}}, {{"name", "v"}, {"mountPath", "/s"}},
-            "spec.volumes[0].secret: secret volumes are not supported by knap yet"},
-           {{{"name", "v"}, {"configMap", {{"name", "c"}}}}, {{"name", "v"}, {"mountPath", "/c"}},
-            "spec.volumes[0].configMap: configMap volumes are not supported by knap yet"},
-           {{{"name", "v"}, {"emptyDir", json::object()}}, {{"name", "w"}, {"mountPath", "/c"}},
-            "volumeMounts[0].name: no volume named \"w\""},
-           {{{"name", "v"}, {"emptyDir", json::object()}}, {{"name", "v"}, {"mountPath", "/c"}, {"subPath", "x"}},
-            "volumeMounts[0].subPath: not supported by knap yet"}}) {
+  for (const Case& c :
+       std::vector<Case>{{{{"name", "v"}, {"secret", {{"secretName", "s"}}}},
+                          {{"name", "v"}, {"mountPath", "/s"}},
+                          "spec.volumes[0].secret: secret volumes are not supported by knap yet"},
+                         {{{"name", "v"}, {"configMap", {{"name", "c"}}}},
+                          {{"name", "v"}, {"mountPath", "/c"}},
+                          "spec.volumes[0].configMap: configMap volumes are not supported by knap yet"},
+                         {{{"name", "v"}, {"emptyDir", json::object()}},
+                          {{"name", "w"}, {"mountPath", "/c"}},
+                          "volumeMounts[0].name: no volume named \"w\""},
+                         {{{"name", "v"}, {"emptyDir", json::object()}},
+                          {{"name", "v"}, {"mountPath", "/c"}, {"subPath", "x"}},
+                          "volumeMounts[0].subPath: not supported by knap yet"}}) {
     PodSpecInput in = baseInput({{"volumeMounts", json::array({c.mount})}});
     in.revision["spec"]["volumes"] = json::array({c.volume});
     auto spec = buildOciSpec(in);
@@ -586,8 +621,10 @@ TEST(OciSpecTest, NamespacesUseTheNetnsPath) {
   std::vector<std::string> types;
   for (const auto& ns : spec["linux"]["namespaces"]) {
     types.push_back(ns["type"]);
-    if (ns["type"] == "network") EXPECT_EQ(ns["path"], "/var/run/netns/knap-hello-00001-pod-abc");
-    else EXPECT_FALSE(ns.contains("path"));
+    if (ns["type"] == "network")
+      EXPECT_EQ(ns["path"], "/var/run/netns/knap-hello-00001-pod-abc");
+    else
+      EXPECT_FALSE(ns.contains("path"));
   }
   EXPECT_EQ(types, (std::vector<std::string>{"pid", "ipc", "uts", "mount", "network"}));
 
@@ -622,7 +659,8 @@ TEST(PodHostFilesTest, Contents) {
   EXPECT_EQ(f.resolv_conf, "# generated\nnameserver 10.255.255.53\nsearch example.com\noptions ndots:2\n");
 
   PodHostFiles loopback_only = makePodHostFiles("p", "10.88.0.8", "nameserver 127.0.0.53\n");
-  EXPECT_EQ(loopback_only.resolv_conf, "# knap: the host has no nameserver reachable from a pod (loopback only)\n");
+  EXPECT_EQ(loopback_only.resolv_conf,
+            "# knap: the host has no nameserver reachable from a pod (loopback only)\n");
 }
 
 TEST(ExpandVarsTest, KubernetesRules) {

@@ -3,12 +3,11 @@
 // Prober, then the Knative runtime contract inspected from inside through
 // knap-testapp's /info and /env. Root only; skips loudly otherwise.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -136,10 +135,11 @@ TEST_F(PodRuncTest, RuntimeContractInsideARealContainer) {
       "securityContext": {"readOnlyRootFilesystem": true},
       "readinessProbe": {"httpGet": {"path": "/healthz"}}
     }]}})JSON");
-  in.image_config = {{"config", {{"Entrypoint", {"/app/knap-testapp"}},
-                                 {"Env", {"PATH=/app"}},
-                                 {"User", "app"},
-                                 {"WorkingDir", "/app"}}}};
+  in.image_config = {{"config",
+                      {{"Entrypoint", {"/app/knap-testapp"}},
+                       {"Env", {"PATH=/app"}},
+                       {"User", "app"},
+                       {"WorkingDir", "/app"}}}};
   in.service_name = "hello";
   in.configuration_name = "hello";
   in.revision_name = "hello-00001";
@@ -164,7 +164,8 @@ TEST_F(PodRuncTest, RuntimeContractInsideARealContainer) {
   ASSERT_TRUE(run.isOk()) << run.status().toString();
   ASSERT_EQ(run->exit_code, 0) << readFile(dir_ + "/runc.log");
 
-  auto readiness = parseProbeSpec(in.revision["spec"]["containers"][0]["readinessProbe"], ProbeKind::kReadiness);
+  auto readiness =
+      parseProbeSpec(in.revision["spec"]["containers"][0]["readinessProbe"], ProbeKind::kReadiness);
   ASSERT_TRUE(readiness.isOk()) << readiness.status().toString();
   Prober prober(RealTimeSource::instance(), network->ip, 8801, *readiness);
   Status ready = prober.waitUntilReady(RealTimeSource::instance().monotonic() + std::chrono::seconds(20),
@@ -203,7 +204,8 @@ TEST_F(PodRuncTest, RuntimeContractInsideARealContainer) {
   EXPECT_EQ(info["files"]["/etc/resolv.conf"]["type"], "file");
   EXPECT_EQ(info["resolv_conf"], resolv.substr(0, resolv.size() - 1));
   EXPECT_EQ(info["etc_hostname"], pod_id_);
-  EXPECT_NE(info["hosts"].get<std::string>().find(network->ip + "\t" + pod_id_), std::string::npos) << info["hosts"];
+  EXPECT_NE(info["hosts"].get<std::string>().find(network->ip + "\t" + pod_id_), std::string::npos)
+      << info["hosts"];
   EXPECT_EQ(info["files"]["/etc/resolv.conf"]["perm"], "rw-r--r--");
   // §1.9 kernel isolation.
   EXPECT_EQ(info["proc_sys"]["writable"], false) << info["proc_sys"].dump();

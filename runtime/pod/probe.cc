@@ -46,8 +46,7 @@ class Socket {
 };
 
 // Non-blocking connect bounded by `deadline`. Returns "" on success, else why not.
-std::string connectTo(Socket& s, const std::string& ip, int port, MonoTime deadline,
-                      const TimeSource& time) {
+std::string connectTo(Socket& s, const std::string& ip, int port, MonoTime deadline, const TimeSource& time) {
   sockaddr_storage ss{};
   socklen_t len = 0;
   int family = AF_INET;
@@ -103,8 +102,10 @@ ProbeResult httpProbe(const ProbeSpec& spec, const std::string& ip, int port, Mo
   for (const auto& [k, v] : spec.headers) {
     auto it = std::find_if(headers.begin(), headers.end(),
                            [&](const auto& h) { return lower(h.first) == lower(k); });
-    if (it != headers.end()) it->second = v;
-    else headers.emplace_back(k, v);
+    if (it != headers.end())
+      it->second = v;
+    else
+      headers.emplace_back(k, v);
   }
   std::string req = "GET " + path + " HTTP/1.1\r\n";
   for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
@@ -152,7 +153,8 @@ ProbeResult httpProbe(const ProbeSpec& spec, const std::string& ip, int port, Mo
       !std::isdigit(static_cast<unsigned char>(resp[10])) ||
       !std::isdigit(static_cast<unsigned char>(resp[11]))) {
     std::string head = resp.substr(0, std::min<size_t>(resp.size(), 40));
-    return {false, "GET " + url + ": not an HTTP response" + (head.empty() ? " (connection closed)" : ": \"" + head + "\"")};
+    return {false, "GET " + url + ": not an HTTP response" +
+                       (head.empty() ? " (connection closed)" : ": \"" + head + "\"")};
   }
   const int status = std::stoi(resp.substr(9, 3));
   const bool ok = status >= 200 && status < 400;
@@ -206,9 +208,11 @@ StatusOr<ProbeSpec> parse(const json& probe, ProbeKind kind) {
             hh["name"].get<std::string>().empty()) {
           return invalidArgument(hp + ".name: required");
         }
-        std::string value = hh.contains("value") && hh["value"].is_string() ? hh["value"].get<std::string>() : "";
+        std::string value =
+            hh.contains("value") && hh["value"].is_string() ? hh["value"].get<std::string>() : "";
         const std::string name = hh["name"].get<std::string>();
-        if (name.find_first_of(":\r\n ") != std::string::npos || value.find_first_of("\r\n") != std::string::npos) {
+        if (name.find_first_of(":\r\n ") != std::string::npos ||
+            value.find_first_of("\r\n") != std::string::npos) {
           return invalidArgument(hp + ": header name or value contains a forbidden character");
         }
         spec.headers.emplace_back(name, value);
@@ -254,7 +258,9 @@ StatusOr<ProbeSpec> parse(const json& probe, ProbeKind kind) {
 
 }  // namespace
 
-ProbeSpec defaultReadinessProbe() { return ProbeSpec{}; }
+ProbeSpec defaultReadinessProbe() {
+  return ProbeSpec{};
+}
 
 StatusOr<ProbeSpec> parseProbeSpec(const nlohmann::json& probe, ProbeKind kind) {
   try {
@@ -273,8 +279,8 @@ ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_
   return probeOnce(spec, ip, default_port, attemptTimeout(spec), RealTimeSource::instance());
 }
 
-ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port,
-                      Duration timeout, const TimeSource& time, const ExecInContainer& exec) {
+ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port, Duration timeout,
+                      const TimeSource& time, const ExecInContainer& exec) {
   const int port = spec.port != 0 ? spec.port : default_port;
   const MonoTime deadline = time.monotonic() + timeout;
   switch (spec.handler) {
@@ -375,9 +381,9 @@ Status Prober::waitUntilReady(MonoTime deadline, const std::function<void(Durati
     if (ready()) return Status::ok();
     const MonoTime now = time_.monotonic();
     if (now >= deadline) {
-      return Status(Code::kDeadlineExceeded,
-                    "not ready in time; last readiness probe: " +
-                        (last_readiness_.message.empty() ? std::string("none ran") : last_readiness_.message));
+      return Status(Code::kDeadlineExceeded, "not ready in time; last readiness probe: " +
+                                                 (last_readiness_.message.empty() ? std::string("none ran")
+                                                                                  : last_readiness_.message));
     }
     const MonoTime next = std::min(nextDue(), deadline);
     if (next > now) wait(next - now);

@@ -29,12 +29,11 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -46,12 +45,12 @@ enum class ProbeHandler { kTcpSocket, kHttpGet, kExec };
 
 struct ProbeSpec {
   ProbeHandler handler = ProbeHandler::kTcpSocket;
-  int port = 0;              // 0: the serving port (the default_port argument)
-  std::string path = "/";    // httpGet
-  std::string host;          // httpGet: Host header override; the pod IP is always dialled
+  int port = 0;            // 0: the serving port (the default_port argument)
+  std::string path = "/";  // httpGet
+  std::string host;        // httpGet: Host header override; the pod IP is always dialled
   std::vector<std::pair<std::string, std::string>> headers;  // httpGet httpHeaders
   std::vector<std::string> command;                          // exec
-  int period_seconds = 0;    // 0: aggressive (readiness only)
+  int period_seconds = 0;                                    // 0: aggressive (readiness only)
   int timeout_seconds = 1;
   int success_threshold = 1;
   int failure_threshold = 3;
@@ -86,9 +85,8 @@ Duration attemptTimeout(const ProbeSpec& spec);
 // Host, User-Agent, Accept); success = status 200-399. Never throws; a failure
 // is a result, not an error.
 ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port);
-ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port,
-                      Duration timeout, const TimeSource& time,
-                      const ExecInContainer& exec = nullptr);
+ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port, Duration timeout,
+                      const TimeSource& time, const ExecInContainer& exec = nullptr);
 
 class ProbeState {
  public:

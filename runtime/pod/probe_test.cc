@@ -1,12 +1,11 @@
 #include "runtime/pod/probe.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <mutex>
@@ -25,8 +24,8 @@ struct Step {
   int64_t start_ms;     // attempt start, relative to container start
   int64_t duration_ms;  // how long the attempt took
   bool success;
-  bool want_healthy;    // after recording
-  int64_t want_next_ms; // nextProbeAt after recording
+  bool want_healthy;     // after recording
+  int64_t want_next_ms;  // nextProbeAt after recording
 };
 
 struct StateCase {
@@ -69,42 +68,76 @@ TEST_P(ProbeStateTest, Transitions) {
 INSTANTIATE_TEST_SUITE_P(
     Table, ProbeStateTest,
     ::testing::Values(
-        StateCase{"readiness_starts_unready_one_success_suffices", periodic(10, 1, 3), ProbeKind::kReadiness,
-                  false, 0, {{0, 5, true, true, 10000}}},
-        StateCase{"initial_delay", periodic(5, 1, 3, 7), ProbeKind::kReadiness, false, 7000,
+        StateCase{"readiness_starts_unready_one_success_suffices",
+                  periodic(10, 1, 3),
+                  ProbeKind::kReadiness,
+                  false,
+                  0,
+                  {{0, 5, true, true, 10000}}},
+        StateCase{"initial_delay",
+                  periodic(5, 1, 3, 7),
+                  ProbeKind::kReadiness,
+                  false,
+                  7000,
                   {{7000, 1, false, false, 12000}, {12000, 1, true, true, 17000}}},
-        StateCase{"success_threshold_needs_consecutive", periodic(1, 3, 3), ProbeKind::kReadiness, false, 0,
+        StateCase{"success_threshold_needs_consecutive",
+                  periodic(1, 3, 3),
+                  ProbeKind::kReadiness,
+                  false,
+                  0,
                   {{0, 1, true, false, 1000},
                    {1000, 1, true, false, 2000},
                    {2000, 1, false, false, 3000},  // streak broken
                    {3000, 1, true, false, 4000},
                    {4000, 1, true, false, 5000},
                    {5000, 1, true, true, 6000}}},
-        StateCase{"failure_threshold_unreadies", periodic(2, 1, 3), ProbeKind::kReadiness, false, 0,
+        StateCase{"failure_threshold_unreadies",
+                  periodic(2, 1, 3),
+                  ProbeKind::kReadiness,
+                  false,
+                  0,
                   {{0, 1, true, true, 2000},
                    {2000, 1, false, true, 4000},
                    {4000, 1, false, true, 6000},
-                   {6000, 1, true, true, 8000},   // streak broken
+                   {6000, 1, true, true, 8000},  // streak broken
                    {8000, 1, false, true, 10000},
                    {10000, 1, false, true, 12000},
                    {12000, 1, false, false, 14000}}},
-        StateCase{"slow_attempt_longer_than_period", periodic(1, 1, 3), ProbeKind::kReadiness, false, 0,
+        StateCase{"slow_attempt_longer_than_period",
+                  periodic(1, 1, 3),
+                  ProbeKind::kReadiness,
+                  false,
+                  0,
                   {{0, 1500, true, true, 1500}}},
-        StateCase{"liveness_starts_alive_and_dies", periodic(10, 1, 2), ProbeKind::kLiveness, true, 0,
+        StateCase{"liveness_starts_alive_and_dies",
+                  periodic(10, 1, 2),
+                  ProbeKind::kLiveness,
+                  true,
+                  0,
                   {{0, 1, false, true, 10000}, {10000, 1, false, false, 20000}}},
-        StateCase{"aggressive_retries_every_50ms", ProbeSpec{}, ProbeKind::kReadiness, false, 0,
-                  {{0, 100, false, false, 150},
-                   {150, 100, false, false, 300},
-                   {300, 2, true, true, 1302}}},
-        StateCase{"aggressive_ready_tolerates_10s_of_failure", ProbeSpec{}, ProbeKind::kReadiness, false, 0,
+        StateCase{"aggressive_retries_every_50ms",
+                  ProbeSpec{},
+                  ProbeKind::kReadiness,
+                  false,
+                  0,
+                  {{0, 100, false, false, 150}, {150, 100, false, false, 300}, {300, 2, true, true, 1302}}},
+        StateCase{"aggressive_ready_tolerates_10s_of_failure",
+                  ProbeSpec{},
+                  ProbeKind::kReadiness,
+                  false,
+                  0,
                   {{0, 1, true, true, 1001},
                    {1001, 100, false, true, 1151},
-                   {1151, 100, true, true, 2251},   // recovered: back to 1 s rechecks
+                   {1151, 100, true, true, 2251},  // recovered: back to 1 s rechecks
                    {2251, 100, false, true, 2401},
                    {6000, 100, false, true, 6150},
-                   {11100, 100, false, true, 11250},  // 8.949 s since the first failure
+                   {11100, 100, false, true, 11250},     // 8.949 s since the first failure
                    {12300, 100, false, false, 12450}}},  // 10.149 s: not ready
-        StateCase{"aggressive_with_initial_delay", periodic(0, 1, 0, 3), ProbeKind::kReadiness, false, 3000,
+        StateCase{"aggressive_with_initial_delay",
+                  periodic(0, 1, 0, 3),
+                  ProbeKind::kReadiness,
+                  false,
+                  3000,
                   {{3000, 10, true, true, 4010}}}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -342,10 +375,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         HttpCase{"ok200", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true, "HTTP 200"},
         HttpCase{"no_content204", "HTTP/1.1 204 No Content\r\n\r\n", true, "HTTP 204"},
-        HttpCase{"redirect302", "HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n", true, "HTTP 302"},
+        HttpCase{"redirect302", "HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n", true,
+                 "HTTP 302"},
         HttpCase{"http10", "HTTP/1.0 200 OK\r\n\r\n", true, "HTTP 200"},
         HttpCase{"not_found404", "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", false, "HTTP 404"},
-        HttpCase{"error500", "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom", false, "HTTP 500"},
+        HttpCase{"error500", "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom", false,
+                 "HTTP 500"},
         HttpCase{"unavailable503", "HTTP/1.1 503 Service Unavailable\r\n\r\n", false, "HTTP 503"},
         HttpCase{"closed_without_answer", "", false, "connection closed"},
         HttpCase{"garbage", "SSH-2.0-OpenSSH_9.2\r\n\r\n", false, "not an HTTP response"},

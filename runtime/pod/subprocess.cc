@@ -34,7 +34,9 @@ class Fd {
   int fd_ = -1;
 };
 
-std::string errnoText(int err) { return std::strerror(err); }
+std::string errnoText(int err) {
+  return std::strerror(err);
+}
 
 std::string joinArgv(const std::vector<std::string>& argv) {
   std::string s;
@@ -57,8 +59,8 @@ int waitChild(pid_t pid) {
 
 }  // namespace
 
-StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv,
-                                   const ProgramOptions& options, const TimeSource& time) {
+StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv, const ProgramOptions& options,
+                                   const TimeSource& time) {
   if (argv.empty()) return invalidArgument("runProgram: empty argv");
 
   int in_pair[2];
@@ -123,14 +125,19 @@ StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv,
     pollfd fds[3];
     int n = 0;
     int out_idx = -1, err_idx = -1, in_idx = -1;
-    if (out_read.get() >= 0) { out_idx = n; fds[n++] = {out_read.get(), POLLIN, 0}; }
-    if (err_read.get() >= 0) { err_idx = n; fds[n++] = {err_read.get(), POLLIN, 0}; }
+    if (out_read.get() >= 0) {
+      out_idx = n;
+      fds[n++] = {out_read.get(), POLLIN, 0};
+    }
+    if (err_read.get() >= 0) {
+      err_idx = n;
+      fds[n++] = {err_read.get(), POLLIN, 0};
+    }
     if (in_parent.get() >= 0 && written < options.stdin_text.size()) {
       in_idx = n;
       fds[n++] = {in_parent.get(), POLLOUT, 0};
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - time.monotonic());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - time.monotonic());
     if (left.count() <= 0) {
       timed_out = true;
       break;
@@ -163,17 +170,17 @@ StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv,
   if (timed_out) ::kill(pid, SIGKILL);
   result.exit_code = waitChild(pid);
   if (timed_out) {
-    return Status(Code::kDeadlineExceeded,
-                  joinArgv(argv) + ": still running after " +
-                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         options.timeout).count()) +
-                      " ms; killed");
+    return Status(
+        Code::kDeadlineExceeded,
+        joinArgv(argv) + ": still running after " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout).count()) +
+            " ms; killed");
   }
   return result;
 }
 
-StatusOr<std::string> runChecked(const std::vector<std::string>& argv,
-                                 const ProgramOptions& options, const TimeSource& time) {
+StatusOr<std::string> runChecked(const std::vector<std::string>& argv, const ProgramOptions& options,
+                                 const TimeSource& time) {
   KNAP_ASSIGN_OR_RETURN(ProgramResult r, runProgram(argv, options, time));
   if (r.exit_code != 0) {
     std::string err = r.stderr_text;

@@ -16,7 +16,7 @@
 namespace knap::runtime {
 
 struct ProgramResult {
-  int exit_code = -1;     // exit status; 128+N when killed by signal N
+  int exit_code = -1;  // exit status; 128+N when killed by signal N
   std::string stdout_text;
   std::string stderr_text;
 };
@@ -24,9 +24,9 @@ struct ProgramResult {
 struct ProgramOptions {
   // Full environment of the child ("K=V"). Empty: inherit knapd's environment.
   std::vector<std::string> env;
-  std::string stdin_text;         // written to the child's stdin, then EOF
+  std::string stdin_text;  // written to the child's stdin, then EOF
   Duration timeout = std::chrono::seconds(30);
-  size_t max_output = 4 << 20;    // each stream is truncated beyond this
+  size_t max_output = 4 << 20;  // each stream is truncated beyond this
 };
 
 // Runs argv[0] (an absolute path, or a name looked up in PATH) with argv.
@@ -34,14 +34,12 @@ struct ProgramOptions {
 // kInvalidArgument for an empty argv, kNotFound when the program cannot be
 // started, kDeadlineExceeded when it ran longer than options.timeout (it is
 // killed), kInternal for pipe/spawn failures.
-StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv,
-                                   const ProgramOptions& options,
+StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv, const ProgramOptions& options,
                                    const TimeSource& time = RealTimeSource::instance());
 
 // "ip netns add x" style one-liners: runs the program and converts a nonzero
 // exit into kInternal carrying the program's stderr. Returns stdout.
-StatusOr<std::string> runChecked(const std::vector<std::string>& argv,
-                                 const ProgramOptions& options = {},
+StatusOr<std::string> runChecked(const std::vector<std::string>& argv, const ProgramOptions& options = {},
                                  const TimeSource& time = RealTimeSource::instance());
 
 }  // namespace knap::runtime
