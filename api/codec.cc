@@ -92,6 +92,7 @@ std::optional<json> resolveFloat(const std::string& s) {
 }
 
 bool isSpecialFloat(const std::string& s) {
+  if (s.find('.') == std::string::npos) return false;
   static const std::regex kSpecial("[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)");
   return std::regex_match(s, kSpecial);
 }
@@ -100,6 +101,9 @@ bool isSpecialFloat(const std::string& s) {
 std::optional<json> resolvePlain(const std::string& s) {
   if (isNullLiteral(s)) return json(nullptr);
   if (auto b = resolveBool(s)) return b;
+  // Numbers start with a digit, a sign or a dot: skip the regexes for everything else.
+  char c = s.front();
+  if (!(c >= '0' && c <= '9') && c != '-' && c != '+' && c != '.') return std::nullopt;
   if (auto i = resolveInt(s)) return i;
   if (auto f = resolveFloat(s)) return f;
   return std::nullopt;
@@ -183,7 +187,7 @@ bool needsQuotes(const std::string& s) {
   if (s == "<<" || s == "=") return true;
   // kubectl's decoder (go-yaml v2) reads unquoted dates as timestamps; keep them strings.
   static const std::regex kTimestampLike("[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ].*)?");
-  if (std::regex_match(s, kTimestampLike)) return true;
+  if (s.front() >= '0' && s.front() <= '9' && std::regex_match(s, kTimestampLike)) return true;
   return false;
 }
 

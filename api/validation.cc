@@ -4,6 +4,7 @@
 // KNATIVE-CONTRACT §3. Messages follow Knative's wording ("missing field(s)",
 // "must not set the field(s)", "expected 0 <= 1001 <= 1000") and add the
 // allowed values.
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -168,6 +169,54 @@ void validateObjectName(const json& meta, const std::string& path, Errors& errs)
 
 bool hasPrefix(const std::string& s, const std::string& p) {
   return s.rfind(p, 0) == 0;
+}
+
+bool isLabelValue(const std::string& v) {
+  if (v.empty()) return true;
+  if (v.size() > 63) return false;
+  auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  if (!alnum(v.front()) || !alnum(v.back())) return false;
+  for (char c : v) {
+    if (!alnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+// The Kubernetes API server's ObjectMeta checks that also apply to Knative
+// objects: namespace syntax, label keys/values, annotation keys and size.
+void validateLabelsAndAnnotations(const json& meta, const std::string& path, Errors& errs) {
+  std::string ns = str(meta, "namespace");
+  if (!ns.empty() && !isDns1123Label(ns)) {
+    errs.add(path + ".namespace", "invalid value: \"" + ns + "\": a namespace must be a DNS-1123 label");
+  }
+  const json& labels = objOrEmpty(meta, "labels");
+  for (auto it = labels.begin(); it != labels.end(); ++it) {
+    if (!isQualifiedName(it.key())) {
+      errs.add(key(path + ".labels", it.key()),
+               "invalid label key: must be a qualified name ([prefix/]name, name of up to 63 characters "
+               "[A-Za-z0-9-_.] starting and ending alphanumeric)");
+    }
+    std::string v = it.value().is_string() ? it.value().get<std::string>() : "";
+    if (!isLabelValue(v)) {
+      errs.add(key(path + ".labels", it.key()),
+               "invalid label value \"" + v +
+                   "\": at most 63 characters [A-Za-z0-9-_.], starting and ending alphanumeric");
+    }
+  }
+  const json& annotations = objOrEmpty(meta, "annotations");
+  size_t total = 0;
+  for (auto it = annotations.begin(); it != annotations.end(); ++it) {
+    std::string lower = it.key();
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!isQualifiedName(lower)) {
+      errs.add(key(path + ".annotations", it.key()), "invalid annotation key: must be a qualified name");
+    }
+    total += it.key().size() + (it.value().is_string() ? it.value().get<std::string>().size() : 0);
+  }
+  constexpr size_t kMaxAnnotationBytes = 256 * 1024;
+  if (total > kMaxAnnotationBytes) {
+    errs.add(path + ".annotations", "Too long: must have at most 262144 bytes", "FieldValueTooLong");
+  }
 }
 
 void validateNoAutoscalingAnnotations(const json& meta, const std::string& path, Errors& errs) {
@@ -1024,6 +1073,7 @@ void validateTemplate(const json& tmpl, const std::string& path, const json& par
     return;
   }
   const json& meta = objOrEmpty(tmpl, "metadata");
+  validateLabelsAndAnnotations(meta, path + ".metadata", errs);
   std::string name = str(meta, "name"), generate = str(meta, "generateName");
   if (!generate.empty() && !isDns1035Prefix(generate)) {
     errs.add(path + ".metadata.generateName", "not a DNS 1035 label prefix: \"" + generate + "\"");
@@ -1184,6 +1234,7 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
   if (!obj.is_object()) return invalidArgument(kind + ": the object must be a JSON object");
   const json& meta = objOrEmpty(obj, "metadata");
   validateObjectName(meta, "metadata", errs);
+  validateLabelsAndAnnotations(meta, "metadata", errs);
   const json& spec = get(obj, "spec");
   bool update = op == Operation::kUpdate && old != nullptr;
 

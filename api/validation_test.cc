@@ -137,6 +137,21 @@ const std::vector<Case> kInvalidCases = {
      [](json& o) { o["metadata"]["labels"]["networking.knative.dev/visibility"] = "private"; },
      "metadata.labels[networking.knative.dev/visibility]", "\"cluster-local\"", "FieldValueNotSupported"},
 
+    {"NamespaceInvalid", helloService, [](json& o) { o["metadata"]["namespace"] = "My_NS"; },
+     "metadata.namespace", "DNS-1123 label"},
+    {"LabelKeyInvalid", helloService, [](json& o) { o["metadata"]["labels"]["bad key"] = "x"; },
+     "metadata.labels[bad key]", "invalid label key"},
+    {"LabelValueInvalid", helloService, [](json& o) { o["metadata"]["labels"]["app"] = "-x-"; },
+     "metadata.labels[app]", "invalid label value"},
+    {"TemplateLabelValueTooLong", helloService,
+     [](json& o) { o["spec"]["template"]["metadata"]["labels"]["app"] = std::string(64, 'a'); },
+     "spec.template.metadata.labels[app]", "at most 63 characters"},
+    {"AnnotationKeyInvalid", helloService, [](json& o) { o["metadata"]["annotations"]["a/b/c"] = "x"; },
+     "metadata.annotations[a/b/c]", "invalid annotation key"},
+    {"AnnotationsTooLarge", helloService,
+     [](json& o) { o["metadata"]["annotations"]["big"] = std::string(300 * 1024, 'x'); },
+     "metadata.annotations", "at most 262144 bytes", "FieldValueTooLong"},
+
     // §3.2 traffic
     {"TrafficSumNot100", helloService,
      [](json& o) { o["spec"]["traffic"] = json::parse(R"([{"latestRevision":true,"percent":60}])"); },
