@@ -536,15 +536,14 @@ void ApiServer::Impl::stop() {
   if (!started_ || stopped_) return;
   stopped_ = true;
   store_.removeListener(listener_id_);
-  net::post(ioc_, [this] {
-    beast::error_code ec;
-    if (tcp_acceptor_) tcp_acceptor_->close(ec);
-    if (unix_acceptor_) unix_acceptor_->close(ec);
-  });
   work_.reset();
   ioc_.stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  // The io_context no longer runs, so the acceptors can be closed from here.
+  beast::error_code ec;
+  if (tcp_acceptor_) tcp_acceptor_->close(ec);
+  if (unix_acceptor_) unix_acceptor_->close(ec);
   if (!options_.unix_socket_path.empty()) ::unlink(options_.unix_socket_path.c_str());
 }
 

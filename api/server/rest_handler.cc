@@ -609,6 +609,13 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
       obj["metadata"].erase(f);
   }
   setDefaults(info.kind, obj, config);
+  // The stored object seen through the same defaulting, so that defaults added
+  // since it was written do not count as user changes.
+  json old;
+  if (live) {
+    old = live->body;
+    setDefaults(info.kind, old, config);
+  }
   if (info.kind != "Revision") {
     // Like Knative's webhook: creator is set once, lastModifier on spec changes.
     if (!live) {
@@ -617,7 +624,7 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
     } else {
       std::string creator = annotation(live->body, annotations::kCreator);
       if (!creator.empty()) setAnnotation(obj, annotations::kCreator, creator);
-      bool spec_changed = obj.value("spec", json()) != live->body.value("spec", json());
+      bool spec_changed = obj.value("spec", json()) != old.value("spec", json());
       if (spec_changed) {
         setAnnotation(obj, annotations::kLastModifier, kUserName);
       } else {
@@ -625,14 +632,14 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
         if (!last.empty()) setAnnotation(obj, annotations::kLastModifier, last);
       }
     }
-  } else if (live && obj.value("spec", json()) != live->body.value("spec", json())) {
+  } else if (live && obj.value("spec", json()) != old.value("spec", json())) {
     Status st = invalidArgument("Immutable fields changed");
     st.withFieldErrors({{"spec", "Immutable fields changed: the spec of a Revision cannot be changed; "
                                  "change the Configuration's or Service's spec.template instead",
                          "FieldValueForbidden"}});
     return errorResponse(invalidError(info, metaString(obj, "name"), st));
   }
-  Status valid = validate(info.kind, obj, live ? &live->body : nullptr,
+  Status valid = validate(info.kind, obj, live ? &old : nullptr,
                           live ? Operation::kUpdate : Operation::kCreate, config);
   if (!valid.isOk()) {
     if (valid.code() == Code::kInvalidArgument)
