@@ -775,5 +775,58 @@ TEST_F(ControllerTest, WorkerWithConcurrentWritersAndBackendCallbacks) {
   EXPECT_EQ(store_->currentResourceVersion(), rv);
 }
 
+// A Store that lets a test slip a competing write in before the next transaction.
+class InterferingStore final : public store::Store {
+ public:
+  explicit InterferingStore(store::Store& inner) : inner_(inner) {}
+  std::function<void()> before_next_transact;
+  int transactions = 0;
+  int conflicts = 0;
+
+  StatusOr<store::Object> get(const Key& key) override { return inner_.get(key); }
+  StatusOr<std::vector<store::Object>> list(const std::string& kind, const std::string& ns) override {
+    return inner_.list(kind, ns);
+  }
+  int64_t currentResourceVersion() override { return inner_.currentResourceVersion(); }
+  Status transact(const std::function<Status(store::Txn&)>& fn) override {
+    ++transactions;
+    if (before_next_transact) {
+      auto hook = std::move(before_next_transact);
+      before_next_transact = nullptr;
+      hook();
+    }
+    Status st = inner_.transact(fn);
+    if (st.code() == Code::kConflict) ++conflicts;
+    return st;
+  }
+  StatusOr<std::vector<store::Event>> eventsSince(int64_t since_rv, const std::string& kind) override {
+    return inner_.eventsSince(since_rv, kind);
+  }
+  int addListener(std::function<void(const store::Event&)> fn) override { return inner_.addListener(std::move(fn)); }
+  void removeListener(int id) override { inner_.removeListener(id); }
+
+ private:
+  store::Store& inner_;
+};
+
+TEST_F(ControllerTest, ConflictingWriteIsRetriedNotOverwritten) {
+  createReadyService("hello");
+  InterferingStore interfering(*store_);
+  ctl_.reset();
+  ctl_ = std::make_unique<Controller>(interfering, backend_, clock_, config_);
+  update("Service", "hello", [](json& s) { s["metadata"]["labels"]["app"] = "v2"; });
+  // Someone else changes the Configuration between our read and our write.
+  interfering.before_next_transact = [&] {
+    update("Configuration", "hello", [](json& c) { c["metadata"]["annotations"]["example.com/other"] = "1"; });
+  };
+  ASSERT_TRUE(ctl_->reconcileOnce(Key{"Service", kNs, "hello"}).isOk());
+  EXPECT_EQ(interfering.conflicts, 1);  // the first write hit kConflict and the reconcile was redone
+  json c = get("Configuration", "hello");
+  EXPECT_EQ(labelOf(c, "app"), "v2");
+  // Redone from a fresh read: the Service's labels won and the stray annotation was pruned.
+  EXPECT_EQ(annotationOf(c, "example.com/other"), "");
+  ctl_.reset();  // unregister from `interfering` before it goes away
+}
+
 }  // namespace
 }  // namespace knap::controller
