@@ -315,6 +315,11 @@ TEST_F(ContainerdIntegrationTest, ImportRunKillDelete) {
   EXPECT_EQ(got->chain_id, imported->chain_id);
   EXPECT_EQ(got->config.working_dir, "/app");
   EXPECT_EQ(getImage(*client_, "knap.local/none:v0").status().code(), Code::kNotFound);
+  StatusOr<std::vector<ImageRecord>> images = client_->listImages({std::string("name==") + quoteFilterValue(kImage)});
+  ASSERT_TRUE(images.isOk()) << images.status().toString();
+  ASSERT_EQ(images->size(), 1u);
+  EXPECT_EQ((*images)[0].target.digest, imported->manifest_digest);
+  EXPECT_EQ((*images)[0].target.media_type, kMediaTypeOciManifest);
 
   // --- container + task (host network) ---
   const int port = 18000 + getpid() % 1000;
@@ -533,7 +538,7 @@ TEST_F(ContainerdIntegrationTest, ImportPicksThePlatformFromAnIndex) {
   (void)client_->deleteImage(name, true);
   std::ofstream(work_ + "/hello.txt") << "hello";
   std::string base = std::string(mk) + " --name " + name + " --file " + work_ + "/hello.txt:/hello.txt --cmd /hello";
-  std::string out = runCommand(base + " --out " + work_ + "/amd64.tar --platform linux/amd64");
+  std::string out = runCommand(base + " --out " + work_ + "/amd64.tar --platform linux/amd64 --gzip");
   ASSERT_NE(out.find("linux/amd64=sha256:"), std::string::npos) << out;
   std::string amd64_digest = out.substr(out.find("linux/amd64=") + 12, 71);
   ASSERT_EQ(std::system((base + " --out " + work_ + "/arm64.tar --platform linux/arm64/v8 >/dev/null").c_str()), 0);
@@ -544,6 +549,11 @@ TEST_F(ContainerdIntegrationTest, ImportPicksThePlatformFromAnIndex) {
   EXPECT_EQ(img->name, name);
   EXPECT_EQ(img->manifest_digest, amd64_digest);
   EXPECT_EQ(img->config.cmd, std::vector<std::string>{"/hello"});
+  EXPECT_TRUE(img->unpacked);
+  StatusOr<Manifest> m = parseManifest(*client_->readContent(img->manifest_digest));
+  ASSERT_TRUE(m.isOk());
+  EXPECT_EQ(m->layers[0].media_type, kMediaTypeOciLayerGzip);  // --gzip layer unpacked to its diff_id
+  EXPECT_EQ(client_->contentInfo(m->layers[0].digest)->labels["containerd.io/uncompressed"], img->config.diff_ids[0]);
   ImportOptions s390;
   s390.platform = *parsePlatform("linux/s390x");
   EXPECT_EQ(importImageArchive(*client_, work_ + "/multi.tar", s390).status().code(), Code::kNotFound);

@@ -1,6 +1,7 @@
 #include "runtime/containerd/oci_layout.h"
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include <set>
 
@@ -145,6 +146,41 @@ StatusOr<Platform> parsePlatform(const std::string& s) {
     return invalidArgument("platform must be os/arch[/variant]: " + s);
   }
   return p;
+}
+
+std::string gzipCompress(std::string_view data) {
+  z_stream z{};
+  // windowBits 15 + 16: gzip wrapper; zlib writes mtime 0 and no file name.
+  deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, data.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+StatusOr<std::string> gzipDecompress(std::string_view data) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return internalError("gzip: inflateInit failed");
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  std::string out;
+  char buf[65536];
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+    if (rc == Z_BUF_ERROR && z.avail_in == 0) break;
+  }
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END) return invalidArgument("gzip: corrupt or truncated data");
+  return out;
 }
 
 std::string blobPath(const std::string& digest) {
@@ -357,7 +393,9 @@ StatusOr<BuiltImage> buildImage(const ImageSpec& spec) {
     }
   }
   std::string layer = tw.finish();
-  std::string layer_digest = sha256Digest(layer);
+  const std::string diff_id = sha256Digest(layer);
+  if (spec.gzip_layer) layer = gzipCompress(layer);
+  const std::string layer_digest = sha256Digest(layer);
 
   json cfg;
   cfg["created"] = rfc3339(spec.mtime);
@@ -383,7 +421,7 @@ StatusOr<BuiltImage> buildImage(const ImageSpec& spec) {
     c["ExposedPorts"] = ports;
   }
   cfg["config"] = c;
-  cfg["rootfs"] = {{"type", "layers"}, {"diff_ids", {layer_digest}}};
+  cfg["rootfs"] = {{"type", "layers"}, {"diff_ids", {diff_id}}};
   cfg["history"] = json::array({{{"created", rfc3339(spec.mtime)}, {"created_by", "knap-mkimage"}}});
   std::string config = cfg.dump();
 
@@ -391,7 +429,8 @@ StatusOr<BuiltImage> buildImage(const ImageSpec& spec) {
   img.name = spec.name;
   img.platform = spec.platform;
   Descriptor config_desc{kMediaTypeOciConfig, sha256Digest(config), static_cast<int64_t>(config.size()), {}};
-  Descriptor layer_desc{kMediaTypeOciLayer, layer_digest, static_cast<int64_t>(layer.size()), {}};
+  Descriptor layer_desc{spec.gzip_layer ? kMediaTypeOciLayerGzip : kMediaTypeOciLayer, layer_digest,
+                        static_cast<int64_t>(layer.size()), {}};
   json manifest = {{"schemaVersion", 2},
                    {"mediaType", kMediaTypeOciManifest},
                    {"config", descriptorToJson(config_desc)},

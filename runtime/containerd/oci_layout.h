@@ -93,6 +93,11 @@ struct ResolvedImage {
 // manifest for the platform; the message lists the platforms present).
 StatusOr<ResolvedImage> resolveLayout(const TarReader& archive, const Platform& platform);
 
+// Deterministic gzip (no name, mtime 0) and its inverse; kInvalidArgument on
+// corrupt input.
+std::string gzipCompress(std::string_view data);
+StatusOr<std::string> gzipDecompress(std::string_view data);
+
 // "blobs/sha256/<hex>" for a digest.
 std::string blobPath(const std::string& digest);
 
@@ -118,6 +123,7 @@ struct ImageSpec {
   // and /tmp (1777), unless the files list brings its own.
   bool add_base_files = true;
   int64_t mtime = 0;  // every timestamp in the image, for reproducible output
+  bool gzip_layer = false;  // store the layer as tar+gzip (diff_id stays the tar's digest)
 };
 
 // Blobs keyed by digest plus the descriptor that tops the image.
@@ -128,7 +134,8 @@ struct BuiltImage {
   std::map<std::string, std::string> blobs;
 };
 
-// Builds a single-layer image (uncompressed layer with parent directories).
+// Builds a single-layer image (tar layer with parent directories, optionally
+// gzip-compressed deterministically).
 // kInvalidArgument for relative or duplicate destinations.
 StatusOr<BuiltImage> buildImage(const ImageSpec& spec);
 

@@ -93,6 +93,29 @@ TEST(OciLayoutTest, OutputIsDeterministic) {
   EXPECT_NE(c->manifest.digest, a->manifest.digest);
 }
 
+TEST(OciLayoutTest, GzipLayerKeepsTheTarDigestAsDiffId) {
+  ImageSpec plain = testSpec();
+  ImageSpec gz = testSpec();
+  gz.gzip_layer = true;
+  StatusOr<BuiltImage> a = buildImage(plain), b = buildImage(gz), b2 = buildImage(gz);
+  ASSERT_TRUE(a.isOk() && b.isOk() && b2.isOk());
+  EXPECT_EQ(b->manifest.digest, b2->manifest.digest);  // still deterministic
+  StatusOr<TarReader> archive = TarReader::fromString(writeLayout({*b}, "g:1"));
+  ASSERT_TRUE(archive.isOk());
+  StatusOr<ResolvedImage> r = resolveLayout(*archive, Platform{});
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->layers[0].media_type, kMediaTypeOciLayerGzip);
+  EXPECT_NE(r->layers[0].digest, r->image_config.diff_ids[0]);
+  StatusOr<std::string> tar = gzipDecompress(b->blobs.at(r->layers[0].digest));
+  ASSERT_TRUE(tar.isOk()) << tar.status().toString();
+  EXPECT_EQ(sha256Digest(*tar), r->image_config.diff_ids[0]);
+  // Same content as the uncompressed image's layer.
+  StatusOr<ResolvedImage> ra = resolveLayout(*TarReader::fromString(writeLayout({*a}, "g:1")), Platform{});
+  ASSERT_TRUE(ra.isOk());
+  EXPECT_EQ(ra->image_config.diff_ids, r->image_config.diff_ids);
+  EXPECT_EQ(gzipDecompress("not gzip").status().code(), Code::kInvalidArgument);
+}
+
 TEST(OciLayoutTest, RejectsBadDestinations) {
   ImageSpec s = testSpec();
   s.files.push_back({"relative/path", "", 0644});

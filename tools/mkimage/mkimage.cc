@@ -4,12 +4,12 @@
 //   knap-mkimage --out IMG.tar --name NAME:TAG --file SRC:DEST[:MODE]...
 //       [--entrypoint a,b] [--cmd a,b] [--env K=V]... [--user U]
 //       [--workdir D] [--expose 8080]... [--platform linux/amd64]
-//       [--no-base-files] [--mtime SECONDS]
+//       [--no-base-files] [--mtime SECONDS] [--gzip]
 //   knap-mkimage --out IMG.tar --name NAME:TAG --index-of A.tar,B.tar
 //       (one multi-platform image from single-platform archives)
 //
 // Output is deterministic: fixed timestamps (0 unless --mtime), sorted
-// entries. The layer is an uncompressed tar with parent directories,
+// entries. The layer is a tar (gzip-compressed with --gzip) with parent directories,
 // /etc/passwd and /etc/group (root, nobody, app=1000) and /tmp (1777).
 #include <sys/stat.h>
 
@@ -41,7 +41,7 @@ int usage(const char* msg) {
   std::cerr << "knap-mkimage: " << msg << "\n"
             << "usage: knap-mkimage --out IMG.tar --name NAME:TAG --file SRC:DEST[:MODE]... [--entrypoint a,b]\n"
             << "         [--cmd a,b] [--env K=V]... [--user U] [--workdir D] [--expose PORT]...\n"
-            << "         [--platform os/arch] [--no-base-files] [--mtime SECONDS]\n"
+            << "         [--platform os/arch] [--no-base-files] [--mtime SECONDS] [--gzip]\n"
             << "       knap-mkimage --out IMG.tar --name NAME:TAG --index-of A.tar,B.tar\n";
   return 2;
 }
@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
       knap::StatusOr<kc::Platform> p = kc::parsePlatform(value());
       if (!p.isOk()) return usage(p.status().message().c_str());
       spec.platform = *p;
+    } else if (a == "--gzip") {
+      spec.gzip_layer = true;
     } else if (a == "--no-base-files") {
       spec.add_base_files = false;
     } else if (a == "--mtime") {
