@@ -151,6 +151,7 @@ struct WaitState : std::enable_shared_from_this<WaitState> {
   asio::steady_timer timer;
   std::mutex mu;
   std::optional<StatusOr<std::string>> result;
+  bool client_gone = false;  // under mu
 };
 
 struct Router::Impl {
@@ -497,6 +498,28 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
       cold_start = acq.first_cold;
       if (acq.cold && on_cold != nullptr && *on_cold) (*on_cold)(revision);
       ws->timer.expires_at(std::min(start + opts.queue.max_wait, first_byte_deadline));
+      // A client that hangs up while queued must not keep its place (nor
+      // count as concurrency): watch its socket. Only when no body is
+      // pending, since then nothing but EOF is expected from it.
+      const bool watch_client = parser.is_done();
+      if (watch_client) {
+        const uint64_t waiter = acq.waiter;
+        client.socket().async_wait(
+            tcp::socket::wait_read,
+            [ws, state, waiter, fd = client.socket().native_handle()](beast::error_code wec) {
+              if (wec) return;  // cancelled: the wait is over
+              char byte;
+              const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+              const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+              if (!gone || !state->queue.cancel(waiter)) return;
+              {
+                std::lock_guard<std::mutex> lock(ws->mu);
+                ws->client_gone = true;
+                ws->result.emplace(unavailable("client closed the connection while queued"));
+              }
+              ws->timer.cancel();
+            });
+      }
       while (!ws->ready()) {
         beast::error_code ec;
         co_await ws->timer.async_wait(tok(ec));
@@ -513,10 +536,15 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
         }
       }
       queued_gauge.add(-1);
+      if (watch_client) {
+        beast::error_code ignored;
+        client.socket().cancel(ignored);
+      }
       StatusOr<std::string> grant = [&] {
         std::lock_guard<std::mutex> lock(ws->mu);
         return *ws->result;
       }();
+      if (ws->client_gone) co_return false;  // nobody to answer; code stays 499
       if (!grant.isOk()) {
         const bool timeout = grant.status().code() == Code::kDeadlineExceeded;
         guard->code = timeout ? 504 : 503;

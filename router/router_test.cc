@@ -699,5 +699,56 @@ TEST_F(RouterTest, PodDownIs502) {
   EXPECT_EQ(get(router_->port(), kHost).result_int(), 502);
 }
 
+TEST_F(RouterTest, ClientThatHangsUpLeavesTheQueue) {
+  startRouter(); setRoutes({helloRoute()});
+  {
+    TestClient c(router_->port());
+    c.writeRaw("GET / HTTP/1.1\r\nHost: " + std::string(kHost) + "\r\n\r\n");
+    ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 1; }));
+  }  // closes the connection
+  EXPECT_TRUE(eventually([&] { return router_->queued(kRev) == 0; }));
+  EXPECT_TRUE(eventually([&] {
+    return router_->renderMetrics().find(
+               "knap_router_requests_total{revision=\"default/hello-00001\",code=\"499\"} 1") !=
+           std::string::npos;
+  }));
+}
+
+TEST_F(RouterTest, HeadAndNoContentResponsesKeepConnectionUsable) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
+    if (req.target() == "/empty") {
+      resp.result(http::status::no_content);
+      return;
+    }
+    resp.body() = "twelve bytes";
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  StringRequest head{http::verb::head, "/", 11};
+  head.set(http::field::host, kHost);
+  auto r1 = c.send(head);
+  ASSERT_EQ(r1.result_int(), 200) << c.error().message();
+  EXPECT_EQ(r1[http::field::content_length], "12");
+  StringRequest empty{http::verb::get, "/empty", 11};
+  empty.set(http::field::host, kHost);
+  auto r2 = c.send(empty);
+  EXPECT_EQ(r2.result_int(), 204) << c.error().message();
+  StringRequest full{http::verb::get, "/", 11};
+  full.set(http::field::host, kHost);
+  auto r3 = c.send(full);
+  EXPECT_EQ(r3.result_int(), 200);
+  EXPECT_EQ(r3.body(), "twelve bytes");
+}
+
+TEST_F(RouterTest, StopWithQueuedRequestsDoesNotHang) {
+  startRouter(); setRoutes({helloRoute()});
+  auto waiting = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
+  ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 1; }));
+  router_->stop();
+  auto resp = waiting.get();  // connection closed (or 503): anything but a hang
+  EXPECT_NE(resp.result_int(), 200);
+}
+
 }  // namespace
 }  // namespace knap::router
