@@ -1,0 +1,950 @@
+#include "runtime/runner/pod_runner.h"
+
+#include <algorithm>
+#include <random>
+#include <sstream>
+
+#include "common/duration.h"
+#include "common/log.h"
+
+namespace knap::runner {
+
+using nlohmann::json;
+using std::chrono::duration_cast;
+using std::chrono::seconds;
+
+namespace {
+
+constexpr char kInitialScaleAnnotation[] = "autoscaling.knative.dev/initial-scale";
+constexpr char kMinScaleAnnotation[] = "autoscaling.knative.dev/min-scale";
+constexpr char kProgressDeadlineAnnotation[] = "serving.knative.dev/progress-deadline";
+
+std::optional<std::string> annotation(const json& obj, const char* key) {
+  const json* md = obj.contains("metadata") && obj["metadata"].is_object() ? &obj["metadata"] : nullptr;
+  if (!md || !md->contains("annotations") || !(*md)["annotations"].is_object()) return std::nullopt;
+  const json& a = (*md)["annotations"];
+  auto it = a.find(key);
+  if (it == a.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
+std::optional<int> annotationInt(const json& obj, const char* key) {
+  auto v = annotation(obj, key);
+  if (!v) return std::nullopt;
+  try {
+    size_t pos = 0;
+    int n = std::stoi(*v, &pos);
+    if (pos != v->size() || n < 0) return std::nullopt;
+    return n;
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::string str(const json& j, const char* a, const char* b) {
+  if (!j.is_object() || !j.contains(a) || !j[a].is_object()) return "";
+  const json& o = j[a];
+  auto it = o.find(b);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+const json& firstContainer(const json& rev) {
+  static const json kEmpty = json::object();
+  if (!rev.contains("spec") || !rev["spec"].is_object()) return kEmpty;
+  const json& spec = rev["spec"];
+  if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty()) return kEmpty;
+  return spec["containers"][0];
+}
+
+// The serving port: the first containerPort, else 8080.
+int servingPort(const json& container) {
+  if (container.contains("ports") && container["ports"].is_array()) {
+    for (const auto& p : container["ports"]) {
+      if (p.is_object() && p.contains("containerPort") && p["containerPort"].is_number_integer()) {
+        return p["containerPort"].get<int>();
+      }
+    }
+  }
+  return 8080;
+}
+
+std::string trimTail(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+bool sameCondition(const controller::ConditionState& a, const controller::ConditionState& b) {
+  return a.status == b.status && a.reason == b.reason && a.message == b.message;
+}
+
+bool sameHealth(const controller::RevisionHealth& a, const controller::RevisionHealth& b) {
+  return sameCondition(a.resources_available, b.resources_available) &&
+         sameCondition(a.container_healthy, b.container_healthy) && sameCondition(a.active, b.active) &&
+         a.actual_replicas == b.actual_replicas && a.desired_replicas == b.desired_replicas &&
+         a.image_digest == b.image_digest;
+}
+
+std::string formatSeconds(Duration d) {
+  return std::to_string(duration_cast<seconds>(d).count()) + "s";
+}
+
+}  // namespace
+
+const char* podStateName(PodState s) {
+  switch (s) {
+    case PodState::kCreating: return "Creating";
+    case PodState::kStarting: return "Starting";
+    case PodState::kReady: return "Ready";
+    case PodState::kCrashed: return "Crashed";
+    case PodState::kStopping: return "Stopping";
+  }
+  return "?";
+}
+
+PodRunnerOptions optionsFromConfig(const Config& config) {
+  PodRunnerOptions o;
+  o.progress_deadline = config.deployment.progress_deadline;
+  o.default_initial_scale = config.autoscaler.initial_scale;
+  o.allow_zero_initial_scale = config.autoscaler.allow_zero_initial_scale;
+  o.default_min_scale = config.autoscaler.min_scale;
+  return o;
+}
+
+PodRunner::PodRunner(PodDriver& driver, const TimeSource& time, PodRunnerOptions options)
+    : driver_(driver), time_(time), options_(std::move(options)) {}
+
+PodRunner::~PodRunner() { stop(); }
+
+// ------------------------------------------------------------------ threads
+
+void PodRunner::start() {
+  std::lock_guard<std::mutex> l(loop_mu_);
+  if (loop_thread_.joinable()) return;
+  stopping_ = false;
+  if (!options_.executor) {
+    for (int i = 0; i < std::max(1, options_.workers); ++i) {
+      pool_.emplace_back([this] {
+        for (;;) {
+          std::function<void()> fn;
+          {
+            std::unique_lock<std::mutex> ql(loop_mu_);
+            queue_cv_.wait(ql, [this] { return stopping_ || !queue_.empty(); });
+            if (queue_.empty()) return;  // stopping and drained
+            fn = std::move(queue_.front());
+            queue_.pop_front();
+          }
+          fn();
+        }
+      });
+    }
+  }
+  loop_thread_ = std::thread([this] { loop(); });
+}
+
+void PodRunner::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(loop_mu_);
+      if (stopping_) return;
+    }
+    runOnce();
+    std::unique_lock<std::mutex> l(loop_mu_);
+    if (stopping_) return;
+    // The only place the runner waits on its own: an idle wake-up bounded by
+    // loop_interval, cut short by wake(). Deadlines themselves come from time_.
+    loop_cv_.wait_for(l, options_.loop_interval, [this] { return wake_ || stopping_; });
+    wake_ = false;
+  }
+}
+
+void PodRunner::wake() {
+  std::lock_guard<std::mutex> l(loop_mu_);
+  wake_ = true;
+  loop_cv_.notify_all();
+}
+
+void PodRunner::post(std::function<void()> fn) {
+  if (options_.executor) {
+    options_.executor(std::move(fn));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    if (!pool_.empty() && !stopping_) {
+      queue_.push_back(std::move(fn));
+      queue_cv_.notify_one();
+      return;
+    }
+  }
+  fn();  // no pool running: do it here
+}
+
+void PodRunner::stop() {
+  std::thread loop;
+  std::vector<std::thread> pool;
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    stopping_ = true;
+    loop_cv_.notify_all();
+    queue_cv_.notify_all();
+    loop = std::move(loop_thread_);
+    pool = std::move(pool_);
+  }
+  if (loop.joinable()) loop.join();
+  for (auto& t : pool) t.join();
+  // Abandon the waits (pods keep running; they are adopted next time).
+  std::map<std::string, std::thread> waiters;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    shutting_down_ = true;
+    for (auto& [k, rev] : revisions_) {
+      for (auto& [id, pod] : rev->pods) {
+        if (pod.waiter && !pod.exited) driver_.cancelWait(pod.handle);
+      }
+    }
+    waiters = std::move(waiters_);
+    finished_waiters_.clear();
+  }
+  for (auto& [id, t] : waiters) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void PodRunner::shutdownAndDestroyAll() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [k, rev] : revisions_) rev->removed = true;
+  }
+  // Drive the loop until every pod is gone (bounded by the pods' stop grace).
+  for (;;) {
+    runOnce();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (revisions_.empty()) break;
+    }
+    std::unique_lock<std::mutex> l(loop_mu_);
+    loop_cv_.wait_for(l, options_.loop_interval, [this] { return wake_; });
+    wake_ = false;
+  }
+  stop();
+}
+
+int PodRunner::waitersRunning() {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int>(waiters_.size() - finished_waiters_.size());
+}
+
+// ------------------------------------------------------------------ adoption
+
+Status PodRunner::adoptExisting(const std::set<std::string>& live_revisions) {
+  auto existing = driver_.listExisting();
+  if (!existing.isOk()) return existing.status();
+  std::set<std::string> live_pods;
+  std::vector<AdoptedPod> doomed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    MonoTime now = time_.monotonic();
+    for (const AdoptedPod& a : *existing) {
+      std::string k = key(a.handle.ns, a.handle.revision_name);
+      if (!a.running || !live_revisions.count(k)) {
+        doomed.push_back(a);
+        continue;
+      }
+      auto& slot = revisions_[k];
+      if (!slot) {
+        slot = std::make_unique<Revision>();
+        slot->ns = a.handle.ns;
+        slot->name = a.handle.revision_name;
+        slot->created_at = now;
+      }
+      Pod pod;
+      pod.handle = a.handle;
+      pod.state = PodState::kStarting;
+      pod.adopted = true;
+      pod.started = true;
+      pod.started_at = now;
+      if (slot->image_digest.empty()) slot->image_digest = a.handle.image_digest;
+      auto [it, inserted] = slot->pods.emplace(a.handle.pod_id, std::move(pod));
+      if (inserted) spawnWaiterLocked(*slot, it->second);
+      live_pods.insert(a.handle.pod_id);
+      LOG(INFO) << "pod runner: adopted pod " << a.handle.pod_id << " of " << k << " (pid " << a.handle.pid
+                << ", ip " << a.handle.ip << ")";
+    }
+  }
+  Status first = Status::ok();
+  for (const AdoptedPod& a : doomed) {
+    LOG(INFO) << "pod runner: removing leftover pod " << a.handle.pod_id << " of " << a.handle.ns << "/"
+              << a.handle.revision_name << (a.running ? " (revision gone)" : " (not running)");
+    if (a.running) {
+      Status s = driver_.stop(a.handle, std::chrono::seconds(2));
+      if (!s.isOk()) LOG(WARNING) << "pod runner: stop " << a.handle.pod_id << ": " << s.toString();
+    }
+    Status s = driver_.destroy(a.handle);
+    if (!s.isOk()) {
+      LOG(WARNING) << "pod runner: destroy " << a.handle.pod_id << ": " << s.toString();
+      if (first.isOk()) first = s;
+    }
+  }
+  Status s = driver_.cleanupOrphans(live_pods);
+  if (!s.isOk()) {
+    LOG(WARNING) << "pod runner: orphan cleanup: " << s.toString();
+    if (first.isOk()) first = s;
+  }
+  wake();
+  return first;
+}
+
+void PodRunner::spawnWaiterLocked(Revision& rev, Pod& pod) {
+  pod.waiter = true;
+  std::string k = key(rev.ns, rev.name);
+  std::string id = pod.handle.pod_id;
+  PodHandle h = pod.handle;
+  auto old = waiters_.find(id);
+  if (old != waiters_.end()) {
+    // A pod id is never reused; a stale entry would be a bug. Detach safely.
+    if (old->second.joinable()) old->second.detach();
+    waiters_.erase(old);
+    finished_waiters_.erase(id);
+  }
+  waiters_[id] = std::thread([this, k, id, h] {
+    StatusOr<PodExit> r = driver_.wait(h);
+    onExit(k, id, std::move(r));
+  });
+}
+
+// ------------------------------------------------------------------ public API
+
+void PodRunner::configureLocked(Revision& rev, const json& object) {
+  rev.object = object;
+  const json& c = firstContainer(object);
+  rev.port = servingPort(c);
+  rev.spec_error.clear();
+  rev.readiness_spec = runtime::defaultReadinessProbe();
+  if (c.contains("readinessProbe") && c["readinessProbe"].is_object()) {
+    auto p = runtime::parseProbeSpec(c["readinessProbe"], runtime::ProbeKind::kReadiness);
+    if (p.isOk()) {
+      rev.readiness_spec = *p;
+    } else {
+      rev.spec_error = "readinessProbe: " + p.status().message();
+    }
+  }
+  rev.liveness_spec.reset();
+  if (c.contains("livenessProbe") && c["livenessProbe"].is_object()) {
+    auto p = runtime::parseProbeSpec(c["livenessProbe"], runtime::ProbeKind::kLiveness);
+    if (p.isOk()) {
+      rev.liveness_spec = *p;
+    } else {
+      rev.spec_error = "livenessProbe: " + p.status().message();
+    }
+  }
+  int64_t timeout = 300;
+  if (object.contains("spec") && object["spec"].is_object() && object["spec"].contains("timeoutSeconds") &&
+      object["spec"]["timeoutSeconds"].is_number_integer()) {
+    timeout = object["spec"]["timeoutSeconds"].get<int64_t>();
+  }
+  rev.stop_grace = std::min<Duration>(seconds(timeout), options_.max_stop_grace);
+  rev.progress_deadline = options_.progress_deadline;
+  if (auto pd = annotation(object, kProgressDeadlineAnnotation)) {
+    auto d = parseGoDuration(*pd);
+    if (d.isOk() && d->count() > 0) rev.progress_deadline = *d;
+  }
+}
+
+void PodRunner::ensure(const json& revision) {
+  std::string ns = str(revision, "metadata", "namespace");
+  std::string name = str(revision, "metadata", "name");
+  if (name.empty()) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::string k = key(ns, name);
+    auto& slot = revisions_[k];
+    MonoTime now = time_.monotonic();
+    if (!slot) {
+      slot = std::make_unique<Revision>();
+      slot->ns = ns;
+      slot->name = name;
+      slot->created_at = now;
+    }
+    Revision& rev = *slot;
+    bool first = rev.object.is_null() || rev.removed;
+    rev.removed = false;
+    configureLocked(rev, revision);
+    if (first) {
+      // Initial scale (KNATIVE-CONTRACT §4.7): annotation (0 only if allowed),
+      // else config; at least min-scale.
+      int initial = options_.default_initial_scale;
+      if (auto a = annotationInt(revision, kInitialScaleAnnotation)) {
+        if (*a != 0 || options_.allow_zero_initial_scale) initial = *a;
+      }
+      int min_scale = annotationInt(revision, kMinScaleAnnotation).value_or(options_.default_min_scale);
+      int adopted = 0;
+      for (auto& [id, pod] : rev.pods) {
+        if (pod.adopted) ++adopted;
+      }
+      if (!rev.scaler_set) rev.desired = std::max({initial, min_scale, adopted});
+      // Adopted pods get their probes now that the spec is known.
+      for (auto& [id, pod] : rev.pods) {
+        if (pod.adopted && !pod.readiness) {
+          pod.handle.port = rev.port;
+          pod.readiness.emplace(rev.readiness_spec, runtime::ProbeKind::kReadiness, now);
+          if (rev.liveness_spec) pod.liveness.emplace(*rev.liveness_spec, runtime::ProbeKind::kLiveness, now);
+          pod.next_probe = now;
+        }
+      }
+    }
+  }
+  wake();
+}
+
+void PodRunner::remove(const std::string& ns, const std::string& name) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = revisions_.find(key(ns, name));
+    if (it == revisions_.end()) return;
+    it->second->removed = true;
+  }
+  wake();
+}
+
+controller::RevisionHealth PodRunner::health(const std::string& ns, const std::string& name) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = revisions_.find(key(ns, name));
+  if (it == revisions_.end() || it->second->object.is_null()) {
+    controller::RevisionHealth h;
+    h.resources_available = {"Unknown", "Deploying", ""};
+    h.container_healthy = {"Unknown", "Deploying", ""};
+    h.active = {"Unknown", "Deploying", ""};
+    return h;
+  }
+  return computeHealthLocked(*it->second, time_.monotonic());
+}
+
+void PodRunner::setOnChange(std::function<void(const std::string&, const std::string&)> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  on_change_ = std::move(fn);
+}
+
+void PodRunner::setOnEndpointsChanged(std::function<void(const std::string&)> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  on_endpoints_ = std::move(fn);
+}
+
+int PodRunner::readyPods(const std::string& revision) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = revisions_.find(revision);
+  if (it == revisions_.end()) return 0;
+  int n = 0;
+  for (auto& [id, pod] : it->second->pods) {
+    if (pod.state == PodState::kReady) ++n;
+  }
+  return n;
+}
+
+void PodRunner::setDesiredScale(const std::string& revision, int pods) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = revisions_.find(revision);
+    if (it == revisions_.end()) return;
+    it->second->desired = std::max(0, pods);
+    it->second->scaler_set = true;
+  }
+  wake();
+}
+
+void PodRunner::scaleStatusChanged(const std::string& revision, const scaler::ScaleOutcome& outcome) {
+  Notes notes;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = revisions_.find(revision);
+    if (it == revisions_.end()) return;
+    it->second->scale_outcome = outcome;
+    collectNotesLocked(&notes);
+  }
+  notifyAll(std::move(notes));
+}
+
+std::vector<Endpoint> PodRunner::readyEndpoints(const std::string& revision) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = revisions_.find(revision);
+  if (it == revisions_.end()) return {};
+  return endpointsLocked(*it->second);
+}
+
+std::vector<PodInfo> PodRunner::pods(const std::string& revision) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<PodInfo> out;
+  auto it = revisions_.find(revision);
+  if (it == revisions_.end()) return out;
+  for (auto& [id, pod] : it->second->pods) {
+    out.push_back(PodInfo{id, pod.state, pod.handle.ip, pod.handle.pid, pod.adopted});
+  }
+  return out;
+}
+
+std::optional<MonoTime> PodRunner::nextDue() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::optional<MonoTime> best;
+  auto consider = [&](MonoTime t) {
+    if (!best || t < *best) best = t;
+  };
+  for (auto& [k, rev] : revisions_) {
+    if (rev->object.is_null()) continue;
+    if (!rev->ever_ready && !rev->removed) consider(rev->created_at + rev->progress_deadline);
+    int active = rev->creates_in_flight;
+    for (auto& [id, pod] : rev->pods) {
+      if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.busy && !pod.stop_requested) {
+        consider(pod.next_probe);
+      }
+      if (pod.state != PodState::kStopping && pod.state != PodState::kCrashed && !pod.stop_requested) ++active;
+    }
+    if (!rev->removed && active < rev->desired) consider(rev->next_create);
+  }
+  return best;
+}
+
+std::string PodRunner::newPodId(const Revision& rev) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::ostringstream os;
+  os << rev.name << "-" << std::hex << (rng() & 0xffffffffULL);
+  std::string id = os.str();
+  (void)pod_counter_;
+  return id;
+}
+
+// ------------------------------------------------------------------ control
+
+void PodRunner::runOnce() {
+  std::vector<std::function<void()>> work;
+  std::vector<std::thread> done;
+  Notes notes;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const std::string& id : finished_waiters_) {
+      auto it = waiters_.find(id);
+      if (it != waiters_.end()) {
+        done.push_back(std::move(it->second));
+        waiters_.erase(it);
+      }
+    }
+    finished_waiters_.clear();
+    MonoTime now = time_.monotonic();
+    for (auto it = revisions_.begin(); it != revisions_.end();) {
+      Revision& rev = *it->second;
+      stepRevisionLocked(rev, now, &work);
+      if (rev.removed && rev.pods.empty() && rev.creates_in_flight == 0) {
+        if (!rev.last_endpoints.empty() && on_endpoints_) {
+          auto fn = on_endpoints_;
+          std::string k = it->first;
+          notes.push_back([fn, k] { fn(k); });
+        }
+        it = revisions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    collectNotesLocked(&notes);
+  }
+  for (auto& t : done) {
+    if (t.joinable()) t.join();
+  }
+  notifyAll(std::move(notes));
+  for (auto& w : work) post(std::move(w));
+}
+
+void PodRunner::requestStopLocked(Revision& rev, Pod& pod, std::vector<std::function<void()>>* work) {
+  (void)work;
+  (void)rev;
+  if (pod.stop_requested) return;
+  pod.stop_requested = true;
+  if (pod.state != PodState::kCrashed) pod.state = PodState::kStopping;
+}
+
+void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work) {
+  std::string k = key(rev.ns, rev.name);
+  if (rev.object.is_null() && !rev.removed) return;  // adopted pods wait for ensure()
+
+  // 1. Scale: count the pods that are (or will be) serving.
+  if (!rev.removed) {
+    std::vector<Pod*> serving;
+    for (auto& [id, pod] : rev.pods) {
+      if (pod.state != PodState::kStopping && pod.state != PodState::kCrashed && !pod.stop_requested) {
+        serving.push_back(&pod);
+      }
+    }
+    int have = static_cast<int>(serving.size());
+    if (have > rev.desired) {
+      // Stop the least useful first: not ready before ready, newest first.
+      std::sort(serving.begin(), serving.end(), [](const Pod* a, const Pod* b) {
+        bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
+        if (ra != rb) return !ra;
+        return a->started_at > b->started_at;
+      });
+      for (int i = 0; i < have - rev.desired; ++i) requestStopLocked(rev, *serving[i], work);
+    } else if (have < rev.desired && now >= rev.next_create && rev.spec_error.empty()) {
+      for (int i = have; i < rev.desired; ++i) {
+        Pod pod;
+        pod.handle.pod_id = newPodId(rev);
+        pod.handle.ns = rev.ns;
+        pod.handle.revision_name = rev.name;
+        pod.handle.port = rev.port;
+        pod.busy = true;
+        pod.started_at = now;
+        PodRequest req;
+        req.revision = rev.object;
+        req.ns = rev.ns;
+        req.revision_name = rev.name;
+        if (firstContainer(rev.object).contains("image") && firstContainer(rev.object)["image"].is_string()) {
+          req.image = firstContainer(rev.object)["image"].get<std::string>();
+        }
+        req.pod_id = pod.handle.pod_id;
+        std::string id = pod.handle.pod_id;
+        rev.pods.emplace(id, std::move(pod));
+        work->push_back([this, k, id, req] {
+          StatusOr<PodHandle> r = driver_.create(req);
+          Notes notes;
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            auto rit = revisions_.find(k);
+            if (rit == revisions_.end()) return;
+            Revision& rv = *rit->second;
+            auto pit = rv.pods.find(id);
+            if (pit == rv.pods.end()) return;
+            Pod& p = pit->second;
+            p.busy = false;
+            MonoTime t = time_.monotonic();
+            if (!r.isOk()) {
+              LOG(WARNING) << "pod runner: create " << id << " of " << k << ": " << r.status().toString();
+              controller::ConditionState f;
+              f.status = "False";
+              if (r.status().code() == Code::kNotFound) {
+                f.reason = "ContainerMissing";
+              } else if (r.status().code() == Code::kInvalidArgument) {
+                f.reason = "InvalidSpec";
+              } else {
+                f.reason = "CreateContainerError";
+              }
+              f.message = r.status().message();
+              if (!rv.ever_ready || f.reason == "ContainerMissing") rv.failure = f;
+              rv.pods.erase(pit);
+              ++rv.consecutive_crashes;
+              Duration d = options_.backoff_initial;
+              for (int i = 1; i < rv.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
+              rv.next_create = t + std::min(d, options_.backoff_max);
+            } else {
+              PodHandle h = *r;
+              h.pod_id = id;
+              h.ns = rv.ns;
+              h.revision_name = rv.name;
+              if (h.port == 0) h.port = rv.port;
+              p.handle = h;
+              if (!h.image_digest.empty()) rv.image_digest = h.image_digest;
+              if (rv.failure && rv.failure->reason == "ContainerMissing") rv.failure.reset();
+              if (!shutting_down_) spawnWaiterLocked(rv, p);
+            }
+            collectNotesLocked(&notes);
+          }
+          notifyAll(std::move(notes));
+          wake();
+        });
+      }
+    }
+  } else {
+    for (auto& [id, pod] : rev.pods) requestStopLocked(rev, pod, work);
+  }
+
+  // 2. Per-pod work.
+  for (auto& [id, pod] : rev.pods) {
+    if (pod.busy) continue;
+    std::string pid = id;
+    PodHandle h = pod.handle;
+    if (pod.state == PodState::kCreating && !pod.started && !pod.stop_requested) {
+      pod.busy = true;
+      work->push_back([this, k, pid, h] {
+        StatusOr<uint32_t> r = driver_.start(h);
+        Notes notes;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          auto rit = revisions_.find(k);
+          if (rit == revisions_.end()) return;
+          Revision& rv = *rit->second;
+          auto pit = rv.pods.find(pid);
+          if (pit == rv.pods.end()) return;
+          Pod& p = pit->second;
+          p.busy = false;
+          MonoTime t = time_.monotonic();
+          if (!r.isOk()) {
+            LOG(WARNING) << "pod runner: start " << pid << " of " << k << ": " << r.status().toString();
+            if (!rv.ever_ready) rv.failure = controller::ConditionState{"False", "StartError", r.status().message()};
+            p.counts_as_crash = true;
+            p.stop_requested = true;
+            p.state = PodState::kStopping;
+          } else if (p.state == PodState::kCreating) {
+            p.started = true;
+            p.handle.pid = *r;
+            p.state = PodState::kStarting;
+            p.started_at = t;
+            p.readiness.emplace(rv.readiness_spec, runtime::ProbeKind::kReadiness, t);
+            if (rv.liveness_spec) p.liveness.emplace(*rv.liveness_spec, runtime::ProbeKind::kLiveness, t);
+            p.next_probe = p.readiness->nextProbeAt();
+            if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
+          }
+          collectNotesLocked(&notes);
+        }
+        notifyAll(std::move(notes));
+        wake();
+      });
+      continue;
+    }
+    if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.stop_requested &&
+        pod.readiness && now >= pod.next_probe) {
+      bool liveness = pod.liveness && pod.liveness->nextProbeAt() <= now &&
+                      (pod.readiness->nextProbeAt() > now || pod.liveness->nextProbeAt() < pod.readiness->nextProbeAt());
+      runtime::ProbeSpec spec = liveness ? pod.liveness->spec() : pod.readiness->spec();
+      pod.busy = true;
+      work->push_back([this, k, pid, h, spec, liveness] {
+        MonoTime started = time_.monotonic();
+        runtime::ProbeResult r = driver_.probe(h, spec);
+        Notes notes;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          auto rit = revisions_.find(k);
+          if (rit == revisions_.end()) return;
+          Revision& rv = *rit->second;
+          auto pit = rv.pods.find(pid);
+          if (pit == rv.pods.end()) return;
+          Pod& p = pit->second;
+          p.busy = false;
+          MonoTime t = time_.monotonic();
+          if (p.stop_requested || !p.readiness) {
+            // stopping or crashed meanwhile: ignore the result
+          } else if (liveness && p.liveness) {
+            p.liveness->record(r.success, started, t);
+            if (!p.liveness->healthy()) {
+              LOG(WARNING) << "pod runner: liveness probe of " << pid << " failed (" << r.message
+                           << "): restarting";
+              p.counts_as_crash = true;
+              p.stop_requested = true;
+              p.state = PodState::kStopping;
+            }
+          } else {
+            p.readiness->record(r.success, started, t);
+            if (p.readiness->healthy() && p.state == PodState::kStarting) {
+              p.state = PodState::kReady;
+              p.ready_since = t;
+              rv.ever_ready = true;
+              rv.failure.reset();
+              LOG(INFO) << "pod runner: pod " << pid << " of " << k << " is ready at " << p.handle.ip << ":"
+                        << p.handle.port;
+            } else if (!p.readiness->healthy() && p.state == PodState::kReady) {
+              p.state = PodState::kStarting;
+            }
+          }
+          if (p.readiness) {
+            p.next_probe = p.readiness->nextProbeAt();
+            if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
+          }
+          collectNotesLocked(&notes);
+        }
+        notifyAll(std::move(notes));
+        wake();
+      });
+      continue;
+    }
+    if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited) {
+      pod.busy = true;
+      Duration grace = rev.stop_grace;
+      work->push_back([this, k, pid, h, grace] {
+        Status s = driver_.stop(h, grace);
+        std::lock_guard<std::mutex> l(mu_);
+        auto rit = revisions_.find(k);
+        if (rit == revisions_.end()) return;
+        auto pit = rit->second->pods.find(pid);
+        if (pit == rit->second->pods.end()) return;
+        Pod& p = pit->second;
+        p.busy = false;
+        p.stopped = true;
+        if (!s.isOk()) {
+          LOG(WARNING) << "pod runner: stop " << pid << ": " << s.toString() << "; destroying anyway";
+          if (p.waiter && !p.exited) driver_.cancelWait(p.handle);
+        }
+        wake();
+      });
+      continue;
+    }
+    // Destroy once the process is known to be gone (or never ran).
+    bool gone = pod.exited || !pod.waiter;
+    if ((pod.state == PodState::kCrashed || pod.state == PodState::kStopping) && gone && now >= pod.retry_destroy_at) {
+      pod.busy = true;
+      work->push_back([this, k, pid, h] {
+        Status s = driver_.destroy(h);
+        Notes notes;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          auto rit = revisions_.find(k);
+          if (rit == revisions_.end()) return;
+          auto pit = rit->second->pods.find(pid);
+          if (pit == rit->second->pods.end()) return;
+          if (!s.isOk()) {
+            LOG(WARNING) << "pod runner: destroy " << pid << ": " << s.toString() << " (retrying)";
+            pit->second.busy = false;
+            pit->second.retry_destroy_at = time_.monotonic() + std::chrono::seconds(1);
+          } else {
+            rit->second->pods.erase(pit);
+          }
+          collectNotesLocked(&notes);
+        }
+        notifyAll(std::move(notes));
+        wake();
+      });
+    }
+  }
+}
+
+void PodRunner::onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit) {
+  Notes notes;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    finished_waiters_.insert(pod_id);
+    ++exits_received_;
+    if (shutting_down_) return;
+    auto rit = revisions_.find(rev_key);
+    if (rit == revisions_.end()) return;
+    Revision& rev = *rit->second;
+    auto pit = rev.pods.find(pod_id);
+    if (pit == rev.pods.end()) return;
+    Pod& pod = pit->second;
+    pod.exited = true;
+    PodExit info;
+    if (exit.isOk()) {
+      info = *exit;
+    } else {
+      info.exit_code = -1;
+      info.log_tail = exit.status().message();
+    }
+    if (!pod.stop_requested || pod.counts_as_crash) {
+      handleCrashLocked(rev, pod, info, time_.monotonic());
+    }
+    collectNotesLocked(&notes);
+  }
+  notifyAll(std::move(notes));
+  wake();
+}
+
+void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, MonoTime now) {
+  bool was_ready = pod.state == PodState::kReady || pod.ready_since != MonoTime{};
+  LOG(WARNING) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " exited with "
+               << exit.exit_code << (exit.oom_killed ? " (OOM killed)" : "");
+  pod.state = PodState::kCrashed;
+  pod.stop_requested = true;
+  if (!rev.ever_ready) {
+    controller::ConditionState f;
+    f.status = "False";
+    std::string tail = trimTail(exit.log_tail);
+    if (exit.oom_killed) {
+      f.reason = "OOMKilled";
+      f.message = "Container failed with: OOMKilled: the container exceeded its memory limit" +
+                  (tail.empty() ? std::string() : "\n" + tail);
+    } else {
+      f.reason = "ExitCode" + std::to_string(exit.exit_code);
+      f.message = "Container failed with: " + (tail.empty() ? "exit code " + std::to_string(exit.exit_code) : tail);
+    }
+    if (pod.counts_as_crash && pod.liveness && !pod.liveness->healthy()) {
+      f.message += " (liveness probe failed)";
+    }
+    rev.failure = f;
+  }
+  if (was_ready && now - pod.ready_since >= options_.backoff_reset) rev.consecutive_crashes = 0;
+  ++rev.consecutive_crashes;
+  Duration d = options_.backoff_initial;
+  for (int i = 1; i < rev.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
+  rev.next_create = now + std::min(d, options_.backoff_max);
+}
+
+// ------------------------------------------------------------------ health
+
+controller::RevisionHealth PodRunner::computeHealthLocked(const Revision& rev, MonoTime now) const {
+  controller::RevisionHealth h;
+  int ready = 0;
+  for (const auto& [id, pod] : rev.pods) {
+    if (pod.state == PodState::kReady) ++ready;
+  }
+  h.actual_replicas = ready;
+  h.desired_replicas = rev.desired;
+  h.image_digest = rev.image_digest;
+  if (!rev.spec_error.empty()) {
+    h.container_healthy = {"False", "InvalidSpec", rev.spec_error};
+  } else if (rev.failure) {
+    h.container_healthy = *rev.failure;
+  } else if (rev.ever_ready) {
+    h.container_healthy = {"True", "", ""};
+  } else {
+    h.container_healthy = {"Unknown", "Deploying", ""};
+  }
+  if (rev.ever_ready) {
+    h.resources_available = {"True", "", ""};
+  } else if (now - rev.created_at >= rev.progress_deadline) {
+    h.resources_available = {"False", "ProgressDeadlineExceeded",
+                             "Revision \"" + rev.name + "\" did not become ready within the progress deadline (" +
+                                 formatSeconds(rev.progress_deadline) + "): " +
+                                 (rev.failure ? rev.failure->message : std::string("no pod passed readiness"))};
+  } else if (rev.desired == 0 && rev.pods.empty() && !rev.failure) {
+    // Initial scale 0 (allowed by config): nothing to validate.
+    h.resources_available = {"True", "", ""};
+    if (h.container_healthy.status == "Unknown") h.container_healthy = {"True", "", ""};
+  } else {
+    h.resources_available = {"Unknown", "Deploying", ""};
+  }
+  if (rev.scale_outcome) {
+    const auto& a = rev.scale_outcome->active;
+    h.active = {scaler::conditionStatusName(a.status), a.reason, a.message};
+  } else if (rev.desired == 0) {
+    h.active = {"False", scaler::kReasonNoTraffic, "The target is not receiving traffic."};
+  } else if (ready >= rev.desired) {
+    h.active = {"True", "", ""};
+  } else {
+    h.active = {"Unknown", scaler::kReasonQueued, "Requests to the target are being buffered as resources are provisioned."};
+  }
+  return h;
+}
+
+std::vector<Endpoint> PodRunner::endpointsLocked(const Revision& rev) const {
+  std::vector<Endpoint> out;
+  for (const auto& [id, pod] : rev.pods) {
+    if (pod.state == PodState::kReady && !pod.handle.ip.empty()) {
+      out.push_back(Endpoint{id, pod.handle.ip, pod.handle.port});
+    }
+  }
+  return out;  // std::map order = sorted by pod id
+}
+
+void PodRunner::collectNotesLocked(Notes* notes) {
+  MonoTime now = time_.monotonic();
+  for (auto& [k, rev] : revisions_) {
+    if (rev->object.is_null()) continue;
+    controller::RevisionHealth h = computeHealthLocked(*rev, now);
+    if (!sameHealth(h, rev->last_reported) || !rev->reported_once) {
+      rev->last_reported = h;
+      rev->reported_once = true;
+      if (on_change_) {
+        auto fn = on_change_;
+        std::string ns = rev->ns, name = rev->name;
+        notes->push_back([fn, ns, name] { fn(ns, name); });
+      }
+    }
+    std::vector<Endpoint> eps = endpointsLocked(*rev);
+    if (eps != rev->last_endpoints) {
+      rev->last_endpoints = eps;
+      if (on_endpoints_) {
+        auto fn = on_endpoints_;
+        std::string key = k;
+        notes->push_back([fn, key] { fn(key); });
+      }
+    }
+  }
+}
+
+void PodRunner::notifyAll(Notes notes) {
+  for (auto& n : notes) n();
+}
+
+}  // namespace knap::runner

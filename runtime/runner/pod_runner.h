@@ -1,0 +1,224 @@
+// PodRunner: runs every Revision's pods through a PodDriver and reports
+// their health to the controllers (RevisionBackend), their readiness to the
+// autoscaler (PodCounter) and takes the desired pod count from it
+// (ScaleTarget).
+//
+// Model: each revision has a desired pod count (initial scale from the
+// annotations/config until setDesiredScale() says otherwise) and a set of
+// pods, each in one state:
+//   Creating -> Starting (probing readiness) -> Ready -> (exit) Crashed
+//   any -> Stopping -> gone
+// A crashed pod is destroyed and replaced after an exponential back-off
+// (options.backoff_initial doubling up to backoff_max; reset once a pod has
+// been ready for backoff_reset). A failing liveness probe stops the pod, which
+// then counts as a crash. Pods are probed with runtime::ProbeState (the
+// readiness default is Knative's aggressive TCP probe on the serving port).
+//
+// Threads: one control thread (runOnce() in a loop) decides; blocking driver
+// calls run on an executor (a pool of options.workers threads, or the
+// caller-supplied one; tests pass an inline executor and call runOnce()
+// themselves); each pod's wait() runs on a dedicated thread.
+//
+// Thread safety: every public method may be called from any thread. The
+// change / endpoints callbacks are called without the runner's lock held, from
+// the control thread or an executor thread; they must not block and may call
+// back into health()/readyEndpoints().
+//
+// Revision keys for PodCounter/ScaleTarget/readyEndpoints are "<ns>/<name>".
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "controller/revision_backend.h"
+#include "runtime/pod/probe.h"
+#include "runtime/runner/pod_driver.h"
+#include "scaler/driver.h"
+
+namespace knap::runner {
+
+struct PodRunnerOptions {
+  Duration backoff_initial = std::chrono::seconds(1);
+  Duration backoff_max = std::chrono::minutes(5);
+  Duration backoff_reset = std::chrono::minutes(1);  // ready this long: back-off starts over
+  Duration progress_deadline = std::chrono::seconds(600);  // config-deployment default
+  Duration max_stop_grace = std::chrono::seconds(30);      // cap on timeoutSeconds as grace
+  Duration loop_interval = std::chrono::milliseconds(20);  // control loop idle wake-up
+  int default_initial_scale = 1;
+  bool allow_zero_initial_scale = false;
+  int default_min_scale = 0;
+  int workers = 4;
+  // Runs blocking work; nullptr = the runner's own pool. Tests: [](auto f) { f(); }.
+  std::function<void(std::function<void()>)> executor;
+};
+
+// PodRunnerOptions from knapd's config (progress deadline, initial/min scale).
+PodRunnerOptions optionsFromConfig(const Config& config);
+
+struct Endpoint {
+  std::string pod_id;
+  std::string ip;
+  int port = 0;
+  bool operator==(const Endpoint&) const = default;
+};
+
+enum class PodState { kCreating, kStarting, kReady, kCrashed, kStopping };
+const char* podStateName(PodState s);
+
+// A snapshot of one pod, for tests and status pages.
+struct PodInfo {
+  std::string pod_id;
+  PodState state = PodState::kCreating;
+  std::string ip;
+  uint32_t pid = 0;
+  bool adopted = false;
+};
+
+class PodRunner final : public controller::RevisionBackend, public scaler::PodCounter, public scaler::ScaleTarget {
+ public:
+  PodRunner(PodDriver& driver, const TimeSource& time, PodRunnerOptions options = {});
+  ~PodRunner() override;  // stop()s
+
+  // Adopts running pods of revisions in `live_revisions` ("ns/name" keys;
+  // they keep running and are probed again once ensure() brings their
+  // Revision), destroys the other pods the driver lists and cleans up
+  // orphans. Call once before the first ensure(); blocks on the driver.
+  Status adoptExisting(const std::set<std::string>& live_revisions);
+  // Starts the control thread (and the pool). Not needed in tests that call runOnce().
+  void start();
+  // Stops the threads. Pods keep running (they are adopted on the next start).
+  void stop();
+  // Stops and destroys every pod of every revision, then stop(). For tests.
+  void shutdownAndDestroyAll();
+
+  // --- RevisionBackend ---
+  void ensure(const nlohmann::json& revision) override;
+  void remove(const std::string& ns, const std::string& name) override;
+  controller::RevisionHealth health(const std::string& ns, const std::string& name) override;
+  void setOnChange(std::function<void(const std::string& ns, const std::string& name)> fn) override;
+
+  // --- PodCounter / ScaleTarget ---
+  int readyPods(const std::string& revision) override;
+  void setDesiredScale(const std::string& revision, int pods) override;
+  void scaleStatusChanged(const std::string& revision, const scaler::ScaleOutcome& outcome) override;
+
+  // Ready pods' addresses (sorted by pod id); empty for unknown revisions.
+  std::vector<Endpoint> readyEndpoints(const std::string& revision);
+  // Called with the revision key whenever its ready endpoints change.
+  void setOnEndpointsChanged(std::function<void(const std::string& revision)> fn);
+
+  // One pass of the control loop: applies finished work, starts due work
+  // (creates, probes, restarts, stops). With an inline executor the work is
+  // done before it returns.
+  void runOnce();
+  // The earliest time something is due (for tests driving a simulated clock).
+  std::optional<MonoTime> nextDue();
+  std::vector<PodInfo> pods(const std::string& revision);
+  // Exits delivered by wait() threads so far (tests wait for this to grow).
+  int exitsReceived() const { return exits_received_.load(); }
+  // Pods whose wait() thread is still running.
+  int waitersRunning();
+
+  static std::string key(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+
+ private:
+  struct Pod {
+    PodHandle handle;
+    PodState state = PodState::kCreating;
+    bool busy = false;           // a driver call is in flight
+    bool adopted = false;
+    bool started = false;        // start() succeeded (or adopted running)
+    bool waiter = false;         // wait() thread spawned
+    bool stop_requested = false;
+    bool stopped = false;        // stop() returned
+    bool exited = false;         // wait() returned
+    MonoTime retry_destroy_at{};
+    bool counts_as_crash = false;  // stopping because liveness failed
+    MonoTime started_at{};
+    MonoTime ready_since{};
+    std::optional<runtime::ProbeState> readiness;
+    std::optional<runtime::ProbeState> liveness;
+    MonoTime next_probe{};
+  };
+  struct Revision {
+    std::string ns, name;
+    nlohmann::json object;  // null until ensure() (adopted pods wait for it)
+    bool removed = false;
+    int desired = 0;
+    bool scaler_set = false;
+    std::optional<scaler::ScaleOutcome> scale_outcome;
+    MonoTime created_at{};
+    Duration progress_deadline{};
+    runtime::ProbeSpec readiness_spec;
+    std::optional<runtime::ProbeSpec> liveness_spec;
+    int port = 8080;
+    Duration stop_grace{};
+    std::map<std::string, Pod> pods;  // by pod id
+    int creates_in_flight = 0;
+    bool ever_ready = false;
+    int consecutive_crashes = 0;
+    MonoTime next_create{};     // back-off
+    std::string image_digest;
+    std::optional<controller::ConditionState> failure;  // ContainerHealthy False reason
+    std::string spec_error;     // probe parse / config problem
+    controller::RevisionHealth last_reported;
+    bool reported_once = false;
+    std::vector<Endpoint> last_endpoints;
+  };
+
+  using Notes = std::vector<std::function<void()>>;
+  void configureLocked(Revision& rev, const nlohmann::json& object);
+  void stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work);
+  void spawnWaiterLocked(Revision& rev, Pod& pod);
+  void onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit);
+  void handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, MonoTime now);
+  void requestStopLocked(Revision& rev, Pod& pod, std::vector<std::function<void()>>* work);
+  controller::RevisionHealth computeHealthLocked(const Revision& rev, MonoTime now) const;
+  std::vector<Endpoint> endpointsLocked(const Revision& rev) const;
+  void collectNotesLocked(Notes* notes);
+  void notifyAll(Notes notes);
+  void post(std::function<void()> fn);
+  void wake();
+  void loop();
+  std::string newPodId(const Revision& rev);
+
+  PodDriver& driver_;
+  const TimeSource& time_;
+  PodRunnerOptions options_;
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Revision>> revisions_;  // by key
+  std::function<void(const std::string&, const std::string&)> on_change_;
+  std::function<void(const std::string&)> on_endpoints_;
+  uint64_t pod_counter_ = 0;
+  std::atomic<int> exits_received_{0};
+  bool shutting_down_ = false;  // stop(): waits are being abandoned
+
+  // Wait threads, by pod id; finished ones are joined by runOnce().
+  std::map<std::string, std::thread> waiters_;
+  std::set<std::string> finished_waiters_;
+
+  // Control loop and pool.
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  bool wake_ = false;
+  bool stopping_ = false;
+  std::thread loop_thread_;
+  std::deque<std::function<void()>> queue_;
+  std::condition_variable queue_cv_;
+  std::vector<std::thread> pool_;
+};
+
+}  // namespace knap::runner

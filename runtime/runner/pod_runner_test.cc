@@ -1,0 +1,432 @@
+// PodRunner logic over FakePodDriver with a SimulatedTimeSource and an inline
+// executor: every runOnce() does its driver work before returning, so the
+// tests are deterministic. Only pod exits cross threads (wait() threads);
+// exitPod() below waits until the runner has received the exit.
+#include "runtime/runner/pod_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "runtime/runner/fake_pod_driver.h"
+
+namespace knap::runner {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+json makeRevision(const std::string& name, json annotations = json::object(), json container_extra = json::object()) {
+  json c = {{"name", "user-container"}, {"image", "dev.local/app:v1"}};
+  for (auto& [k, v] : container_extra.items()) c[k] = v;
+  return {{"apiVersion", "serving.knative.dev/v1"},
+          {"kind", "Revision"},
+          {"metadata", {{"name", name}, {"namespace", "default"}, {"annotations", annotations}}},
+          {"spec", {{"containers", json::array({c})}, {"timeoutSeconds", 300}}}};
+}
+
+class PodRunnerTest : public ::testing::Test {
+ protected:
+  PodRunnerOptions options() {
+    PodRunnerOptions o;
+    o.executor = [](std::function<void()> f) { f(); };
+    o.backoff_initial = seconds(1);
+    o.backoff_max = seconds(8);
+    o.backoff_reset = seconds(60);
+    o.progress_deadline = seconds(60);
+    return o;
+  }
+  void make(PodRunnerOptions o) {
+    runner_ = std::make_unique<PodRunner>(driver_, time_, o);
+    runner_->setOnChange([this](const std::string& ns, const std::string& name) {
+      std::lock_guard<std::mutex> l(mu_);
+      changes_.push_back(ns + "/" + name);
+    });
+    runner_->setOnEndpointsChanged([this](const std::string& k) {
+      std::lock_guard<std::mutex> l(mu_);
+      endpoint_changes_.push_back(k);
+    });
+  }
+  void SetUp() override { make(options()); }
+
+  void settle() {
+    for (int i = 0; i < 10; ++i) runner_->runOnce();
+  }
+  void advance(Duration d) {
+    time_.advance(d);
+    settle();
+  }
+  void exitPod(const std::string& id, int code, bool oom = false, std::string tail = "") {
+    int before = runner_->exitsReceived();
+    driver_.exitPod(id, PodExit{code, oom, tail});
+    for (int i = 0; i < 5000 && runner_->exitsReceived() == before; ++i) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    ASSERT_GT(runner_->exitsReceived(), before) << "exit of " << id << " never reached the runner";
+    settle();
+  }
+  // Pod stops complete asynchronously (the fake's wait() returns on its own
+  // thread): run the loop until `done` holds or ~5 s pass.
+  bool settleUntil(const std::function<bool()>& done) {
+    for (int i = 0; i < 5000; ++i) {
+      runner_->runOnce();
+      if (done()) return true;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return false;
+  }
+  controller::RevisionHealth health(const std::string& name = "r1") { return runner_->health("default", name); }
+  int changeCount() {
+    std::lock_guard<std::mutex> l(mu_);
+    return static_cast<int>(changes_.size());
+  }
+
+  SimulatedTimeSource time_;
+  FakePodDriver driver_;
+  std::unique_ptr<PodRunner> runner_;  // after driver_: destroyed first
+  std::mutex mu_;
+  std::vector<std::string> changes_;
+  std::vector<std::string> endpoint_changes_;
+};
+
+TEST_F(PodRunnerTest, UnknownRevisionIsDeploying) {
+  auto h = health("nope");
+  EXPECT_EQ(h.resources_available.status, "Unknown");
+  EXPECT_EQ(h.container_healthy.reason, "Deploying");
+  EXPECT_EQ(runner_->readyPods("default/nope"), 0);
+}
+
+TEST_F(PodRunnerTest, NewRevisionStartsOnePodAndBecomesReady) {
+  runner_->ensure(makeRevision("r1"));
+  auto h0 = health();
+  EXPECT_EQ(h0.resources_available.status, "Unknown");
+  EXPECT_EQ(h0.desired_replicas, 1);
+  settle();
+  ASSERT_EQ(driver_.createdPods().size(), 1u);
+  std::string id = driver_.createdPods()[0];
+  EXPECT_TRUE(driver_.pod(id).started);
+  EXPECT_GE(driver_.pod(id).probes, 1);
+  auto h = health();
+  EXPECT_EQ(h.resources_available.status, "True");
+  EXPECT_EQ(h.container_healthy.status, "True");
+  EXPECT_EQ(h.active.status, "True");
+  EXPECT_EQ(h.actual_replicas, 1);
+  EXPECT_EQ(h.desired_replicas, 1);
+  EXPECT_EQ(h.image_digest, "dev.local/app@sha256:abc");
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  auto eps = runner_->readyEndpoints("default/r1");
+  ASSERT_EQ(eps.size(), 1u);
+  EXPECT_EQ(eps[0].ip, driver_.pod(id).handle.ip);
+  EXPECT_EQ(eps[0].port, 8080);
+  EXPECT_GE(changeCount(), 1);
+  EXPECT_EQ(endpoint_changes_.size(), 1u);
+  // ensure() again is idempotent.
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  EXPECT_EQ(driver_.createCount(), 1);
+}
+
+TEST_F(PodRunnerTest, ContainerPortIsTheServingPort) {
+  runner_->ensure(makeRevision("r1", json::object(), {{"ports", json::array({{{"containerPort", 8801}}})}}));
+  settle();
+  auto eps = runner_->readyEndpoints("default/r1");
+  ASSERT_EQ(eps.size(), 1u);
+  EXPECT_EQ(eps[0].port, 8801);
+}
+
+struct InitialScaleCase {
+  const char* name;
+  json annotations;
+  bool allow_zero;
+  int config_initial;
+  int want_pods;
+};
+
+TEST_F(PodRunnerTest, InitialScaleTable) {
+  const InitialScaleCase cases[] = {
+      {"default", json::object(), false, 1, 1},
+      {"annotation3", {{"autoscaling.knative.dev/initial-scale", "3"}}, false, 1, 3},
+      {"config2", json::object(), false, 2, 2},
+      {"minscale", {{"autoscaling.knative.dev/min-scale", "2"}}, false, 1, 2},
+      {"min-over-initial", {{"autoscaling.knative.dev/min-scale", "3"}, {"autoscaling.knative.dev/initial-scale", "2"}},
+       false, 1, 3},
+      {"zero-not-allowed", {{"autoscaling.knative.dev/initial-scale", "0"}}, false, 1, 1},
+      {"zero-allowed", {{"autoscaling.knative.dev/initial-scale", "0"}}, true, 1, 0},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    PodRunnerOptions o = options();
+    o.allow_zero_initial_scale = c.allow_zero;
+    o.default_initial_scale = c.config_initial;
+    FakePodDriver driver;
+    PodRunner runner(driver, time_, o);
+    runner.ensure(makeRevision("r1", c.annotations));
+    for (int i = 0; i < 10; ++i) runner.runOnce();
+    EXPECT_EQ(driver.createCount(), c.want_pods);
+    EXPECT_EQ(runner.readyPods("default/r1"), c.want_pods);
+    auto h = runner.health("default", "r1");
+    EXPECT_EQ(h.desired_replicas, c.want_pods);
+    EXPECT_EQ(h.resources_available.status, "True");
+    EXPECT_EQ(h.container_healthy.status, "True");
+    EXPECT_EQ(h.active.status, c.want_pods == 0 ? "False" : "True");
+  }
+}
+
+TEST_F(PodRunnerTest, CrashBeforeReadyReportsExitCodeAndBacksOffExponentially) {
+  driver_.setProbe([](const FakePodDriver::FakePod&, const runtime::ProbeSpec&) { return false; });
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  ASSERT_EQ(driver_.createCount(), 1);
+  std::string id = driver_.createdPods().back();
+  exitPod(id, 1, false, "starting\nboom: no config\n");
+  auto h = health();
+  EXPECT_EQ(h.container_healthy.status, "False");
+  EXPECT_EQ(h.container_healthy.reason, "ExitCode1");
+  EXPECT_EQ(h.container_healthy.message, "Container failed with: starting\nboom: no config");
+  EXPECT_EQ(h.resources_available.status, "Unknown");
+  EXPECT_TRUE(driver_.pod(id).destroyed);
+  EXPECT_EQ(h.actual_replicas, 0);
+
+  // Back-off: 1 s, 2 s, 4 s, 8 s, 8 s (capped).
+  const int expect_delays_ms[] = {1000, 2000, 4000, 8000, 8000};
+  for (int delay : expect_delays_ms) {
+    SCOPED_TRACE(delay);
+    int creates = driver_.createCount();
+    advance(milliseconds(delay - 1));
+    EXPECT_EQ(driver_.createCount(), creates) << "restarted too early";
+    advance(milliseconds(1));
+    ASSERT_EQ(driver_.createCount(), creates + 1) << "not restarted after the back-off";
+    exitPod(driver_.createdPods().back(), 2, false, "again");
+    EXPECT_EQ(health().container_healthy.reason, "ExitCode2");
+  }
+  EXPECT_EQ(driver_.livePods().size(), 0u);
+}
+
+TEST_F(PodRunnerTest, OomKilledReason) {
+  driver_.setProbe([](const FakePodDriver::FakePod&, const runtime::ProbeSpec&) { return false; });
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  exitPod(driver_.createdPods().back(), 137, true, "allocating 512 MiB");
+  auto h = health();
+  EXPECT_EQ(h.container_healthy.status, "False");
+  EXPECT_EQ(h.container_healthy.reason, "OOMKilled");
+  EXPECT_NE(h.container_healthy.message.find("Container failed with: OOMKilled"), std::string::npos);
+  EXPECT_NE(h.container_healthy.message.find("allocating 512 MiB"), std::string::npos);
+}
+
+TEST_F(PodRunnerTest, MissingImageIsContainerMissingUntilImported) {
+  driver_.setMissingImage("dev.local/app:v1");
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  auto h = health();
+  EXPECT_EQ(h.container_healthy.status, "False");
+  EXPECT_EQ(h.container_healthy.reason, "ContainerMissing");
+  EXPECT_NE(h.container_healthy.message.find("knap image import"), std::string::npos);
+  EXPECT_EQ(driver_.livePods().size(), 0u);
+  // Retried with back-off; once the image exists the revision becomes ready.
+  driver_.clearMissingImage("dev.local/app:v1");
+  advance(seconds(1));
+  h = health();
+  EXPECT_EQ(h.container_healthy.status, "True");
+  EXPECT_EQ(h.resources_available.status, "True");
+  EXPECT_EQ(driver_.createCount(), 2);
+}
+
+TEST_F(PodRunnerTest, ProgressDeadlineExceededWithoutReadyPod) {
+  driver_.setProbe([](const FakePodDriver::FakePod&, const runtime::ProbeSpec&) { return false; });
+  runner_->ensure(makeRevision("r1"));
+  runner_->ensure(makeRevision("r2", {{"serving.knative.dev/progress-deadline", "10s"}}));
+  settle();
+  advance(seconds(9));
+  EXPECT_EQ(health("r2").resources_available.status, "Unknown");
+  int changes = changeCount();
+  advance(seconds(1));
+  EXPECT_EQ(health("r2").resources_available.status, "False");
+  EXPECT_EQ(health("r2").resources_available.reason, "ProgressDeadlineExceeded");
+  EXPECT_GT(changeCount(), changes) << "deadline must fire the change callback";
+  EXPECT_EQ(health("r1").resources_available.status, "Unknown");
+  advance(seconds(50));
+  EXPECT_EQ(health("r1").resources_available.reason, "ProgressDeadlineExceeded");
+  EXPECT_NE(health("r1").resources_available.message.find("60s"), std::string::npos);
+}
+
+TEST_F(PodRunnerTest, ReadinessProbedAggressivelyUntilReady) {
+  int calls = 0;
+  driver_.setProbe([&calls](const FakePodDriver::FakePod&, const runtime::ProbeSpec&) { return ++calls >= 4; });
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 0);
+  advance(milliseconds(49));
+  EXPECT_EQ(calls, 1);
+  advance(milliseconds(1));
+  EXPECT_EQ(calls, 2);
+  advance(milliseconds(50));
+  advance(milliseconds(50));
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+}
+
+TEST_F(PodRunnerTest, ScaleUpAndDownToDesired) {
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  runner_->setDesiredScale("default/r1", 3);
+  settle();
+  EXPECT_EQ(runner_->readyPods("default/r1"), 3);
+  EXPECT_EQ(runner_->readyEndpoints("default/r1").size(), 3u);
+  EXPECT_EQ(health().actual_replicas, 3);
+  EXPECT_EQ(health().desired_replicas, 3);
+  runner_->setDesiredScale("default/r1", 1);
+  settle();
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  EXPECT_TRUE(settleUntil([&] { return driver_.livePods().size() == 1u; }));
+  EXPECT_EQ(driver_.livePods().size(), 1u);
+  EXPECT_EQ(driver_.stopCount(), 2);
+  runner_->setDesiredScale("default/r1", 0);
+  EXPECT_TRUE(settleUntil([&] { return driver_.livePods().empty(); }));
+  auto h = health();
+  EXPECT_EQ(h.resources_available.status, "True");  // was ready once: stays Ready at zero
+  EXPECT_EQ(h.container_healthy.status, "True");
+  EXPECT_EQ(h.active.status, "False");
+  EXPECT_EQ(h.active.reason, "NoTraffic");
+  EXPECT_TRUE(runner_->readyEndpoints("default/r1").empty());
+  EXPECT_GE(endpoint_changes_.size(), 4u);
+}
+
+TEST_F(PodRunnerTest, ScaleStatusFromTheScalerDrivesActive) {
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  scaler::ScaleOutcome out;
+  out.active.status = scaler::ConditionStatus::kUnknown;
+  out.active.reason = "Queued";
+  out.active.message = "buffering";
+  runner_->scaleStatusChanged("default/r1", out);
+  EXPECT_EQ(health().active.status, "Unknown");
+  EXPECT_EQ(health().active.reason, "Queued");
+}
+
+TEST_F(PodRunnerTest, CrashAfterReadyRestartsAndKeepsRevisionReady) {
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  std::string first = driver_.createdPods().back();
+  advance(seconds(5));
+  exitPod(first, 3, false, "exiting");
+  auto h = health();
+  EXPECT_EQ(h.resources_available.status, "True");
+  EXPECT_EQ(h.container_healthy.status, "True");
+  EXPECT_EQ(h.actual_replicas, 0);
+  advance(seconds(1));
+  EXPECT_EQ(driver_.createCount(), 2);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+}
+
+TEST_F(PodRunnerTest, LivenessFailureRestartsThePod) {
+  json live = {{"httpGet", {{"path", "/healthz"}}}, {"periodSeconds", 1}, {"failureThreshold", 2}};
+  bool alive = true;
+  driver_.setProbe([&alive](const FakePodDriver::FakePod&, const runtime::ProbeSpec& s) {
+    return s.path == "/healthz" ? alive : true;
+  });
+  runner_->ensure(makeRevision("r1", json::object(), {{"livenessProbe", live}}));
+  settle();
+  std::string first = driver_.createdPods().back();
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  advance(seconds(1));
+  advance(seconds(1));
+  EXPECT_EQ(driver_.stopCount(), 0);
+  alive = false;
+  advance(seconds(1));
+  EXPECT_EQ(driver_.stopCount(), 0);  // one failure of two
+  advance(seconds(1));
+  // stop() made the fake exit; wait until the runner saw it.
+  for (int i = 0; i < 5000 && !driver_.pod(first).destroyed; ++i) {
+    std::this_thread::sleep_for(milliseconds(1));
+    runner_->runOnce();
+  }
+  EXPECT_EQ(driver_.stopCount(), 1);
+  EXPECT_TRUE(driver_.pod(first).destroyed);
+  alive = true;
+  advance(seconds(1));
+  EXPECT_EQ(driver_.createCount(), 2);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+}
+
+TEST_F(PodRunnerTest, RemoveStopsAndDestroysAllPods) {
+  runner_->ensure(makeRevision("r1", {{"autoscaling.knative.dev/initial-scale", "2"}}));
+  settle();
+  ASSERT_EQ(driver_.livePods().size(), 2u);
+  runner_->remove("default", "r1");
+  for (int i = 0; i < 5000 && !driver_.livePods().empty(); ++i) {
+    std::this_thread::sleep_for(milliseconds(1));
+    runner_->runOnce();
+  }
+  EXPECT_TRUE(driver_.livePods().empty());
+  EXPECT_EQ(driver_.stopCount(), 2);
+  settle();
+  EXPECT_EQ(health().resources_available.reason, "Deploying");  // forgotten
+  EXPECT_TRUE(runner_->readyEndpoints("default/r1").empty());
+  runner_->remove("default", "r1");  // idempotent
+}
+
+TEST_F(PodRunnerTest, AdoptsRunningPodsOfLiveRevisionsAndDestroysTheRest) {
+  auto pod = [](const std::string& id, const std::string& rev, bool running, uint32_t pid) {
+    AdoptedPod a;
+    a.handle.pod_id = id;
+    a.handle.ns = "default";
+    a.handle.revision_name = rev;
+    a.handle.ip = "10.0.9." + std::to_string(pid);
+    a.handle.pid = pid;
+    a.handle.image_digest = "dev.local/app@sha256:old";
+    a.running = running;
+    return a;
+  };
+  driver_.setExisting({pod("r1-aaaa", "r1", true, 11), pod("r1-dead", "r1", false, 12), pod("gone-bbbb", "gone", true, 13)});
+  ASSERT_TRUE(runner_->adoptExisting({"default/r1"}).isOk());
+  auto destroyed = driver_.destroyed();
+  std::sort(destroyed.begin(), destroyed.end());
+  EXPECT_EQ(destroyed, (std::vector<std::string>{"gone-bbbb", "r1-dead"}));
+  EXPECT_EQ(driver_.lastCleanupLive(), (std::set<std::string>{"r1-aaaa"}));
+  // Not probed before its Revision is known.
+  settle();
+  EXPECT_EQ(driver_.pod("r1-aaaa").probes, 0);
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  EXPECT_EQ(driver_.createCount(), 0) << "an adopted pod must not be replaced";
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  auto pods = runner_->pods("default/r1");
+  ASSERT_EQ(pods.size(), 1u);
+  EXPECT_EQ(pods[0].pid, 11u);
+  EXPECT_TRUE(pods[0].adopted);
+  EXPECT_EQ(health().image_digest, "dev.local/app@sha256:old");
+  EXPECT_EQ(health().resources_available.status, "True");
+  // Its wait() was re-issued: an exit is noticed.
+  exitPod("r1-aaaa", 1, false, "bye");
+  EXPECT_TRUE(driver_.pod("r1-aaaa").destroyed);
+}
+
+TEST_F(PodRunnerTest, StopLeavesPodsRunningForAdoption) {
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  EXPECT_EQ(runner_->waitersRunning(), 1);
+  runner_->stop();
+  EXPECT_EQ(driver_.livePods().size(), 1u);
+  EXPECT_EQ(driver_.stopCount(), 0);
+}
+
+TEST_F(PodRunnerTest, ThreadedModeConvergesWithRealPool) {
+  // The production wiring: own pool + control thread, simulated clock.
+  PodRunnerOptions o = options();
+  o.executor = nullptr;
+  o.workers = 2;
+  FakePodDriver driver;
+  PodRunner runner(driver, time_, o);
+  runner.start();
+  runner.ensure(makeRevision("r1", {{"autoscaling.knative.dev/initial-scale", "3"}}));
+  for (int i = 0; i < 5000 && runner.readyPods("default/r1") < 3; ++i) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_EQ(runner.readyPods("default/r1"), 3);
+  runner.shutdownAndDestroyAll();
+  EXPECT_TRUE(driver.livePods().empty());
+}
+
+}  // namespace
+}  // namespace knap::runner
