@@ -591,6 +591,23 @@ TEST_F(ContainerdIntegrationTest, ConcurrentImportsOfOneImageAllSucceed) {
   ASSERT_TRUE(client_->deleteImage(name, true).isOk());
 }
 
+// knap-mkimage's archives are accepted by the stock tools.
+TEST_F(ContainerdIntegrationTest, CtrAndSkopeoAcceptMkimageOutput) {
+  if (std::system("command -v ctr >/dev/null") != 0) GTEST_SKIP() << "\n\n*** ctr not installed: SKIPPING ***\n";
+  std::string tar = buildImage();
+  ASSERT_FALSE(tar.empty());
+  const std::string ns = std::string(kNs) + "-ctr";
+  std::string imported = runCommand("ctr -n " + ns + " images import " + tar + " 2>&1");
+  EXPECT_NE(imported.find(std::string("unpacking ") + kImage), std::string::npos) << imported;
+  std::string check = runCommand("ctr -n " + ns + " images check 2>&1");
+  EXPECT_NE(check.find("complete (2/2)"), std::string::npos) << check;
+  runCommand("ctr -n " + ns + " images rm --sync " + kImage + " 2>&1");
+  if (std::system("command -v skopeo >/dev/null") == 0) {
+    std::string inspect = runCommand("skopeo inspect --raw oci-archive:" + tar + " 2>&1");
+    EXPECT_NE(inspect.find(kMediaTypeOciManifest), std::string::npos) << inspect;
+  }
+}
+
 TEST_F(ContainerdIntegrationTest, ErrorsMapToStatusCodes) {
   EXPECT_EQ(client_->waitTask("knap-cd-nonexistent").status().code(), Code::kNotFound);
   EXPECT_EQ(client_->getTask("knap-cd-nonexistent").status().code(), Code::kNotFound);
