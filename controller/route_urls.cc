@@ -1,6 +1,7 @@
 #include "controller/route_urls.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "api/naming.h"
 #include "api/resources.h"
@@ -262,6 +263,27 @@ StatusOr<std::vector<HostSplit>> routingTable(const Config& config, const nlohma
     split.tag = tag;
     split.revisions = {{targets.front().revision, 100}};
     out.push_back(split);
+  }
+  return out;
+}
+
+std::map<std::string, HostTarget> hostTable(const Config& config, const std::vector<nlohmann::json>& routes) {
+  std::vector<const nlohmann::json*> ordered;
+  for (const auto& r : routes) ordered.push_back(&r);
+  auto sortKey = [](const nlohmann::json* r) {
+    return std::make_tuple(metaString(*r, "creationTimestamp"), metaString(*r, "namespace"), metaString(*r, "name"));
+  };
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [&](const nlohmann::json* a, const nlohmann::json* b) { return sortKey(a) < sortKey(b); });
+  std::map<std::string, HostTarget> out;
+  for (const nlohmann::json* r : ordered) {
+    auto table = routingTable(config, *r);
+    if (!table.isOk()) continue;
+    for (const HostSplit& split : *table) {
+      for (const std::string& host : split.hosts) {
+        out.try_emplace(host, HostTarget{metaString(*r, "namespace"), metaString(*r, "name"), split});
+      }
+    }
   }
   return out;
 }

@@ -103,4 +103,18 @@ std::vector<RevisionWeight> mergeTargets(const std::vector<RevisionWeight>& targ
 // status.traffic is empty. Errors as routeHost().
 StatusOr<std::vector<HostSplit>> routingTable(const Config& config, const nlohmann::json& route);
 
+// What one host routes to, for the router's Host -> revisions table.
+struct HostTarget {
+  std::string ns;     // the Route's namespace (Knative-Serving-Namespace)
+  std::string route;  // the Route's name
+  HostSplit split;
+};
+
+// The Host -> target table over all `routes` (full Route objects), built from
+// each route's routingTable(). Hostnames must be unique (KNATIVE-CONTRACT
+// §5.1): when two routes claim one host, the route created first keeps it
+// (creationTimestamp, then namespace/name). Routes whose hosts cannot be
+// computed are skipped. Never fails.
+std::map<std::string, HostTarget> hostTable(const Config& config, const std::vector<nlohmann::json>& routes);
+
 }  // namespace knap::controller

@@ -248,5 +248,26 @@ TEST(RoutingTable, EmptyWithoutStatusTraffic) {
   EXPECT_TRUE(table->empty());
 }
 
+TEST(HostTable, MapsEveryHostAndFirstCreatedRouteKeepsAClaimedHost) {
+  Config c = configWithDomain("example.com");
+  json a = routeWithTraffic(json::array({{{"revisionName", "hello-00001"}, {"percent", 100}, {"tag", "v1"}}}));
+  a["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z";
+  // A route created later that claims the same hosts does not take them.
+  json b = routeWithTraffic(json::array({{{"revisionName", "hello-00002"}, {"percent", 100}}}));
+  b["metadata"]["creationTimestamp"] = "2026-01-02T00:00:00Z";
+  json other = routeWithTraffic(json::array({{{"revisionName", "web-00001"}, {"percent", 100}}}));
+  other["metadata"]["name"] = "web";
+  other["metadata"]["namespace"] = "shop";
+  auto table = hostTable(c, {b, other, a});
+  ASSERT_EQ(table.count("hello.default.example.com"), 1u);
+  EXPECT_EQ(table["hello.default.example.com"].split.revisions, (std::vector<RevisionWeight>{{"hello-00001", 100}}));
+  EXPECT_EQ(table["hello.default"].route, "hello");
+  EXPECT_EQ(table["v1-hello.default.example.com"].split.tag, "v1");
+  EXPECT_EQ(table["web.shop.example.com"].ns, "shop");
+  EXPECT_EQ(table["web.shop.svc.cluster.local"].split.revisions, (std::vector<RevisionWeight>{{"web-00001", 100}}));
+  EXPECT_TRUE(table["web.shop.svc"].split.cluster_local);
+  EXPECT_EQ(table.count("nothing.default.example.com"), 0u);
+}
+
 }  // namespace
 }  // namespace knap::controller
