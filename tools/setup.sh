@@ -10,7 +10,7 @@ PACKAGES="meson ninja-build g++ pkg-config libboost-dev libboost-system-dev libs
 libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libgrpc++-dev protobuf-compiler-grpc \
 libprotobuf-dev protobuf-compiler libcurl4-openssl-dev libssl-dev zlib1g-dev \
 golang-github-containerd-containerd-dev golang-github-gogo-protobuf-dev golang-github-gogo-googleapis-dev \
-containerd runc containernetworking-plugins iproute2 iptables curl ca-certificates"
+containerd runc containernetworking-plugins iproute2 iptables curl ca-certificates ccache"
 TEST_PACKAGES="python3 python3-pytest docker-registry skopeo umoci apache2-utils nginx-light wrk hey"
 
 want="$PACKAGES"

@@ -13,6 +13,10 @@ BUILD=${KNAP_BUILD_DIR:-$ROOT/build}
 
 tools/setup.sh --test || exit 1
 
+# meson uses ccache when it is installed; make its cache hit across clones in
+# different folders (CI builds a fresh clone every run).
+export CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+
 if [[ ! -f "$BUILD/build.ninja" ]]; then
   meson setup "$BUILD" --buildtype=debugoptimized >/dev/null || { echo "meson setup failed"; exit 1; }
 fi
