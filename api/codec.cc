@@ -268,9 +268,12 @@ StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text) {
     if (doc.IsNull()) continue;  // empty documents ("---\n---") are skipped, as kubectl does
     try {
       KNAP_ASSIGN_OR_RETURN(json v, toJson(doc));
+      (void)v.dump();  // nlohmann refuses invalid UTF-8 only when serialising: find it here, not later
       out.push_back(std::move(v));
     } catch (const YAML::Exception& e) {
       return invalidArgument("yaml: " + where(e.mark) + e.msg);
+    } catch (const json::type_error& e) {
+      return invalidArgument("yaml: document is not valid UTF-8");
     }
   }
   return out;

@@ -127,6 +127,11 @@ TEST(CodecTest, DuplicateKeyIsAnErrorWithPosition) {
   EXPECT_NE(docs.status().message().find("duplicate key \"a\""), std::string::npos);
 }
 
+TEST(CodecTest, InvalidUtf8IsRefused) {
+  auto docs = parseYamlDocuments("a: \"\xff\xfe\"\n");
+  EXPECT_FALSE(docs.isOk());
+}
+
 TEST(CodecTest, InfinityIsRefused) {
   EXPECT_FALSE(parseYamlDocuments("a: .inf\n").isOk());
 }

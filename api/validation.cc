@@ -861,6 +861,7 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
       {"ephemeral", "kubernetes.podspec-volumes-ephemeral"},
       {"image", "kubernetes.podspec-volumes-image"},
   };
+  if (!v.is_object()) return;  // the schema pass reports the type
   std::vector<std::string> sources;
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (it.key() == "name" || it.value().is_null()) continue;
@@ -876,6 +877,7 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
       for (size_t i = 0; i < proj.size(); ++i) {
         std::string pp = p + ".sources[" + std::to_string(i) + "]";
         std::vector<std::string> kinds;
+        if (!proj[i].is_object()) continue;
         for (auto s = proj[i].begin(); s != proj[i].end(); ++s) {
           if (s.value().is_null()) continue;
           kinds.push_back(s.key());

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include "api/admission.h"
@@ -857,6 +858,56 @@ TEST(ValidationTest, MalformedTypesDoNotThrow) {
       (void)st;
     }) << spec;
   }
+}
+
+}  // namespace
+}  // namespace knap::api
+
+namespace knap::api {
+namespace {
+
+// Robustness: replacing any field of the example objects (and its parents) with a value of
+// any JSON type never makes the admission functions throw; they report errors instead.
+TEST(AdmissionRobustnessTest, AnyFieldWithAnyTypeNeverThrows) {
+  const std::vector<nlohmann::json> replacements = {
+      "text", 7, -1, 1.5, true, nullptr, nlohmann::json::array({1, "a"}), nlohmann::json::object({{"x", 1}})};
+  size_t runs = 0;
+  for (const char* file : {"helloworld-go.yaml", "traffic-split-tags.yaml", "blue-green-route.yaml",
+                           "autoscaling.yaml", "cluster-local.yaml", "probes-volumes.yaml"}) {
+    std::ifstream in(std::string(KNAP_TEST_DATA_DIR) + "/" + file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto docs = parseYamlDocuments(ss.str());
+    ASSERT_TRUE(docs.isOk());
+    for (const auto& doc : *docs) {
+      std::string kind = doc["kind"].get<std::string>();
+      std::set<std::string> pointers;
+      const nlohmann::json flat = doc.flatten();
+      for (const auto& [ptr, leaf] : flat.items()) {
+        // The leaf and every ancestor below the root.
+        for (std::string p = ptr; !p.empty(); p = p.substr(0, p.rfind('/'))) pointers.insert(p);
+      }
+      for (const auto& ptr : pointers) {
+        for (const auto& r : replacements) {
+          nlohmann::json obj = doc;
+          obj[nlohmann::json::json_pointer(ptr)] = r;
+          nlohmann::json old = obj;
+          EXPECT_NO_THROW({
+            auto unknown = unknownFields(kind, obj);
+            (void)unknown;
+            setDefaults(kind, obj, defaultConfig());
+            Status s = validate(kind, obj, nullptr, Operation::kCreate, defaultConfig());
+            Status u = validate(kind, obj, &old, Operation::kUpdate, defaultConfig());
+            (void)s;
+            (void)u;
+          }) << file
+             << " " << ptr << " = " << r.dump();
+          ++runs;
+        }
+      }
+    }
+  }
+  EXPECT_GT(runs, 1000u);
 }
 
 }  // namespace
