@@ -96,6 +96,7 @@ struct ContainerRecord {
 enum class TaskStatus { kUnknown, kCreated, kRunning, kStopped, kPaused, kPausing };
 const char* taskStatusName(TaskStatus s);
 
+// Tasks.Get/List entry. exit_status/exited_at are meaningful once STOPPED.
 struct TaskInfo {
   std::string container_id;
   uint32_t pid = 0;
@@ -115,8 +116,8 @@ struct TaskCreateRequest {
   std::string container_id;
   std::vector<Mount> rootfs;  // from snapshotMounts(); must not be empty (G11)
   // Absolute paths of existing regular files (the shim opens them O_APPEND
-  // without O_CREAT; G4), or "" for /dev/null. Use createTask's helper
-  // prepareLogFiles() to create them.
+  // without O_CREAT; G4), or "" for /dev/null. Create them first with
+  // prepareLogFile() (below). stdin "" gives the process /dev/null (EOF).
   std::string stdin_path;
   std::string stdout_path;
   std::string stderr_path;
