@@ -58,13 +58,15 @@ void Controller::enqueue(const store::Key& key) {
   cv_.notify_one();
 }
 
-Status Controller::enqueueAll() {
+void Controller::enqueueAll() {
   for (const char* kind : kKinds) {
     auto objs = store_.list(kind, "");
-    if (!objs.isOk()) return objs.status();
+    if (!objs.isOk()) {
+      LOG(WARNING) << "controller: resync cannot list " << kind << ": " << objs.status().toString();
+      continue;
+    }
     for (const auto& o : *objs) enqueue(o.key);
   }
-  return Status::ok();
 }
 
 void Controller::onStoreEvent(const store::Event& event) {

@@ -57,9 +57,9 @@ class Controller {
   // Queues one key (kind Service, Configuration, Revision or Route; others are
   // ignored). A key already waiting is not queued twice.
   void enqueue(const store::Key& key);
-  // Queues every Service, Configuration, Revision and Route in the store.
-  // Returns the store's error if listing fails.
-  Status enqueueAll();
+  // Queues every Service, Configuration, Revision and Route in the store. A
+  // failing store list is logged (the next call retries).
+  void enqueueAll();
 
   // Reconciles one key synchronously (with conflict retries) and fans out to
   // related keys as the worker would. For tests and tools.
