@@ -58,57 +58,61 @@ Visibility mostRestrictive(Visibility a, Visibility b) {
 
 StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::build(const std::vector<RouteSpec>& routes,
                                                                   std::string network_hash) {
+  std::vector<HostGroup> groups;
+  for (const RouteSpec& route : routes) {
+    HostGroup main{route.namespace_name, route.name, "", route.visibility, route.hosts, route.traffic};
+    if (!main.hosts.empty()) groups.push_back(main);
+    if (!route.internal_hosts.empty()) {
+      main.visibility = Visibility::kClusterLocal;
+      main.hosts = route.internal_hosts;
+      groups.push_back(std::move(main));
+    }
+    for (const TagSpec& tag : route.tags) {
+      groups.push_back(HostGroup{route.namespace_name, route.name, tag.tag,
+                                 mostRestrictive(route.visibility, tag.visibility), tag.hosts,
+                                 {{tag.revision, 100, tag.tag}}});
+    }
+  }
+  return build(groups, std::move(network_hash));
+}
+
+StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::build(const std::vector<HostGroup>& groups,
+                                                                  std::string network_hash) {
   auto table = std::shared_ptr<RoutingTable>(new RoutingTable());
   table->network_hash_ = std::move(network_hash);
-
-  auto add = [&](const RouteSpec& route, const std::string& raw_host, const std::string& tag,
-                 Visibility visibility, const std::vector<TrafficSplit>& splits) -> Status {
-    const std::string host = normalizeHost(raw_host);
-    const std::string where = "route " + route.namespace_name + "/" + route.name;
-    if (host.empty()) return invalidArgument(where + ": empty host");
-    if (splits.empty()) return invalidArgument(where + ": host " + host + " has no traffic target");
+  for (const HostGroup& g : groups) {
+    const std::string where = "route " + g.namespace_name + "/" + g.route_name +
+                              (g.tag.empty() ? "" : " tag " + g.tag);
+    const std::vector<TrafficSplit> splits = mergeSplits(g.traffic);
     int total = 0;
-    for (const TrafficSplit& s : splits) {
+    for (const TrafficSplit& s : g.traffic) {
       if (s.revision.empty()) return invalidArgument(where + ": traffic target without revision");
       if (s.percent < 0) return invalidArgument(where + ": negative percent for " + s.revision);
       total += s.percent;
     }
-    if (total <= 0) return invalidArgument(where + ": host " + host + " has 0% traffic");
-    auto entry = std::make_unique<HostRoute>();
-    entry->host = host;
-    entry->namespace_name = route.namespace_name;
-    entry->route_name = route.name;
-    entry->tag = tag;
-    entry->visibility = visibility;
-    entry->splits = splits;
-    entry->total_percent = total;
-    auto [it, inserted] = table->hosts_.emplace(host, std::move(entry));
-    if (!inserted) {
-      const HostRoute& other = *it->second;
-      if (other.namespace_name == route.namespace_name && other.route_name == route.name &&
-          other.tag == tag) {
-        return Status::ok();  // the same host listed twice for the same target
+    if (total <= 0) return invalidArgument(where + ": no traffic (all percents are 0)");
+    for (const std::string& raw_host : g.hosts) {
+      const std::string host = normalizeHost(raw_host);
+      if (host.empty()) return invalidArgument(where + ": empty host");
+      auto it = table->hosts_.find(host);
+      if (it != table->hosts_.end()) {
+        const HostRoute& other = *it->second;
+        if (other.namespace_name != g.namespace_name || other.route_name != g.route_name ||
+            other.tag != g.tag) {
+          table->conflicts_.push_back(host + ": route " + other.namespace_name + "/" +
+                                      other.route_name + " kept, " + where + " ignored");
+        }
+        continue;
       }
-      return invalidArgument(where + ": host " + host + " is already served by route " +
-                             other.namespace_name + "/" + other.route_name);
-    }
-    return Status::ok();
-  };
-
-  for (const RouteSpec& route : routes) {
-    const std::vector<TrafficSplit> main = mergeSplits(route.traffic);
-    for (const std::string& h : route.hosts) {
-      KNAP_RETURN_IF_ERROR(add(route, h, "", route.visibility, main));
-    }
-    for (const std::string& h : route.internal_hosts) {
-      KNAP_RETURN_IF_ERROR(add(route, h, "", Visibility::kClusterLocal, main));
-    }
-    for (const TagSpec& tag : route.tags) {
-      const std::vector<TrafficSplit> one{{tag.revision, 100, tag.tag}};
-      for (const std::string& h : tag.hosts) {
-        KNAP_RETURN_IF_ERROR(
-            add(route, h, tag.tag, mostRestrictive(route.visibility, tag.visibility), one));
-      }
+      auto entry = std::make_unique<HostRoute>();
+      entry->host = host;
+      entry->namespace_name = g.namespace_name;
+      entry->route_name = g.route_name;
+      entry->tag = g.tag;
+      entry->visibility = g.visibility;
+      entry->splits = splits;
+      entry->total_percent = total;
+      table->hosts_.emplace(host, std::move(entry));
     }
   }
   return std::shared_ptr<const RoutingTable>(std::move(table));

@@ -56,6 +56,18 @@ struct RouteSpec {
   std::vector<TagSpec> tags;
 };
 
+// The flat form: one set of hosts sharing one split (what
+// controller::routingTable() yields per HostSplit). RouteSpecs are turned
+// into these.
+struct HostGroup {
+  std::string namespace_name;
+  std::string route_name;
+  std::string tag;  // "" for the main split
+  Visibility visibility = Visibility::kExternal;
+  std::vector<std::string> hosts;
+  std::vector<TrafficSplit> traffic;
+};
+
 // What a host resolves to.
 struct HostRoute {
   std::string host;  // normalised (lower case, no port)
@@ -77,11 +89,15 @@ std::string normalizeHost(std::string_view host);
 
 class RoutingTable {
  public:
-  // Builds a table. Fails with InvalidArgument when two routes claim the same
-  // host, a split has a non-positive percent or empty revision, or a host has
-  // no revision at all. `network_hash` is the K-Network-Hash the table
-  // answers ingress probes with.
+  // Builds a table. Fails with InvalidArgument when a split has a negative
+  // percent or an empty revision, or a host has no traffic at all. When two
+  // routes claim one host the first keeps it and the clash is listed in
+  // conflicts() (the controller already decides who owns a host; one bad
+  // route must not take every other route down). `network_hash` is the
+  // K-Network-Hash the table answers ingress probes with.
   static StatusOr<std::shared_ptr<const RoutingTable>> build(const std::vector<RouteSpec>& routes,
+                                                             std::string network_hash = "");
+  static StatusOr<std::shared_ptr<const RoutingTable>> build(const std::vector<HostGroup>& groups,
                                                              std::string network_hash = "");
   // An empty table (every host is unknown).
   static std::shared_ptr<const RoutingTable> empty();
@@ -91,6 +107,8 @@ class RoutingTable {
   const HostRoute* lookup(std::string_view host, ListenerKind listener) const;
 
   const std::string& networkHash() const { return network_hash_; }
+  // "host: route a/b kept, route c/d ignored" for each host claimed twice.
+  const std::vector<std::string>& conflicts() const { return conflicts_; }
   size_t size() const { return hosts_.size(); }
   // Every revision some host routes to (sorted, unique).
   std::vector<std::string> revisions() const;
@@ -98,6 +116,7 @@ class RoutingTable {
  private:
   std::map<std::string, std::unique_ptr<HostRoute>, std::less<>> hosts_;
   std::string network_hash_;
+  std::vector<std::string> conflicts_;
 };
 
 }  // namespace knap::router

@@ -104,16 +104,37 @@ TEST(RoutingTableTest, SameRevisionTargetsAreMerged) {
   EXPECT_EQ((*t)->revisions(), (std::vector<std::string>{"default/a", "default/b", "default/hello-00002"}));
 }
 
-TEST(RoutingTableTest, RejectsDuplicateHostAcrossRoutes) {
+TEST(RoutingTableTest, DuplicateHostFirstRouteKeepsIt) {
   RouteSpec a = helloRoute();
   RouteSpec b = helloRoute();
   b.name = "other";
   b.internal_hosts.clear();
   b.tags.clear();
+  b.hosts.push_back("other.default.example.com");
   auto t = RoutingTable::build({a, b});
-  ASSERT_FALSE(t.isOk());
-  EXPECT_EQ(t.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("hello.default.example.com"), std::string::npos);
+  ASSERT_TRUE(t.isOk());
+  EXPECT_EQ((*t)->lookup("hello.default.example.com", ListenerKind::kExternal)->route_name, "hello");
+  EXPECT_EQ((*t)->lookup("other.default.example.com", ListenerKind::kExternal)->route_name, "other");
+  ASSERT_EQ((*t)->conflicts().size(), 1u);
+  EXPECT_NE((*t)->conflicts()[0].find("hello.default.example.com"), std::string::npos);
+}
+
+TEST(RoutingTableTest, BuildsFromFlatHostGroups) {
+  std::vector<HostGroup> groups = {
+      {"default", "hello", "", Visibility::kClusterLocal,
+       {"hello.default.svc.cluster.local", "hello.default.svc", "hello.default"},
+       {{"default/hello-00001", 100, ""}}},
+      {"default", "hello", "v2", Visibility::kExternal, {"v2-hello.default.example.com"},
+       {{"default/hello-00002", 100, "v2"}}},
+  };
+  auto t = RoutingTable::build(groups, "h");
+  ASSERT_TRUE(t.isOk());
+  EXPECT_EQ((*t)->size(), 4u);
+  EXPECT_EQ((*t)->lookup("hello.default", ListenerKind::kExternal), nullptr);
+  EXPECT_EQ((*t)->lookup("hello.default:80", ListenerKind::kInternal)->pick(), "default/hello-00001");
+  const HostRoute* v2 = (*t)->lookup("V2-hello.default.example.com", ListenerKind::kExternal);
+  ASSERT_NE(v2, nullptr);
+  EXPECT_EQ(v2->tag, "v2");
 }
 
 TEST(RoutingTableTest, RejectsHostWithoutTraffic) {
