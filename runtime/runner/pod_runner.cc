@@ -836,7 +836,13 @@ void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, 
                << exit.exit_code << (exit.oom_killed ? " (OOM killed)" : "");
   pod.state = PodState::kCrashed;
   pod.stop_requested = true;
-  if (!rev.ever_ready) {
+  int ready = 0;
+  for (const auto& [id, p] : rev.pods) {
+    if (p.state == PodState::kReady) ++ready;
+  }
+  // Like Knative's last-termination report: before the revision was ever
+  // ready, or when no ready pod is left, the crash is the revision's health.
+  if (!rev.ever_ready || ready == 0) {
     controller::ConditionState f;
     f.status = "False";
     std::string tail = trimTail(exit.log_tail);

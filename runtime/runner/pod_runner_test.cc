@@ -306,19 +306,33 @@ TEST_F(PodRunnerTest, ScaleStatusFromTheScalerDrivesActive) {
   EXPECT_EQ(health().active.reason, "Queued");
 }
 
-TEST_F(PodRunnerTest, CrashAfterReadyRestartsAndKeepsRevisionReady) {
+TEST_F(PodRunnerTest, CrashOfTheLastReadyPodIsReportedUntilARestartIsReady) {
   runner_->ensure(makeRevision("r1"));
   settle();
   std::string first = driver_.createdPods().back();
   advance(seconds(5));
-  exitPod(first, 3, false, "exiting");
+  exitPod(first, 137, true, "allocating");
   auto h = health();
   EXPECT_EQ(h.resources_available.status, "True");
-  EXPECT_EQ(h.container_healthy.status, "True");
+  EXPECT_EQ(h.container_healthy.status, "False");
+  EXPECT_EQ(h.container_healthy.reason, "OOMKilled");
   EXPECT_EQ(h.actual_replicas, 0);
   advance(seconds(1));
   EXPECT_EQ(driver_.createCount(), 2);
   EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  EXPECT_EQ(health().container_healthy.status, "True");
+}
+
+TEST_F(PodRunnerTest, CrashWhileOtherPodsServeKeepsTheRevisionHealthy) {
+  runner_->ensure(makeRevision("r1", {{"autoscaling.knative.dev/initial-scale", "2"}}));
+  settle();
+  ASSERT_EQ(runner_->readyPods("default/r1"), 2);
+  exitPod(driver_.createdPods().front(), 3, false, "exiting");
+  auto h = health();
+  EXPECT_EQ(h.container_healthy.status, "True");
+  EXPECT_EQ(h.actual_replicas, 1);
+  advance(seconds(1));
+  EXPECT_EQ(runner_->readyPods("default/r1"), 2);
 }
 
 TEST_F(PodRunnerTest, LivenessFailureRestartsThePod) {

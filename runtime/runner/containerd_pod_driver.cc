@@ -1,0 +1,458 @@
+#include "runtime/runner/containerd_pod_driver.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/duration.h"
+#include "common/log.h"
+#include "runtime/containerd/image_import.h"
+#include "runtime/pod/oci_spec.h"
+
+namespace knap::runner {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::optional<std::string> readSmallFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Status writeFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) return internalError("write " + path + " failed");
+  ::chmod(path.c_str(), 0644);
+  return Status::ok();
+}
+
+std::string label(const json& obj, const char* key) {
+  try {
+    const json& l = obj.at("metadata").at("labels");
+    auto it = l.find(key);
+    if (it != l.end() && it->is_string()) return it->get<std::string>();
+  } catch (...) {
+  }
+  return "";
+}
+
+bool okOrNotFound(const Status& s) { return s.isOk() || s.code() == Code::kNotFound; }
+
+// Finds `rel` (e.g. "etc/passwd") in the snapshot's layers without mounting:
+// the upper/lower directories of an overlay mount (topmost first) or the
+// source of a bind mount.
+std::optional<std::string> readFromMounts(const std::vector<containerd::Mount>& mounts, const std::string& rel) {
+  std::vector<std::string> dirs;
+  for (const auto& m : mounts) {
+    if (m.type == "bind") dirs.push_back(m.source);
+    for (const auto& o : m.options) {
+      if (o.rfind("upperdir=", 0) == 0) dirs.insert(dirs.begin(), o.substr(9));
+      if (o.rfind("lowerdir=", 0) == 0) {
+        std::stringstream ss(o.substr(9));
+        std::string d;
+        while (std::getline(ss, d, ':')) dirs.push_back(d);
+      }
+    }
+  }
+  for (const auto& d : dirs) {
+    if (auto text = readSmallFile(d + "/" + rel)) return text;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string imageRepository(const std::string& image) {
+  std::string s = image;
+  size_t at = s.find('@');
+  if (at != std::string::npos) s = s.substr(0, at);
+  size_t slash = s.rfind('/');
+  size_t colon = s.rfind(':');
+  if (colon != std::string::npos && (slash == std::string::npos || colon > slash)) s = s.substr(0, colon);
+  return s;
+}
+
+std::string fileTail(const std::string& path, int lines) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "";
+  f.seekg(0, std::ios::end);
+  std::streamoff size = f.tellg();
+  std::streamoff start = std::max<std::streamoff>(0, size - 2048);
+  f.seekg(start);
+  std::string text((std::istreambuf_iterator<char>(f)), {});
+  if (start > 0) {
+    size_t nl = text.find('\n');
+    if (nl != std::string::npos) text = text.substr(nl + 1);
+  }
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  size_t pos = text.size();
+  for (int n = 0; n < lines; ++n) {
+    size_t nl = text.rfind('\n', pos == 0 ? 0 : pos - 1);
+    if (nl == std::string::npos || pos == 0) {
+      pos = 0;
+      break;
+    }
+    pos = nl;
+  }
+  return pos == 0 ? text : text.substr(pos + 1);
+}
+
+ContainerdPodDriver::ContainerdPodDriver(containerd::ContainerdClient client, runtime::CniNetwork& network,
+                                         const TimeSource& time, ContainerdPodDriverOptions options)
+    : client_(std::move(client)), network_(network), time_(time), options_(std::move(options)) {}
+
+std::string ContainerdPodDriver::podDir(const std::string& pod_id) const {
+  return options_.data_dir + "/pods/" + pod_id;
+}
+
+std::string ContainerdPodDriver::cgroupDir(const std::string& controller, const std::string& pod_id) const {
+  return "/sys/fs/cgroup/" + controller + "/" + options_.cgroup_parent + "/" + pod_id;
+}
+
+StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
+  StatusOr<containerd::ImageInfo> image = containerd::getImage(client_, req.image);
+  if (!image.isOk()) {
+    if (image.status().code() == Code::kNotFound) {
+      return notFound("image " + req.image + " not found: import it with `knap image import FILE`");
+    }
+    return Status(image.status().code(), "image " + req.image + ": " + image.status().message());
+  }
+  if (!image->unpacked) {
+    return failedPrecondition("image " + req.image + " is not unpacked: import it again with `knap image import FILE`");
+  }
+  PodHandle h;
+  h.pod_id = req.pod_id;
+  h.ns = req.ns;
+  h.revision_name = req.revision_name;
+  h.image_digest = imageRepository(req.image) + "@" + image->manifest_digest;
+
+  // Everything created from here is undone on failure.
+  bool net_up = false, snap = false, container = false, task = false;
+  std::string lease;
+  const std::string dir = podDir(req.pod_id);
+  auto fail = [&](Status s) -> Status {
+    if (task) (void)client_.killTask(req.pod_id, SIGKILL, true), (void)client_.deleteTask(req.pod_id);
+    if (container) (void)client_.deleteContainer(req.pod_id);
+    if (snap) (void)client_.removeSnapshot(req.pod_id);
+    if (net_up) (void)network_.tearDown(req.pod_id);
+    if (!lease.empty()) (void)client_.deleteLease(lease);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    LOG(WARNING) << "pod driver: create " << req.pod_id << " failed: " << s.toString();
+    return s;
+  };
+
+  auto lease_id = client_.createLease("", options_.lease_expiry, {{"knap.dev/pod", req.pod_id}});
+  if (!lease_id.isOk()) return fail(lease_id.status());
+  lease = *lease_id;
+  containerd::ContainerdClient leased = client_.withLease(lease);
+
+  auto net = network_.setUp(req.pod_id);
+  if (!net.isOk()) return fail(net.status());
+  net_up = true;
+  h.ip = net->ip;
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(internalError("mkdir " + dir + ": " + ec.message()));
+  auto host_resolv = readSmallFile(options_.host_resolv_conf).value_or("");
+  runtime::PodHostFiles files = runtime::makePodHostFiles(req.pod_id, h.ip, host_resolv);
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"resolv.conf", files.resolv_conf},
+                                   {"hosts", files.hosts},
+                                   {"hostname", files.hostname}}) {
+    if (Status s = writeFile(dir + "/" + name, text); !s.isOk()) return fail(s);
+  }
+  if (Status s = containerd::prepareLogFile(dir + "/stdout.log", true); !s.isOk()) return fail(s);
+  if (Status s = containerd::prepareLogFile(dir + "/stderr.log", true); !s.isOk()) return fail(s);
+
+  auto mounts = leased.prepareSnapshot(req.pod_id, image->chain_id, {{kPodLabel, req.pod_id}});
+  if (!mounts.isOk()) return fail(mounts.status());
+  snap = true;
+
+  runtime::PodSpecInput in;
+  in.revision = req.revision;
+  in.image_config = json::parse(image->config.json, nullptr, false);
+  if (in.image_config.is_discarded()) return fail(internalError("image config of " + req.image + " is not JSON"));
+  in.service_name = label(req.revision, "serving.knative.dev/service");
+  in.configuration_name = label(req.revision, "serving.knative.dev/configuration");
+  in.revision_name = req.revision_name;
+  in.pod_id = req.pod_id;
+  in.netns_path = net->netns_path;
+  in.etc_passwd = readFromMounts(*mounts, "etc/passwd");
+  in.etc_group = readFromMounts(*mounts, "etc/group");
+  in.resolv_conf_path = dir + "/resolv.conf";
+  in.hosts_path = dir + "/hosts";
+  in.hostname_path = dir + "/hostname";
+  in.cgroups_path = "/" + options_.cgroup_parent + "/" + req.pod_id;
+  in.pod_ip = h.ip;
+  in.nofile_limit = runtime::maxNofileForPods();
+  auto spec = runtime::buildOciSpec(in);
+  if (!spec.isOk()) return fail(spec.status());
+  try {
+    const json& env = (*spec)["process"]["env"];
+    for (const auto& e : env) {
+      std::string s = e.get<std::string>();
+      if (s.rfind("PORT=", 0) == 0) h.port = std::stoi(s.substr(5));
+    }
+  } catch (...) {
+  }
+
+  containerd::ContainerRecord rec;
+  rec.id = req.pod_id;
+  rec.labels = req.labels;
+  rec.labels[kRevisionLabel] = req.revision_name;
+  rec.labels[kNamespaceLabel] = req.ns;
+  rec.labels[kPodLabel] = req.pod_id;
+  rec.labels[kIpLabel] = h.ip;
+  rec.labels[kPortLabel] = std::to_string(h.port);
+  rec.labels[kImageDigestLabel] = h.image_digest;
+  rec.image = req.image;
+  rec.spec_json = spec->dump();
+  rec.snapshot_key = req.pod_id;
+  if (Status s = leased.createContainer(rec); !s.isOk()) return fail(s);
+  container = true;
+
+  json meta = {{"pod", req.pod_id},     {"namespace", req.ns},        {"revision", req.revision_name},
+               {"service", in.service_name}, {"configuration", in.configuration_name},
+               {"ip", h.ip},            {"port", h.port},             {"image", req.image},
+               {"imageDigest", h.image_digest}, {"created", formatRfc3339(time_.now())}};
+  if (Status s = writeFile(dir + "/meta.json", meta.dump(2) + "\n"); !s.isOk()) return fail(s);
+
+  containerd::TaskCreateRequest treq;
+  treq.container_id = req.pod_id;
+  treq.rootfs = *mounts;
+  treq.stdout_path = dir + "/stdout.log";
+  treq.stderr_path = dir + "/stderr.log";
+  auto pid = client_.createTask(treq);
+  if (!pid.isOk()) return fail(pid.status());
+  task = true;
+  h.pid = *pid;
+  (void)client_.deleteLease(lease);  // the container record now holds the snapshot
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    exited_.erase(req.pod_id);
+  }
+  return h;
+}
+
+StatusOr<uint32_t> ContainerdPodDriver::start(const PodHandle& pod) { return client_.startTask(pod.pod_id); }
+
+StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
+  auto canceller = std::make_shared<containerd::CallCanceller>();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    cancellers_[pod.pod_id] = canceller;
+  }
+  StatusOr<containerd::ExitInfo> r = client_.waitTask(pod.pod_id, canceller.get());
+  bool cancelled = canceller->cancelled();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    cancellers_.erase(pod.pod_id);
+  }
+  if (!r.isOk()) return r.status();
+  if (cancelled) return unavailable("wait for " + pod.pod_id + " cancelled");
+  PodExit e;
+  e.exit_code = static_cast<int>(r->exit_status);
+  // OOM: the kernel's per-cgroup kill counter (cgroup v1; the cgroup still
+  // exists until Tasks.Delete), or a SIGKILL with the limit hit.
+  const std::string mem = cgroupDir("memory", pod.pod_id);
+  if (auto oc = readSmallFile(mem + "/memory.oom_control")) {
+    size_t p = oc->find("oom_kill ");
+    if (p != std::string::npos && std::atol(oc->c_str() + p + 9) > 0) e.oom_killed = true;
+  }
+  if (!e.oom_killed && e.exit_code == 137) {
+    if (auto fc = readSmallFile(mem + "/memory.failcnt")) e.oom_killed = std::atol(fc->c_str()) > 0;
+  }
+  std::string dir = podDir(pod.pod_id);
+  std::string err = fileTail(dir + "/stderr.log", options_.log_tail_lines);
+  std::string out = fileTail(dir + "/stdout.log", options_.log_tail_lines);
+  e.log_tail = !err.empty() ? err : out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    exited_.insert(pod.pod_id);
+  }
+  exit_cv_.notify_all();
+  return e;
+}
+
+void ContainerdPodDriver::cancelWait(const PodHandle& pod) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = cancellers_.find(pod.pod_id);
+  if (it != cancellers_.end()) it->second->cancel();
+}
+
+bool ContainerdPodDriver::taskStopped(const std::string& pod_id) {
+  auto t = client_.getTask(pod_id);
+  return !t.isOk() || t->status == containerd::TaskStatus::kStopped;
+}
+
+bool ContainerdPodDriver::waitExited(const std::string& pod_id, Duration timeout) {
+  // Either our wait() saw the exit, or the task reports STOPPED. Polled at
+  // 50 ms; real time, because the container's grace period is real time.
+  MonoTime deadline = time_.monotonic() + timeout;
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    if (exited_.count(pod_id)) return true;
+    l.unlock();
+    bool stopped = taskStopped(pod_id);
+    l.lock();
+    if (stopped) return true;
+    if (time_.monotonic() >= deadline) return false;
+    exit_cv_.wait_for(l, std::chrono::milliseconds(50));
+  }
+}
+
+Status ContainerdPodDriver::stop(const PodHandle& pod, Duration grace) {
+  if (taskStopped(pod.pod_id)) return Status::ok();
+  Status s = client_.killTask(pod.pod_id, SIGTERM);
+  if (!okOrNotFound(s)) return s;
+  if (waitExited(pod.pod_id, grace)) return Status::ok();
+  LOG(INFO) << "pod driver: " << pod.pod_id << " ignored SIGTERM for " << formatGoDuration(grace) << "; SIGKILL";
+  s = client_.killTask(pod.pod_id, SIGKILL, true);
+  if (!okOrNotFound(s)) return s;
+  if (!waitExited(pod.pod_id, std::chrono::seconds(10))) {
+    return Status(Code::kDeadlineExceeded, "pod " + pod.pod_id + " did not exit after SIGKILL");
+  }
+  return Status::ok();
+}
+
+Status ContainerdPodDriver::destroy(const PodHandle& pod) {
+  const std::string& id = pod.pod_id;
+  Status first = Status::ok();
+  auto note = [&](const Status& s, const char* what) {
+    if (!okOrNotFound(s)) {
+      LOG(WARNING) << "pod driver: destroy " << id << ": " << what << ": " << s.toString();
+      if (first.isOk()) first = s;
+    }
+  };
+  auto task = client_.getTask(id);
+  if (task.isOk()) {
+    if (task->status != containerd::TaskStatus::kStopped) {
+      note(client_.killTask(id, SIGKILL, true), "kill");
+      (void)waitExited(id, std::chrono::seconds(10));
+    }
+    auto del = client_.deleteTask(id);
+    note(del.status(), "task delete");
+  } else {
+    note(task.status(), "task get");
+  }
+  if (!first.isOk()) return first;  // never delete the container while its task exists (G6)
+  note(client_.removeSnapshot(id), "snapshot remove");
+  note(client_.deleteContainer(id), "container delete");
+  note(network_.tearDown(id), "network teardown");
+  std::error_code ec;
+  fs::remove_all(podDir(id), ec);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    exited_.erase(id);
+    log_checked_.erase(id);
+  }
+  return first;
+}
+
+void ContainerdPodDriver::rotateLogs(const std::string& pod_id) {
+  for (const char* name : {"stdout.log", "stderr.log"}) {
+    std::string path = podDir(pod_id) + "/" + name;
+    std::error_code ec;
+    auto size = fs::file_size(path, ec);
+    if (ec || static_cast<int64_t>(size) <= options_.log_rotate_bytes) continue;
+    // copytruncate: the shim holds an O_APPEND fd, so truncating in place is
+    // safe; the next write lands at offset 0.
+    fs::copy_file(path, path + ".1", fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      LOG(WARNING) << "pod driver: rotate " << path << ": " << ec.message();
+      continue;
+    }
+    fs::resize_file(path, 0, ec);
+  }
+}
+
+runtime::ProbeResult ContainerdPodDriver::probe(const PodHandle& pod, const runtime::ProbeSpec& spec) {
+  bool check = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    MonoTime now = time_.monotonic();
+    auto it = log_checked_.find(pod.pod_id);
+    if (it == log_checked_.end() || now - it->second >= options_.log_check_interval) {
+      log_checked_[pod.pod_id] = now;
+      check = true;
+    }
+  }
+  if (check) rotateLogs(pod.pod_id);
+  if (spec.handler == runtime::ProbeHandler::kExec) {
+    return {false, "exec probes are not supported by knap yet"};
+  }
+  return runtime::probeOnce(spec, pod.ip, pod.port, runtime::attemptTimeout(spec), time_);
+}
+
+StatusOr<std::vector<AdoptedPod>> ContainerdPodDriver::listExisting() {
+  KNAP_ASSIGN_OR_RETURN(auto containers, client_.listContainers());
+  KNAP_ASSIGN_OR_RETURN(auto tasks, client_.listTasks());
+  std::map<std::string, containerd::TaskInfo> by_id;
+  for (const auto& t : tasks) by_id[t.container_id] = t;
+  std::vector<AdoptedPod> out;
+  for (const auto& c : containers) {
+    auto rev = c.labels.find(kRevisionLabel);
+    if (rev == c.labels.end()) continue;
+    AdoptedPod a;
+    a.handle.pod_id = c.id;
+    a.handle.revision_name = rev->second;
+    auto get = [&](const char* k) {
+      auto it = c.labels.find(k);
+      return it == c.labels.end() ? std::string() : it->second;
+    };
+    a.handle.ns = get(kNamespaceLabel);
+    a.handle.ip = get(kIpLabel);
+    a.handle.image_digest = get(kImageDigestLabel);
+    std::string port = get(kPortLabel);
+    a.handle.port = port.empty() ? 8080 : std::atoi(port.c_str());
+    auto t = by_id.find(c.id);
+    if (t != by_id.end()) {
+      a.handle.pid = t->second.pid;
+      a.running = t->second.status == containerd::TaskStatus::kRunning ||
+                  t->second.status == containerd::TaskStatus::kPaused;
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+Status ContainerdPodDriver::cleanupOrphans(const std::set<std::string>& live_pod_ids) {
+  Status first = network_.cleanupOrphans(live_pod_ids);
+  std::set<std::string> containers;
+  if (auto cs = client_.listContainers(); cs.isOk()) {
+    for (const auto& c : *cs) containers.insert(c.id);
+  } else if (first.isOk()) {
+    first = cs.status();
+  }
+  // Rootfs snapshots knap prepared (labelled) whose container is gone.
+  if (auto snaps = client_.listSnapshots(); snaps.isOk()) {
+    for (const auto& s : *snaps) {
+      if (s.kind != containerd::SnapshotKind::kActive || !s.labels.count(kPodLabel)) continue;
+      if (live_pod_ids.count(s.name) || containers.count(s.name)) continue;
+      LOG(INFO) << "pod driver: removing orphaned snapshot " << s.name;
+      Status st = client_.removeSnapshot(s.name);
+      if (!okOrNotFound(st) && first.isOk()) first = st;
+    }
+  }
+  // Pod directories without a live pod or container.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(options_.data_dir + "/pods", ec)) {
+    std::string id = e.path().filename().string();
+    if (live_pod_ids.count(id) || containers.count(id)) continue;
+    fs::remove_all(e.path(), ec);
+  }
+  return first;
+}
+
+}  // namespace knap::runner

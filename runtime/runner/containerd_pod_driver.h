@@ -1,0 +1,95 @@
+// ContainerdPodDriver: PodDriver on containerd 1.6 + runc + CNI
+// (CONTAINERD-CLIENT.md §3, §6, §7).
+//
+// create(): image record from containerd by name (kNotFound: "image X not
+// found: import it with `knap image import FILE`"), then under a lease:
+// netns + address (CniNetwork), per-pod files under
+// <data_dir>/pods/<pod id>/ (hostname, hosts, resolv.conf, stdout.log,
+// stderr.log, meta.json), rootfs snapshot, spec (buildOciSpec), container
+// record with the knap.dev/* labels, task (created, not started). Everything
+// made so far is removed again on failure.
+// wait(): Tasks.Wait; on exit, OOM is read from the pod's memory cgroup
+// (cgroup v1 memory.oom_control oom_kill / memory.failcnt with exit 137) and
+// the last log lines are attached.
+// stop(): SIGTERM, SIGKILL (all processes) after the grace period.
+// destroy(): kill if needed, Tasks.Delete, Snapshots.Remove, Containers.Delete,
+// netns teardown, pod directory removal; NOT_FOUND at each step is fine.
+// Logs are rotated (copy to .1, truncate in place: the shim keeps its
+// O_APPEND fd) when checked at probe time and larger than log_rotate_bytes.
+//
+// Thread safety: all methods may be called concurrently for different pods
+// (see pod_driver.h). stop() waits for the exit in real time (it must, to
+// give the container its grace period); that is the only waiting it does.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "runtime/containerd/containerd_client.h"
+#include "runtime/pod/cni.h"
+#include "runtime/runner/pod_driver.h"
+
+namespace knap::runner {
+
+inline constexpr char kImageDigestLabel[] = "knap.dev/image-digest";
+inline constexpr char kPortLabel[] = "knap.dev/port";
+
+struct ContainerdPodDriverOptions {
+  std::string data_dir = "/var/lib/knap";  // pod files under <data_dir>/pods/<pod id>/
+  std::string host_resolv_conf = "/etc/resolv.conf";
+  std::string cgroup_parent = "knap";      // cgroupsPath /<parent>/<pod id>
+  int64_t log_rotate_bytes = 10 << 20;
+  Duration log_check_interval = std::chrono::seconds(10);
+  Duration lease_expiry = std::chrono::hours(1);
+  int log_tail_lines = 20;
+};
+
+// The image reference without its tag: "dev.local/app:v1" -> "dev.local/app",
+// "host:5000/app" -> "host:5000/app", "a/b@sha256:x" -> "a/b".
+std::string imageRepository(const std::string& image);
+// The last `lines` lines (at most 2 KiB) of a file; "" if unreadable.
+std::string fileTail(const std::string& path, int lines);
+
+class ContainerdPodDriver final : public PodDriver {
+ public:
+  // `client` carries knap's namespace; `network` must outlive the driver.
+  ContainerdPodDriver(containerd::ContainerdClient client, runtime::CniNetwork& network, const TimeSource& time,
+                      ContainerdPodDriverOptions options = {});
+
+  StatusOr<PodHandle> create(const PodRequest& request) override;
+  StatusOr<uint32_t> start(const PodHandle& pod) override;
+  StatusOr<PodExit> wait(const PodHandle& pod) override;
+  void cancelWait(const PodHandle& pod) override;
+  Status stop(const PodHandle& pod, Duration grace) override;
+  Status destroy(const PodHandle& pod) override;
+  runtime::ProbeResult probe(const PodHandle& pod, const runtime::ProbeSpec& spec) override;
+  StatusOr<std::vector<AdoptedPod>> listExisting() override;
+  Status cleanupOrphans(const std::set<std::string>& live_pod_ids) override;
+
+  std::string podDir(const std::string& pod_id) const;
+  // Copy-truncate rotation of the pod's logs if larger than the limit.
+  void rotateLogs(const std::string& pod_id);
+
+ private:
+  bool waitExited(const std::string& pod_id, Duration timeout);
+  bool taskStopped(const std::string& pod_id);
+  std::string cgroupDir(const std::string& controller, const std::string& pod_id) const;
+
+  containerd::ContainerdClient client_;
+  runtime::CniNetwork& network_;
+  const TimeSource& time_;
+  ContainerdPodDriverOptions options_;
+
+  std::mutex mu_;
+  std::condition_variable exit_cv_;
+  std::map<std::string, std::shared_ptr<containerd::CallCanceller>> cancellers_;
+  std::set<std::string> exited_;                 // wait() returned for these pods
+  std::map<std::string, MonoTime> log_checked_;  // last rotation check
+};
+
+}  // namespace knap::runner

@@ -1,0 +1,360 @@
+// End to end: PodRunner + ContainerdPodDriver against the machine's
+// containerd, runc and CNI plugins. knap-testapp is packed into an image with
+// knap-mkimage and imported into a private containerd namespace; pods run on
+// a private bridge and subnet, and only those pod IPs receive traffic.
+// Root only; skips loudly otherwise. Starts containerd if its socket is absent.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "runtime/containerd/image_import.h"
+#include "runtime/pod/subprocess.h"
+#include "runtime/runner/containerd_pod_driver.h"
+#include "runtime/runner/pod_runner.h"
+
+namespace knap::runner {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr char kImage[] = "dev.local/knap-runner-test:v1";
+
+// GET http://ip:port/path with Connection: close; returns the body or "".
+std::string httpGet(const std::string& ip, int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  std::string resp;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    std::string req = "GET " + path + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[8192];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) resp.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  size_t body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+json makeRevision(const std::string& name, json container_extra = json::object(), json annotations = json::object()) {
+  json c = {{"name", "user-container"}, {"image", kImage}};
+  for (auto& [k, v] : container_extra.items()) c[k] = v;
+  return {{"apiVersion", "serving.knative.dev/v1"},
+          {"kind", "Revision"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "default"},
+            {"annotations", annotations},
+            {"labels", {{"serving.knative.dev/service", "hello"}, {"serving.knative.dev/configuration", "hello"}}}}},
+          {"spec", {{"containers", json::array({c})}, {"timeoutSeconds", 10}}}};
+}
+
+struct Env {
+  bool ok = false;
+  std::string skip;
+  std::string dir;
+  int tag = 0;
+  std::unique_ptr<containerd::ContainerdClient> client;
+  runtime::CniOptions cni;
+};
+
+Env& env() {
+  static Env* e = [] {
+    auto* e = new Env();
+    if (::geteuid() != 0) {
+      e->skip = "needs root (containerd, runc, netns)";
+      return e;
+    }
+    if (::access("/usr/lib/cni/bridge", X_OK) != 0) {
+      e->skip = "CNI plugins missing (apt-get install containernetworking-plugins)";
+      return e;
+    }
+    const char* app = std::getenv("KNAP_TESTAPP");
+    const char* mk = std::getenv("KNAP_MKIMAGE");
+    if (!app || !mk || ::access(app, X_OK) != 0 || ::access(mk, X_OK) != 0) {
+      e->skip = "KNAP_TESTAPP / KNAP_MKIMAGE not built: ninja -C <build> tests/apps/knap-testapp "
+                "tools/mkimage/knap-mkimage";
+      return e;
+    }
+    containerd::ContainerdClient::Options o;
+    o.ns = "knap-runner-test";
+    e->client = std::make_unique<containerd::ContainerdClient>(o);
+    if (!e->client->version(seconds(3)).isOk()) {
+      // Start containerd when its socket is absent (CI containers).
+      (void)runtime::runProgram({"sh", "-c", "containerd >/tmp/knap-runner-containerd.log 2>&1 &"}, {});
+      if (!e->client->version(seconds(20)).isOk()) {
+        e->skip = "containerd does not answer on " + o.address + " (see /tmp/knap-runner-containerd.log)";
+        return e;
+      }
+    }
+    char tmpl[] = "/tmp/knap-runner-e2e-XXXXXX";
+    e->dir = ::mkdtemp(tmpl);
+    e->tag = static_cast<int>(::getpid() % 200) + 20;
+    e->cni.bridge = "knaprn" + std::to_string(e->tag);
+    e->cni.subnet = "10.216." + std::to_string(e->tag) + ".0/24";
+    e->cni.network_name = "knaprunner" + std::to_string(e->tag);
+    e->cni.netns_prefix = "knaprunner" + std::to_string(e->tag) + "-";
+    e->cni.ipam_data_dir = e->dir + "/ipam";
+    std::string tar = e->dir + "/app.tar";
+    std::string cmd = std::string(mk) + " --out " + tar + " --name " + kImage + " --file " + app +
+                      ":/app/knap-testapp --entrypoint /app/knap-testapp --user app --workdir /app --expose 8080";
+    if (std::system((cmd + " >/dev/null").c_str()) != 0) {
+      e->skip = "knap-mkimage failed: " + cmd;
+      return e;
+    }
+    auto imported = containerd::importImageArchive(*e->client, tar);
+    if (!imported.isOk()) {
+      e->skip = "import failed: " + imported.status().toString();
+      return e;
+    }
+    e->ok = true;
+    return e;
+  }();
+  return *e;
+}
+
+class RunnerE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!env().ok) GTEST_SKIP() << "\n*** SKIPPED: " << env().skip << " ***";
+    net_ = std::make_unique<runtime::CniNetwork>(env().cni);
+    opts_.data_dir = env().dir + "/data";
+    driver_ = std::make_unique<ContainerdPodDriver>(*env().client, *net_, RealTimeSource::instance(), opts_);
+    runner_ = makeRunner(*driver_);
+  }
+  void TearDown() override {
+    if (runner_) runner_->shutdownAndDestroyAll();
+    runner_.reset();
+  }
+  std::unique_ptr<PodRunner> makeRunner(PodDriver& d) {
+    PodRunnerOptions o;
+    o.backoff_initial = milliseconds(200);
+    o.backoff_max = seconds(2);
+    o.progress_deadline = seconds(60);
+    o.max_stop_grace = seconds(5);
+    auto r = std::make_unique<PodRunner>(d, RealTimeSource::instance(), o);
+    return r;
+  }
+  // Polls until pred holds or `timeout` passes.
+  bool waitFor(const std::function<bool()>& pred, Duration timeout = seconds(30)) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return pred();
+  }
+  Endpoint waitReady(const std::string& name) {
+    std::string k = "default/" + name;
+    bool ok = waitFor([&] { return !runner_->readyEndpoints(k).empty(); });
+    EXPECT_TRUE(ok) << name << " never became ready: " << runner_->health("default", name).container_healthy.message;
+    auto eps = runner_->readyEndpoints(k);
+    return eps.empty() ? Endpoint{} : eps[0];
+  }
+
+  ContainerdPodDriverOptions opts_;
+  std::unique_ptr<runtime::CniNetwork> net_;
+  std::unique_ptr<ContainerdPodDriver> driver_;
+  std::unique_ptr<PodRunner> runner_;
+};
+
+TEST_F(RunnerE2eTest, PodServesAndHonoursTheRuntimeContract) {
+  runner_->start();
+  json extra = {{"command", json::array({"/app/knap-testapp"})},
+                {"args", json::array({"--listen-delay-ms", "200"})},
+                {"workingDir", "/tmp"},
+                {"env", json::array({{{"name", "GREETING"}, {"value", "hi"}}})},
+                {"resources", {{"limits", {{"cpu", "1"}, {"memory", "128Mi"}}}}}};
+  runner_->ensure(makeRevision("contract-00001", extra));
+  Endpoint ep = waitReady("contract-00001");
+  ASSERT_FALSE(ep.ip.empty());
+  EXPECT_EQ(ep.port, 8080);
+  EXPECT_EQ(ep.ip.rfind("10.216.", 0), 0u) << "pod must be on the test bridge: " << ep.ip;
+  EXPECT_FALSE(httpGet(ep.ip, 8080, "/").empty());
+
+  auto h = runner_->health("default", "contract-00001");
+  EXPECT_EQ(h.resources_available.status, "True");
+  EXPECT_EQ(h.container_healthy.status, "True");
+  EXPECT_EQ(h.actual_replicas, 1);
+  EXPECT_EQ(h.image_digest.rfind("dev.local/knap-runner-test@sha256:", 0), 0u) << h.image_digest;
+
+  json info, envj;
+  try {
+    info = json::parse(httpGet(ep.ip, 8080, "/info"));
+    envj = json::parse(httpGet(ep.ip, 8080, "/env"));
+  } catch (const json::exception& e) {
+    FAIL() << "bad /info or /env: " << e.what();
+  }
+  EXPECT_EQ(envj["PORT"], "8080");
+  EXPECT_EQ(envj["K_SERVICE"], "hello");
+  EXPECT_EQ(envj["K_CONFIGURATION"], "hello");
+  EXPECT_EQ(envj["K_REVISION"], "contract-00001");
+  EXPECT_EQ(envj["GREETING"], "hi");
+  EXPECT_EQ(info["argv"], json({"/app/knap-testapp", "--listen-delay-ms", "200"}));
+  EXPECT_EQ(info["cwd"], "/tmp");
+  EXPECT_EQ(info["uid"], 1000) << "image USER app";
+  EXPECT_EQ(info["stdin"], "eof");
+  EXPECT_EQ(info["files"]["/tmp"]["mode"], "1777");
+  EXPECT_EQ(info["files"]["/dev/console"]["exists"], false);
+  for (const char* dev : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}) {
+    EXPECT_EQ(info["files"][dev]["type"], "char_device") << dev;
+  }
+  EXPECT_EQ(info["files"]["/etc/resolv.conf"]["type"], "file");
+  EXPECT_EQ(info["files"]["/etc/resolv.conf"]["perm"], "rw-r--r--");
+  EXPECT_EQ(info["proc_sys"]["writable"], false) << info["proc_sys"].dump();
+  EXPECT_EQ(info["cgroup_fs"]["writable"], false) << info["cgroup_fs"].dump();
+  EXPECT_EQ(info["cgroup_v1"]["memory.limit_in_bytes"], "134217728");
+  EXPECT_EQ(info["cgroup_v1"]["cpu.cfs_quota_us"], "100000");
+  EXPECT_EQ(info["cgroup_v1"]["cpu.cfs_period_us"], "100000");
+
+  // Logs are captured per pod.
+  auto pods = runner_->pods("default/contract-00001");
+  ASSERT_EQ(pods.size(), 1u);
+  std::ifstream meta(opts_.data_dir + "/pods/" + pods[0].pod_id + "/meta.json");
+  EXPECT_TRUE(meta.good());
+  EXPECT_TRUE(fs::exists(opts_.data_dir + "/pods/" + pods[0].pod_id + "/stdout.log"));
+}
+
+TEST_F(RunnerE2eTest, ContainerPortAndRunAsUser) {
+  runner_->start();
+  json extra = {{"ports", json::array({{{"containerPort", 8801}}})},
+                {"securityContext", {{"runAsUser", 2020}}}};
+  runner_->ensure(makeRevision("port-00001", extra));
+  Endpoint ep = waitReady("port-00001");
+  ASSERT_FALSE(ep.ip.empty());
+  EXPECT_EQ(ep.port, 8801);
+  json envj = json::parse(httpGet(ep.ip, 8801, "/env"), nullptr, false);
+  json info = json::parse(httpGet(ep.ip, 8801, "/info"), nullptr, false);
+  EXPECT_EQ(envj["PORT"], "8801");
+  EXPECT_EQ(info["uid"], 2020);
+  EXPECT_EQ(info["euid"], 2020);
+}
+
+TEST_F(RunnerE2eTest, CrashingImageFailsWithExitCodeAndLogLines) {
+  runner_->start();
+  runner_->ensure(makeRevision("crash-00001", {{"args", json::array({"--fail-start"})}}));
+  ASSERT_TRUE(waitFor([&] { return runner_->health("default", "crash-00001").container_healthy.status == "False"; }));
+  auto h = runner_->health("default", "crash-00001");
+  EXPECT_EQ(h.container_healthy.reason, "ExitCode1");
+  EXPECT_EQ(h.container_healthy.message.rfind("Container failed with: ", 0), 0u) << h.container_healthy.message;
+  EXPECT_NE(h.container_healthy.message.find("--fail-start"), std::string::npos) << h.container_healthy.message;
+}
+
+TEST_F(RunnerE2eTest, MissingImageIsContainerMissing) {
+  runner_->start();
+  json rev = makeRevision("missing-00001");
+  rev["spec"]["containers"][0]["image"] = "dev.local/no-such-image:v9";
+  runner_->ensure(rev);
+  ASSERT_TRUE(waitFor([&] { return runner_->health("default", "missing-00001").container_healthy.status == "False"; }));
+  auto h = runner_->health("default", "missing-00001");
+  EXPECT_EQ(h.container_healthy.reason, "ContainerMissing");
+  EXPECT_NE(h.container_healthy.message.find("knap image import"), std::string::npos);
+}
+
+TEST_F(RunnerE2eTest, MemoryHogIsOomKilled) {
+  runner_->start();
+  runner_->ensure(makeRevision("hog-00001", {{"resources", {{"limits", {{"memory", "64Mi"}}}}}}));
+  Endpoint ep = waitReady("hog-00001");
+  ASSERT_FALSE(ep.ip.empty());
+  (void)httpGet(ep.ip, 8080, "/alloc?mb=200");
+  ASSERT_TRUE(waitFor([&] { return runner_->health("default", "hog-00001").container_healthy.status == "False"; }))
+      << "the hog was not reported";
+  auto h = runner_->health("default", "hog-00001");
+  EXPECT_EQ(h.container_healthy.reason, "OOMKilled") << h.container_healthy.message;
+}
+
+TEST_F(RunnerE2eTest, RestartAdoptsRunningPodsWithTheirPids) {
+  runner_->start();
+  runner_->ensure(makeRevision("adopt-00001"));
+  Endpoint ep = waitReady("adopt-00001");
+  ASSERT_FALSE(ep.ip.empty());
+  json before = json::parse(httpGet(ep.ip, 8080, "/info"), nullptr, false);
+  auto pods = runner_->pods("default/adopt-00001");
+  ASSERT_EQ(pods.size(), 1u);
+  uint32_t host_pid = pods[0].pid;
+  ASSERT_NE(host_pid, 0u);
+  runner_->stop();  // knapd exits: pods keep running
+  runner_.reset();
+  ASSERT_EQ(::kill(static_cast<pid_t>(host_pid), 0), 0) << "pod process died with the runner";
+
+  runner_ = makeRunner(*driver_);
+  ASSERT_TRUE(runner_->adoptExisting({"default/adopt-00001"}).isOk());
+  runner_->start();
+  runner_->ensure(makeRevision("adopt-00001"));
+  Endpoint again = waitReady("adopt-00001");
+  EXPECT_EQ(again.ip, ep.ip);
+  auto after_pods = runner_->pods("default/adopt-00001");
+  ASSERT_EQ(after_pods.size(), 1u);
+  EXPECT_TRUE(after_pods[0].adopted);
+  EXPECT_EQ(after_pods[0].pid, host_pid);
+  json after = json::parse(httpGet(again.ip, 8080, "/info"), nullptr, false);
+  EXPECT_EQ(after["uptime_ms"].get<int64_t>() >= before["uptime_ms"].get<int64_t>(), true) << "process restarted";
+}
+
+// Resources knap leaves in containerd and the kernel, for leak checks.
+struct Census {
+  size_t containers = 0, tasks = 0, snapshots = 0, netns = 0, leases = 0, veths = 0;
+  bool operator==(const Census&) const = default;
+};
+std::ostream& operator<<(std::ostream& os, const Census& c) {
+  return os << "{containers " << c.containers << ", tasks " << c.tasks << ", active snapshots " << c.snapshots
+            << ", netns " << c.netns << ", IP leases " << c.leases << ", veths " << c.veths << "}";
+}
+
+Census census(const containerd::ContainerdClient& client, runtime::CniNetwork& net) {
+  Census c;
+  if (auto v = client.listContainers(); v.isOk()) c.containers = v->size();
+  if (auto v = client.listTasks(); v.isOk()) c.tasks = v->size();
+  if (auto v = client.listSnapshots(); v.isOk()) {
+    for (const auto& s : *v) c.snapshots += s.kind == containerd::SnapshotKind::kActive;
+  }
+  c.netns = net.listPodNetworks().size();
+  c.leases = net.listLeases().size();
+  auto links = runtime::runProgram({"ip", "-o", "link", "show", "master", net.options().bridge}, {});
+  if (links.isOk()) {
+    for (char ch : links->stdout_text) c.veths += ch == '\n';
+  }
+  return c;
+}
+
+TEST_F(RunnerE2eTest, FiftyCreateDeleteCyclesLeaveNothingBehind) {
+  runner_->start();
+  // Warm up: the bridge exists once a pod ran.
+  runner_->ensure(makeRevision("warm-00001"));
+  waitReady("warm-00001");
+  runner_->remove("default", "warm-00001");
+  ASSERT_TRUE(waitFor([&] { return runner_->pods("default/warm-00001").empty(); }));
+  Census before = census(*env().client, *net_);
+  for (int i = 0; i < 50; ++i) {
+    std::string name = "cycle-" + std::to_string(i);
+    runner_->ensure(makeRevision(name));
+    Endpoint ep = waitReady(name);
+    ASSERT_FALSE(ep.ip.empty()) << "cycle " << i;
+    runner_->remove("default", name);
+    ASSERT_TRUE(waitFor([&] { return runner_->pods("default/" + name).empty(); })) << "cycle " << i;
+  }
+  Census after = census(*env().client, *net_);
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(after.containers, 0u);
+  EXPECT_EQ(after.tasks, 0u);
+  EXPECT_EQ(after.netns, 0u);
+  EXPECT_EQ(after.leases, 0u);
+}
+
+}  // namespace
+}  // namespace knap::runner
