@@ -915,6 +915,25 @@ TEST_F(ApiServerTest, MalformedHttpClosesConnectionAndServerKeepsServing) {
   EXPECT_EQ(create(helloService()).code, 201);
 }
 
+TEST_F(ApiServerTest, SlowClientIsDisconnectedAfterReadTimeout) {
+  ApiServerOptions opts;
+  opts.read_timeout = std::chrono::seconds(1);
+  startServer(opts);
+  RawConn conn(server_->tcpPort());
+  ASSERT_TRUE(conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\nContent-Le"));
+  conn.readAll();  // returns when the server closes (the client's own timeout is 5 s)
+  EXPECT_TRUE(conn.closed());
+  EXPECT_EQ(request("GET", "/version").code, 200);
+}
+
+TEST_F(ApiServerTest, CreateRejectsInvalidNamespaceName) {
+  json obj = helloService();
+  obj["metadata"].erase("namespace");
+  Resp r = request("POST", "/apis/serving.knative.dev/v1/namespaces/Bad_NS/services", obj.dump());
+  expectStatus(r, 422, "Invalid");
+  EXPECT_EQ(store_->currentResourceVersion(), 0);
+}
+
 TEST_F(ApiServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   RawConn conn(server_->tcpPort());
   ASSERT_TRUE(conn.send("GET /version HTTP/1.1\r\nHost: x\r\n\r\nGET /apis HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));

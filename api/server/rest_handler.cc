@@ -660,6 +660,12 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
         {{"group", std::string(kGroup)}, {"kind", info.plural}}));
   }
   if (auto err = checkNamespace(obj, ctx.ns)) return *err;
+  if (!isDns1123Label(ctx.ns)) {
+    Status st = invalidArgument("invalid namespace");
+    st.withFieldErrors({{"metadata.namespace", "Invalid value: \"" + ctx.ns +
+                                                   "\": a namespace must be a DNS-1123 label (lower-case letters, digits and '-')"}});
+    return errorResponse(invalidError(info, metaString(obj, "name"), st));
+  }
   std::string name = metaString(obj, "name");
   std::string generate = metaString(obj, "generateName");
   if (name.empty() && generate.empty()) {
