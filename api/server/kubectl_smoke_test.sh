@@ -110,6 +110,7 @@ else
   echo "FAIL get-watch: watch output:"; sed 's/^/    /' "$WORK/watch.out"; FAILS=$((FAILS + 1))
 fi
 expect delete-hello 0 '"hello" deleted' -- $K delete ksvc hello
+expect delete-bad 0 '"bad" deleted' -- $K delete ksvc bad --wait=false
 expect all-gone 0 'No resources found' -- $K get ksvc
 
 if [ "$FAILS" -ne 0 ]; then
