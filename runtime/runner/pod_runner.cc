@@ -266,6 +266,7 @@ Status PodRunner::adoptExisting(const std::set<std::string>& live_revisions) {
       if (slot->image_digest.empty()) slot->image_digest = a.handle.image_digest;
       auto [it, inserted] = slot->pods.emplace(a.handle.pod_id, std::move(pod));
       if (inserted) spawnWaiterLocked(*slot, it->second);
+      if (!slot->object.is_null()) attachAdoptedLocked(*slot, now);  // ensure() came first
       live_pods.insert(a.handle.pod_id);
       LOG(INFO) << "pod runner: adopted pod " << a.handle.pod_id << " of " << k << " (pid " << a.handle.pid
                 << ", ip " << a.handle.ip << ")";
@@ -377,28 +378,39 @@ void PodRunner::ensure(const json& revision) {
         if (*a != 0 || options_.allow_zero_initial_scale) initial = *a;
       }
       int min_scale = annotationInt(revision, kMinScaleAnnotation).value_or(options_.default_min_scale);
-      int adopted = 0;
-      for (auto& [id, pod] : rev.pods) {
-        if (pod.adopted) ++adopted;
+      if (auto p = pending_scale_.find(k); p != pending_scale_.end()) {
+        rev.desired = p->second;
+        rev.scaler_set = true;
+        pending_scale_.erase(p);
       }
-      if (!rev.scaler_set) rev.desired = std::max({initial, min_scale, adopted});
-      // Adopted pods get their probes now that the spec is known.
-      for (auto& [id, pod] : rev.pods) {
-        if (pod.adopted && !pod.readiness) {
-          pod.handle.port = rev.port;
-          pod.readiness.emplace(rev.readiness_spec, runtime::ProbeKind::kReadiness, now);
-          if (rev.liveness_spec) pod.liveness.emplace(*rev.liveness_spec, runtime::ProbeKind::kLiveness, now);
-          pod.next_probe = now;
-        }
-      }
+      if (!rev.scaler_set) rev.desired = std::max(initial, min_scale);
+      attachAdoptedLocked(rev, now);
     }
   }
   wake();
 }
 
+void PodRunner::attachAdoptedLocked(Revision& rev, MonoTime now) {
+  // Adopted pods get their probes once the spec is known, and count towards
+  // the desired scale so they are not replaced or stopped.
+  int adopted = 0;
+  for (auto& [id, pod] : rev.pods) {
+    if (!pod.adopted || pod.stop_requested) continue;
+    ++adopted;
+    if (!pod.readiness) {
+      pod.handle.port = rev.port;
+      pod.readiness.emplace(rev.readiness_spec, runtime::ProbeKind::kReadiness, now);
+      if (rev.liveness_spec) pod.liveness.emplace(*rev.liveness_spec, runtime::ProbeKind::kLiveness, now);
+      pod.next_probe = now;
+    }
+  }
+  if (!rev.scaler_set) rev.desired = std::max(rev.desired, adopted);
+}
+
 void PodRunner::remove(const std::string& ns, const std::string& name) {
   {
     std::lock_guard<std::mutex> l(mu_);
+    pending_scale_.erase(key(ns, name));
     auto it = revisions_.find(key(ns, name));
     if (it == revisions_.end()) return;
     it->second->removed = true;
@@ -444,7 +456,10 @@ void PodRunner::setDesiredScale(const std::string& revision, int pods) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = revisions_.find(revision);
-    if (it == revisions_.end()) return;
+    if (it == revisions_.end() || it->second->object.is_null()) {
+      pending_scale_[revision] = std::max(0, pods);  // applied by ensure()
+      return;
+    }
     it->second->desired = std::max(0, pods);
     it->second->scaler_set = true;
   }

@@ -180,6 +180,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
 
   using Notes = std::vector<std::function<void()>>;
   void configureLocked(Revision& rev, const nlohmann::json& object);
+  void attachAdoptedLocked(Revision& rev, MonoTime now);
   void stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work);
   void spawnWaiterLocked(Revision& rev, Pod& pod);
   void onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit);
@@ -204,7 +205,8 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   std::function<void(const std::string&)> on_endpoints_;
   uint64_t pod_counter_ = 0;
   std::atomic<int> exits_received_{0};
-  bool shutting_down_ = false;  // stop(): waits are being abandoned
+  bool shutting_down_ = false;
+  std::map<std::string, int> pending_scale_;  // setDesiredScale() before ensure()  // stop(): waits are being abandoned
 
   // Wait threads, by pod id; finished ones are joined by runOnce().
   std::map<std::string, std::thread> waiters_;

@@ -418,6 +418,26 @@ TEST_F(PodRunnerTest, AdoptsRunningPodsOfLiveRevisionsAndDestroysTheRest) {
   EXPECT_TRUE(driver_.pod("r1-aaaa").destroyed);
 }
 
+TEST_F(PodRunnerTest, AdoptionAfterEnsureStillKeepsThePod) {
+  AdoptedPod a;
+  a.handle = PodHandle{"r1-cccc", "default", "r1", "10.0.9.9", 8080, 9, "dev.local/app@sha256:old"};
+  a.running = true;
+  driver_.setExisting({a});
+  runner_->ensure(makeRevision("r1"));  // the controller was first
+  ASSERT_TRUE(runner_->adoptExisting({"default/r1"}).isOk());
+  settle();
+  EXPECT_EQ(driver_.createCount(), 0);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+}
+
+TEST_F(PodRunnerTest, ScaleSetBeforeEnsureIsApplied) {
+  runner_->setDesiredScale("default/r1", 2);
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  EXPECT_EQ(driver_.createCount(), 2);
+  EXPECT_EQ(health().desired_replicas, 2);
+}
+
 TEST_F(PodRunnerTest, StopLeavesPodsRunningForAdoption) {
   runner_->ensure(makeRevision("r1"));
   settle();
