@@ -399,6 +399,9 @@ struct Router::Impl {
   mutable std::mutex rev_mu;
   std::map<std::string, std::shared_ptr<RevisionState>> revisions;
 
+  // Guards `workers` against setEndpoints() racing stop(); the request path
+  // never takes it (a worker outlives every coroutine running on it).
+  std::mutex lifecycle_mu;
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<Listener>> listeners;
   std::atomic<size_t> next_worker{0};
@@ -824,6 +827,7 @@ void Router::stop() {
     if (w->thread.joinable()) w->thread.join();
   }
   shutdownQueues();  // requests queued while the loops were stopping
+  std::lock_guard<std::mutex> lock(im.lifecycle_mu);
   im.listeners.clear();
   for (auto& w : im.workers) w->idle.clear();
   im.workers.clear();  // destroys pending handlers and coroutine frames
@@ -862,6 +866,7 @@ void Router::setEndpoints(const std::string& revision, const std::vector<Endpoin
   impl_->metrics.revision_pods.with({revision, "ready"}).set(static_cast<double>(keys.size()));
   if (!gone.empty()) {
     // Drop pooled connections to pods that went away.
+    std::lock_guard<std::mutex> lock(impl_->lifecycle_mu);
     for (auto& w : impl_->workers) {
       Worker* wp = w.get();
       asio::post(wp->ioc, [wp, gone] {

@@ -17,8 +17,9 @@
 // activator queue's logic is tested on a SimulatedTimeSource
 // (activator_queue_test.cc); the Router itself needs RealTimeSource.
 //
-// Thread safety: every public method may be called from any thread, also
-// while serving. setRoutingTable() swaps an immutable snapshot (in-flight
+// Thread safety: start() and stop() are called by the owner from one
+// thread; every other public method may be called from any thread, also
+// while serving and while stop() runs. setRoutingTable() swaps an immutable snapshot (in-flight
 // requests keep theirs); setEndpoints()/setRevisionConfig() take a short
 // per-revision lock. on_cold_request must be set before start(); it is
 // called on a worker thread and must not block (post to your own loop).
