@@ -11,7 +11,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 #include <sstream>
 
 #include <boost/asio.hpp>
@@ -865,6 +867,47 @@ TEST_F(ApiServerTest, SlowWatcherIsClosedWhenItsBufferOverflows) {
   EXPECT_TRUE(conn.closed());
   EXPECT_LT(conn.events().size(), 200u);
   EXPECT_EQ(request("GET", "/version").code, 200);
+}
+
+TEST_F(ApiServerTest, ConcurrentWritersAndWatchersSeeEveryEventInOrder) {
+  ApiServerOptions opts;
+  opts.threads = 2;
+  startServer(opts);
+  std::vector<std::unique_ptr<RawConn>> watchers;
+  for (int i = 0; i < 3; ++i) {
+    watchers.push_back(std::make_unique<RawConn>(server_->tcpPort()));
+    ASSERT_TRUE(watchers.back()->send(watchRequest(path("services") + "?watch=true&resourceVersion=0")));
+  }
+  // Make sure every watch is registered before writing: one event each.
+  ASSERT_EQ(create(helloService("first")).code, 201);
+  for (auto& w : watchers) ASSERT_EQ(w->readEvents(1).size(), 1u) << w->data();
+  constexpr int kWriters = 4, kOps = 15;
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kWriters; ++t) {
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < kOps; ++i) {
+        std::string name = "w" + std::to_string(t) + "-" + std::to_string(i);
+        if (create(helloService(name)).code != 201) ++failures;
+        if (request("PATCH", path("services", name), R"({"metadata":{"labels":{"n":"1"}}})",
+                    "application/merge-patch+json").code != 200)
+          ++failures;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  const size_t want = 1 + kWriters * kOps * 2;
+  for (auto& w : watchers) {
+    auto evs = w->readEvents(want);
+    ASSERT_EQ(evs.size(), want);
+    int64_t last = 0;
+    for (const json& e : evs) {
+      int64_t rv = std::stoll(e["object"]["metadata"]["resourceVersion"].get<std::string>());
+      EXPECT_GT(rv, last);
+      last = rv;
+    }
+  }
 }
 
 // ---------------------------------------------------------------- robustness
