@@ -1,0 +1,31 @@
+// The containerd Runtime of knapd: PodRunner + ContainerdPodDriver +
+// CniNetwork + ContainerdClient, built from knapd's config. Used by
+// makeRuntime() for `--runtime containerd` and for `auto` when containerd
+// answers. Single-threaded use from main(); the runtime's own threads start
+// in start().
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "daemon/runtime_wiring.h"
+#include "store/store.h"
+
+namespace knap::daemon {
+
+// True when the pod runner is compiled in (the containerd client was built).
+bool containerdRuntimeBuilt();
+
+// Whether containerd answers Version on config.knap.containerd_socket within
+// a short timeout and knapd runs as root (CNI needs it). `why` says why not.
+bool containerdAvailable(const Config& config, std::string* why);
+
+// kUnsupported when not built; otherwise never fails (connections are lazy;
+// start() reports containerd errors).
+StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config& config, store::Store& store,
+                                                         TimeSource& clock);
+
+}  // namespace knap::daemon
