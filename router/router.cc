@@ -750,7 +750,9 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     if (ec) co_return false;
   } while (!rp->is_done() || !rs.is_done());
 
-  if (pod_keep && rp->is_done() && parser.is_done()) putIdle(w, endpoint, std::move(up));
+  if (pod_keep && rp->is_done() && parser.is_done() && ubuf.size() == 0) {
+    putIdle(w, endpoint, std::move(up));
+  }
   guard.reset();
   co_return keep && parser.is_done();
 }
