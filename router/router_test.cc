@@ -750,5 +750,31 @@ TEST_F(RouterTest, StopWithQueuedRequestsDoesNotHang) {
   EXPECT_NE(resp.result_int(), 200);
 }
 
+TEST_F(RouterTest, IdleKeepAliveConnectionIsClosed) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
+    resp.body() = "ok";
+  }));
+  RouterOptions o = defaultOptions();
+  o.keepalive_idle_timeout = 300ms;
+  startRouter(o); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  StringRequest req{http::verb::get, "/", 11};
+  req.set(http::field::host, kHost);
+  ASSERT_EQ(c.send(req).result_int(), 200);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.readAll(), "");  // EOF from the router
+  const auto idle = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(idle, 250ms);
+  EXPECT_LT(idle, 3s);
+}
+
+TEST_F(RouterTest, UnknownRevisionCollectsZero) {
+  startRouter();
+  auto r = router_->collect("default/nope", RealTimeSource::instance().monotonic());
+  EXPECT_EQ(r.request_count, 0);
+  EXPECT_EQ(r.average_concurrency, 0);
+}
+
 }  // namespace
 }  // namespace knap::router
