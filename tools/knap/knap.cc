@@ -4,6 +4,8 @@
 //   knap get KIND [NAME] [-o yaml|json] [-n NS | -A]
 //   knap describe service NAME
 //   knap delete KIND NAME
+//   knap logs SERVICE|REVISION [-f]     pod logs from knapd's data dir (tools/knap/pods_cmd.h)
+//   knap image import FILE              OCI archive into containerd (root)
 //
 // KIND: services|ksvc, configurations|config, revisions|rev, routes|rt.
 // The server is found from --server, $KNAP_SERVER, or knapd's default unix
@@ -21,6 +23,7 @@
 #include "api/resources.h"
 #include "common/clock.h"
 #include "tools/knap/http_client.h"
+#include "tools/knap/pods_cmd.h"
 #include "tools/knap/table.h"
 
 namespace knap::cli {
@@ -47,6 +50,8 @@ const char* kUsage =
     "  knap get services|configurations|revisions|routes [NAME] [-o yaml|json] [-n NS | -A]\n"
     "  knap describe service NAME [-n NS]\n"
     "  knap delete service|configuration|route|revision NAME [-n NS]\n"
+    "  knap logs SERVICE|REVISION [-f] [-n NS] [--data-dir DIR]\n"
+    "  knap image import FILE [--name NAME] [--containerd-socket PATH]\n"
     "\n"
     "Global flags:\n"
     "  --server URL   knapd API (unix:///var/lib/knap/knapd.sock or http://127.0.0.1:6443); env KNAP_SERVER\n"
@@ -488,6 +493,9 @@ int run(int argc, char** argv) {
   Options opt;
   opt.server = defaultServer();
   std::vector<std::string> raw(argv + 1, argv + argc);
+  // Local commands with their own flags (`-f` means follow for logs).
+  if (!raw.empty() && raw[0] == "logs") return cmdLogs({raw.begin() + 1, raw.end()});
+  if (!raw.empty() && raw[0] == "image") return cmdImage({raw.begin() + 1, raw.end()});
   std::string command;
   for (size_t i = 0; i < raw.size(); ++i) {
     const std::string& a = raw[i];
