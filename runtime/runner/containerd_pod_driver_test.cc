@@ -128,6 +128,20 @@ Env& env() {
   return *e;
 }
 
+// Removes the test bridge, the image and the work dir after all tests.
+class E2eCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    Env& e = env();
+    if (!e.ok) return;
+    (void)e.client->deleteImage(kImage, true);
+    (void)runtime::runProgram({"ip", "link", "del", e.cni.bridge}, {});
+    std::error_code ec;
+    fs::remove_all(e.dir, ec);
+  }
+};
+const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new E2eCleanup);
+
 class RunnerE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -304,6 +318,63 @@ TEST_F(RunnerE2eTest, RestartAdoptsRunningPodsWithTheirPids) {
   EXPECT_EQ(after_pods[0].pid, host_pid);
   json after = json::parse(httpGet(again.ip, 8080, "/info"), nullptr, false);
   EXPECT_EQ(after["uptime_ms"].get<int64_t>() >= before["uptime_ms"].get<int64_t>(), true) << "process restarted";
+}
+
+TEST_F(RunnerE2eTest, LogsAreRotatedByCopyTruncateAndKeepFlowing) {
+  opts_.log_rotate_bytes = 2000;
+  opts_.log_check_interval = Duration::zero();
+  runner_.reset();
+  driver_ = std::make_unique<ContainerdPodDriver>(*env().client, *net_, RealTimeSource::instance(), opts_);
+  runner_ = makeRunner(*driver_);
+  runner_->start();
+  runner_->ensure(makeRevision("logs-00001"));
+  Endpoint ep = waitReady("logs-00001");
+  ASSERT_FALSE(ep.ip.empty());
+  for (int i = 0; i < 100; ++i) (void)httpGet(ep.ip, 8080, "/?request=" + std::to_string(i));
+  std::string dir = driver_->podDir(runner_->pods("default/logs-00001")[0].pod_id);
+  std::string log = dir + "/stdout.log";
+  ASSERT_GT(fs::file_size(log), 2000u);
+  driver_->rotateLogs(runner_->pods("default/logs-00001")[0].pod_id);
+  ASSERT_TRUE(fs::exists(log + ".1"));
+  EXPECT_GT(fs::file_size(log + ".1"), 2000u);
+  EXPECT_EQ(fs::file_size(log), 0u);
+  (void)httpGet(ep.ip, 8080, "/after-rotation");
+  ASSERT_TRUE(waitFor([&] { return fs::file_size(log) > 0; }, seconds(5)));
+  std::string text = fileTail(log, 5);
+  EXPECT_NE(text.find("/after-rotation"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\0'), std::string::npos) << "the shim must append at the new end, not leave a hole";
+}
+
+TEST(ContainerdPodDriverPure, ImageRepository) {
+  EXPECT_EQ(imageRepository("dev.local/app:v1"), "dev.local/app");
+  EXPECT_EQ(imageRepository("host:5000/app"), "host:5000/app");
+  EXPECT_EQ(imageRepository("host:5000/app:v2"), "host:5000/app");
+  EXPECT_EQ(imageRepository("a/b@sha256:abc"), "a/b");
+  EXPECT_EQ(imageRepository("busybox"), "busybox");
+}
+
+TEST(ContainerdPodDriverPure, FileTail) {
+  char tmpl[] = "/tmp/knap-tail-XXXXXX";
+  std::string dir = ::mkdtemp(tmpl);
+  std::string p = dir + "/f.log";
+  {
+    std::ofstream f(p);
+    for (int i = 1; i <= 30; ++i) f << "line " << i << "\n";
+  }
+  EXPECT_EQ(fileTail(p, 3), "line 28\nline 29\nline 30");
+  EXPECT_EQ(fileTail(p, 1), "line 30");
+  {
+    std::ofstream f(p);
+    f << "only\n";
+  }
+  EXPECT_EQ(fileTail(p, 5), "only");
+  {
+    std::ofstream f(p);
+    f << std::string(5000, 'x') << "\nlast\n";
+  }
+  EXPECT_EQ(fileTail(p, 5), "last");  // at most 2 KiB, starting at a line
+  EXPECT_EQ(fileTail(dir + "/missing", 5), "");
+  fs::remove_all(dir);
 }
 
 // Resources knap leaves in containerd and the kernel, for leak checks.
