@@ -716,6 +716,9 @@ SectionSpec knapSpec(KnapConfig& c) {
   s.keys["router-internal-listen"] = str(&c.router_internal_listen, [](const std::string& v) {
     return v.empty() ? std::string() : checkListen(v);
   });
+  s.keys["metrics-listen"] = str(&c.metrics_listen, [](const std::string& v) {
+    return v.empty() ? std::string() : checkListen(v);
+  });
   s.keys["containerd-namespace"] = str(&c.containerd_namespace, [](const std::string& v) -> std::string {
     if (v.empty() || v.size() > 76) return "must be 1..76 characters, got " + quoted(v);
     for (char ch : v) {

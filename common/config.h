@@ -110,6 +110,7 @@ struct KnapConfig {
   std::string api_listen = "127.0.0.1:6443";  // loopback only by default
   std::string router_listen = "127.0.0.1:8080";
   std::string router_internal_listen = "";    // the listener pods use for cluster-local routes
+  std::string metrics_listen = "127.0.0.1:9095";  // Prometheus /metrics of the router; empty = off
   std::string kubeconfig_path;                // default <data_dir>/kubeconfig
   std::string containerd_socket = "/run/containerd/containerd.sock";
   std::string containerd_namespace = "knap";

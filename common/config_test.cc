@@ -519,6 +519,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "knap.router-listen: must be host:port (IPv6 in brackets)"},
         BadCase{"RouterInternalBad", "knap:\n  router-internal-listen: \"10.0.0.1\"",
                 "knap.router-internal-listen: must be host:port"},
+        BadCase{"MetricsListenBad", "knap:\n  metrics-listen: \"9095\"",
+                "knap.metrics-listen: must be host:port"},
         BadCase{"NamespaceBadChars", "knap:\n  containerd-namespace: \"knap/x\"",
                 "knap.containerd-namespace: may contain only letters"},
         BadCase{"NamespaceEmpty", "knap:\n  containerd-namespace: \"\"",

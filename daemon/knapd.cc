@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "controller/controller.h"
 #include "controller/immediate_revision_backend.h"
+#include "daemon/data_plane.h"
 #include "daemon/runtime_wiring.h"
 #include "store/sqlite_store.h"
 
@@ -115,6 +116,11 @@ int run(int argc, char** argv) {
     return 1;
   }
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
+  DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget());
+  (*runtime)->setEndpointsListener(
+      [&data_plane](const std::string& revision, const std::vector<router::Endpoint>& endpoints) {
+        data_plane.setEndpoints(revision, endpoints);
+      });
 
   api::ApiServerOptions options;
   options.tcp_listen = config.knap.api_listen;
@@ -127,6 +133,10 @@ int run(int argc, char** argv) {
   }
   if (Status st = api::writeKubeconfig(config.knap.kubeconfig_path, server.url()); !st.isOk()) {
     LOG(WARNING) << "cannot write kubeconfig: " << st.message();
+  }
+  if (Status st = data_plane.start(); !st.isOk()) {
+    std::cerr << "knapd: cannot start the router: " << st.message() << "\n";
+    return 1;
   }
   if (Status st = (*runtime)->start(); !st.isOk()) {
     std::cerr << "knapd: cannot start the runtime: " << st.message() << "\n";
@@ -141,6 +151,7 @@ int run(int argc, char** argv) {
   sigwait(&signals, &sig);
   LOG(INFO) << "received " << strsignal(sig) << ", shutting down";
   server.stop();
+  data_plane.stop();
   controller.stop();
   (*runtime)->stop();
   return 0;

@@ -1,18 +1,27 @@
 #include "daemon/runtime_wiring.h"
 
 #include "common/log.h"
+#include "daemon/containerd_runtime.h"
 #include "controller/immediate_revision_backend.h"
 
 namespace knap::daemon {
 namespace {
 
-// --runtime none: revisions report Ready without pods (API and controller work only).
-class ControlPlaneOnly final : public Runtime {
+// --runtime none: revisions report Ready without pods (API and controller work
+// only); the autoscaler sees no pods and its decisions go nowhere.
+class ControlPlaneOnly final : public Runtime, scaler::PodCounter, scaler::ScaleTarget {
  public:
   const char* name() const override { return "none (control plane only)"; }
   controller::RevisionBackend& backend() override { return backend_; }
+  scaler::PodCounter& podCounter() override { return *this; }
+  scaler::ScaleTarget& scaleTarget() override { return *this; }
+  void setEndpointsListener(EndpointsListener) override {}
   Status start() override { return Status::ok(); }
   void stop() override {}
+
+  int readyPods(const std::string&) override { return 0; }
+  void setDesiredScale(const std::string&, int) override {}
+  void scaleStatusChanged(const std::string&, const scaler::ScaleOutcome&) override {}
 
  private:
   controller::ImmediateRevisionBackend backend_;
@@ -23,10 +32,10 @@ class ControlPlaneOnly final : public Runtime {
 StatusOr<std::unique_ptr<Runtime>> makeRuntime(const std::string& mode, const Config& config, store::Store& store,
                                                TimeSource& clock) {
   if (mode == "none") return std::unique_ptr<Runtime>(new ControlPlaneOnly());
-  if (mode == "containerd") {
-    return Status(Code::kUnsupported, "--runtime containerd: the pod runner is not built yet; use --runtime none");
-  }
-  LOG(INFO) << "runtime auto: the containerd pod runner is not built yet; running the control plane only";
+  if (mode == "containerd") return makeContainerdRuntime(config, store, clock);
+  std::string why;
+  if (containerdAvailable(config, &why)) return makeContainerdRuntime(config, store, clock);
+  LOG(WARNING) << "runtime auto: " << why << "; running the control plane only (revisions report Ready without pods)";
   return std::unique_ptr<Runtime>(new ControlPlaneOnly());
 }
 

@@ -3,13 +3,17 @@
 // Single-threaded use from main().
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
 #include "controller/revision_backend.h"
+#include "router/router.h"
+#include "scaler/driver.h"
 #include "store/store.h"
 
 namespace knap::daemon {
@@ -19,6 +23,13 @@ class Runtime {
   virtual ~Runtime() = default;
   virtual const char* name() const = 0;
   virtual controller::RevisionBackend& backend() = 0;
+  // What the autoscaler reads (ready pods) and drives (desired pods).
+  virtual scaler::PodCounter& podCounter() = 0;
+  virtual scaler::ScaleTarget& scaleTarget() = 0;
+  // Called (from any thread) with a revision's ready endpoints whenever they change.
+  using EndpointsListener =
+      std::function<void(const std::string& revision, const std::vector<router::Endpoint>& endpoints)>;
+  virtual void setEndpointsListener(EndpointsListener fn) = 0;
   virtual Status start() = 0;  // after the API server is up
   virtual void stop() = 0;
 };

@@ -1,0 +1,74 @@
+// DataPlane: wires the router and the autoscaler to the store and the pod
+// runtime. It turns stored Routes into the router's RoutingTable, stored
+// Revisions into router RevisionConfigs and scaler settings, and connects
+// the router's request metrics and cold-request pokes to the ScalerDriver,
+// whose decisions go to the runtime's ScaleTarget.
+//
+// Threading: store events only mark work dirty (never block the store's
+// writer); one sync thread rebuilds from the store. The ScalerTicker runs on
+// its own thread. setEndpoints() may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "router/router.h"
+#include "scaler/driver.h"
+#include "store/store.h"
+
+namespace knap::daemon {
+
+class DataPlane {
+ public:
+  // pods/scale: the runtime's view of ready pods and where scale decisions go.
+  DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
+            scaler::ScaleTarget& scale);
+  ~DataPlane();
+
+  // Binds the router's listeners and starts the sync and ticker threads.
+  // kInvalidArgument for a bad listen address, kUnavailable when a port is taken.
+  Status start();
+  void stop();  // idempotent
+
+  router::Router& router() { return *router_; }
+  scaler::ScalerDriver& scaler() { return *driver_; }
+
+  // The ready pod endpoints of revision "ns/name" changed (from the runtime).
+  void setEndpoints(const std::string& revision, const std::vector<router::Endpoint>& endpoints);
+
+ private:
+  void onStoreEvent(const store::Event& event);
+  void syncLoop();
+  void syncRoutes();
+  void syncRevisions();
+
+  const Config& config_;
+  store::Store& store_;
+  const TimeSource& clock_;
+  std::unique_ptr<router::Router> router_;
+  std::unique_ptr<scaler::ScalerDriver> driver_;
+  std::unique_ptr<scaler::ScalerTicker> ticker_;
+  Status init_status_;  // a bad listen address found in the constructor, reported by start()
+  int listener_id_ = -1;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool routes_dirty_ = true;
+  bool revisions_dirty_ = true;
+  bool stopping_ = false;
+  std::thread sync_thread_;
+  std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
+};
+
+// "127.0.0.1:8080" -> {address, port}; kInvalidArgument on a malformed value.
+StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what);
+
+}  // namespace knap::daemon
