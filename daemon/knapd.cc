@@ -147,8 +147,14 @@ int run(int argc, char** argv) {
   LOG(INFO) << "knapd ready: api " << server.url() << " and unix://" << config.knap.api_socket
             << ", kubeconfig " << config.knap.kubeconfig_path << ", runtime " << (*runtime)->name();
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  // Wait for SIGTERM/SIGINT; once an hour, resync every object so that
+  // time-based decisions (revision GC by age) are re-evaluated without events.
+  int sig = -1;
+  while (sig < 0) {
+    timespec hour{3600, 0};
+    sig = sigtimedwait(&signals, nullptr, &hour);
+    if (sig < 0) controller.enqueueAll();
+  }
   LOG(INFO) << "received " << strsignal(sig) << ", shutting down";
   server.stop();
   data_plane.stop();
