@@ -59,7 +59,7 @@ struct PodRunnerOptions {
   int default_initial_scale = 1;
   bool allow_zero_initial_scale = false;
   int default_min_scale = 0;
-  int workers = 4;
+  int workers = 8;  // stop() holds a worker for up to the grace period
   // Runs blocking work; nullptr = the runner's own pool. Tests: [](auto f) { f(); }.
   std::function<void(std::function<void()>)> executor;
 };
