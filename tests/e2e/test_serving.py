@@ -1,0 +1,137 @@
+"""Real pods through the router: containerd, runc, CNI, the activator and the KPA.
+
+Each test runs knapd with --runtime containerd, its own containerd namespace,
+bridge and subnet, and the project's own test app packed by knap-mkimage.
+Traffic goes only to loopback (the router) and, through it, to the pods on
+the test's own bridge.
+"""
+import concurrent.futures
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import BUILD, KNAP, Knapd
+
+TESTAPP = os.path.join(BUILD, "tests", "apps", "knap-testapp")
+MKIMAGE = os.path.join(BUILD, "tools", "mkimage", "knap-mkimage")
+IMAGE = "dev.local/knap-e2e:v1"
+
+
+def containerd_ok():
+    return os.geteuid() == 0 and shutil.which("ctr") and subprocess.run(
+        ["ctr", "version"], capture_output=True).returncode == 0
+
+
+pytestmark = pytest.mark.skipif(
+    not containerd_ok() or not os.path.exists(TESTAPP) or not os.path.exists(MKIMAGE),
+    reason="!!! real-pod end-to-end tests SKIPPED: need root, a running containerd and the built test app !!!")
+
+
+@pytest.fixture
+def serving(workdir):
+    tag = os.getpid() % 150 + 60
+    ns = f"knap-e2e-{tag}"
+    k = Knapd(workdir, runtime="containerd", extra_config=(
+        f"  containerd-namespace: {ns}\n"
+        f"  bridge-name: knape2e{tag}\n"
+        f"  pod-subnet: 10.217.{tag}.0/24\n"
+        f"  metrics-listen: 127.0.0.1:0\n"
+        "autoscaler:\n"
+        "  stable-window: 6s\n"
+        "  panic-window-percentage: \"20\"\n"
+        "  scale-to-zero-grace-period: 1s\n"))
+    tar = os.path.join(workdir, "app.tar")
+    subprocess.run([MKIMAGE, "--out", tar, "--name", IMAGE, "--file", f"{TESTAPP}:/app/knap-testapp",
+                    "--entrypoint", "/app/knap-testapp", "--user", "app", "--workdir", "/app", "--expose", "8080"],
+                   check=True, capture_output=True)
+    subprocess.run([KNAP, "image", "import", tar, "--namespace", ns], check=True, capture_output=True)
+    k.start(timeout=60)
+    yield k
+    for svc in json.loads(k.http("GET", "/apis/serving.knative.dev/v1/namespaces/default/services")[1])["items"]:
+        k.http("DELETE", f"/apis/serving.knative.dev/v1/namespaces/default/services/{svc['metadata']['name']}")
+    time.sleep(3)  # let the runner stop and destroy the pods
+    k.stop()
+    subprocess.run(["ctr", "-n", ns, "images", "rm", IMAGE], capture_output=True)
+
+
+def service(name, annotations=None, template_name=None, traffic=None, cc=None):
+    meta = {"annotations": annotations or {}}
+    if template_name:
+        meta["name"] = template_name
+    spec = {"containers": [{"image": IMAGE}]}
+    if cc is not None:
+        spec["containerConcurrency"] = cc
+    doc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": name},
+           "spec": {"template": {"metadata": meta, "spec": spec}}}
+    if traffic:
+        doc["spec"]["traffic"] = traffic
+    return json.dumps(doc)
+
+
+def get(k, host, path="/", timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=timeout)
+    c.request("GET", path, headers={"Host": host})
+    r = c.getresponse()
+    body = r.read().decode()
+    c.close()
+    return r.status, body
+
+
+def apply(k, doc):
+    p = subprocess.run([KNAP, "--server", k.url, "apply", "-f", "-", "--wait", "--timeout", "90"], input=doc,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr + k.log()
+    return p.stdout
+
+
+def test_service_answers_through_router_and_splits_traffic(serving):
+    k = serving
+    apply(k, service("hello", template_name="hello-one"))
+    code, body = get(k, "hello.default.localhost")
+    assert code == 200, body
+    assert json.loads(body)["revision"] == "hello-one"
+
+    apply(k, service("hello", template_name="hello-two", traffic=[
+        {"revisionName": "hello-one", "percent": 50},
+        {"revisionName": "hello-two", "percent": 50, "tag": "two"}]))
+    k.wait_for(lambda: get(k, "two-hello.default.localhost")[0] == 200, timeout=60, what="tag URL")
+    for _ in range(5):
+        assert json.loads(get(k, "two-hello.default.localhost")[1])["revision"] == "hello-two"
+    counts = {"hello-one": 0, "hello-two": 0}
+    for _ in range(200):
+        code, body = get(k, "hello.default.localhost")
+        assert code == 200, body
+        counts[json.loads(body)["revision"]] += 1
+    assert 70 <= counts["hello-one"] <= 130, counts
+
+    code, body = get(k, "nope.default.localhost")
+    assert code == 404 and "nope.default.localhost" in body
+
+
+def test_scale_to_zero_and_burst_from_zero(serving):
+    k = serving
+    apply(k, service("sleepy", annotations={"autoscaling.knative.dev/min-scale": "0"}))
+    assert get(k, "sleepy.default.localhost")[0] == 200
+    api = "/apis/serving.knative.dev/v1/namespaces/default/revisions/sleepy-00001"
+    k.wait_for(lambda: k.get_json(api).get("status", {}).get("actualReplicas", 1) == 0, timeout=90,
+               what="revision scaled to zero")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
+        results = list(pool.map(lambda _: get(k, "sleepy.default.localhost", "/sleep?ms=50"), range(200)))
+    codes = [c for c, _ in results]
+    assert codes.count(200) == len(codes), {c: codes.count(c) for c in set(codes)}
+
+
+def test_container_concurrency_one_is_never_exceeded(serving):
+    k = serving
+    apply(k, service("single", cc=1, annotations={"autoscaling.knative.dev/max-scale": "1"}))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        results = list(pool.map(lambda _: get(k, "single.default.localhost", "/sleep?ms=100"), range(25)))
+    assert all(c == 200 for c, _ in results), results
+    code, body = get(k, "single.default.localhost", "/inflight")
+    assert code == 200
+    assert json.loads(body)["max_inflight"] == 1, body
