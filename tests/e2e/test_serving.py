@@ -120,8 +120,9 @@ def test_scale_to_zero_and_burst_from_zero(serving):
     api = "/apis/serving.knative.dev/v1/namespaces/default/revisions/sleepy-00001"
     k.wait_for(lambda: k.get_json(api).get("status", {}).get("actualReplicas", 1) == 0, timeout=90,
                what="revision scaled to zero")
-    with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
-        results = list(pool.map(lambda _: get(k, "sleepy.default.localhost", "/sleep?ms=50"), range(200)))
+    # 500 requests arriving at once at zero pods: all are held, then answered.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=500) as pool:
+        results = list(pool.map(lambda _: get(k, "sleepy.default.localhost", "/sleep?ms=50"), range(500)))
     codes = [c for c, _ in results]
     assert codes.count(200) == len(codes), {c: codes.count(c) for c in set(codes)}
 
@@ -135,3 +136,30 @@ def test_container_concurrency_one_is_never_exceeded(serving):
     code, body = get(k, "single.default.localhost", "/inflight")
     assert code == 200
     assert json.loads(body)["max_inflight"] == 1, body
+
+
+def test_blue_green_switch_under_load_loses_no_request(serving):
+    k = serving
+    apply(k, service("bg", template_name="bg-blue"))
+    apply(k, service("bg", template_name="bg-green", traffic=[
+        {"revisionName": "bg-blue", "percent": 100}, {"revisionName": "bg-green", "percent": 0, "tag": "green"}]))
+    assert json.loads(get(k, "green-bg.default.localhost")[1])["revision"] == "bg-green"
+    results = []
+    stop = time.time() + 8
+
+    def stream():
+        while time.time() < stop:
+            code, body = get(k, "bg.default.localhost")
+            results.append((code, json.loads(body)["revision"] if code == 200 else body))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(stream) for _ in range(4)]
+        time.sleep(3)
+        apply(k, service("bg", template_name="bg-green", traffic=[
+            {"revisionName": "bg-blue", "percent": 0}, {"revisionName": "bg-green", "percent": 100, "tag": "green"}]))
+        for f in futures:
+            f.result()
+    failures = [r for r in results if r[0] != 200]
+    assert not failures, failures[:5]
+    revisions = [r[1] for r in results]
+    assert "bg-blue" in revisions and revisions[-1] == "bg-green", revisions[-10:]
