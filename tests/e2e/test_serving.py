@@ -163,3 +163,34 @@ def test_blue_green_switch_under_load_loses_no_request(serving):
     assert not failures, failures[:5]
     revisions = [r[1] for r in results]
     assert "bg-blue" in revisions and revisions[-1] == "bg-green", revisions[-10:]
+
+
+def test_sustained_load_scales_up_within_max_scale_and_back_down(serving):
+    k = serving
+    apply(k, service("busy", annotations={"autoscaling.knative.dev/target": "1",
+                                          "autoscaling.knative.dev/min-scale": "1",
+                                          "autoscaling.knative.dev/max-scale": "3"}))
+    api = "/apis/serving.knative.dev/v1/namespaces/default/revisions/busy-00001"
+    peak = 0
+    stop = time.time() + 15
+
+    def stream():
+        while time.time() < stop:
+            assert get(k, "busy.default.localhost", "/sleep?ms=300")[0] == 200
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+        futures = [pool.submit(stream) for _ in range(6)]
+        while time.time() < stop:
+            status = k.get_json(api).get("status", {})
+            peak = max(peak, status.get("actualReplicas", 0))
+            assert status.get("desiredReplicas", 0) <= 3, status
+            time.sleep(0.5)
+        for f in futures:
+            f.result()
+    assert peak > 1, f"never scaled above one pod (peak {peak})"
+    assert peak <= 3
+    # After the load, back down to min-scale (1), never below.
+    k.wait_for(lambda: k.get_json(api).get("status", {}).get("actualReplicas") == 1, timeout=90,
+               what="scaled back down to min-scale")
+    time.sleep(8)
+    assert k.get_json(api)["status"]["actualReplicas"] == 1
