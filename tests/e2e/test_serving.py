@@ -59,13 +59,15 @@ def serving(workdir):
     subprocess.run(["ctr", "-n", ns, "images", "rm", IMAGE], capture_output=True)
 
 
-def service(name, annotations=None, template_name=None, traffic=None, cc=None):
+def service(name, annotations=None, template_name=None, traffic=None, cc=None, timeout=None):
     meta = {"annotations": annotations or {}}
     if template_name:
         meta["name"] = template_name
     spec = {"containers": [{"image": IMAGE}]}
     if cc is not None:
         spec["containerConcurrency"] = cc
+    if timeout is not None:
+        spec["timeoutSeconds"] = timeout
     doc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": name},
            "spec": {"template": {"metadata": meta, "spec": spec}}}
     if traffic:
@@ -194,3 +196,22 @@ def test_sustained_load_scales_up_within_max_scale_and_back_down(serving):
                what="scaled back down to min-scale")
     time.sleep(8)
     assert k.get_json(api)["status"]["actualReplicas"] == 1
+
+
+def test_timeout_seconds_gives_504_and_bad_requests_get_4xx(serving):
+    k = serving
+    apply(k, service("slow", timeout=1))
+    code, body = get(k, "slow.default.localhost", "/sleep?ms=3000")
+    assert code == 504, body
+    assert get(k, "slow.default.localhost", "/sleep?ms=10")[0] == 200
+    # Malformed request and oversized headers: clean 4xx, the router keeps serving.
+    import socket
+    s = socket.create_connection(("127.0.0.1", k.router_port))
+    s.sendall(b"NOT HTTP\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 400")
+    s.close()
+    c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=10)
+    c.request("GET", "/", headers={"Host": "slow.default.localhost", "X-Big": "x" * 100000})
+    assert c.getresponse().status == 431
+    c.close()
+    assert get(k, "slow.default.localhost", "/sleep?ms=10")[0] == 200
