@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Serving benchmark, side by side in one run on the same test app (root):
+
+1. requests/s and latency p50/p99 with wrk: direct to the pod, through nginx
+   as a keep-alive reverse proxy, and through knap's router;
+2. cold start (request at zero pods -> first byte) p50/p99 over N trials,
+   next to `ctr run --rm` of the same image.
+
+    python3 bench/serving/bench_serving.py [--build build] [--trials 20] [--duration 5]
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+import conftest  # noqa: E402  (the e2e harness starts and drives knapd)
+
+IMAGE = "dev.local/knap-bench:v1"
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def wrk(url, host, duration, conns=32):
+    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency", url]
+    if host:
+        cmd[1:1] = ["-H", f"Host: {host}"]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+    def lat(label):
+        m = re.search(rf"{label}%\s+([\d.]+)(us|ms|s)", out)
+        v = float(m.group(1))
+        return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
+    return rps, lat("50"), lat("99")
+
+
+def get(port, host, path="/"):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("GET", path, headers={"Host": host})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.environ.get("KNAP_BUILD_DIR", os.path.join(ROOT, "build")))
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--duration", type=int, default=5)
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    conftest.BUILD, conftest.KNAPD, conftest.KNAP = build, f"{build}/daemon/knapd", f"{build}/tools/knap"
+    work = tempfile.mkdtemp(prefix="knap-bench-serving-")
+    ns = "knap-bench"
+    k = conftest.Knapd(work, runtime="containerd", extra_config=(
+        f"  containerd-namespace: {ns}\n  bridge-name: knapbench0\n  pod-subnet: 10.218.0.0/24\n"
+        "  metrics-listen: 127.0.0.1:0\n"
+        "autoscaler:\n  stable-window: 6s\n  panic-window-percentage: \"20\"\n  scale-to-zero-grace-period: 1s\n"))
+    tar = os.path.join(work, "app.tar")
+    subprocess.run([f"{build}/tools/mkimage/knap-mkimage", "--out", tar, "--name", IMAGE, "--file",
+                    f"{build}/tests/apps/knap-testapp:/app/knap-testapp", "--entrypoint", "/app/knap-testapp",
+                    "--user", "app", "--workdir", "/app", "--expose", "8080"], check=True, capture_output=True)
+    subprocess.run([k_cli := f"{build}/tools/knap", "image", "import", tar, "--namespace", ns], check=True,
+                   capture_output=True)
+    nginx = None
+    try:
+        k.start(timeout=60)
+        svc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": "bench"},
+               "spec": {"template": {"metadata": {"annotations": {"autoscaling.knative.dev/min-scale": "1"}},
+                                     "spec": {"containers": [{"image": IMAGE}]}}}}
+        subprocess.run([k_cli, "--server", k.url, "apply", "-f", "-", "--wait"], input=json.dumps(svc), text=True,
+                       check=True, capture_output=True)
+        pods = []
+        for meta in os.listdir(os.path.join(k.data_dir, "pods")):
+            with open(os.path.join(k.data_dir, "pods", meta, "meta.json")) as f:
+                pods.append(json.load(f))
+        pod_ip = next(p.get("ip") for p in pods if p.get("ip"))
+        # nginx as a keep-alive reverse proxy to the same pod, one worker (like knap's data plane on one box).
+        nport = conftest.free_port()
+        conf = os.path.join(work, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""worker_processes 1; daemon off; pid {work}/nginx.pid; error_log {work}/nginx.err;
+events {{ worker_connections 1024; }}
+http {{ access_log off; upstream pod {{ server {pod_ip}:8080; keepalive 64; }}
+  server {{ listen 127.0.0.1:{nport}; location / {{ proxy_pass http://pod; proxy_http_version 1.1;
+    proxy_set_header Connection ""; proxy_set_header Host $host; }} }} }}
+""")
+        nginx = subprocess.Popen(["nginx", "-c", conf, "-p", work], stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        host = "bench.default.localhost"
+        print(f"serving benchmark: knap-testapp, wrk -t1 -c32 -d{args.duration}s, same run")
+        print(f"{'path':28} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+        for name, url, h in (("direct to pod", f"http://{pod_ip}:8080/", None),
+                             ("nginx reverse proxy", f"http://127.0.0.1:{nport}/", host),
+                             ("knap router", f"http://127.0.0.1:{k.router_port}/", host)):
+            rps, p50, p99 = wrk(url, h, args.duration)
+            print(f"{name:28} {rps:10.0f} {p50:8.2f} {p99:8.2f}")
+
+        # Cold start: a revision that scales to zero, woken by one request each trial.
+        cold = dict(svc, metadata={"name": "cold"})
+        cold["spec"] = {"template": {"metadata": {"annotations": {"autoscaling.knative.dev/min-scale": "0"}},
+                                     "spec": {"containers": [{"image": IMAGE}]}}}
+        subprocess.run([k_cli, "--server", k.url, "apply", "-f", "-", "--wait"], input=json.dumps(cold), text=True,
+                       check=True, capture_output=True)
+        api = "/apis/serving.knative.dev/v1/namespaces/default/revisions/cold-00001"
+        times = []
+        for _ in range(args.trials):
+            k.wait_for(lambda: k.get_json(api).get("status", {}).get("actualReplicas", 1) == 0, timeout=120,
+                       what="scale to zero")
+            time.sleep(0.5)
+            t0 = time.perf_counter()
+            assert get(k.router_port, "cold.default.localhost") == 200
+            times.append(time.perf_counter() - t0)
+        ctr = []
+        for i in range(args.trials):
+            t0 = time.perf_counter()
+            subprocess.run(["ctr", "-n", ns, "run", "--rm", IMAGE, f"knap-bench-ctr-{i}", "/app/knap-testapp",
+                            "--fail-start"], capture_output=True)
+            ctr.append(time.perf_counter() - t0)
+        print(f"\ncold start over {args.trials} trials (seconds)      p50      p99")
+        print(f"{'knap: request at zero -> first byte':40} {pct(times, 50):8.3f} {pct(times, 99):8.3f}")
+        print(f"{'ctr run --rm (process start and exit)':40} {pct(ctr, 50):8.3f} {pct(ctr, 99):8.3f}")
+    finally:
+        if nginx:
+            nginx.terminate()
+        subprocess.run([f"{build}/tools/knap", "--server", k.url, "delete", "service", "bench", "cold"],
+                       capture_output=True)
+        time.sleep(3)
+        k.stop()
+        subprocess.run(["ctr", "-n", ns, "images", "rm", IMAGE], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
