@@ -76,8 +76,8 @@ int run(int argc, char** argv) {
   if (!flags.config_path.empty()) {
     auto loaded = loadConfigFile(flags.config_path);
     if (!loaded.isOk()) {
-      std::cerr << "knapd: refusing to start: bad config file " << flags.config_path << ": "
-                << loaded.status().message() << "\n";
+      // The message names the file, the key and the reason.
+      std::cerr << "knapd: refusing to start: " << loaded.status().message() << "\n";
       return 1;
     }
     config = std::move(loaded).value();
