@@ -574,6 +574,17 @@ void PodRunner::requestStopLocked(Revision& rev, Pod& pod, std::vector<std::func
   if (pod.state != PodState::kCrashed) pod.state = PodState::kStopping;
 }
 
+// The revision and pod a finished driver call was for, or {nullptr, nullptr}
+// when either was removed while the call ran. Requires mu_.
+std::pair<PodRunner::Revision*, PodRunner::Pod*> PodRunner::findPodLocked(const std::string& revision,
+                                                                         const std::string& pod_id) {
+  auto rit = revisions_.find(revision);
+  if (rit == revisions_.end()) return {nullptr, nullptr};
+  auto pit = rit->second->pods.find(pod_id);
+  if (pit == rit->second->pods.end()) return {nullptr, nullptr};
+  return {rit->second.get(), &pit->second};
+}
+
 void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work) {
   std::string k = key(rev.ns, rev.name);
   if (rev.object.is_null() && !rev.removed) return;  // adopted pods wait for ensure()
@@ -619,12 +630,10 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
           Notes notes;
           {
             std::lock_guard<std::mutex> l(mu_);
-            auto rit = revisions_.find(k);
-            if (rit == revisions_.end()) return;
-            Revision& rv = *rit->second;
-            auto pit = rv.pods.find(id);
-            if (pit == rv.pods.end()) return;
-            Pod& p = pit->second;
+            auto [found_rev, found_pod] = findPodLocked(k, id);
+            if (!found_pod) return;  // revision or pod gone meanwhile
+            Revision& rv = *found_rev;
+            Pod& p = *found_pod;
             p.busy = false;
             MonoTime t = time_.monotonic();
             if (!r.isOk()) {
@@ -640,7 +649,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
               }
               f.message = r.status().message();
               if (!rv.ever_ready || f.reason == "ContainerMissing") rv.failure = f;
-              rv.pods.erase(pit);
+              rv.pods.erase(id);
               ++rv.consecutive_crashes;
               Duration d = options_.backoff_initial;
               for (int i = 1; i < rv.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
@@ -679,12 +688,10 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
         Notes notes;
         {
           std::lock_guard<std::mutex> l(mu_);
-          auto rit = revisions_.find(k);
-          if (rit == revisions_.end()) return;
-          Revision& rv = *rit->second;
-          auto pit = rv.pods.find(pid);
-          if (pit == rv.pods.end()) return;
-          Pod& p = pit->second;
+          auto [found_rev, found_pod] = findPodLocked(k, pid);
+          if (!found_pod) return;  // revision or pod gone meanwhile
+          Revision& rv = *found_rev;
+          Pod& p = *found_pod;
           p.busy = false;
           MonoTime t = time_.monotonic();
           if (!r.isOk()) {
@@ -722,12 +729,10 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
         Notes notes;
         {
           std::lock_guard<std::mutex> l(mu_);
-          auto rit = revisions_.find(k);
-          if (rit == revisions_.end()) return;
-          Revision& rv = *rit->second;
-          auto pit = rv.pods.find(pid);
-          if (pit == rv.pods.end()) return;
-          Pod& p = pit->second;
+          auto [found_rev, found_pod] = findPodLocked(k, pid);
+          if (!found_pod) return;  // revision or pod gone meanwhile
+          Revision& rv = *found_rev;
+          Pod& p = *found_pod;
           p.busy = false;
           MonoTime t = time_.monotonic();
           if (p.stop_requested || !p.readiness) {

@@ -38,6 +38,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -183,6 +184,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void attachAdoptedLocked(Revision& rev, MonoTime now);
   void stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work);
   void spawnWaiterLocked(Revision& rev, Pod& pod);
+  std::pair<Revision*, Pod*> findPodLocked(const std::string& revision, const std::string& pod_id);
   void onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit);
   void handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, MonoTime now);
   void requestStopLocked(Revision& rev, Pod& pod, std::vector<std::function<void()>>* work);
