@@ -53,8 +53,11 @@ json helloService(const std::string& name = "hello") {
 // A raw TCP connection with a receive timeout, for malformed requests and watches.
 class RawConn {
  public:
-  explicit RawConn(int port) {
+  // rcvbuf > 0 pins the receive buffer (and turns off the kernel's autotuning, which
+  // can grow it to tens of MiB on loopback) so that a client that does not read fills up.
+  explicit RawConn(int port, int rcvbuf = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -855,12 +858,14 @@ TEST_F(ApiServerTest, SlowWatcherIsClosedWhenItsBufferOverflows) {
   ApiServerOptions opts;
   opts.watch_buffer_events = 2;
   startServer(opts);
-  RawConn conn(server_->tcpPort());
+  RawConn conn(server_->tcpPort(), /*rcvbuf=*/16 * 1024);
   // Not reading from the watch; the server must not block writers or grow without bound.
+  // 200 events of 100 KB are 20 MB: far more than the server's send buffer (tcp_wmem max,
+  // 4 MiB on Debian) plus the pinned receive buffer can hold.
   ASSERT_TRUE(conn.send(watchRequest(path("services") + "?watch=true")));
   for (int i = 0; i < 200; ++i) {
     json o = helloService("s" + std::to_string(i));
-    o["metadata"]["annotations"] = {{"pad", std::string(20000, 'x')}};
+    o["metadata"]["annotations"] = {{"pad", std::string(100000, 'x')}};
     ASSERT_EQ(create(o).code, 201);
   }
   conn.readAll();
