@@ -753,6 +753,72 @@ SectionSpec knapSpec(KnapConfig& c) {
     if (err.empty()) c.watch_history_events = n;
     return err;
   };
+  auto intIn = [](int64_t* field, int64_t lo, int64_t hi) -> Handler {
+    return [field, lo, hi](const std::string& v) {
+      int64_t n = 0;
+      std::string err = parseInt64(v, &n);
+      if (err.empty() && (n < lo || n > hi))
+        err = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + quoted(v);
+      if (err.empty()) *field = n;
+      return err;
+    };
+  };
+  auto positiveSeconds = [](Seconds* field) -> Handler {
+    return [field](const std::string& v) {
+      Seconds d{};
+      std::string err = parseSeconds(v, &d);
+      if (err.empty() && d <= Seconds(0)) err = "must be greater than 0s, got " + quoted(v);
+      if (err.empty()) *field = d;
+      return err;
+    };
+  };
+  auto hostList = [](std::vector<std::string>* field, bool allow_path) -> Handler {
+    return [field, allow_path](const std::string& v) -> std::string {
+      std::vector<std::string> out;
+      std::istringstream in(v);
+      for (std::string item; std::getline(in, item, ',');) {
+        item = trim(item);
+        if (item.empty()) continue;
+        if (item.find_first_of(" \t") != std::string::npos || (!allow_path && item.find('/') != std::string::npos))
+          return "invalid " + std::string(allow_path ? "image" : "registry") + " " + quoted(item);
+        out.push_back(item);
+      }
+      *field = out;
+      return "";
+    };
+  };
+  s.keys["platform"] = str(&c.platform, [](const std::string& v) -> std::string {
+    if (v.empty()) return "";
+    size_t slash = v.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 >= v.size())
+      return "must be os/arch[/variant] (e.g. linux/amd64), got " + quoted(v);
+    return "";
+  });
+  s.keys["registry-auth-file"] = str(&c.registry_auth_file, [](const std::string& v) {
+    return v.empty() ? std::string() : checkAbsolutePath(v, false);
+  });
+  s.keys["registry-ca-file"] = str(&c.registry_ca_file, [](const std::string& v) {
+    return v.empty() ? std::string() : checkAbsolutePath(v, false);
+  });
+  s.keys["insecure-registries"] = hostList(&c.insecure_registries, false);
+  s.keys["pull-parallelism"] = intIn(&c.pull_parallelism, 1, 64);
+  s.keys["pull-retry-max"] = positiveSeconds(&c.pull_retry_max);
+  s.keys["pre-pull-images"] = hostList(&c.pre_pull_images, true);
+  s.keys["image-gc-interval"] = positiveSeconds(&c.image_gc_interval);
+  s.keys["image-gc-min-age"] = [&c](const std::string& v) {
+    Seconds d{};
+    std::string err = parseSeconds(v, &d);
+    if (err.empty() && d < Seconds(0)) err = "must be >= 0s, got " + quoted(v);
+    if (err.empty()) c.image_gc_min_age = d;
+    return err;
+  };
+  s.keys["image-gc-high-threshold-percent"] = intIn(&c.image_gc_high_percent, 1, 100);
+  s.keys["image-gc-low-threshold-percent"] = intIn(&c.image_gc_low_percent, 0, 100);
+  s.keys["warm-pool-size"] = intIn(&c.warm_pool_size, 0, 100);
+  s.keys["warm-pool-mode"] = str(&c.warm_pool_mode, [](const std::string& v) -> std::string {
+    if (v != "frozen" && v != "created") return "must be \"frozen\" or \"created\", got " + quoted(v);
+    return "";
+  });
   return s;
 }
 
@@ -767,7 +833,8 @@ bool scalarText(const YAML::Node& node, const std::string& key, std::string* out
     return true;
   }
   // A YAML list for the one list-valued key, as a convenience.
-  if (node.IsSequence() && key == "registries-skipping-tag-resolving") {
+  if (node.IsSequence() && (key == "registries-skipping-tag-resolving" || key == "insecure-registries" ||
+                            key == "pre-pull-images")) {
     out->clear();
     for (const YAML::Node& item : node) {
       if (!item.IsScalar()) return false;
@@ -925,6 +992,11 @@ StatusOr<Config> parseConfig(const std::string& yaml_text) {
     checkAutoscaler(c.autoscaler, e);
     checkDefaults(c.defaults, e);
     checkGc(c.gc, e);
+    if (c.knap.image_gc_low_percent >= c.knap.image_gc_high_percent) {
+      e.add("knap.image-gc-low-threshold-percent",
+            "must be lower than image-gc-high-threshold-percent (" + std::to_string(c.knap.image_gc_high_percent) +
+                "), got " + quoted(std::to_string(c.knap.image_gc_low_percent)));
+    }
   }
   if (!e.empty()) return e.status();
   return c;

@@ -118,6 +118,22 @@ struct KnapConfig {
   std::string bridge_name = "knap0";
   size_t max_request_body_bytes = 3 * 1024 * 1024;
   int64_t watch_history_events = 10000;       // events kept for watch replay before 410 Gone
+
+  // --- images (images/, issue 5) ---
+  std::string platform;                       // "os/arch[/variant]" to pull; empty = this machine's
+  std::string registry_auth_file;             // Docker-style config.json with "auths"; empty = anonymous
+  std::string registry_ca_file;               // extra PEM CA bundle trusted for registries
+  std::vector<std::string> insecure_registries;  // host[:port] that may be reached over plain HTTP
+  int64_t pull_parallelism = 4;               // blobs fetched at once per pull
+  Seconds pull_retry_max{300};                // back-off cap between failed pulls of one image
+  std::vector<std::string> pre_pull_images;   // kept pulled even before any Revision uses them
+  Seconds image_gc_interval{300};             // how often image GC looks at the disk
+  Seconds image_gc_min_age{3600};             // an unused image younger than this is kept
+  int64_t image_gc_high_percent = 85;         // disk use (of the containerd root) that starts GC
+  int64_t image_gc_low_percent = 80;          // GC frees unused images down to this
+  // --- warm pool (runtime/runner, issue 5) ---
+  int64_t warm_pool_size = 1;                 // ready-to-serve pods kept for revisions at zero
+  std::string warm_pool_mode = "frozen";      // "frozen" (started, paused) or "created" (not started)
 };
 
 struct Config {

@@ -261,6 +261,27 @@ INSTANTIATE_TEST_SUITE_P(
                    EXPECT_EQ(c.knap.max_request_body_bytes, 1048576u);
                    EXPECT_EQ(c.knap.watch_history_events, 50);
                  }},
+        GoodCase{"ImagesAndWarmPool",
+                 "knap:\n  platform: linux/arm64/v8\n  registry-auth-file: /etc/knap/auth.json\n"
+                 "  registry-ca-file: /etc/knap/ca.pem\n  insecure-registries: [\"127.0.0.1:5000\", localhost:5001]\n"
+                 "  pull-parallelism: \"8\"\n  pull-retry-max: 1m\n  pre-pull-images: \"a.io/x:1, b.io/y@sha256:00\"\n"
+                 "  image-gc-interval: 30s\n  image-gc-min-age: 0s\n  image-gc-high-threshold-percent: 90\n"
+                 "  image-gc-low-threshold-percent: 70\n  warm-pool-size: 2\n  warm-pool-mode: created",
+                 [](const Config& c) {
+                   EXPECT_EQ(c.knap.platform, "linux/arm64/v8");
+                   EXPECT_EQ(c.knap.registry_auth_file, "/etc/knap/auth.json");
+                   EXPECT_EQ(c.knap.registry_ca_file, "/etc/knap/ca.pem");
+                   EXPECT_EQ(c.knap.insecure_registries, (std::vector<std::string>{"127.0.0.1:5000", "localhost:5001"}));
+                   EXPECT_EQ(c.knap.pull_parallelism, 8);
+                   EXPECT_EQ(c.knap.pull_retry_max, Seconds(60));
+                   EXPECT_EQ(c.knap.pre_pull_images, (std::vector<std::string>{"a.io/x:1", "b.io/y@sha256:00"}));
+                   EXPECT_EQ(c.knap.image_gc_interval, Seconds(30));
+                   EXPECT_EQ(c.knap.image_gc_min_age, Seconds(0));
+                   EXPECT_EQ(c.knap.image_gc_high_percent, 90);
+                   EXPECT_EQ(c.knap.image_gc_low_percent, 70);
+                   EXPECT_EQ(c.knap.warm_pool_size, 2);
+                   EXPECT_EQ(c.knap.warm_pool_mode, "created");
+                 }},
         GoodCase{"ExampleKeyIgnoredEverywhere", "autoscaler:\n  _example: |\n    stable-window: \"60s\"\n",
                  CHECK(c.autoscaler.stable_window == Seconds(60))}),
     [](const testing::TestParamInfo<GoodCase>& info) { return std::string(info.param.name); });
@@ -539,6 +560,17 @@ INSTANTIATE_TEST_SUITE_P(
                 "knap.max-request-body-bytes: must be an integer"},
         BadCase{"HistoryZero", "knap:\n  watch-history-events: \"0\"",
                 "knap.watch-history-events: must be >= 1"},
+        BadCase{"PlatformBad", "knap:\n  platform: amd64", "knap.platform: must be os/arch"},
+        BadCase{"InsecureWithPath", "knap:\n  insecure-registries: host:5000/repo",
+                "knap.insecure-registries: invalid registry"},
+        BadCase{"PullParallelismZero", "knap:\n  pull-parallelism: 0", "knap.pull-parallelism: must be in [1, 64]"},
+        BadCase{"GcThresholdsCrossed",
+                "knap:\n  image-gc-high-threshold-percent: 50\n  image-gc-low-threshold-percent: 60",
+                "knap.image-gc-low-threshold-percent: must be lower than image-gc-high-threshold-percent (50)"},
+        BadCase{"WarmPoolNegative", "knap:\n  warm-pool-size: -1", "knap.warm-pool-size: must be in [0, 100]"},
+        BadCase{"WarmPoolModeBad", "knap:\n  warm-pool-mode: hot",
+                "knap.warm-pool-mode: must be \"frozen\" or \"created\""},
+        BadCase{"CaFileRelative", "knap:\n  registry-ca-file: ca.pem", "knap.registry-ca-file:"},
         BadCase{"KnapUnknown", "knap:\n  datadir: /x", "knap.datadir: unknown key"}),
     [](const testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 

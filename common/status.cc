@@ -15,6 +15,8 @@ const char* codeName(Code code) {
     case Code::kDeadlineExceeded: return "DeadlineExceeded";
     case Code::kUnavailable: return "Unavailable";
     case Code::kUnsupported: return "Unsupported";
+    case Code::kUnauthenticated: return "Unauthenticated";
+    case Code::kDataLoss: return "DataLoss";
     case Code::kInternal: return "Internal";
   }
   return "Unknown";

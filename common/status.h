@@ -25,6 +25,8 @@ enum class Code {
   kDeadlineExceeded,   // HTTP 504
   kUnavailable,        // dependency down, retry later: HTTP 503
   kUnsupported,        // HTTP 415 / 405
+  kUnauthenticated,    // credentials missing or refused (a registry's 401/403)
+  kDataLoss,           // content does not match its digest or size
   kInternal,           // a bug or an unexpected foreign failure: HTTP 500
 };
 
@@ -69,6 +71,8 @@ inline Status conflict(std::string m) { return {Code::kConflict, std::move(m)}; 
 inline Status failedPrecondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
 inline Status unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
 inline Status internalError(std::string m) { return {Code::kInternal, std::move(m)}; }
+inline Status unauthenticated(std::string m) { return {Code::kUnauthenticated, std::move(m)}; }
+inline Status dataLoss(std::string m) { return {Code::kDataLoss, std::move(m)}; }
 
 template <typename T>
 class [[nodiscard]] StatusOr {
