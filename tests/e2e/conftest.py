@@ -17,6 +17,9 @@ import urllib.error
 
 import pytest
 
+# Registry fixtures (registry_ca, registry, make_registry, testapp_image, containerd_ns, knap_pull).
+from registry import containerd_ns, knap_pull, make_registry, registry, registry_ca, testapp_image  # noqa: F401,E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KNAP_BUILD_DIR", os.path.join(ROOT, "build"))
 KNAPD = os.path.join(BUILD, "daemon", "knapd")
