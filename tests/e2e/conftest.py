@@ -17,8 +17,10 @@ import urllib.error
 
 import pytest
 
-# Registry fixtures (registry_ca, registry, make_registry, testapp_image, containerd_ns, knap_pull).
-from registry import containerd_ns, knap_pull, make_registry, registry, registry_ca, testapp_image  # noqa: F401,E402
+# Registry fixtures (registry.py): registry_ca, registry, make_registry, make_fault_proxy, testapp_image,
+# containerd_ns, knap_pull.
+from registry import (containerd_ns, knap_pull, make_fault_proxy, make_registry, registry,  # noqa: F401,E402
+                      registry_ca, testapp_image)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KNAP_BUILD_DIR", os.path.join(ROOT, "build"))

@@ -12,6 +12,8 @@ Fixtures (loaded by conftest.py via pytest_plugins):
   registry_ca      session-wide RegistryCA (CA + server cert for 127.0.0.1/localhost)
   registry         started Registry, TLS + auth, stopped after the test
   make_registry    factory: make_registry(tls=True, auth=True) -> started Registry
+  make_fault_proxy factory: make_fault_proxy(registry, tls=False) -> started FaultProxy
+                   (registry_faults.py: corrupt / cut / go down / throttle)
   testapp_image    OCI archive of the runnable test app (session-wide, built once)
   containerd_ns    a fresh containerd namespace name, emptied and removed after the test
   knap_pull        runs `knap image pull` as a subprocess: knap_pull(image, config, *args)
@@ -650,6 +652,22 @@ def make_registry(tmp_path, registry_ca):
 @pytest.fixture
 def registry(make_registry):
     return make_registry()
+
+
+@pytest.fixture
+def make_fault_proxy():
+    """Factory: make_fault_proxy(registry, tls=False) -> started registry_faults.FaultProxy, stopped after the test."""
+    from registry_faults import FaultProxy
+    made = []
+
+    def make(upstream, tls=False):
+        p = FaultProxy(upstream, tls=tls).start()
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.stop()
 
 
 @pytest.fixture(scope="session")
