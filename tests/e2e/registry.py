@@ -35,7 +35,6 @@ import socket
 import ssl
 import subprocess
 import tarfile
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -335,28 +334,30 @@ class Registry:
         return pushed
 
     # --- client configuration --------------------------------------------
-    def auth_file(self, path=None, user=None, password=None):
-        """Writes a Docker config.json for this registry (own or given credentials); returns its path."""
+    def auth_file(self, path=None, user=None, password=None, host=None):
+        """Writes a Docker config.json with credentials (own, or the given ones) for `host` (default:
+        this registry; pass a FaultProxy's host to reach the registry through it); returns its path."""
         path = path or os.path.join(self.workdir, f"auth-{uuid.uuid4().hex[:8]}.json")
         token = base64.b64encode(f"{user or self.user}:{password or self.password}".encode()).decode()
         with open(path, "w") as f:
-            json.dump({"auths": {self.host: {"auth": token}}}, f)
+            json.dump({"auths": {host or self.host: {"auth": token}}}, f)
         return path
 
     def ca_file(self):
         """PEM of the CA the registry's certificate chains to (None without TLS)."""
         return self.ca.ca_cert if self.tls else None
 
-    def knap_config(self, auth=True, ca=True, insecure=(), user=None, password=None, extra=""):
+    def knap_config(self, auth=True, ca=True, insecure=(), user=None, password=None, host=None, extra=""):
         """Lines for the `knap:` section (two-space indented) pointing a client at this registry.
 
         auth: write credentials (own, or user/password given) into an auth file;
         ca: trust the test CA; insecure: host:port list allowed over plain HTTP
-        (this registry's host is added when it runs without TLS).
+        (this registry's host is added when it runs without TLS); host: the
+        registry name the credentials are for (a FaultProxy's host).
         """
         lines = []
         if auth:
-            lines.append(f"  registry-auth-file: {self.auth_file(user=user, password=password)}")
+            lines.append(f"  registry-auth-file: {self.auth_file(user=user, password=password, host=host)}")
         if ca and self.tls:
             lines.append(f"  registry-ca-file: {self.ca_file()}")
         hosts = list(insecure) + ([] if self.tls else [self.host])

@@ -29,7 +29,6 @@ import http.client
 import http.server
 import re
 import socket
-import socketserver
 import ssl
 import struct
 import threading
