@@ -513,7 +513,12 @@ Status ContainerdClient::deleteContent(const std::string& digest) const {
 
 namespace {
 
-ImageRecord fromPb(const images::Image& i) { return {i.name(), fromPb(i.target()), labelsOf(i.labels())}; }
+ImageRecord fromPb(const images::Image& i) {
+  ImageRecord r{i.name(), fromPb(i.target()), labelsOf(i.labels())};
+  if (i.has_created_at()) r.created_at = fromTimestamp(i.created_at());
+  if (i.has_updated_at()) r.updated_at = fromTimestamp(i.updated_at());
+  return r;
+}
 
 void toPb(const ImageRecord& r, images::Image* out) {
   out->set_name(r.name);

@@ -62,6 +62,8 @@ struct ImageRecord {
   std::string name;
   Descriptor target;  // normally the manifest
   Labels labels;
+  WallTime created_at{};  // read back from containerd (ignored by create/update)
+  WallTime updated_at{};
 };
 
 enum class SnapshotKind { kUnknown, kView, kActive, kCommitted };
