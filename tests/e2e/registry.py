@@ -44,7 +44,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KNAP_BUILD_DIR", os.path.join(ROOT, "build"))
-KNAP = os.path.join(BUILD, "tools", "knap")
+KNAP = os.environ.get("KNAP_CLI") or os.path.join(BUILD, "tools", "knap")  # KNAP_CLI: another knap binary
 MKIMAGE = os.path.join(BUILD, "tools", "mkimage", "knap-mkimage")
 TESTAPP = os.path.join(BUILD, "tests", "apps", "knap-testapp")
 DOCKER_REGISTRY = "/usr/bin/docker-registry"
@@ -593,7 +593,10 @@ class PullResult:
     """Outcome of one `knap image pull`: rc, stdout, stderr, seconds; digest_ref/bytes parsed on success."""
 
     _OK = re.compile(r"^pulled (\S+) -> (\S+) \((\d+) bytes fetched\)$")
-    _ERR = re.compile(r"^error: pull (\S+): (\w+): (.*)$", re.M)
+    REASONS = ("Unauthorized", "ManifestUnknown", "RegistryUnreachable", "DigestMismatch", "InvalidImageName",
+               "ImagePullFailed")
+    _ERR = re.compile(r"^error: pull (.*?): (" + "|".join(REASONS) + r"): (.*)$", re.M)
+    _ERR_ANY = re.compile(r"^error: pull (\S+): (\w+): (.*)$", re.M)
 
     def __init__(self, proc, seconds):
         self.rc = proc.returncode
@@ -604,7 +607,7 @@ class PullResult:
         m = self._OK.match(lines[-1].strip()) if lines else None
         self.digest_ref = m.group(2) if m else None
         self.bytes_fetched = int(m.group(3)) if m else None
-        e = self._ERR.search(self.stderr)
+        e = self._ERR.search(self.stderr) or self._ERR_ANY.search(self.stderr)
         self.reason = e.group(2) if e else None
         self.message = e.group(3) if e else None
 
