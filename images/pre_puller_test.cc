@@ -1,5 +1,7 @@
 #include "images/pre_puller.h"
 
+#include "images/fake_puller.h"
+
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -15,57 +17,6 @@ using std::chrono::seconds;
 constexpr char kTag[] = "reg.example:5000/app:v1";
 constexpr char kD1[] = "reg.example:5000/app@sha256:1111111111111111111111111111111111111111111111111111111111111111";
 constexpr char kD2[] = "reg.example:5000/app@sha256:2222222222222222222222222222222222222222222222222222222222222222";
-
-// A registry + image store in memory: tags point at digest refs, pulls make
-// refs present; failures are injected per image.
-class FakePuller : public Puller {
- public:
-  StatusOr<std::string> resolve(const std::string& image) override {
-    std::lock_guard<std::mutex> l(mu);
-    ++resolves;
-    if (auto it = resolve_error.find(image); it != resolve_error.end()) return it->second;
-    if (hasDigest(image)) return image;
-    auto it = tags.find(image);
-    if (it == tags.end()) return notFound("manifest unknown: " + image);
-    return it->second;
-  }
-  StatusOr<PullResult> pull(const std::string& image, const ProgressFn& progress) override {
-    std::function<void(const ProgressFn&)> hook;
-    std::optional<Status> err;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      ++pulls;
-      pulled.push_back(image);
-      hook = during_pull;
-      if (auto it = pull_error.find(image); it != pull_error.end()) err = it->second;
-    }
-    if (hook) hook(progress);
-    if (err) return *err;
-    std::lock_guard<std::mutex> l(mu);
-    PullResult r;
-    r.image = image;
-    r.digest_ref = hasDigest(image) ? image : tags[image];
-    present[image] = now_fn();
-    if (!r.digest_ref.empty()) present[r.digest_ref] = now_fn();
-    return r;
-  }
-  StatusOr<WallTime> isPresent(const std::string& ref) {
-    std::lock_guard<std::mutex> l(mu);
-    ++presence_checks;
-    auto it = present.find(ref);
-    if (it == present.end()) return notFound("image " + ref + " not found");
-    return it->second;
-  }
-
-  std::mutex mu;
-  std::map<std::string, std::string> tags;
-  std::map<std::string, Status> resolve_error, pull_error;
-  std::map<std::string, WallTime> present;
-  std::function<void(const ProgressFn&)> during_pull;
-  std::function<WallTime()> now_fn;
-  std::vector<std::string> pulled;
-  int resolves = 0, pulls = 0, presence_checks = 0;
-};
 
 class PrePullerTest : public ::testing::Test {
  protected:

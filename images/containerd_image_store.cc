@@ -1,0 +1,141 @@
+#include "images/containerd_image_store.h"
+
+#include <fstream>
+
+#include "common/log.h"
+#include "images/registry_puller.h"
+#include "runtime/containerd/image_import.h"
+
+namespace knap::images {
+
+namespace {
+
+using containerd::ContainerdClient;
+using containerd::Descriptor;
+
+class ContainerdSession : public ImageStore::Session {
+ public:
+  ContainerdSession(ContainerdClient client, std::string lease)
+      : client_(std::move(client)), leased_(client_.withLease(lease)), lease_(std::move(lease)) {}
+  ~ContainerdSession() override {
+    Status s = client_.deleteLease(lease_);
+    if (!s.isOk()) LOG(WARNING) << "image pull: delete lease " << lease_ << ": " << s.toString();
+  }
+
+  StatusOr<bool> hasBlob(const Descriptor& desc) override {
+    StatusOr<containerd::ContentInfo> info = client_.contentInfo(desc.digest);
+    if (!info.isOk()) {
+      if (info.status().code() == Code::kNotFound) return false;
+      return info.status();
+    }
+    if (info->size != desc.size) return false;
+    // Opening a writer for existing content adds it to our lease (containerd
+    // metadata/content.go); the source is never read for an existing blob.
+    Status s = leased_.writeContent(desc, [](uint64_t, size_t) -> StatusOr<std::string> {
+      return Status(Code::kNotFound, "blob vanished");
+    });
+    if (s.code() == Code::kNotFound) return false;
+    if (!s.isOk()) return s;
+    return true;
+  }
+
+  Status putBlobFile(const Descriptor& desc, const std::string& path) override {
+    auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
+    if (!*file) return internalError("cannot read " + path);
+    return leased_.writeContent(
+        desc,
+        [file, path](uint64_t off, size_t n) -> StatusOr<std::string> {
+          file->clear();
+          file->seekg(static_cast<std::streamoff>(off));
+          std::string buf(n, '\0');
+          file->read(buf.data(), static_cast<std::streamsize>(n));
+          buf.resize(static_cast<size_t>(file->gcount()));
+          if (buf.empty() && n > 0) return internalError("short read of " + path);
+          return buf;
+        },
+        {}, "knap-pull-" + desc.digest);
+  }
+
+  Status putBlob(const Descriptor& desc, const std::string& data, const BlobLabels& labels) override {
+    return leased_.writeContent(desc, data, labels);
+  }
+
+  StatusOr<std::string> readBlob(const std::string& digest) override { return leased_.readContent(digest); }
+
+  Status unpack(const std::vector<Descriptor>& layers, const std::vector<std::string>& diff_ids,
+                const std::string& config_digest) override {
+    StatusOr<std::vector<std::string>> chain = containerd::unpackLayers(leased_, layers, diff_ids, config_digest);
+    if (!chain.isOk()) {
+      // A layer that does not unpack to its diff_id is corrupt content.
+      if (chain.status().code() == Code::kFailedPrecondition) return dataLoss(chain.status().message());
+      return chain.status();
+    }
+    return Status::ok();
+  }
+
+  Status putImage(const std::string& name, const Descriptor& target) override {
+    Descriptor t = target;
+    t.annotations.clear();
+    containerd::ImageRecord record{name, t, {}};
+    // ctr's order: Update first, Create when missing.
+    Status s = leased_.updateImage(record);
+    if (s.code() != Code::kNotFound) return s;
+    s = leased_.createImage(record);
+    if (s.code() == Code::kAlreadyExists) return leased_.updateImage(record);
+    return s;
+  }
+
+ private:
+  ContainerdClient client_;
+  ContainerdClient leased_;
+  std::string lease_;
+};
+
+// Owns what the puller refers to.
+class OwningPuller : public Puller {
+ public:
+  OwningPuller(std::unique_ptr<RegistryClient> client, std::unique_ptr<ContainerdImageStore> store,
+               RegistryPuller::Options options)
+      : client_(std::move(client)), store_(std::move(store)), puller_(*client_, *store_, std::move(options)) {}
+  StatusOr<std::string> resolve(const std::string& image) override { return puller_.resolve(image); }
+  StatusOr<PullResult> pull(const std::string& image, const ProgressFn& progress) override {
+    return puller_.pull(image, progress);
+  }
+
+ private:
+  std::unique_ptr<RegistryClient> client_;
+  std::unique_ptr<ContainerdImageStore> store_;
+  RegistryPuller puller_;
+};
+
+}  // namespace
+
+ContainerdImageStore::ContainerdImageStore(ContainerdClient client, Duration lease_expiry)
+    : client_(std::move(client)), lease_expiry_(lease_expiry) {}
+
+StatusOr<std::unique_ptr<ImageStore::Session>> ContainerdImageStore::begin(const std::string& image) {
+  StatusOr<std::string> lease = client_.createLease("", lease_expiry_, {{"knap.dev/purpose", "pull"}});
+  if (!lease.isOk()) return lease.status().annotate("pull " + image + ": create lease");
+  (void)image;
+  return std::unique_ptr<Session>(std::make_unique<ContainerdSession>(client_, *lease));
+}
+
+StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, const ContainerdClient& client,
+                                                     TimeSource& time) {
+  const KnapConfig& k = config.knap;
+  StatusOr<Platform> platform = platformFromConfig(k.platform);
+  if (!platform.isOk()) return platform.status().annotate("knap.platform");
+  RegistryOptions ro;
+  ro.auth_file = k.registry_auth_file;
+  ro.ca_file = k.registry_ca_file;
+  ro.insecure_registries = k.insecure_registries;
+  KNAP_ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> rc, RegistryClient::create(ro, time));
+  RegistryPuller::Options po;
+  po.platform = *platform;
+  po.parallelism = static_cast<int>(std::max<int64_t>(1, k.pull_parallelism));
+  po.scratch_dir = k.data_dir + "/pulls";
+  return std::unique_ptr<Puller>(
+      std::make_unique<OwningPuller>(std::move(rc), std::make_unique<ContainerdImageStore>(client), po));
+}
+
+}  // namespace knap::images

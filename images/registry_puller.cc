@@ -1,0 +1,408 @@
+#include "images/registry_puller.h"
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "runtime/containerd/digest.h"
+
+namespace knap::images {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kLabelRefConfig[] = "containerd.io/gc.ref.content.config";
+constexpr char kLabelRefLayerPrefix[] = "containerd.io/gc.ref.content.l.";
+
+bool retryable(const Status& s) { return s.code() == Code::kUnavailable || s.code() == Code::kDeadlineExceeded; }
+
+std::string hexOf(const std::string& digest) {
+  size_t colon = digest.find(':');
+  return colon == std::string::npos ? digest : digest.substr(colon + 1);
+}
+
+}  // namespace
+
+// One pull of one image, shared by concurrent callers.
+struct RegistryPuller::PullFlight {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  StatusOr<PullResult> result = Status(Code::kInternal, "pull not finished");
+  std::vector<ProgressFn> listeners;
+  PullProgress last;
+
+  void report(const PullProgress& p) {
+    std::vector<ProgressFn> ls;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      last = p;
+      ls = listeners;
+    }
+    for (const ProgressFn& fn : ls) fn(p);
+  }
+};
+
+// One blob being fetched into the store, shared by concurrent pulls.
+struct RegistryPuller::BlobFlight {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+// Progress bookkeeping of one running pull.
+struct RegistryPuller::PullState {
+  PullFlight& flight;
+  std::mutex mu;
+  PullProgress progress;
+  int64_t fetched = 0;
+
+  void add(int64_t bytes, int blobs, bool downloaded) {
+    PullProgress p;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      progress.bytes_done += bytes;
+      progress.blobs_done += blobs;
+      if (downloaded) fetched += bytes;
+      p = progress;
+    }
+    flight.report(p);
+  }
+  void phase(const std::string& name) {
+    PullProgress p;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      progress.phase = name;
+      p = progress;
+    }
+    flight.report(p);
+  }
+};
+
+RegistryPuller::RegistryPuller(RegistryClient& client, ImageStore& store, Options options)
+    : client_(client), store_(store), options_(std::move(options)) {
+  if (options_.parallelism < 1) options_.parallelism = 1;
+  if (options_.attempts < 1) options_.attempts = 1;
+  if (!options_.sleep) options_.sleep = [](Duration d) { std::this_thread::sleep_for(d); };
+}
+
+RegistryPuller::~RegistryPuller() = default;
+
+StatusOr<std::string> RegistryPuller::resolve(const std::string& image) {
+  KNAP_ASSIGN_OR_RETURN(Reference ref, parseReference(image));
+  if (!ref.digest.empty()) return writtenRepository(image) + "@" + ref.digest;
+  StatusOr<Descriptor> d = client_.resolve(ref);
+  if (!d.isOk()) return d.status().annotate("resolve " + image);
+  return writtenRepository(image) + "@" + d->digest;
+}
+
+StatusOr<PullResult> RegistryPuller::pull(const std::string& image, const ProgressFn& progress) {
+  std::shared_ptr<PullFlight> flight;
+  bool leader = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pulls_.find(image);
+    if (it == pulls_.end()) {
+      flight = std::make_shared<PullFlight>();
+      pulls_[image] = flight;
+      leader = true;
+    } else {
+      flight = it->second;
+    }
+  }
+  if (progress) {
+    std::lock_guard<std::mutex> lock(flight->mu);
+    flight->listeners.push_back(progress);
+  }
+  if (!leader) {
+    std::unique_lock<std::mutex> lock(flight->mu);
+    flight->cv.wait(lock, [&] { return flight->done; });
+    return flight->result;
+  }
+  StatusOr<PullResult> r = doPull(image, *flight);
+  if (!r.isOk()) LOG(WARNING) << "pull " << image << ": " << r.status().toString();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pulls_.erase(image);
+  }
+  {
+    std::lock_guard<std::mutex> lock(flight->mu);
+    flight->result = r;
+    flight->done = true;
+  }
+  flight->cv.notify_all();
+  return r;
+}
+
+StatusOr<PullResult> RegistryPuller::doPull(const std::string& image, PullFlight& flight) {
+  KNAP_ASSIGN_OR_RETURN(Reference ref, parseReference(image));
+  const std::string op = "pull " + image;
+  PullState st{flight};
+  st.progress.image = image;
+  st.phase("resolving");
+
+  StatusOr<FetchedManifest> top = client_.getManifest(ref, ref.manifestReference());
+  if (!top.isOk()) return top.status().annotate(op);
+  FetchedManifest manifest = *top;
+  std::vector<std::pair<Descriptor, std::string>> indexes;  // outermost first
+  for (int depth = 0; isIndexMediaType(manifest.media_type); ++depth) {
+    if (depth > 4) return failedPrecondition(op + ": indexes nested too deeply");
+    StatusOr<std::vector<containerd::IndexEntry>> entries = containerd::parseIndex(manifest.body);
+    if (!entries.isOk()) return entries.status().annotate(op);
+    StatusOr<Descriptor> pick = choosePlatform(*entries, options_.platform, image);
+    if (!pick.isOk()) return pick.status();
+    Descriptor idx;
+    idx.media_type = manifest.media_type;
+    idx.digest = manifest.digest;
+    idx.size = static_cast<int64_t>(manifest.body.size());
+    indexes.emplace_back(idx, manifest.body);
+    StatusOr<FetchedManifest> next = client_.getManifest(ref, pick->digest);
+    if (!next.isOk()) return next.status().annotate(op);
+    if (pick->size > 0 && static_cast<int64_t>(next->body.size()) != pick->size) {
+      return dataLoss(op + ": manifest " + pick->digest + " is " + std::to_string(next->body.size()) +
+                      " bytes but the index says " + std::to_string(pick->size));
+    }
+    manifest = *next;
+  }
+  StatusOr<containerd::Manifest> parsed = containerd::parseManifest(manifest.body);
+  if (!parsed.isOk()) return parsed.status().annotate(op);
+  Descriptor manifest_desc;
+  manifest_desc.media_type = manifest.media_type;
+  manifest_desc.digest = manifest.digest;
+  manifest_desc.size = static_cast<int64_t>(manifest.body.size());
+
+  // Config first, then layers; each digest once.
+  std::vector<Descriptor> blobs{parsed->config};
+  for (const Descriptor& l : parsed->layers) {
+    bool dup = false;
+    for (const Descriptor& b : blobs) dup = dup || b.digest == l.digest;
+    if (!dup) blobs.push_back(l);
+  }
+  for (const Descriptor& b : blobs) {
+    if (!containerd::isSha256Digest(b.digest)) return failedPrecondition(op + ": unsupported digest " + b.digest);
+    if (b.size < 0) return failedPrecondition(op + ": negative size for " + b.digest);
+  }
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    for (const Descriptor& b : blobs) st.progress.bytes_total += b.size;
+    st.progress.blobs_total = static_cast<int>(blobs.size());
+  }
+  StatusOr<std::unique_ptr<ImageStore::Session>> session_or = store_.begin(image);
+  if (!session_or.isOk()) return session_or.status().annotate(op);
+  ImageStore::Session& session = **session_or;
+  st.phase("fetching");
+
+  // Workers take blobs in order; the first error stops the rest from starting.
+  std::atomic<size_t> next{0};
+  std::mutex err_mu;
+  Status first_error;
+  auto worker = [&] {
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(err_mu);
+        if (!first_error.isOk()) return;
+      }
+      size_t i = next.fetch_add(1);
+      if (i >= blobs.size()) return;
+      Status s = ensureBlob(ref, blobs[i], session, st);
+      if (!s.isOk()) {
+        std::lock_guard<std::mutex> lock(err_mu);
+        if (first_error.isOk()) first_error = s;
+        return;
+      }
+    }
+  };
+  const size_t n_workers = std::min<size_t>(static_cast<size_t>(options_.parallelism), blobs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n_workers; ++i) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  if (!first_error.isOk()) return first_error.annotate(op);
+
+  StatusOr<std::string> config_json = session.readBlob(parsed->config.digest);
+  if (!config_json.isOk()) return config_json.status().annotate(op);
+  StatusOr<containerd::ImageConfig> config = containerd::parseImageConfig(*config_json);
+  if (!config.isOk()) return config.status().annotate(op + ": config " + parsed->config.digest);
+  if (config->diff_ids.size() != parsed->layers.size()) {
+    return failedPrecondition(op + ": the config lists " + std::to_string(config->diff_ids.size()) +
+                              " diff_ids for " + std::to_string(parsed->layers.size()) + " layers");
+  }
+
+  // The manifest (and indexes) with GC references to their children.
+  BlobLabels labels{{kLabelRefConfig, parsed->config.digest}};
+  for (size_t i = 0; i < parsed->layers.size(); ++i) {
+    labels[kLabelRefLayerPrefix + std::to_string(i)] = parsed->layers[i].digest;
+  }
+  Status s = session.putBlob(manifest_desc, manifest.body, labels);
+  if (!s.isOk()) return s.annotate(op);
+  for (size_t i = indexes.size(); i-- > 0;) {
+    const std::string child = i + 1 < indexes.size() ? indexes[i + 1].first.digest : manifest_desc.digest;
+    s = session.putBlob(indexes[i].first, indexes[i].second, {{"containerd.io/gc.ref.content.m.0", child}});
+    if (!s.isOk()) return s.annotate(op);
+  }
+
+  st.phase("unpacking");
+  s = session.unpack(parsed->layers, config->diff_ids, parsed->config.digest);
+  if (!s.isOk()) return s.annotate(op);
+
+  // Names: as requested, and the digest refs pods and pinned Revisions use.
+  // Every record targets the platform manifest (getImage picks no platform).
+  const std::string written = writtenRepository(image);
+  std::vector<std::string> names{image, written + "@" + manifest_desc.digest};
+  if (ref.name() != written) names.push_back(ref.canonicalDigestRef(manifest_desc.digest));
+  if (!indexes.empty()) {
+    names.push_back(written + "@" + indexes.front().first.digest);
+    if (ref.name() != written) names.push_back(ref.canonicalDigestRef(indexes.front().first.digest));
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    bool dup = false;
+    for (size_t j = 0; j < i; ++j) dup = dup || names[j] == names[i];
+    if (dup) continue;
+    s = session.putImage(names[i], manifest_desc);
+    if (!s.isOk()) return s.annotate(op);
+  }
+
+  PullResult result;
+  result.image = image;
+  result.digest_ref = written + "@" + manifest_desc.digest;
+  result.manifest_digest = manifest_desc.digest;
+  result.index_digest = indexes.empty() ? "" : indexes.front().first.digest;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    result.bytes_fetched = st.fetched;
+    result.bytes_total = st.progress.bytes_total;
+  }
+  st.phase("done");
+  LOG(INFO) << "pulled " << image << " -> " << result.digest_ref << " (" << result.bytes_fetched << " bytes fetched)";
+  return result;
+}
+
+Status RegistryPuller::ensureBlob(const Reference& ref, const Descriptor& desc, ImageStore::Session& session,
+                                  PullState& st) {
+  StatusOr<bool> has = session.hasBlob(desc);
+  if (!has.isOk()) return has.status();
+  if (*has) {
+    st.add(desc.size, 1, false);
+    return Status::ok();
+  }
+  std::shared_ptr<BlobFlight> flight;
+  bool leader = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blobs_.find(desc.digest);
+    if (it == blobs_.end()) {
+      flight = std::make_shared<BlobFlight>();
+      blobs_[desc.digest] = flight;
+      leader = true;
+    } else {
+      flight = it->second;
+    }
+  }
+  if (!leader) {
+    Status result;
+    {
+      std::unique_lock<std::mutex> lock(flight->mu);
+      flight->cv.wait(lock, [&] { return flight->done; });
+      result = flight->status;
+    }
+    if (!result.isOk()) return result;
+    // Fetched by another pull: make it ours too (protects it under our session).
+    StatusOr<bool> now = session.hasBlob(desc);
+    if (!now.isOk()) return now.status();
+    if (!*now) return unavailable("blob " + desc.digest + " vanished after another pull fetched it");
+    st.add(desc.size, 1, false);
+    return Status::ok();
+  }
+  Status s = downloadBlob(ref, desc, session, st);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blobs_.erase(desc.digest);
+  }
+  {
+    std::lock_guard<std::mutex> lock(flight->mu);
+    flight->status = s;
+    flight->done = true;
+  }
+  flight->cv.notify_all();
+  if (s.isOk()) st.add(0, 1, false);
+  return s;
+}
+
+Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc, ImageStore::Session& session,
+                                    PullState& st) {
+  std::error_code ec;
+  fs::create_directories(options_.scratch_dir, ec);
+  if (ec) return internalError("create " + options_.scratch_dir + ": " + ec.message());
+  const std::string path = (fs::path(options_.scratch_dir) / (hexOf(desc.digest) + ".partial")).string();
+  fs::remove(path, ec);  // the hash state of an earlier run is not known
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return internalError("cannot write " + path);
+  auto hash = std::make_unique<containerd::Sha256>();
+  int64_t have = 0;
+  int64_t counted = 0;  // bytes reported as progress (not more than size)
+  Status last;
+  Duration backoff = options_.backoff;
+  for (int attempt = 1; attempt <= options_.attempts; ++attempt) {
+    if (attempt > 1) {
+      LOG(INFO) << "pull " << ref.original << ": blob " << desc.digest << " attempt " << attempt << " from byte "
+                << have << " after: " << last.message();
+      options_.sleep(backoff);
+      backoff *= 2;
+    }
+    if (have == desc.size && desc.size > 0) break;  // everything arrived; the stream broke at the very end
+    last = client_.fetchBlob(ref, desc.digest, have, [&](std::string_view chunk, int64_t at) -> Status {
+      if (at != have) {
+        if (at != 0) return dataLoss("blob " + desc.digest + ": server resumed at " + std::to_string(at));
+        // The server ignored the Range request: start over.
+        out.close();
+        out.open(path, std::ios::binary | std::ios::trunc);
+        hash = std::make_unique<containerd::Sha256>();
+        have = 0;
+      }
+      if (have + static_cast<int64_t>(chunk.size()) > desc.size) {
+        return dataLoss("blob " + desc.digest + ": the registry sent more than the " + std::to_string(desc.size) +
+                        " bytes the manifest says");
+      }
+      out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      if (!out) return internalError("write " + path + " failed");
+      hash->update(chunk);
+      have += static_cast<int64_t>(chunk.size());
+      const int64_t delta = std::max<int64_t>(0, have - counted);
+      counted += delta;
+      st.add(delta, 0, true);
+      return Status::ok();
+    });
+    if (last.isOk() || !retryable(last)) break;
+  }
+  out.close();
+  auto cleanup = [&] { fs::remove(path, ec); };
+  if (!last.isOk() && !(have == desc.size && retryable(last))) {
+    cleanup();
+    if (retryable(last)) {
+      return Status(last.code(), "blob " + desc.digest + ": transfer failed after " +
+                                     std::to_string(options_.attempts) + " attempts (" + std::to_string(have) + " of " +
+                                     std::to_string(desc.size) + " bytes): " + last.message());
+    }
+    return last;
+  }
+  if (have != desc.size) {
+    cleanup();
+    return dataLoss("blob " + desc.digest + ": expected " + std::to_string(desc.size) + " bytes but received " +
+                    std::to_string(have));
+  }
+  const std::string actual = hash->finish();
+  if (actual != desc.digest) {
+    cleanup();
+    return dataLoss("blob of " + ref.name() + ": expected digest " + desc.digest + " but the content is " + actual);
+  }
+  Status s = session.putBlobFile(desc, path);
+  cleanup();
+  return s;
+}
+
+}  // namespace knap::images
