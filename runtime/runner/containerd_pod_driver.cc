@@ -395,6 +395,21 @@ runtime::ProbeResult ContainerdPodDriver::probe(const PodHandle& pod, const runt
   return runtime::probeOnce(spec, pod.ip, pod.port, runtime::attemptTimeout(spec), time_);
 }
 
+Status ContainerdPodDriver::pause(const PodHandle& pod) { return client_.pauseTask(pod.pod_id); }
+
+Status ContainerdPodDriver::resume(const PodHandle& pod) { return client_.resumeTask(pod.pod_id); }
+
+StatusOr<int64_t> ContainerdPodDriver::memoryBytes(const PodHandle& pod) {
+  const std::string path = cgroupDir("memory", pod.pod_id) + "/memory.usage_in_bytes";
+  auto text = readSmallFile(path);
+  if (!text) return notFound("no memory cgroup for pod " + pod.pod_id + " (" + path + ")");
+  try {
+    return static_cast<int64_t>(std::stoll(*text));
+  } catch (...) {
+    return internalError(path + ": not a number: \"" + *text + "\"");
+  }
+}
+
 StatusOr<std::vector<AdoptedPod>> ContainerdPodDriver::listExisting() {
   KNAP_ASSIGN_OR_RETURN(auto containers, client_.listContainers());
   KNAP_ASSIGN_OR_RETURN(auto tasks, client_.listTasks());
@@ -421,6 +436,8 @@ StatusOr<std::vector<AdoptedPod>> ContainerdPodDriver::listExisting() {
       a.handle.pid = t->second.pid;
       a.running = t->second.status == containerd::TaskStatus::kRunning ||
                   t->second.status == containerd::TaskStatus::kPaused;
+      a.paused = t->second.status == containerd::TaskStatus::kPaused ||
+                 t->second.status == containerd::TaskStatus::kPausing;
     }
     out.push_back(a);
   }

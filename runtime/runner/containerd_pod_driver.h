@@ -14,6 +14,8 @@
 // stop(): SIGTERM, SIGKILL (all processes) after the grace period.
 // destroy(): kill if needed, Tasks.Delete, Snapshots.Remove, Containers.Delete,
 // netns teardown, pod directory removal; NOT_FOUND at each step is fine.
+// pause()/resume(): Tasks.Pause/Resume (runc freezes the pod's cgroup).
+// memoryBytes(): <cgroup memory>/<parent>/<pod id>/memory.usage_in_bytes.
 // Logs are rotated (copy to .1, truncate in place: the shim keeps its
 // O_APPEND fd) when checked at probe time and larger than log_rotate_bytes.
 //
@@ -68,6 +70,9 @@ class ContainerdPodDriver final : public PodDriver {
   Status stop(const PodHandle& pod, Duration grace) override;
   Status destroy(const PodHandle& pod) override;
   runtime::ProbeResult probe(const PodHandle& pod, const runtime::ProbeSpec& spec) override;
+  Status pause(const PodHandle& pod) override;
+  Status resume(const PodHandle& pod) override;
+  StatusOr<int64_t> memoryBytes(const PodHandle& pod) override;
   StatusOr<std::vector<AdoptedPod>> listExisting() override;
   Status cleanupOrphans(const std::set<std::string>& live_pod_ids) override;
 

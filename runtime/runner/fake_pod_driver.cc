@@ -5,6 +5,7 @@ namespace knap::runner {
 StatusOr<PodHandle> FakePodDriver::create(const PodRequest& request) {
   std::lock_guard<std::mutex> l(mu_);
   ++creates_;
+  calls_.push_back("create " + request.pod_id);
   if (missing_.count(request.image)) {
     return notFound("image " + request.image + " not found: import it with `knap image import FILE`");
   }
@@ -25,6 +26,7 @@ StatusOr<uint32_t> FakePodDriver::start(const PodHandle& pod) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = pods_.find(pod.pod_id);
   if (it == pods_.end()) return notFound("no pod " + pod.pod_id);
+  calls_.push_back("start " + pod.pod_id);
   it->second.started = true;
   it->second.handle.pid = next_pid_++;
   return it->second.handle.pid;
@@ -51,6 +53,7 @@ void FakePodDriver::cancelWait(const PodHandle& pod) {
 Status FakePodDriver::stop(const PodHandle& pod, Duration) {
   std::lock_guard<std::mutex> l(mu_);
   ++stops_;
+  calls_.push_back("stop " + pod.pod_id);
   auto it = pods_.find(pod.pod_id);
   if (it == pods_.end()) return Status::ok();
   if (!it->second.exited) {
@@ -64,6 +67,7 @@ Status FakePodDriver::stop(const PodHandle& pod, Duration) {
 Status FakePodDriver::destroy(const PodHandle& pod) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = pods_.find(pod.pod_id);
+  calls_.push_back("destroy " + pod.pod_id);
   if (it != pods_.end()) it->second.destroyed = true;
   destroyed_.push_back(pod.pod_id);
   return Status::ok();
@@ -74,8 +78,38 @@ runtime::ProbeResult FakePodDriver::probe(const PodHandle& pod, const runtime::P
   auto it = pods_.find(pod.pod_id);
   if (it == pods_.end()) return {false, "no pod"};
   ++it->second.probes;
+  if (it->second.paused) return {false, "frozen (paused task)"};
   bool ok = probe_fn_ ? probe_fn_(it->second, spec) : true;
   return {ok, ok ? "connected" : "connection refused"};
+}
+
+Status FakePodDriver::pause(const PodHandle& pod) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pods_.find(pod.pod_id);
+  if (it == pods_.end() || it->second.destroyed) return notFound("no task " + pod.pod_id);
+  calls_.push_back("pause " + pod.pod_id);
+  if (pause_fails_) return internalError("pause failed (test)");
+  it->second.paused = true;
+  ++it->second.pauses;
+  return Status::ok();
+}
+
+Status FakePodDriver::resume(const PodHandle& pod) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pods_.find(pod.pod_id);
+  if (it == pods_.end() || it->second.destroyed) return notFound("no task " + pod.pod_id);
+  calls_.push_back("resume " + pod.pod_id);
+  if (pause_fails_) return internalError("resume failed (test)");
+  it->second.paused = false;
+  ++it->second.resumes;
+  return Status::ok();
+}
+
+StatusOr<int64_t> FakePodDriver::memoryBytes(const PodHandle& pod) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pods_.find(pod.pod_id);
+  if (it == pods_.end() || it->second.destroyed) return notFound("no cgroup for " + pod.pod_id);
+  return it->second.started ? memory_started_ : memory_created_;
 }
 
 StatusOr<std::vector<AdoptedPod>> FakePodDriver::listExisting() {
@@ -90,6 +124,7 @@ void FakePodDriver::setExisting(std::vector<AdoptedPod> pods) {
     FakePod p;
     p.handle = a.handle;
     p.started = a.running;
+    p.paused = a.paused;
     p.exited = !a.running;
     pods_[a.handle.pod_id] = p;
     order_.push_back(a.handle.pod_id);

@@ -26,6 +26,8 @@ class FakePodDriver final : public PodDriver {
     bool exited = false;
     bool cancelled = false;
     bool destroyed = false;
+    bool paused = false;
+    int pauses = 0, resumes = 0;
     PodExit exit;
     int probes = 0;
   };
@@ -37,6 +39,9 @@ class FakePodDriver final : public PodDriver {
   Status stop(const PodHandle& pod, Duration grace) override;
   Status destroy(const PodHandle& pod) override;
   runtime::ProbeResult probe(const PodHandle& pod, const runtime::ProbeSpec& spec) override;
+  Status pause(const PodHandle& pod) override;
+  Status resume(const PodHandle& pod) override;
+  StatusOr<int64_t> memoryBytes(const PodHandle& pod) override;
   StatusOr<std::vector<AdoptedPod>> listExisting() override;
   Status cleanupOrphans(const std::set<std::string>& live_pod_ids) override;
 
@@ -49,6 +54,16 @@ class FakePodDriver final : public PodDriver {
     probe_fn_ = std::move(fn);
   }
   void setExisting(std::vector<AdoptedPod> pods);
+  // memoryBytes() of every pod: started pods report `started`, others `created`.
+  void setMemory(int64_t created, int64_t started) {
+    std::lock_guard<std::mutex> l(mu_);
+    memory_created_ = created;
+    memory_started_ = started;
+  }
+  // Makes the next pause()/resume() calls fail with kInternal.
+  void setPauseFails(bool fail) { std::lock_guard<std::mutex> l(mu_); pause_fails_ = fail; }
+  // Every driver call in order, as "<op> <pod id>" (create, start, pause, resume, stop, destroy).
+  std::vector<std::string> calls() { std::lock_guard<std::mutex> l(mu_); return calls_; }
   // Makes the pod's process exit (its wait() returns).
   void exitPod(const std::string& pod_id, PodExit exit);
   // Pods created and not destroyed.
@@ -70,6 +85,10 @@ class FakePodDriver final : public PodDriver {
   std::vector<AdoptedPod> existing_;
   std::set<std::string> cleanup_live_;
   std::vector<std::string> destroyed_;
+  std::vector<std::string> calls_;
+  int64_t memory_created_ = 1 << 20;
+  int64_t memory_started_ = 8 << 20;
+  bool pause_fails_ = false;
   int creates_ = 0;
   int stops_ = 0;
   uint32_t next_pid_ = 100;

@@ -17,6 +17,9 @@ namespace {
 
 constexpr char kInitialScaleAnnotation[] = "autoscaling.knative.dev/initial-scale";
 constexpr char kMinScaleAnnotation[] = "autoscaling.knative.dev/min-scale";
+constexpr char kMinScaleLegacyAnnotation[] = "autoscaling.knative.dev/minScale";
+constexpr char kMaxScaleAnnotation[] = "autoscaling.knative.dev/max-scale";
+constexpr char kMaxScaleLegacyAnnotation[] = "autoscaling.knative.dev/maxScale";
 constexpr char kProgressDeadlineAnnotation[] = "serving.knative.dev/progress-deadline";
 
 std::optional<std::string> annotation(const json& obj, const char* key) {
@@ -39,6 +42,12 @@ std::optional<int> annotationInt(const json& obj, const char* key) {
   } catch (...) {
     return std::nullopt;
   }
+}
+
+// The kebab-case autoscaling annotation, else its legacy camelCase alias.
+std::optional<int> scaleAnnotation(const json& obj, const char* kebab, const char* camel) {
+  if (annotation(obj, kebab)) return annotationInt(obj, kebab);
+  return annotationInt(obj, camel);
 }
 
 std::string str(const json& j, const char* a, const char* b) {
@@ -95,11 +104,14 @@ const char* podStateName(PodState s) {
     case PodState::kCreating: return "Creating";
     case PodState::kStarting: return "Starting";
     case PodState::kReady: return "Ready";
+    case PodState::kWarm: return "Warm";
     case PodState::kCrashed: return "Crashed";
     case PodState::kStopping: return "Stopping";
   }
   return "?";
 }
+
+const char* warmPoolModeName(WarmPoolMode m) { return m == WarmPoolMode::kCreated ? "created" : "frozen"; }
 
 PodRunnerOptions optionsFromConfig(const Config& config) {
   PodRunnerOptions o;
@@ -107,6 +119,10 @@ PodRunnerOptions optionsFromConfig(const Config& config) {
   o.default_initial_scale = config.autoscaler.initial_scale;
   o.allow_zero_initial_scale = config.autoscaler.allow_zero_initial_scale;
   o.default_min_scale = config.autoscaler.min_scale;
+  o.default_max_scale = config.autoscaler.max_scale;
+  o.enable_scale_to_zero = config.autoscaler.enable_scale_to_zero;
+  o.warm_pool_size = static_cast<int>(std::max<int64_t>(0, config.knap.warm_pool_size));
+  o.warm_pool_mode = config.knap.warm_pool_mode == "created" ? WarmPoolMode::kCreated : WarmPoolMode::kFrozen;
   return o;
 }
 
@@ -246,7 +262,7 @@ Status PodRunner::adoptExisting(const std::set<std::string>& live_revisions) {
     MonoTime now = time_.monotonic();
     for (const AdoptedPod& a : *existing) {
       std::string k = key(a.handle.ns, a.handle.revision_name);
-      if (!a.running || !live_revisions.count(k)) {
+      if (!a.running || a.paused || !live_revisions.count(k)) {
         doomed.push_back(a);
         continue;
       }
@@ -261,6 +277,7 @@ Status PodRunner::adoptExisting(const std::set<std::string>& live_revisions) {
       pod.handle = a.handle;
       pod.state = PodState::kStarting;
       pod.adopted = true;
+      pod.origin = "adopted";
       pod.started = true;
       pod.started_at = now;
       if (slot->image_digest.empty()) slot->image_digest = a.handle.image_digest;
@@ -275,8 +292,13 @@ Status PodRunner::adoptExisting(const std::set<std::string>& live_revisions) {
   Status first = Status::ok();
   for (const AdoptedPod& a : doomed) {
     LOG(INFO) << "pod runner: removing leftover pod " << a.handle.pod_id << " of " << a.handle.ns << "/"
-              << a.handle.revision_name << (a.running ? " (revision gone)" : " (not running)");
-    if (a.running) {
+              << a.handle.revision_name
+              << (a.paused ? " (frozen warm pod)" : a.running ? " (revision gone)" : " (not running)");
+    if (a.paused) {
+      // A warm pod serves nobody: thaw it so the kill lands, no grace needed.
+      Status s = driver_.resume(a.handle);
+      if (!s.isOk()) LOG(WARNING) << "pod runner: resume " << a.handle.pod_id << ": " << s.toString();
+    } else if (a.running) {
       Status s = driver_.stop(a.handle, std::chrono::seconds(2));
       if (!s.isOk()) LOG(WARNING) << "pod runner: stop " << a.handle.pod_id << ": " << s.toString();
     }
@@ -349,6 +371,25 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
     auto d = parseGoDuration(*pd);
     if (d.isOk() && d->count() > 0) rev.progress_deadline = *d;
   }
+  rev.min_scale = scaleAnnotation(object, kMinScaleAnnotation, kMinScaleLegacyAnnotation).value_or(options_.default_min_scale);
+  rev.max_scale = scaleAnnotation(object, kMaxScaleAnnotation, kMaxScaleLegacyAnnotation).value_or(options_.default_max_scale);
+  int size = options_.warm_pool_size;
+  if (auto w = annotation(object, kWarmPoolAnnotation)) {
+    if (auto n = annotationInt(object, kWarmPoolAnnotation)) {
+      size = *n;
+    } else if (rev.warm_bad_value != *w) {
+      LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << kWarmPoolAnnotation << " \"" << *w
+                   << "\" is not a non-negative integer; using the configured warm pool size " << size;
+    }
+    rev.warm_bad_value = annotationInt(object, kWarmPoolAnnotation) ? "" : *w;
+  }
+  // Only revisions that can scale to zero keep a pool.
+  rev.warm_size = rev.min_scale == 0 && options_.enable_scale_to_zero ? size : 0;
+  rev.image_ready_at.reset();
+  if (auto t = annotation(object, kImageReadyAtAnnotation)) {
+    WallTime w{};
+    if (parseRfc3339(*t, &w)) rev.image_ready_at = w;
+  }
 }
 
 void PodRunner::ensure(const json& revision) {
@@ -377,7 +418,7 @@ void PodRunner::ensure(const json& revision) {
       if (auto a = annotationInt(revision, kInitialScaleAnnotation)) {
         if (*a != 0 || options_.allow_zero_initial_scale) initial = *a;
       }
-      int min_scale = annotationInt(revision, kMinScaleAnnotation).value_or(options_.default_min_scale);
+      int min_scale = rev.min_scale;
       if (auto p = pending_scale_.find(k); p != pending_scale_.end()) {
         rev.desired = p->second;
         rev.scaler_set = true;
@@ -478,11 +519,27 @@ void PodRunner::scaleStatusChanged(const std::string& revision, const scaler::Sc
   notifyAll(std::move(notes));
 }
 
-std::vector<Endpoint> PodRunner::readyEndpoints(const std::string& revision) {
+std::vector<Endpoint> PodRunner::readyEndpoints(const std::string& revision, WakeReport* wake) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = revisions_.find(revision);
-  if (it == revisions_.end()) return {};
+  if (it == revisions_.end()) {
+    if (wake) *wake = WakeReport{};
+    return {};
+  }
+  if (wake) *wake = it->second->last_wake;
   return endpointsLocked(*it->second);
+}
+
+WarmPoolStatus PodRunner::warmPool(const std::string& revision) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = revisions_.find(revision);
+  if (it == revisions_.end()) return WarmPoolStatus{warmPoolModeName(options_.warm_pool_mode)};
+  return warmStatusLocked(*it->second);
+}
+
+void PodRunner::setOnWarmPoolChanged(std::function<void(const std::string&)> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  on_warm_ = std::move(fn);
 }
 
 std::vector<PodInfo> PodRunner::pods(const std::string& revision) {
@@ -491,7 +548,12 @@ std::vector<PodInfo> PodRunner::pods(const std::string& revision) {
   auto it = revisions_.find(revision);
   if (it == revisions_.end()) return out;
   for (auto& [id, pod] : it->second->pods) {
-    out.push_back(PodInfo{id, pod.state, pod.handle.ip, pod.handle.pid, pod.adopted});
+    PodInfo info{id, pod.state, pod.handle.ip, pod.handle.pid, pod.adopted};
+    info.warm = pod.warm;
+    info.paused = pod.paused;
+    info.origin = pod.origin;
+    info.memory_bytes = pod.memory_bytes;
+    out.push_back(std::move(info));
   }
   return out;
 }
@@ -506,13 +568,18 @@ std::optional<MonoTime> PodRunner::nextDue() {
     if (rev->object.is_null()) continue;
     if (!rev->ever_ready && !rev->removed) consider(rev->created_at + rev->progress_deadline);
     int active = rev->creates_in_flight;
+    int warm = 0;
     for (auto& [id, pod] : rev->pods) {
-      if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.busy && !pod.stop_requested) {
+      if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.busy && !pod.stop_requested &&
+          !pod.paused && !pod.pause_pending && !pod.resume_pending) {
         consider(pod.next_probe);
       }
-      if (pod.state != PodState::kStopping && pod.state != PodState::kCrashed && !pod.stop_requested) ++active;
+      if (pod.state == PodState::kWarm && !pod.busy && !pod.stop_requested) consider(pod.next_memory);
+      if (pod.state != PodState::kStopping && pod.state != PodState::kCrashed && !pod.stop_requested) {
+        ++(pod.warm ? warm : active);
+      }
     }
-    if (!rev->removed && active < rev->desired) consider(rev->next_create);
+    if (!rev->removed && (active < rev->desired || warm < warmTargetLocked(*rev, active))) consider(rev->next_create);
   }
   return best;
 }
@@ -585,19 +652,150 @@ std::pair<PodRunner::Revision*, PodRunner::Pod*> PodRunner::findPodLocked(const 
   return {rit->second.get(), &pit->second};
 }
 
+void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vector<std::function<void()>>* work) {
+  std::string k = key(rev.ns, rev.name);
+    Pod pod;
+    pod.handle.pod_id = newPodId(rev);
+    pod.handle.ns = rev.ns;
+    pod.handle.revision_name = rev.name;
+    pod.handle.port = rev.port;
+    pod.busy = true;
+    pod.started_at = now;
+    pod.warm = warm;
+    PodRequest req;
+    req.revision = rev.object;
+    req.ns = rev.ns;
+    req.revision_name = rev.name;
+    if (firstContainer(rev.object).contains("image") && firstContainer(rev.object)["image"].is_string()) {
+      req.image = firstContainer(rev.object)["image"].get<std::string>();
+    }
+    req.pod_id = pod.handle.pod_id;
+    std::string id = pod.handle.pod_id;
+    rev.pods.emplace(id, std::move(pod));
+    work->push_back([this, k, id, req] {
+      StatusOr<PodHandle> r = driver_.create(req);
+      Notes notes;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto [found_rev, found_pod] = findPodLocked(k, id);
+        if (!found_pod) return;  // revision or pod gone meanwhile
+        Revision& rv = *found_rev;
+        Pod& p = *found_pod;
+        p.busy = false;
+        MonoTime t = time_.monotonic();
+        if (!r.isOk()) {
+          LOG(WARNING) << "pod runner: create " << id << " of " << k << ": " << r.status().toString();
+          controller::ConditionState f;
+          f.status = "False";
+          if (r.status().code() == Code::kNotFound) {
+            f.reason = "ContainerMissing";
+          } else if (r.status().code() == Code::kInvalidArgument) {
+            f.reason = "InvalidSpec";
+          } else {
+            f.reason = "CreateContainerError";
+          }
+          f.message = r.status().message();
+          if (!rv.ever_ready || f.reason == "ContainerMissing") rv.failure = f;
+          rv.pods.erase(id);
+          ++rv.consecutive_crashes;
+          Duration d = options_.backoff_initial;
+          for (int i = 1; i < rv.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
+          rv.next_create = t + std::min(d, options_.backoff_max);
+        } else {
+          PodHandle h = *r;
+          h.pod_id = id;
+          h.ns = rv.ns;
+          h.revision_name = rv.name;
+          if (h.port == 0) h.port = rv.port;
+          p.handle = h;
+          if (!h.image_digest.empty()) rv.image_digest = h.image_digest;
+          if (rv.failure && rv.failure->reason == "ContainerMissing") rv.failure.reset();
+          if (!shutting_down_) spawnWaiterLocked(rv, p);
+          if (p.warm && options_.warm_pool_mode == WarmPoolMode::kCreated && p.state == PodState::kCreating) {
+            p.state = PodState::kWarm;  // created, not started: one start() from serving
+            p.next_memory = t;
+          }
+        }
+        collectNotesLocked(&notes);
+      }
+      notifyAll(std::move(notes));
+      wake();
+    });
+}
+
+int PodRunner::warmTargetLocked(const Revision& rev, int serving) const {
+  if (rev.removed || rev.object.is_null()) return 0;
+  int target = rev.warm_size;
+  if (rev.max_scale > 0) target = std::min(target, rev.max_scale - serving);
+  return std::max(0, target);
+}
+
+void PodRunner::markReadyLocked(Revision& rev, Pod& pod, MonoTime now) {
+  pod.state = PodState::kReady;
+  pod.ready_since = now;
+  rev.ever_ready = true;
+  rev.failure.reset();
+  LOG(INFO) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " is ready at "
+            << pod.handle.ip << ":" << pod.handle.port << " (" << pod.origin << ")";
+}
+
+void PodRunner::promoteLocked(Revision& rev, Pod& pod, MonoTime now) {
+  pod.warm = false;
+  if (pod.state == PodState::kWarm) {
+    if (pod.paused) {
+      pod.origin = "frozen";
+      pod.resume_pending = true;  // thaw, then Ready at once
+      pod.state = PodState::kStarting;
+    } else {
+      pod.origin = "warm";
+      pod.state = PodState::kCreating;  // the start path picks it up
+    }
+    pod.started_at = now;
+  } else if (pod.pause_pending && !pod.busy) {
+    markReadyLocked(rev, pod, now);  // passed readiness just now, not frozen yet
+  }
+  // Otherwise still warming: it goes on to Ready as an ordinary pod (a pause
+  // in flight is undone when it returns).
+  LOG(INFO) << "pod runner: promoted warm pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " ("
+            << pod.origin << ")";
+}
+
+WarmPoolStatus PodRunner::warmStatusLocked(const Revision& rev) const {
+  WarmPoolStatus st;
+  st.mode = warmPoolModeName(options_.warm_pool_mode);
+  int serving = 0;
+  for (const auto& [id, pod] : rev.pods) {
+    if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
+    if (!pod.warm) {
+      ++serving;
+    } else if (pod.state == PodState::kWarm) {
+      ++st.pods;
+      if (pod.memory_bytes > 0) st.memory_bytes += pod.memory_bytes;
+    } else {
+      ++st.warming;
+    }
+  }
+  st.target = warmTargetLocked(rev, serving);
+  return st;
+}
+
 void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work) {
   std::string k = key(rev.ns, rev.name);
   if (rev.object.is_null() && !rev.removed) return;  // adopted pods wait for ensure()
 
-  // 1. Scale: count the pods that are (or will be) serving.
+  // 1. Scale: count the pods that are (or will be) serving, and the pool.
+  // Creates are queued after the per-pod work, so a promoted warm pod's
+  // start/resume goes to the executor before any new pod's create.
+  std::vector<std::function<void()>> creates;
   if (!rev.removed) {
-    std::vector<Pod*> serving;
+    std::vector<Pod*> serving, warm;
     for (auto& [id, pod] : rev.pods) {
-      if (pod.state != PodState::kStopping && pod.state != PodState::kCrashed && !pod.stop_requested) {
-        serving.push_back(&pod);
-      }
+      if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
+      (pod.warm ? warm : serving).push_back(&pod);
     }
     int have = static_cast<int>(serving.size());
+    bool can_create = now >= rev.next_create && rev.spec_error.empty();
+    int created = 0;
     if (have > rev.desired) {
       // Stop the least useful first: not ready before ready, newest first.
       std::sort(serving.begin(), serving.end(), [](const Pod* a, const Pod* b) {
@@ -606,70 +804,48 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
         return a->started_at > b->started_at;
       });
       for (int i = 0; i < have - rev.desired; ++i) requestStopLocked(rev, *serving[i], work);
-    } else if (have < rev.desired && now >= rev.next_create && rev.spec_error.empty()) {
-      for (int i = have; i < rev.desired; ++i) {
-        Pod pod;
-        pod.handle.pod_id = newPodId(rev);
-        pod.handle.ns = rev.ns;
-        pod.handle.revision_name = rev.name;
-        pod.handle.port = rev.port;
-        pod.busy = true;
-        pod.started_at = now;
-        PodRequest req;
-        req.revision = rev.object;
-        req.ns = rev.ns;
-        req.revision_name = rev.name;
-        if (firstContainer(rev.object).contains("image") && firstContainer(rev.object)["image"].is_string()) {
-          req.image = firstContainer(rev.object)["image"].get<std::string>();
-        }
-        req.pod_id = pod.handle.pod_id;
-        std::string id = pod.handle.pod_id;
-        rev.pods.emplace(id, std::move(pod));
-        work->push_back([this, k, id, req] {
-          StatusOr<PodHandle> r = driver_.create(req);
-          Notes notes;
-          {
-            std::lock_guard<std::mutex> l(mu_);
-            auto [found_rev, found_pod] = findPodLocked(k, id);
-            if (!found_pod) return;  // revision or pod gone meanwhile
-            Revision& rv = *found_rev;
-            Pod& p = *found_pod;
-            p.busy = false;
-            MonoTime t = time_.monotonic();
-            if (!r.isOk()) {
-              LOG(WARNING) << "pod runner: create " << id << " of " << k << ": " << r.status().toString();
-              controller::ConditionState f;
-              f.status = "False";
-              if (r.status().code() == Code::kNotFound) {
-                f.reason = "ContainerMissing";
-              } else if (r.status().code() == Code::kInvalidArgument) {
-                f.reason = "InvalidSpec";
-              } else {
-                f.reason = "CreateContainerError";
-              }
-              f.message = r.status().message();
-              if (!rv.ever_ready || f.reason == "ContainerMissing") rv.failure = f;
-              rv.pods.erase(id);
-              ++rv.consecutive_crashes;
-              Duration d = options_.backoff_initial;
-              for (int i = 1; i < rv.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
-              rv.next_create = t + std::min(d, options_.backoff_max);
-            } else {
-              PodHandle h = *r;
-              h.pod_id = id;
-              h.ns = rv.ns;
-              h.revision_name = rv.name;
-              if (h.port == 0) h.port = rv.port;
-              p.handle = h;
-              if (!h.image_digest.empty()) rv.image_digest = h.image_digest;
-              if (rv.failure && rv.failure->reason == "ContainerMissing") rv.failure.reset();
-              if (!shutting_down_) spawnWaiterLocked(rv, p);
-            }
-            collectNotesLocked(&notes);
-          }
-          notifyAll(std::move(notes));
-          wake();
-        });
+      serving.erase(serving.begin(), serving.begin() + (have - rev.desired));
+    } else if (have < rev.desired) {
+      // Warm pods first (Warm, then the furthest along), then new pods.
+      auto rank = [](const Pod* p) {
+        if (p->state == PodState::kWarm) return 0;
+        if (p->pause_pending) return 1;
+        if (p->state == PodState::kStarting) return 2;
+        return 3;
+      };
+      std::stable_sort(warm.begin(), warm.end(), [&](const Pod* a, const Pod* b) {
+        if (rank(a) != rank(b)) return rank(a) < rank(b);
+        return a->started_at < b->started_at;
+      });
+      int need = rev.desired - have;
+      size_t promoted = 0;
+      for (; promoted < warm.size() && need > 0; ++promoted, --need) {
+        promoteLocked(rev, *warm[promoted], now);
+        serving.push_back(warm[promoted]);
+      }
+      warm.erase(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(promoted));
+      if (need > 0 && can_create) {
+        for (int i = 0; i < need; ++i) createPodLocked(rev, false, now, &creates);
+        created = need;
+      }
+    }
+
+    // The pool: fill up to its target once no serving pod is on its way
+    // (a wake gets the machine to itself), trim it when the target drops.
+    int target = warmTargetLocked(rev, static_cast<int>(serving.size()) + created);
+    int have_warm = static_cast<int>(warm.size());
+    if (have_warm > target) {
+      // Least advanced first, newest first.
+      std::sort(warm.begin(), warm.end(), [](const Pod* a, const Pod* b) {
+        if (a->state != b->state) return a->state < b->state;  // Creating < Starting < Warm
+        return a->started_at > b->started_at;
+      });
+      for (int i = 0; i < have_warm - target; ++i) requestStopLocked(rev, *warm[i], work);
+    } else if (have_warm < target && can_create) {
+      bool starting = created > 0;
+      for (const Pod* p : serving) starting = starting || p->state != PodState::kReady;
+      if (!starting) {
+        for (int i = have_warm; i < target; ++i) createPodLocked(rev, true, now, &creates);
       }
     }
   } else {
@@ -717,8 +893,106 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
       });
       continue;
     }
+    if (pod.pause_pending && !pod.stop_requested) {
+      // Frozen mode: the warm pod passed readiness; freeze it.
+      pod.busy = true;
+      work->push_back([this, k, pid, h] {
+        Status r = driver_.pause(h);
+        Notes notes;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          auto [found_rev, found_pod] = findPodLocked(k, pid);
+          if (!found_pod) return;
+          Revision& rv = *found_rev;
+          Pod& p = *found_pod;
+          p.busy = false;
+          p.pause_pending = false;
+          MonoTime t = time_.monotonic();
+          if (!r.isOk()) {
+            LOG(WARNING) << "pod runner: pause " << pid << " of " << k << ": " << r.toString()
+                         << "; replacing the warm pod";
+            requestStopLocked(rv, p, nullptr);
+          } else {
+            p.paused = true;
+            if (p.stop_requested) {
+              // stopped meanwhile: the stop path thaws it
+            } else if (p.warm) {
+              p.state = PodState::kWarm;
+              p.next_memory = t;
+            } else {
+              p.origin = "frozen";  // promoted while the pause was in flight
+              p.resume_pending = true;
+            }
+          }
+          collectNotesLocked(&notes);
+        }
+        notifyAll(std::move(notes));
+        wake();
+      });
+      continue;
+    }
+    if (pod.resume_pending && !pod.stop_requested) {
+      // A promoted frozen pod: thaw it; it passed readiness before it froze.
+      pod.busy = true;
+      work->push_back([this, k, pid, h] {
+        Status r = driver_.resume(h);
+        Notes notes;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          auto [found_rev, found_pod] = findPodLocked(k, pid);
+          if (!found_pod) return;
+          Revision& rv = *found_rev;
+          Pod& p = *found_pod;
+          p.busy = false;
+          p.resume_pending = false;
+          MonoTime t = time_.monotonic();
+          if (!r.isOk()) {
+            LOG(WARNING) << "pod runner: resume " << pid << " of " << k << ": " << r.toString()
+                         << "; replacing it";
+            requestStopLocked(rv, p, nullptr);
+          } else {
+            p.paused = false;
+            if (!p.stop_requested) {
+              markReadyLocked(rv, p, t);
+              if (p.readiness) {
+                p.next_probe = p.readiness->nextProbeAt();
+                if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
+              }
+            }
+          }
+          collectNotesLocked(&notes);
+        }
+        notifyAll(std::move(notes));
+        wake();
+      });
+      continue;
+    }
+    if (pod.state == PodState::kWarm && !pod.stop_requested && now >= pod.next_memory) {
+      pod.busy = true;
+      work->push_back([this, k, pid, h] {
+        StatusOr<int64_t> r = driver_.memoryBytes(h);
+        Notes notes;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          auto [found_rev, found_pod] = findPodLocked(k, pid);
+          if (!found_pod) return;
+          Pod& p = *found_pod;
+          p.busy = false;
+          p.next_memory = time_.monotonic() + options_.warm_memory_interval;
+          if (r.isOk()) {
+            p.memory_bytes = *r;
+          } else {
+            LOG(WARNING) << "pod runner: memory of warm pod " << pid << ": " << r.status().toString();
+          }
+          collectNotesLocked(&notes);
+        }
+        notifyAll(std::move(notes));
+        wake();
+      });
+      continue;
+    }
     if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.stop_requested &&
-        pod.readiness && now >= pod.next_probe) {
+        !pod.paused && pod.readiness && now >= pod.next_probe) {
       bool liveness = pod.liveness && pod.liveness->nextProbeAt() <= now &&
                       (pod.readiness->nextProbeAt() > now || pod.liveness->nextProbeAt() < pod.readiness->nextProbeAt());
       runtime::ProbeSpec spec = liveness ? pod.liveness->spec() : pod.readiness->spec();
@@ -748,13 +1022,11 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
             }
           } else {
             p.readiness->record(r.success, started, t);
-            if (p.readiness->healthy() && p.state == PodState::kStarting) {
-              p.state = PodState::kReady;
-              p.ready_since = t;
-              rv.ever_ready = true;
+            if (p.readiness->healthy() && p.state == PodState::kStarting && p.warm) {
+              p.pause_pending = true;  // frozen mode: ready to serve; freeze it until promoted
               rv.failure.reset();
-              LOG(INFO) << "pod runner: pod " << pid << " of " << k << " is ready at " << p.handle.ip << ":"
-                        << p.handle.port;
+            } else if (p.readiness->healthy() && p.state == PodState::kStarting) {
+              markReadyLocked(rv, p, t);
             } else if (!p.readiness->healthy() && p.state == PodState::kReady) {
               p.state = PodState::kStarting;
             }
@@ -772,8 +1044,15 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
     }
     if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited) {
       pod.busy = true;
-      Duration grace = rev.stop_grace;
-      work->push_back([this, k, pid, h, grace] {
+      // A warm pod serves nobody: no grace period. A frozen one is thawed
+      // first, or the signal would wait for the thaw.
+      Duration grace = pod.warm ? Duration::zero() : rev.stop_grace;
+      bool thaw = pod.paused;
+      work->push_back([this, k, pid, h, grace, thaw] {
+        if (thaw) {
+          Status r = driver_.resume(h);
+          if (!r.isOk()) LOG(WARNING) << "pod runner: resume " << pid << " before stop: " << r.toString();
+        }
         Status s = driver_.stop(h, grace);
         std::lock_guard<std::mutex> l(mu_);
         auto rit = revisions_.find(k);
@@ -783,6 +1062,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
         Pod& p = pit->second;
         p.busy = false;
         p.stopped = true;
+        p.paused = false;
         if (!s.isOk()) {
           LOG(WARNING) << "pod runner: stop " << pid << ": " << s.toString() << "; destroying anyway";
           if (p.waiter && !p.exited) driver_.cancelWait(p.handle);
@@ -818,6 +1098,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
       });
     }
   }
+  for (auto& c : creates) work->push_back(std::move(c));
 }
 
 void PodRunner::onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit) {
@@ -913,7 +1194,8 @@ controller::RevisionHealth PodRunner::computeHealthLocked(const Revision& rev, M
                              "Revision \"" + rev.name + "\" did not become ready within the progress deadline (" +
                                  formatSeconds(rev.progress_deadline) + "): " +
                                  (rev.failure ? rev.failure->message : std::string("no pod passed readiness"))};
-  } else if (rev.desired == 0 && rev.pods.empty() && !rev.failure) {
+  } else if (rev.desired == 0 && !rev.failure &&
+             std::all_of(rev.pods.begin(), rev.pods.end(), [](const auto& e) { return e.second.warm; })) {
     // Initial scale 0 (allowed by config): nothing to validate.
     h.resources_available = {"True", "", ""};
     if (h.container_healthy.status == "Unknown") h.container_healthy = {"True", "", ""};
@@ -959,9 +1241,29 @@ void PodRunner::collectNotesLocked(Notes* notes) {
     }
     std::vector<Endpoint> eps = endpointsLocked(*rev);
     if (eps != rev->last_endpoints) {
+      if (rev->last_endpoints.empty() && !eps.empty()) {
+        // Woke from zero: how did the first ready pod come to be?
+        const Pod* first = nullptr;
+        for (const Endpoint& e : eps) {
+          const Pod& p = rev->pods.at(e.pod_id);
+          if (!first || p.ready_since < first->ready_since) first = &p;
+        }
+        rev->last_wake = WakeReport{first->origin, rev->image_ready_at};
+        LOG(INFO) << "pod runner: " << k << " has a ready pod again (" << first->origin << ": "
+                  << first->handle.pod_id << ")";
+      }
       rev->last_endpoints = eps;
       if (on_endpoints_) {
         auto fn = on_endpoints_;
+        std::string key = k;
+        notes->push_back([fn, key] { fn(key); });
+      }
+    }
+    WarmPoolStatus warm = warmStatusLocked(*rev);
+    if (warm != rev->last_warm) {
+      rev->last_warm = warm;
+      if (on_warm_) {
+        auto fn = on_warm_;
         std::string key = k;
         notes->push_back([fn, key] { fn(key); });
       }

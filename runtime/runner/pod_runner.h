@@ -8,6 +8,20 @@
 // pods, each in one state:
 //   Creating -> Starting (probing readiness) -> Ready -> (exit) Crashed
 //   any -> Stopping -> gone
+// Warm pool: a revision that can scale to zero (effective min-scale 0,
+// scale to zero enabled) also keeps N warm pods, N = its annotation
+// knap.dev/warm-pool, else options.warm_pool_size, capped so that serving +
+// warm pods <= max-scale (when max-scale > 0). A warm pod is
+//   created mode: netns, container and task created, process not started;
+//   frozen mode:  started, passed readiness, then paused (cgroup freezer);
+// and sits in state Warm. Warm pods are no endpoints and no ready pods. When
+// the desired scale asks for more pods, Warm pods are promoted first (created:
+// start() and probe as usual; frozen: resume() and Ready at once), then pods
+// still warming up, and only then are new pods created. The pool refills once
+// no serving pod is starting. A revision going from 0 ready pods to >= 1
+// records how its first ready pod came to be (WakeReport: "warm", "frozen",
+// "cached" or "adopted"). Warm pods found at adoption (PAUSED or CREATED
+// tasks) are destroyed; the pool then refills.
 // A crashed pod is destroyed and replaced after an exponential back-off
 // (options.backoff_initial doubling up to backoff_max; reset once a pod has
 // been ready for backoff_reset). A failing liveness probe stops the pod, which
@@ -50,6 +64,9 @@
 
 namespace knap::runner {
 
+enum class WarmPoolMode { kCreated, kFrozen };
+const char* warmPoolModeName(WarmPoolMode m);  // "created" / "frozen"
+
 struct PodRunnerOptions {
   Duration backoff_initial = std::chrono::seconds(1);
   Duration backoff_max = std::chrono::minutes(5);
@@ -60,12 +77,18 @@ struct PodRunnerOptions {
   int default_initial_scale = 1;
   bool allow_zero_initial_scale = false;
   int default_min_scale = 0;
+  int default_max_scale = 0;        // config-autoscaler max-scale (0 = no limit)
+  bool enable_scale_to_zero = true;  // false: no revision scales to zero, so no warm pools
+  int warm_pool_size = 0;           // knap.warm-pool-size (optionsFromConfig); 0 = no pools by default
+  WarmPoolMode warm_pool_mode = WarmPoolMode::kFrozen;
+  Duration warm_memory_interval = std::chrono::seconds(10);  // how often warm pods' memory is read
   int workers = 8;  // stop() holds a worker for up to the grace period
   // Runs blocking work; nullptr = the runner's own pool. Tests: [](auto f) { f(); }.
   std::function<void(std::function<void()>)> executor;
 };
 
-// PodRunnerOptions from knapd's config (progress deadline, initial/min scale).
+// PodRunnerOptions from knapd's config (progress deadline, initial/min/max
+// scale, warm pool size and mode).
 PodRunnerOptions optionsFromConfig(const Config& config);
 
 struct Endpoint {
@@ -75,7 +98,7 @@ struct Endpoint {
   bool operator==(const Endpoint&) const = default;
 };
 
-enum class PodState { kCreating, kStarting, kReady, kCrashed, kStopping };
+enum class PodState { kCreating, kStarting, kReady, kWarm, kCrashed, kStopping };
 const char* podStateName(PodState s);
 
 // A snapshot of one pod, for tests and status pages.
@@ -85,7 +108,36 @@ struct PodInfo {
   std::string ip;
   uint32_t pid = 0;
   bool adopted = false;
+  bool warm = false;          // in the warm pool (warming up or Warm), not serving
+  bool paused = false;        // task frozen
+  std::string origin;         // "cached", "warm", "frozen" or "adopted": how it came to serve
+  int64_t memory_bytes = -1;  // last reading for Warm pods (-1: none yet)
 };
+
+// How a revision's first ready pod came to be the last time it went from 0
+// ready pods to >= 1: "warm" (a created warm pod was started), "frozen" (a
+// paused warm pod was thawed), "cached" (created from scratch; the image was
+// present), "adopted" (found running at a knapd restart); "" before the first.
+struct WakeReport {
+  std::string path;
+  // The Revision's knap.dev/image-ready-at (set by the image gate): when its
+  // image became present. A later time than the waking request means "pulled".
+  std::optional<WallTime> image_ready_at;
+  bool operator==(const WakeReport&) const = default;
+};
+
+// The warm pool of one revision.
+struct WarmPoolStatus {
+  std::string mode;          // "created" / "frozen"
+  int target = 0;            // pods the pool should hold now (after the max-scale cap)
+  int pods = 0;              // Warm pods (ready to promote)
+  int warming = 0;           // pods on their way to Warm
+  int64_t memory_bytes = 0;  // sum of the Warm pods' last memory readings
+  bool operator==(const WarmPoolStatus&) const = default;
+};
+
+inline constexpr char kWarmPoolAnnotation[] = "knap.dev/warm-pool";
+inline constexpr char kImageReadyAtAnnotation[] = "knap.dev/image-ready-at";
 
 class PodRunner final : public controller::RevisionBackend, public scaler::PodCounter, public scaler::ScaleTarget {
  public:
@@ -116,7 +168,13 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void scaleStatusChanged(const std::string& revision, const scaler::ScaleOutcome& outcome) override;
 
   // Ready pods' addresses (sorted by pod id); empty for unknown revisions.
-  std::vector<Endpoint> readyEndpoints(const std::string& revision);
+  // With `wake`: also how the revision last woke from zero, read under the
+  // same lock (so the pair is consistent).
+  std::vector<Endpoint> readyEndpoints(const std::string& revision, WakeReport* wake = nullptr);
+  // The revision's warm pool; a zero status for unknown revisions.
+  WarmPoolStatus warmPool(const std::string& revision);
+  // Called with the revision key whenever its WarmPoolStatus changes.
+  void setOnWarmPoolChanged(std::function<void(const std::string& revision)> fn);
   // Called with the revision key whenever its ready endpoints change.
   void setOnEndpointsChanged(std::function<void(const std::string& revision)> fn);
 
@@ -147,6 +205,13 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     bool exited = false;         // wait() returned
     MonoTime retry_destroy_at{};
     bool counts_as_crash = false;  // stopping because liveness failed
+    bool warm = false;             // belongs to the warm pool
+    bool paused = false;           // pause() succeeded (frozen)
+    bool pause_pending = false;    // frozen mode: readiness passed, pause() due
+    bool resume_pending = false;   // promoted while paused: resume() due
+    std::string origin = "cached";
+    int64_t memory_bytes = -1;
+    MonoTime next_memory{};
     MonoTime started_at{};
     MonoTime ready_since{};
     std::optional<runtime::ProbeState> readiness;
@@ -165,6 +230,13 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     runtime::ProbeSpec readiness_spec;
     std::optional<runtime::ProbeSpec> liveness_spec;
     int port = 8080;
+    int min_scale = 0;
+    int max_scale = 0;        // 0 = no limit
+    int warm_size = 0;        // pool size before the max-scale cap (0 when min-scale > 0)
+    std::string warm_bad_value;  // an invalid knap.dev/warm-pool already logged
+    std::optional<WallTime> image_ready_at;
+    WakeReport last_wake;
+    WarmPoolStatus last_warm;
     Duration stop_grace{};
     std::map<std::string, Pod> pods;  // by pod id
     int creates_in_flight = 0;
@@ -188,6 +260,11 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit);
   void handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, MonoTime now);
   void requestStopLocked(Revision& rev, Pod& pod, std::vector<std::function<void()>>* work);
+  void createPodLocked(Revision& rev, bool warm, MonoTime now, std::vector<std::function<void()>>* work);
+  void promoteLocked(Revision& rev, Pod& pod, MonoTime now);
+  void markReadyLocked(Revision& rev, Pod& pod, MonoTime now);
+  WarmPoolStatus warmStatusLocked(const Revision& rev) const;
+  int warmTargetLocked(const Revision& rev, int serving) const;
   controller::RevisionHealth computeHealthLocked(const Revision& rev, MonoTime now) const;
   std::vector<Endpoint> endpointsLocked(const Revision& rev) const;
   void collectNotesLocked(Notes* notes);
@@ -205,6 +282,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   std::map<std::string, std::unique_ptr<Revision>> revisions_;  // by key
   std::function<void(const std::string&, const std::string&)> on_change_;
   std::function<void(const std::string&)> on_endpoints_;
+  std::function<void(const std::string&)> on_warm_;
   uint64_t pod_counter_ = 0;
   std::atomic<int> exits_received_{0};
   bool shutting_down_ = false;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <thread>
 
 #include "runtime/runner/fake_pod_driver.h"
@@ -460,6 +462,371 @@ TEST_F(PodRunnerTest, ThreadedModeConvergesWithRealPool) {
   EXPECT_EQ(runner.readyPods("default/r1"), 3);
   runner.shutdownAndDestroyAll();
   EXPECT_TRUE(driver.livePods().empty());
+}
+
+// ------------------------------------------------------------------ warm pool
+
+class WarmPoolTest : public PodRunnerTest {
+ protected:
+  void SetUp() override {}
+  void makeWarm(WarmPoolMode mode, int size = 1) {
+    PodRunnerOptions o = options();
+    o.warm_pool_size = size;
+    o.warm_pool_mode = mode;
+    o.warm_memory_interval = seconds(10);
+    make(o);
+    runner_->setOnWarmPoolChanged([this](const std::string& k) {
+      std::lock_guard<std::mutex> l(mu_);
+      warm_changes_.push_back(k);
+    });
+  }
+  // Deploys r1 at zero (the scaler said 0 before ensure()).
+  void deployAtZero(json annotations = json::object()) {
+    runner_->setDesiredScale("default/r1", 0);
+    runner_->ensure(makeRevision("r1", annotations));
+    settle();
+  }
+  std::vector<PodInfo> warmPods(const std::string& rev = "default/r1") {
+    std::vector<PodInfo> out;
+    for (auto& p : runner_->pods(rev)) {
+      if (p.warm) out.push_back(p);
+    }
+    return out;
+  }
+  std::vector<PodInfo> podsIn(PodState s, const std::string& rev = "default/r1") {
+    std::vector<PodInfo> out;
+    for (auto& p : runner_->pods(rev)) {
+      if (p.state == s) out.push_back(p);
+    }
+    return out;
+  }
+  // Index of the first driver call equal to `call`, or -1.
+  int callIndex(const std::string& call) {
+    auto c = driver_.calls();
+    auto it = std::find(c.begin(), c.end(), call);
+    return it == c.end() ? -1 : static_cast<int>(it - c.begin());
+  }
+  // Runs the loop until every pod the runner no longer lists is destroyed.
+  bool settleDestroyed(size_t live) {
+    return settleUntil([&] { return driver_.livePods().size() == live; });
+  }
+  std::vector<std::string> warm_changes_;
+};
+
+TEST_F(WarmPoolTest, FrozenPoolFillsAtZeroAndIsNoEndpoint) {
+  makeWarm(WarmPoolMode::kFrozen);
+  deployAtZero();
+  auto warm = podsIn(PodState::kWarm);
+  ASSERT_EQ(warm.size(), 1u);
+  EXPECT_TRUE(warm[0].warm);
+  EXPECT_TRUE(warm[0].paused);
+  auto fake = driver_.pod(warm[0].pod_id);
+  EXPECT_TRUE(fake.started) << "frozen mode starts the process";
+  EXPECT_GE(fake.probes, 1) << "frozen mode waits for readiness before it freezes";
+  EXPECT_TRUE(fake.paused);
+  EXPECT_LT(callIndex("start " + warm[0].pod_id), callIndex("pause " + warm[0].pod_id));
+  // Not an endpoint, not a ready pod for the autoscaler.
+  EXPECT_EQ(runner_->readyPods("default/r1"), 0);
+  EXPECT_TRUE(runner_->readyEndpoints("default/r1").empty());
+  EXPECT_EQ(health().actual_replicas, 0);
+  // The memory it holds is counted.
+  WarmPoolStatus st = runner_->warmPool("default/r1");
+  EXPECT_EQ(st.mode, "frozen");
+  EXPECT_EQ(st.target, 1);
+  EXPECT_EQ(st.pods, 1);
+  EXPECT_EQ(st.warming, 0);
+  EXPECT_EQ(st.memory_bytes, 8 << 20);
+  EXPECT_EQ(runner_->pods("default/r1")[0].memory_bytes, 8 << 20);
+  EXPECT_FALSE(warm_changes_.empty());
+  // A frozen pod is not probed while it sleeps, and memory is re-read.
+  int probes = driver_.pod(warm[0].pod_id).probes;
+  driver_.setMemory(1 << 20, 9 << 20);
+  advance(seconds(11));
+  EXPECT_EQ(driver_.pod(warm[0].pod_id).probes, probes);
+  EXPECT_EQ(runner_->warmPool("default/r1").memory_bytes, 9 << 20);
+  EXPECT_EQ(driver_.createCount(), 1) << "one pool pod, nothing else";
+}
+
+TEST_F(WarmPoolTest, CreatedPoolPodIsNotStarted) {
+  makeWarm(WarmPoolMode::kCreated);
+  deployAtZero();
+  auto warm = podsIn(PodState::kWarm);
+  ASSERT_EQ(warm.size(), 1u);
+  EXPECT_FALSE(warm[0].paused);
+  auto fake = driver_.pod(warm[0].pod_id);
+  EXPECT_FALSE(fake.started) << "created mode keeps the task created, not started";
+  EXPECT_EQ(fake.probes, 0);
+  WarmPoolStatus st = runner_->warmPool("default/r1");
+  EXPECT_EQ(st.mode, "created");
+  EXPECT_EQ(st.pods, 1);
+  EXPECT_EQ(st.memory_bytes, 1 << 20);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 0);
+}
+
+TEST_F(WarmPoolTest, WakeThawsTheFrozenPodFirstThenRefills) {
+  makeWarm(WarmPoolMode::kFrozen);
+  deployAtZero({{kImageReadyAtAnnotation, "2026-11-30T09:00:00.123456789Z"}});
+  std::string warm_id = podsIn(PodState::kWarm).at(0).pod_id;
+  int creates = driver_.createCount();
+  size_t before = driver_.calls().size();
+  runner_->setDesiredScale("default/r1", 1);
+  settle();
+  // Promoted: resumed, Ready, the endpoint; no fresh pod for the request.
+  EXPECT_FALSE(driver_.pod(warm_id).paused);
+  EXPECT_EQ(driver_.pod(warm_id).resumes, 1);
+  auto eps = runner_->readyEndpoints("default/r1");
+  ASSERT_EQ(eps.size(), 1u);
+  EXPECT_EQ(eps[0].pod_id, warm_id);
+  WakeReport wake;
+  runner_->readyEndpoints("default/r1", &wake);
+  EXPECT_EQ(wake.path, "frozen");
+  ASSERT_TRUE(wake.image_ready_at.has_value());
+  EXPECT_EQ(formatRfc3339(*wake.image_ready_at).substr(0, 19), "2026-11-30T09:00:00");
+  // The promotion happened before any new pod was created; then the pool refilled.
+  int resume_at = callIndex("resume " + warm_id);
+  ASSERT_GE(resume_at, 0);
+  auto calls = driver_.calls();
+  for (int i = static_cast<int>(before); i < resume_at; ++i) EXPECT_NE(calls[i].rfind("create ", 0), 0u) << "at " << i << ": " << calls[i];
+  EXPECT_EQ(driver_.createCount(), creates + 1) << "exactly one refill";
+  auto warm = podsIn(PodState::kWarm);
+  ASSERT_EQ(warm.size(), 1u);
+  EXPECT_NE(warm[0].pod_id, warm_id);
+  EXPECT_GT(callIndex("create " + warm[0].pod_id), resume_at);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  auto info = runner_->pods("default/r1");
+  for (auto& p : info) {
+    if (p.pod_id == warm_id) {
+      EXPECT_EQ(p.origin, "frozen");
+      EXPECT_FALSE(p.warm);
+      EXPECT_EQ(p.state, PodState::kReady);
+    }
+  }
+}
+
+TEST_F(WarmPoolTest, WakeStartsTheCreatedPodAndReportsWarm) {
+  makeWarm(WarmPoolMode::kCreated);
+  deployAtZero();
+  std::string warm_id = podsIn(PodState::kWarm).at(0).pod_id;
+  runner_->setDesiredScale("default/r1", 1);
+  settle();
+  EXPECT_TRUE(driver_.pod(warm_id).started);
+  EXPECT_GE(driver_.pod(warm_id).probes, 1) << "a started created pod is probed like any other";
+  auto eps = runner_->readyEndpoints("default/r1");
+  ASSERT_EQ(eps.size(), 1u);
+  EXPECT_EQ(eps[0].pod_id, warm_id);
+  WakeReport wake;
+  runner_->readyEndpoints("default/r1", &wake);
+  EXPECT_EQ(wake.path, "warm");
+  EXPECT_FALSE(wake.image_ready_at.has_value());
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 1u) << "refilled";
+  EXPECT_EQ(driver_.createCount(), 2);
+}
+
+TEST_F(WarmPoolTest, WakeWithoutPoolIsCached) {
+  makeWarm(WarmPoolMode::kFrozen, 0);
+  deployAtZero();
+  EXPECT_TRUE(runner_->pods("default/r1").empty());
+  runner_->setDesiredScale("default/r1", 1);
+  settle();
+  WakeReport wake;
+  ASSERT_EQ(runner_->readyEndpoints("default/r1", &wake).size(), 1u);
+  EXPECT_EQ(wake.path, "cached");
+  EXPECT_EQ(runner_->warmPool("default/r1").target, 0);
+}
+
+TEST_F(WarmPoolTest, AnnotationSizesThePoolAndBadValuesFallBack) {
+  makeWarm(WarmPoolMode::kFrozen, 1);
+  deployAtZero({{kWarmPoolAnnotation, "3"}});
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 3u);
+  EXPECT_EQ(runner_->warmPool("default/r1").memory_bytes, 3 * (8 << 20));
+  // A bad value: the configured size (1); the extra two are stopped and destroyed.
+  runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "-2"}}));
+  ASSERT_TRUE(settleDestroyed(1));
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 1u);
+  runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "lots"}}));
+  settle();
+  EXPECT_EQ(runner_->warmPool("default/r1").target, 1);
+  runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "0"}}));
+  ASSERT_TRUE(settleDestroyed(0));
+  EXPECT_TRUE(runner_->pods("default/r1").empty());
+}
+
+TEST_F(WarmPoolTest, PromotionOrderWarmFirstThenNewPods) {
+  makeWarm(WarmPoolMode::kFrozen);
+  deployAtZero({{kWarmPoolAnnotation, "2"}});
+  auto warm = podsIn(PodState::kWarm);
+  ASSERT_EQ(warm.size(), 2u);
+  int creates = driver_.createCount();
+  size_t before = driver_.calls().size();
+  runner_->setDesiredScale("default/r1", 3);
+  runner_->runOnce();  // one pass: two promotions, then one fresh create
+  auto calls = driver_.calls();
+  int r0 = callIndex("resume " + warm[0].pod_id), r1 = callIndex("resume " + warm[1].pod_id);
+  ASSERT_GE(r0, static_cast<int>(before));
+  ASSERT_GE(r1, static_cast<int>(before));
+  EXPECT_EQ(driver_.createCount(), creates + 1);
+  int fresh = -1;
+  for (size_t i = before; i < calls.size() && fresh < 0; ++i) {
+    if (calls[i].rfind("create ", 0) == 0) fresh = static_cast<int>(i);
+  }
+  EXPECT_GT(fresh, std::max(r0, r1)) << "the warm pods' work is issued before the new pod's";
+  settle();
+  EXPECT_EQ(runner_->readyPods("default/r1"), 3);
+  std::map<std::string, int> origins;
+  for (auto& p : runner_->pods("default/r1")) {
+    if (!p.warm) ++origins[p.origin];
+  }
+  EXPECT_EQ(origins["frozen"], 2);
+  EXPECT_EQ(origins["cached"], 1);
+  // The pool refilled to 2 after the wake.
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 2u);
+}
+
+TEST_F(WarmPoolTest, WarmPodBeforeWarmingPod) {
+  makeWarm(WarmPoolMode::kFrozen);
+  deployAtZero({{kWarmPoolAnnotation, "1"}});
+  std::string frozen = podsIn(PodState::kWarm).at(0).pod_id;
+  // A second pool pod that cannot pass readiness stays warming.
+  driver_.setProbe([&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == frozen; });
+  runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "2"}}));
+  settle();
+  auto warm = warmPods();
+  ASSERT_EQ(warm.size(), 2u);
+  std::string warming = warm[0].pod_id == frozen ? warm[1].pod_id : warm[0].pod_id;
+  EXPECT_EQ(runner_->warmPool("default/r1").warming, 1);
+  runner_->setDesiredScale("default/r1", 1);
+  settle();
+  EXPECT_EQ(driver_.pod(frozen).resumes, 1);
+  auto eps = runner_->readyEndpoints("default/r1");
+  ASSERT_EQ(eps.size(), 1u);
+  EXPECT_EQ(eps[0].pod_id, frozen);
+  for (auto& p : runner_->pods("default/r1")) {
+    if (p.pod_id == warming) {
+      EXPECT_TRUE(p.warm) << "the warming pod stays in the pool";
+    }
+  }
+}
+
+TEST_F(WarmPoolTest, PoolRespectsMaxScale) {
+  makeWarm(WarmPoolMode::kFrozen);
+  json a = {{kWarmPoolAnnotation, "3"}, {"autoscaling.knative.dev/max-scale", "2"}};
+  deployAtZero(a);
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 2u) << "serving + warm <= max-scale";
+  EXPECT_EQ(runner_->warmPool("default/r1").target, 2);
+  runner_->setDesiredScale("default/r1", 1);
+  settle();
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 1u);
+  EXPECT_EQ(driver_.createCount(), 2) << "no refill beyond max-scale";
+  runner_->setDesiredScale("default/r1", 2);
+  settle();
+  EXPECT_EQ(runner_->readyPods("default/r1"), 2);
+  EXPECT_TRUE(warmPods().empty());
+  EXPECT_EQ(driver_.createCount(), 2);
+  EXPECT_EQ(runner_->warmPool("default/r1").target, 0);
+  // Back to zero: the pool comes back to its cap.
+  runner_->setDesiredScale("default/r1", 0);
+  ASSERT_TRUE(settleUntil([&] { return podsIn(PodState::kWarm).size() == 2 && runner_->readyPods("default/r1") == 0; }));
+  // The legacy camelCase key is honoured too.
+  runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "3"}, {"autoscaling.knative.dev/maxScale", "1"}}));
+  ASSERT_TRUE(settleUntil([&] { return podsIn(PodState::kWarm).size() == 1; }));
+}
+
+TEST_F(WarmPoolTest, RemoveDestroysWarmPodsThawingFrozenOnes) {
+  makeWarm(WarmPoolMode::kFrozen);
+  deployAtZero({{kWarmPoolAnnotation, "2"}});
+  auto warm = podsIn(PodState::kWarm);
+  ASSERT_EQ(warm.size(), 2u);
+  runner_->remove("default", "r1");
+  ASSERT_TRUE(settleDestroyed(0));
+  for (auto& w : warm) {
+    EXPECT_TRUE(driver_.pod(w.pod_id).destroyed);
+    int resume = callIndex("resume " + w.pod_id), stop = callIndex("stop " + w.pod_id);
+    EXPECT_GE(resume, 0) << "a frozen pod is thawed so the signal lands";
+    EXPECT_LT(resume, stop);
+  }
+  ASSERT_TRUE(settleUntil([&] { return runner_->pods("default/r1").empty(); }));
+  EXPECT_EQ(runner_->warmPool("default/r1").pods, 0);
+}
+
+TEST_F(WarmPoolTest, MinScaleAboveZeroEmptiesThePool) {
+  makeWarm(WarmPoolMode::kCreated);
+  deployAtZero({{kWarmPoolAnnotation, "2"}});
+  ASSERT_EQ(podsIn(PodState::kWarm).size(), 2u);
+  runner_->setDesiredScale("default/r1", 1);
+  runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "2"}, {"autoscaling.knative.dev/min-scale", "1"}}));
+  ASSERT_TRUE(settleUntil([&] { return warmPods().empty() && driver_.livePods().size() == 1; }));
+  EXPECT_EQ(runner_->warmPool("default/r1").target, 0);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  // Scale to zero disabled in config: no pool either.
+  PodRunnerOptions o = options();
+  o.warm_pool_size = 1;
+  o.enable_scale_to_zero = false;
+  PodRunner other(driver_, time_, o);
+  other.setDesiredScale("default/r2", 0);
+  other.ensure(makeRevision("r2"));
+  for (int i = 0; i < 10; ++i) other.runOnce();
+  EXPECT_TRUE(other.pods("default/r2").empty());
+  other.shutdownAndDestroyAll();
+}
+
+TEST_F(WarmPoolTest, RestartDestroysWarmPodsAndRefills) {
+  makeWarm(WarmPoolMode::kFrozen);
+  auto pod = [](const std::string& id, bool running, bool paused, uint32_t pid) {
+    AdoptedPod a;
+    a.handle.pod_id = id;
+    a.handle.ns = "default";
+    a.handle.revision_name = "r1";
+    a.handle.ip = "10.0.9." + std::to_string(pid);
+    a.handle.pid = pid;
+    a.running = running;
+    a.paused = paused;
+    return a;
+  };
+  // A serving pod, a frozen warm pod (PAUSED) and a created warm pod (CREATED).
+  driver_.setExisting({pod("r1-serving", true, false, 11), pod("r1-frozen", true, true, 12), pod("r1-created", false, false, 13)});
+  ASSERT_TRUE(runner_->adoptExisting({"default/r1"}).isOk());
+  auto destroyed = driver_.destroyed();
+  std::sort(destroyed.begin(), destroyed.end());
+  EXPECT_EQ(destroyed, (std::vector<std::string>{"r1-created", "r1-frozen"}));
+  EXPECT_GE(callIndex("resume r1-frozen"), 0);
+  EXPECT_LT(callIndex("resume r1-frozen"), callIndex("destroy r1-frozen"));
+  EXPECT_EQ(driver_.lastCleanupLive(), (std::set<std::string>{"r1-serving"}));
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 1u) << "the pool refills after the restart";
+  EXPECT_EQ(driver_.createCount(), 1);
+  // The adopted pod serves; scale to zero and wake: the frozen pod is used.
+  runner_->setDesiredScale("default/r1", 0);
+  ASSERT_TRUE(settleUntil([&] { return runner_->readyPods("default/r1") == 0; }));
+  runner_->setDesiredScale("default/r1", 1);
+  settle();
+  WakeReport wake;
+  ASSERT_EQ(runner_->readyEndpoints("default/r1", &wake).size(), 1u);
+  EXPECT_EQ(wake.path, "frozen");
+}
+
+TEST_F(WarmPoolTest, FailedPauseReplacesTheWarmPod) {
+  makeWarm(WarmPoolMode::kFrozen);
+  driver_.setPauseFails(true);
+  deployAtZero();
+  EXPECT_TRUE(podsIn(PodState::kWarm).empty());
+  ASSERT_TRUE(settleUntil([&] { return driver_.destroyed().size() >= 1; }));
+  driver_.setPauseFails(false);
+  ASSERT_TRUE(settleUntil([&] { return podsIn(PodState::kWarm).size() == 1; }));
+  EXPECT_EQ(runner_->readyPods("default/r1"), 0);
+}
+
+TEST_F(WarmPoolTest, CrashOfAFrozenCandidateIsReplaced) {
+  makeWarm(WarmPoolMode::kCreated);
+  deployAtZero();
+  std::string id = podsIn(PodState::kWarm).at(0).pod_id;
+  exitPod(id, 1, false, "boom");
+  EXPECT_TRUE(driver_.pod(id).destroyed);
+  advance(seconds(2));  // back-off
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 1u);
+  EXPECT_NE(podsIn(PodState::kWarm).at(0).pod_id, id);
 }
 
 }  // namespace
