@@ -53,7 +53,9 @@ class ContainerdSession : public ImageStore::Session {
           if (buf.empty() && n > 0) return internalError("short read of " + path);
           return buf;
         },
-        {}, "knap-pull-" + desc.digest);
+        // A unique ingest ref (the default): a concurrent writer of the same
+        // blob in another process then finds it committed instead of locked.
+        {});
   }
 
   Status putBlob(const Descriptor& desc, const std::string& data, const BlobLabels& labels) override {

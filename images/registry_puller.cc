@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "common/log.h"
@@ -338,8 +339,12 @@ Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc
   std::error_code ec;
   fs::create_directories(options_.scratch_dir, ec);
   if (ec) return internalError("create " + options_.scratch_dir + ": " + ec.message());
-  const std::string path = (fs::path(options_.scratch_dir) / (hexOf(desc.digest) + ".partial")).string();
-  fs::remove(path, ec);  // the hash state of an earlier run is not known
+  // Unique per process and download: another knap process may fetch the same
+  // blob into the same scratch dir at the same time.
+  static std::atomic<uint64_t> seq{0};
+  const std::string path = (fs::path(options_.scratch_dir) / (hexOf(desc.digest) + "." + std::to_string(::getpid()) +
+                                                              "-" + std::to_string(seq.fetch_add(1)) + ".partial"))
+                               .string();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return internalError("cannot write " + path);
   auto hash = std::make_unique<containerd::Sha256>();

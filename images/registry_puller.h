@@ -38,7 +38,7 @@ class RegistryPuller : public Puller {
   struct Options {
     Platform platform;            // the manifest chosen from an index
     int parallelism = 4;          // blobs fetched at once per pull
-    std::string scratch_dir;      // partial downloads: <scratch_dir>/<hex>.partial (created)
+    std::string scratch_dir;      // partial downloads: <scratch_dir>/<hex>.<pid>-<n>.partial (created)
     int attempts = 4;             // per blob, before kUnavailable
     Duration backoff = std::chrono::milliseconds(500);  // doubles after each failed attempt
     // How the puller waits between attempts; null = a real sleep.

@@ -6,6 +6,7 @@
 //   knap delete KIND NAME
 //   knap logs SERVICE|REVISION [-f]     pod logs from knapd's data dir (tools/knap/pods_cmd.h)
 //   knap image import FILE              OCI archive into containerd (root)
+//   knap image pull IMAGE               from its registry into containerd (root; tools/knap/image_pull_cmd.h)
 //
 // KIND: services|ksvc, configurations|config, revisions|rev, routes|rt.
 // The server is found from --server, $KNAP_SERVER, or knapd's default unix
@@ -23,6 +24,7 @@
 #include "api/resources.h"
 #include "common/clock.h"
 #include "tools/knap/http_client.h"
+#include "tools/knap/image_pull_cmd.h"
 #include "tools/knap/pods_cmd.h"
 #include "tools/knap/table.h"
 
@@ -52,6 +54,7 @@ const char* kUsage =
     "  knap delete service|configuration|route|revision NAME [-n NS]\n"
     "  knap logs SERVICE|REVISION [-f] [-n NS] [--data-dir DIR]\n"
     "  knap image import FILE [--name NAME] [--containerd-socket PATH]\n"
+    "  knap image pull IMAGE [--config FILE] [--platform os/arch] [--containerd-socket PATH] [--namespace NS]\n"
     "\n"
     "Global flags:\n"
     "  --server URL   knapd API (unix:///var/lib/knap/knapd.sock or http://127.0.0.1:6443); env KNAP_SERVER\n"
@@ -495,6 +498,14 @@ int run(int argc, char** argv) {
   std::vector<std::string> raw(argv + 1, argv + argc);
   // Local commands with their own flags (`-f` means follow for logs).
   if (!raw.empty() && raw[0] == "logs") return cmdLogs({raw.begin() + 1, raw.end()});
+  {
+    // `knap [--server URL] image pull ...` (--server is irrelevant to a pull).
+    size_t i = 0;
+    while (i + 1 < raw.size() && raw[i] == "--server") i += 2;
+    if (i + 1 < raw.size() && raw[i] == "image" && raw[i + 1] == "pull") {
+      return cmdImagePull({raw.begin() + static_cast<long>(i) + 2, raw.end()});
+    }
+  }
   if (!raw.empty() && raw[0] == "image") return cmdImage({raw.begin() + 1, raw.end()});
   std::string command;
   for (size_t i = 0; i < raw.size(); ++i) {
