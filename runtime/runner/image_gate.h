@@ -1,0 +1,95 @@
+// ImageGate: a RevisionBackend that keeps a Revision away from its pods
+// until its image is present, wrapping the real backend (the PodRunner).
+//
+// ensure(rev) asks the PrePuller for the Revision's image (resolving its tag
+// once and pinning the digest, then pulling it). While the image is not
+// present the gate answers health() itself:
+//   image Pending -> ResourcesAvailable and ContainerHealthy Unknown,
+//                    reason "PullingImage"/"ResolvingDigest", message with
+//                    the pull's progress ("pulling IMAGE: 12.3 of 40.1 MB");
+//   image Failed  -> ContainerHealthy False with pullFailureReason()
+//                    ("Unauthorized", "ManifestUnknown", "RegistryUnreachable",
+//                    "DigestMismatch", "InvalidImageName", "ImagePullFailed")
+//                    or "ContainerMissing", ResourcesAvailable Unknown with the
+//                    same reason; the PrePuller retries with back-off;
+// so Ready stays Unknown/False until the image is present. Once it is, the
+// gate calls inner.ensure() with a copy of the Revision whose
+// containers[0].image is the pinned digest ref and whose annotation
+// knap.dev/image-ready-at is the RFC 3339 (nanoseconds) wall time the image
+// became present, and from then on reports the inner backend's health.
+// health().image_digest is the pinned digest ref as soon as it is resolved
+// (so status.containerStatuses[0].imageDigest is pinned on first resolution);
+// a Revision whose status already carries an imageDigest is not resolved
+// again (that digest is used), and one that was Ready before a restart is
+// handed to the inner backend at once, so its running pods are adopted
+// without a status flap while the image's presence is checked.
+//
+// The gate takes over the inner backend's and the PrePuller's change
+// callbacks. Thread safety: every method may be called from any thread; the
+// change callback is called without the gate's locks held.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "controller/revision_backend.h"
+#include "images/pre_puller.h"
+
+namespace knap::runner {
+
+// The annotation the gate sets on the Revision it hands to the inner backend.
+inline constexpr char kGateImageReadyAtAnnotation[] = "knap.dev/image-ready-at";
+
+// "2026-11-30T09:37:20.123456789Z" (Go's RFC3339Nano: trailing zeros trimmed).
+std::string formatRfc3339Nano(WallTime t);
+
+class ImageGate final : public controller::RevisionBackend {
+ public:
+  // Both must outlive the gate.
+  ImageGate(controller::RevisionBackend& inner, images::PrePuller& pre_puller);
+
+  void ensure(const nlohmann::json& revision) override;
+  void remove(const std::string& ns, const std::string& name) override;
+  controller::RevisionHealth health(const std::string& ns, const std::string& name) override;
+  void setOnChange(std::function<void(const std::string& ns, const std::string& name)> fn) override;
+
+  // Image names and digest refs of every live Revision (as written, pinned,
+  // and as handed to the pods) plus the PrePuller's pre-pull list: what
+  // image GC must keep.
+  std::set<std::string> imagesInUse();
+  // Whether the Revision has been handed to the inner backend (tests).
+  bool forwarded(const std::string& ns, const std::string& name);
+
+ private:
+  struct Rev {
+    std::string ns, name;
+    nlohmann::json object;  // as the controller ensured it
+    std::string image;      // containers[0].image as written
+    std::string pinned;     // digest ref from status or from the PrePuller
+    bool ungated = false;   // no image to gate on: the inner backend reports
+    bool early = false;     // was Ready before a restart: forward before the image check
+    bool forwarded = false;
+    nlohmann::json last_forwarded;
+  };
+
+  void sync(const std::string& key);
+  void onImageChange(const std::string& key);
+  void notify(const std::string& ns, const std::string& name);
+
+  controller::RevisionBackend& inner_;
+  images::PrePuller& pre_puller_;
+
+  std::mutex forward_mu_;  // serializes forwarding decisions; taken before mu_
+  std::mutex mu_;
+  std::map<std::string, Rev> revs_;  // by "ns/name"
+  std::mutex cb_mu_;
+  std::function<void(const std::string&, const std::string&)> on_change_;
+};
+
+}  // namespace knap::runner
