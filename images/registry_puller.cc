@@ -4,7 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 #include <vector>
 
 #include "common/log.h"
@@ -24,6 +27,23 @@ bool retryable(const Status& s) { return s.code() == Code::kUnavailable || s.cod
 std::string hexOf(const std::string& digest) {
   size_t colon = digest.find(':');
   return colon == std::string::npos ? digest : digest.substr(colon + 1);
+}
+
+// Removes <hex>.<pid>-<n>.partial files left by processes that are gone.
+void removeStalePartials(const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() < 9 || name.substr(name.size() - 8) != ".partial") continue;
+    size_t dot = name.find('.'), dash = name.find('-', dot == std::string::npos ? 0 : dot);
+    if (dot == std::string::npos || dash == std::string::npos) continue;
+    const long pid = std::atol(name.substr(dot + 1, dash - dot - 1).c_str());
+    if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) {
+      std::error_code rm;
+      fs::remove(entry.path(), rm);
+    }
+  }
 }
 
 }  // namespace
@@ -90,6 +110,7 @@ RegistryPuller::RegistryPuller(RegistryClient& client, ImageStore& store, Option
   if (options_.parallelism < 1) options_.parallelism = 1;
   if (options_.attempts < 1) options_.attempts = 1;
   if (!options_.sleep) options_.sleep = [](Duration d) { std::this_thread::sleep_for(d); };
+  removeStalePartials(options_.scratch_dir);
 }
 
 RegistryPuller::~RegistryPuller() = default;

@@ -200,6 +200,20 @@ TEST_F(RegistryPullerTest, PullsIndexForThisPlatformAndNamesRecords) {
   EXPECT_EQ(reg.count("GET", "/blobs/"), gets);
 }
 
+TEST_F(RegistryPullerTest, RemovesPartialFilesOfDeadProcessesOnly) {
+  std::filesystem::create_directories(scratch_);
+  // pid 0x7ffffffe is far above pid_max; ours is alive.
+  const std::string dead = scratch_ + "/abc.2147483646-0.partial";
+  const std::string alive = scratch_ + "/abc." + std::to_string(::getpid()) + "-7.partial";
+  std::ofstream(dead) << "x";
+  std::ofstream(alive) << "x";
+  TestRegistry reg;
+  auto rc = client(reg);
+  RegistryPuller puller(*rc, store_, options());
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(alive));
+}
+
 TEST_F(RegistryPullerTest, DockerManifestListAndPullByDigest) {
   TestRegistry reg;
   TestImage amd = testing::makeTestImage({"docker layer"}, "amd64", true);

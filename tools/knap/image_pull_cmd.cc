@@ -44,8 +44,7 @@ class ProgressDisplay {
       if (p.phase == phase_) return;
       phase_ = p.phase;
       if (p.phase == "fetching") {
-        std::cerr << "fetching " << p.blobs_total << " blobs (" << humanBytes(p.bytes_total) << ", "
-                  << humanBytes(p.bytes_done) << " present)" << std::endl;
+        std::cerr << "fetching " << p.blobs_total << " blobs (" << humanBytes(p.bytes_total) << ")" << std::endl;
       } else if (p.phase == "done") {
         std::cerr << "done: " << p.blobs_done << "/" << p.blobs_total << " blobs, " << humanBytes(p.bytes_done)
                   << std::endl;
