@@ -124,6 +124,19 @@ void Family<Cell>::remove(const std::vector<std::string>& values) {
 }
 
 template <typename Cell>
+void Family<Cell>::removeAll(const std::string& first) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = cells_.begin(); it != cells_.end();) {
+    if (!it->first.empty() && it->first[0] == first) {
+      retired_.push_back(std::move(it->second));
+      it = cells_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+template <typename Cell>
 void Family<Cell>::render(std::string& out) const {
   std::lock_guard<std::mutex> lock(mu_);
   out += "# HELP " + name_ + " " + help_ + "\n";
@@ -154,11 +167,16 @@ RouterMetrics::RouterMetrics()
                  "Time requests spent in the activator queue before a pod slot was granted.",
                  {"revision"}, kLatencyBuckets),
       cold_start("knap_cold_start_seconds",
-                 "From the first request at zero ready pods to its first response byte.",
-                 {"revision"}, kColdBuckets),
+                 "From the first request at zero ready pods to its first response byte, by how the "
+                 "first pod came to be (pulled, cached, warm, frozen).",
+                 {"revision", "path"}, kColdBuckets),
       revision_pods("knap_revision_pods", "Pods of a revision, desired and ready.",
                     {"revision", "state"}),
-      probes_total("knap_router_probes_total", "Network probes answered by the router.", {"kind"}) {}
+      probes_total("knap_router_probes_total", "Network probes answered by the router.", {"kind"}),
+      warm_pool_pods("knap_warm_pool_pods", "Warm pods kept for a revision that scales to zero, by pool mode.",
+                     {"revision", "mode"}),
+      warm_pool_memory("knap_warm_pool_memory_bytes", "Memory held by a revision's warm pods (cgroup usage).",
+                       {"revision"}) {}
 
 std::string RouterMetrics::render() const {
   std::string out;
@@ -169,6 +187,8 @@ std::string RouterMetrics::render() const {
   cold_start.render(out);
   revision_pods.render(out);
   probes_total.render(out);
+  warm_pool_pods.render(out);
+  warm_pool_memory.render(out);
   return out;
 }
 
@@ -176,7 +196,9 @@ void RouterMetrics::removeRevision(const std::string& revision) {
   request_duration.remove({revision});
   queued_requests.remove({revision});
   queue_wait.remove({revision});
-  cold_start.remove({revision});
+  cold_start.removeAll(revision);
+  warm_pool_pods.removeAll(revision);
+  warm_pool_memory.remove({revision});
   revision_pods.remove({revision, "desired"});
   revision_pods.remove({revision, "ready"});
   // requests_total keeps its counters: a counter that vanishes and comes

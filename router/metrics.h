@@ -68,6 +68,9 @@ class Family {
   // Stops exporting a label set (e.g. a deleted revision). The cell stays
   // allocated so a reference another thread still holds remains valid.
   void remove(const std::vector<std::string>& values);
+  // remove() of every label set whose first value is `first` (all paths or
+  // modes of one revision).
+  void removeAll(const std::string& first);
   void render(std::string& out) const;
   const std::string& name() const { return name_; }
 
@@ -100,9 +103,11 @@ class RouterMetrics {
   HistogramFamily request_duration;    // {revision}
   GaugeFamily queued_requests;         // {revision}
   HistogramFamily queue_wait;          // {revision}
-  HistogramFamily cold_start;          // {revision}
+  HistogramFamily cold_start;          // {revision, path}
   GaugeFamily revision_pods;           // {revision, state="desired|ready"}
   CounterFamily probes_total;          // {kind}
+  GaugeFamily warm_pool_pods;          // {revision, mode}
+  GaugeFamily warm_pool_memory;        // {revision}
 };
 
 }  // namespace knap::router

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <set>
@@ -105,6 +106,7 @@ struct RevisionState {
   mutable std::mutex mu;
   RevisionConfig config_;
   std::vector<std::string> endpoints;  // under mu
+  WakeInfo wake;                       // under mu: how it last woke from zero
   ActivatorQueue queue;
   scaler::RequestStats stats;
 };
@@ -251,6 +253,22 @@ struct Router::Impl {
   // Helpers kept out of coroutine bodies (GCC 12 rejects braced lists of
   // string literals there).
   void countProbe(const char* kind) { metrics.probes_total.with({kind}).inc(); }
+  // The cold start of the request that woke `revision`: records the
+  // histogram and returns the K-Knap-Cold-Start value.
+  std::string noteColdStart(RevisionState& st, const std::string& revision, WallTime arrived, Duration d) {
+    WakeInfo wake;
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      wake = st.wake;
+    }
+    std::string path = wake.path.empty() ? "unknown" : wake.path;
+    if (wake.image_ready_at && *wake.image_ready_at > arrived) path = "pulled";
+    const double secs = seconds(d);
+    metrics.cold_start.with({revision, path}).observe(secs);
+    char dur[32];
+    std::snprintf(dur, sizeof dur, "%.3f", secs);
+    return "path=" + path + "; dur=" + dur;
+  }
   void countUnrouted() { metrics.requests_total.with({"", "404"}).inc(); }
   static std::vector<std::pair<std::string, std::string>> hashHeader(const std::string& v) {
     return {{std::string(kHashHeader), v}};
@@ -484,6 +502,7 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
 
   // 1. A slot on a pod: now, or after waiting in the activator queue.
   bool cold_start = false;
+  WallTime arrived{};
   {
     auto ws = std::make_shared<WaitState>(w.ioc.get_executor());
     ActivatorQueue::Acquired acq = state->queue.acquire(
@@ -499,6 +518,7 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
       Gauge& queued_gauge = metrics.queued_requests.with({revision});
       queued_gauge.add(1);
       cold_start = acq.first_cold;
+      if (cold_start) arrived = time.now() - (time.monotonic() - start);
       if (acq.cold && on_cold != nullptr && *on_cold) (*on_cold)(revision);
       ws->timer.expires_at(std::min(start + opts.queue.max_wait, first_byte_deadline));
       // A client that hangs up while queued must not keep its place (nor
@@ -701,12 +721,15 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     resp.version(11);
   }
   guard->code = code;
+  if (cold_start) {
+    const std::string cold = noteColdStart(*state, revision, arrived, time.monotonic() - start);
+    resp.set(beast::string_view(kColdStartHeader.data(), kColdStartHeader.size()), cold);
+  }
   http::response_serializer<http::buffer_body> rs{resp};
   beast::error_code ec;
   client.expires_after(opts.client_io_timeout);
   co_await http::async_write_header(client, rs, tok(ec));
   if (ec) co_return false;
-  if (cold_start) metrics.cold_start.with({revision}).observe(seconds(time.monotonic() - start));
 
   if (switching) {
     // 5. Upgrade: splice bytes both ways; the slot stays held until both close.
@@ -851,7 +874,8 @@ void Router::setRoutingTable(std::shared_ptr<const RoutingTable> table) {
   impl_->table = std::move(table);
 }
 
-void Router::setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints) {
+void Router::setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,
+                          const WakeInfo& wake) {
   std::shared_ptr<RevisionState> st = impl_->revisionState(revision);
   std::vector<std::string> keys;
   keys.reserve(endpoints.size());
@@ -863,6 +887,7 @@ void Router::setEndpoints(const std::string& revision, const std::vector<Endpoin
       if (std::find(keys.begin(), keys.end(), old) == keys.end()) gone.push_back(old);
     }
     st->endpoints = keys;
+    if (!wake.path.empty()) st->wake = wake;
   }
   st->queue.setEndpoints(keys);
   impl_->metrics.revision_pods.with({revision, "ready"}).set(static_cast<double>(keys.size()));
@@ -876,6 +901,20 @@ void Router::setEndpoints(const std::string& revision, const std::vector<Endpoin
       });
     }
   }
+}
+
+void Router::setWarmPool(const std::string& revision, const WarmPoolStats& pool) {
+  if (pool.pods == 0 && !impl_->findRevision(revision)) {
+    // An empty pool of a revision the router does not know (removed): no series.
+    impl_->metrics.warm_pool_pods.removeAll(revision);
+    impl_->metrics.warm_pool_memory.remove({revision});
+    return;
+  }
+  for (const char* mode : {"created", "frozen"}) {
+    if (pool.mode != mode) impl_->metrics.warm_pool_pods.remove({revision, mode});
+  }
+  impl_->metrics.warm_pool_pods.with({revision, pool.mode}).set(pool.pods);
+  impl_->metrics.warm_pool_memory.with({revision}).set(static_cast<double>(pool.memory_bytes));
 }
 
 void Router::setRevisionConfig(const std::string& revision, const RevisionConfig& config) {

@@ -32,7 +32,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -50,6 +52,28 @@ struct Endpoint {
   std::string key() const;  // "ip:port" ("[v6]:port")
   bool operator==(const Endpoint&) const = default;
 };
+
+// How a revision's first ready pod came to be the last time it woke from
+// zero (reported by the pod runner with the endpoints). The cold start of a
+// request that woke the revision is labelled with `path`, or "pulled" when
+// `image_ready_at` is later than the request's arrival (its image was pulled
+// while it waited).
+struct WakeInfo {
+  std::string path;                        // "warm", "frozen", "cached", "adopted"; "" = unknown
+  std::optional<WallTime> image_ready_at;  // the Revision's knap.dev/image-ready-at
+  bool operator==(const WakeInfo&) const = default;
+};
+
+// A revision's warm pool, for knap_warm_pool_pods / knap_warm_pool_memory_bytes.
+struct WarmPoolStats {
+  std::string mode;          // "created" or "frozen"
+  int pods = 0;              // warm pods ready to promote
+  int64_t memory_bytes = 0;  // memory those pods hold
+};
+
+// The response header on the request that woke a revision from zero:
+// "path=<warm|frozen|cached|pulled|adopted|unknown>; dur=<seconds, 3 decimals>".
+inline constexpr std::string_view kColdStartHeader = "K-Knap-Cold-Start";
 
 // Per-revision settings from the Revision spec (§5.7, §5.8).
 struct RevisionConfig {
@@ -98,7 +122,13 @@ class Router final : public scaler::MetricsSource {
   // Replaces the routing table; requests already routed keep the old one.
   void setRoutingTable(std::shared_ptr<const RoutingTable> table);
   // Ready pod endpoints of `revision` ("ns/name"); releases queued requests.
-  void setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints);
+  // `wake` (when its path is set) is how the revision last woke from zero; it
+  // is stored before the queue is released, so a waking request sees it.
+  void setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,
+                    const WakeInfo& wake = {});
+  // The revision's warm pool (knap_warm_pool_pods{revision,mode},
+  // knap_warm_pool_memory_bytes{revision}).
+  void setWarmPool(const std::string& revision, const WarmPoolStats& pool);
   void setRevisionConfig(const std::string& revision, const RevisionConfig& config);
   // Forgets the revision: queued requests get 503, metrics series dropped.
   void removeRevision(const std::string& revision);

@@ -472,8 +472,94 @@ TEST_F(RouterTest, QueuesAtZeroAndReleasesWhenEndpointAppears) {
   }
   EXPECT_EQ(router_->queued(kRev), 0u);
   const std::string m = router_->renderMetrics();
-  EXPECT_NE(m.find("knap_cold_start_seconds_count{revision=\"default/hello-00001\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("knap_cold_start_seconds_count{revision=\"default/hello-00001\",path=\"unknown\"} 1"),
+            std::string::npos) << m;
   EXPECT_NE(m.find("knap_activator_queue_wait_seconds_count{revision=\"default/hello-00001\"} 5"), std::string::npos) << m;
+}
+
+// The request that woke a revision carries K-Knap-Cold-Start with the path
+// the runtime reported; the others queued with it do not.
+TEST_F(RouterTest, ColdStartHeaderAndHistogramByWakePath) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
+    resp.body() = "up";
+  }));
+  startRouter();
+  setRoutes({helloRoute()});
+  auto first = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
+  ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 1; }));
+  auto second = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
+  ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 2; }));
+  std::this_thread::sleep_for(30ms);
+  router_->setEndpoints(kRev, {pod.endpoint()}, WakeInfo{"frozen", std::nullopt});
+  auto r1 = first.get();
+  auto r2 = second.get();
+  ASSERT_EQ(r1.result_int(), 200);
+  const std::string h(r1[std::string(kColdStartHeader)]);
+  ASSERT_EQ(h.rfind("path=frozen; dur=", 0), 0u) << h;
+  const double dur = std::stod(h.substr(h.find("dur=") + 4));
+  EXPECT_GE(dur, 0.03);
+  EXPECT_LT(dur, 5.0);
+  EXPECT_EQ(h.size() - h.find('.') - 1, 3u) << "3 decimals: " << h;
+  EXPECT_EQ(r2.result_int(), 200);
+  EXPECT_EQ(r2.find(std::string(kColdStartHeader)), r2.end()) << "only the waking request";
+  // A request to a warm revision has no header.
+  auto r3 = get(router_->port(), kHost);
+  EXPECT_EQ(r3.find(std::string(kColdStartHeader)), r3.end());
+  std::string m = router_->renderMetrics();
+  EXPECT_NE(m.find("knap_cold_start_seconds_count{revision=\"default/hello-00001\",path=\"frozen\"} 1"),
+            std::string::npos) << m;
+
+  // Back to zero; the image became present after the next waking request
+  // arrived: "pulled", whatever pod path the runtime reports.
+  router_->setEndpoints(kRev, {});
+  const WallTime before = RealTimeSource::instance().now();
+  auto fourth = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
+  ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 1; }));
+  router_->setEndpoints(kRev, {pod.endpoint()},
+                        WakeInfo{"cached", RealTimeSource::instance().now()});
+  auto r4 = fourth.get();
+  EXPECT_EQ(std::string(r4[std::string(kColdStartHeader)]).rfind("path=pulled; dur=", 0), 0u)
+      << r4[std::string(kColdStartHeader)];
+
+  // An image that was present before the request: the pod path.
+  router_->setEndpoints(kRev, {});
+  auto fifth = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
+  ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 1; }));
+  router_->setEndpoints(kRev, {pod.endpoint()}, WakeInfo{"warm", before});
+  auto r5 = fifth.get();
+  EXPECT_EQ(std::string(r5[std::string(kColdStartHeader)]).rfind("path=warm; dur=", 0), 0u)
+      << r5[std::string(kColdStartHeader)];
+  m = router_->renderMetrics();
+  EXPECT_NE(m.find("knap_cold_start_seconds_count{revision=\"default/hello-00001\",path=\"pulled\"} 1"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("knap_cold_start_seconds_count{revision=\"default/hello-00001\",path=\"warm\"} 1"),
+            std::string::npos) << m;
+  // Removing the revision drops every path's series.
+  router_->removeRevision(kRev);
+  m = router_->renderMetrics();
+  EXPECT_EQ(m.find("knap_cold_start_seconds_count{revision=\"default/hello-00001\""), std::string::npos) << m;
+}
+
+TEST_F(RouterTest, WarmPoolGauges) {
+  startRouter();
+  router_->setRevisionConfig(kRev, RevisionConfig{});
+  router_->setWarmPool(kRev, WarmPoolStats{"frozen", 2, 3 * 1024 * 1024});
+  std::string m = router_->renderMetrics();
+  EXPECT_NE(m.find("knap_warm_pool_pods{revision=\"default/hello-00001\",mode=\"frozen\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("knap_warm_pool_memory_bytes{revision=\"default/hello-00001\"} 3145728"), std::string::npos) << m;
+  // A mode change replaces the series.
+  router_->setWarmPool(kRev, WarmPoolStats{"created", 1, 1024});
+  m = router_->renderMetrics();
+  EXPECT_EQ(m.find("mode=\"frozen\""), std::string::npos) << m;
+  EXPECT_NE(m.find("knap_warm_pool_pods{revision=\"default/hello-00001\",mode=\"created\"} 1"), std::string::npos) << m;
+  router_->removeRevision(kRev);
+  m = router_->renderMetrics();
+  EXPECT_EQ(m.find("knap_warm_pool_pods{"), std::string::npos) << m;
+  EXPECT_EQ(m.find("knap_warm_pool_memory_bytes{"), std::string::npos) << m;
+  // An empty pool reported after the removal does not bring the series back.
+  router_->setWarmPool(kRev, WarmPoolStats{"created", 0, 0});
+  m = router_->renderMetrics();
+  EXPECT_EQ(m.find("knap_warm_pool_pods{"), std::string::npos) << m;
 }
 
 TEST_F(RouterTest, QueueFullGets503) {
