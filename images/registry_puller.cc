@@ -55,13 +55,13 @@ struct RegistryPuller::PullFlight {
   bool done = false;
   StatusOr<PullResult> result = Status(Code::kInternal, "pull not finished");
   std::vector<ProgressFn> listeners;
-  PullProgress last;
+  std::mutex report_mu;  // callbacks run one at a time, never under `mu`
 
   void report(const PullProgress& p) {
+    std::lock_guard<std::mutex> serial(report_mu);
     std::vector<ProgressFn> ls;
     {
       std::lock_guard<std::mutex> lock(mu);
-      last = p;
       ls = listeners;
     }
     for (const ProgressFn& fn : ls) fn(p);
@@ -83,25 +83,18 @@ struct RegistryPuller::PullState {
   PullProgress progress;
   int64_t fetched = 0;
 
+  // Reports under `mu` so callers see bytes_done only grow.
   void add(int64_t bytes, int blobs, bool downloaded) {
-    PullProgress p;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      progress.bytes_done += bytes;
-      progress.blobs_done += blobs;
-      if (downloaded) fetched += bytes;
-      p = progress;
-    }
-    flight.report(p);
+    std::lock_guard<std::mutex> lock(mu);
+    progress.bytes_done += bytes;
+    progress.blobs_done += blobs;
+    if (downloaded) fetched += bytes;
+    flight.report(progress);
   }
   void phase(const std::string& name) {
-    PullProgress p;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      progress.phase = name;
-      p = progress;
-    }
-    flight.report(p);
+    std::lock_guard<std::mutex> lock(mu);
+    progress.phase = name;
+    flight.report(progress);
   }
 };
 

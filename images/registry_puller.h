@@ -16,7 +16,8 @@
 // fetched once (the second waits for the first).
 //
 // Thread safety: safe from any thread; the client and store must outlive the
-// puller. Errors: see puller.h.
+// puller. Progress callbacks run on the puller's worker threads, one at a time.
+// Errors: see puller.h.
 #pragma once
 
 #include <condition_variable>

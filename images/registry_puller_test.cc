@@ -191,6 +191,9 @@ TEST_F(RegistryPullerTest, PullsIndexForThisPlatformAndNamesRecords) {
   EXPECT_EQ(seen.back().bytes_done, total);
   EXPECT_EQ(seen.back().blobs_done, 3);
   EXPECT_EQ(seen.back().blobs_total, 3);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GE(seen[i].bytes_done, seen[i - 1].bytes_done) << "progress never goes backwards";
+  }
 
   // Again: everything is present, nothing is fetched.
   const int gets = reg.count("GET", "/blobs/");
