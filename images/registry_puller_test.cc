@@ -389,6 +389,37 @@ TEST_F(RegistryPullerTest, SharedLayerOfTwoImagesFetchedOnce) {
             a.config.size + b.config.size + a.layers[0].size + a.layers[1].size + b.layers[1].size);
 }
 
+TEST_F(RegistryPullerTest, BlobRedirectToAnotherHostGetsNoCredentials) {
+  TestRegistry reg(TestRegistry::Auth::kBearer, "u", "p");
+  TestImage img = testing::makeTestImage({bigLayer('z', 100000)});
+  reg.push("app", "v1", img);
+  std::mutex mu;
+  std::vector<testing::HttpRequest> cdn_log;
+  testing::TestHttpServer cdn([&](const testing::HttpRequest& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    cdn_log.push_back(r);
+    testing::HttpResponse resp;
+    const std::string digest = r.path.substr(r.path.rfind('/') + 1);
+    auto it = img.blobs.find(digest);
+    if (it == img.blobs.end()) {
+      resp.status = 404;
+    } else {
+      resp.body = it->second;
+    }
+    return resp;
+  });
+  reg.setBlobRedirect("http://" + cdn.hostPort() + "/cdn");
+  RegistryOptions ro;
+  ro.insecure_registries = {reg.host()};
+  RegistryClient rc(ro, AuthConfig{{reg.host(), Credential{"u", "p"}}}, RealTimeSource::instance());
+  RegistryPuller puller(rc, store_, options());
+  auto r = puller.pull(reg.host() + "/app:v1");
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(cdn_log.size(), 2u);  // config + layer
+  for (const auto& q : cdn_log) EXPECT_EQ(q.headers.count("authorization"), 0u) << "token leaked to " << q.path;
+}
+
 TEST_F(RegistryPullerTest, BearerAuthPullAndWrongCredentials) {
   TestRegistry reg(TestRegistry::Auth::kBearer, "u", "p");
   TestImage img = testing::makeTestImage({"secret layer"});

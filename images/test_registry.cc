@@ -36,6 +36,7 @@ std::string reasonPhrase(int status) {
   switch (status) {
     case 200: return "OK";
     case 206: return "Partial Content";
+    case 307: return "Temporary Redirect";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";
     case 404: return "Not Found";
@@ -364,6 +365,12 @@ HttpResponse TestRegistry::handle(const HttpRequest& req) {
   }
   if (size_t b = rest.find("/blobs/"); b != std::string::npos) {
     std::string digest = rest.substr(b + 7);
+    if (!blob_redirect_.empty()) {
+      HttpResponse r;
+      r.status = 307;
+      r.headers.push_back({"Location", blob_redirect_ + "/" + digest});
+      return r;
+    }
     auto it = blobs_.find(digest);
     if (it == blobs_.end()) return jsonError(404, "BLOB_UNKNOWN", "blob unknown");
     std::string data = corrupt_.count(digest) ? corrupt_[digest] : it->second;

@@ -90,6 +90,11 @@ class TestRegistry {
   void cutBlobOnce(const std::string& digest, int64_t after);  // the next GET stops after `after` bytes
   void setIgnoreRange(bool ignore) { ignore_range_ = ignore; }
   void setOmitDigestHeader(bool omit) { omit_digest_header_ = omit; }
+  // Blob GETs answer 307 to <base>/<digest> (a CDN, as Docker Hub does).
+  void setBlobRedirect(const std::string& base) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blob_redirect_ = base;
+  }
 
   // --- what clients did ---
   int blobGets(const std::string& digest) const;
@@ -113,6 +118,7 @@ class TestRegistry {
   std::map<std::string, std::string> corrupt_;
   std::map<std::string, int64_t> cut_once_;
   std::vector<HttpRequest> log_;
+  std::string blob_redirect_;
   int tokens_issued_ = 0;
   TestHttpServer server_;  // last: starts after everything above exists
 };
