@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "runtime/containerd/image_import.h"
@@ -34,6 +35,29 @@ std::string httpGet(const std::string& ip, int port, const std::string& path) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   timeval tv{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  std::string resp;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    std::string req = "GET " + path + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[8192];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) resp.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  size_t body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+// GET with a receive timeout of `timeout_ms`; "" when nothing came back in time.
+std::string httpGetWithin(const std::string& ip, int port, const std::string& path, int timeout_ms) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
@@ -426,6 +450,128 @@ TEST_F(RunnerE2eTest, FiftyCreateDeleteCyclesLeaveNothingBehind) {
   EXPECT_EQ(after.netns, 0u);
   EXPECT_EQ(after.leases, 0u);
 }
+
+// The driver's warm-pool primitives on real containerd: a created task has a
+// cgroup with memory charged; a started pod frozen with pause() stops
+// answering and answers again after resume(); memoryBytes() follows the pod.
+TEST_F(RunnerE2eTest, PauseResumeAndMemoryBytes) {
+  PodRequest req;
+  req.revision = makeRevision("pause-00001");
+  req.ns = "default";
+  req.revision_name = "pause-00001";
+  req.image = kImage;
+  req.pod_id = "pause-00001-t1";
+  auto h = driver_->create(req);
+  ASSERT_TRUE(h.isOk()) << h.status().toString();
+  auto created_mem = driver_->memoryBytes(*h);
+  ASSERT_TRUE(created_mem.isOk()) << created_mem.status().toString();
+  EXPECT_GT(*created_mem, 0);
+  auto pid = driver_->start(*h);
+  ASSERT_TRUE(pid.isOk()) << pid.status().toString();
+  ASSERT_TRUE(waitFor([&] { return !httpGet(h->ip, h->port, "/info").empty(); }, seconds(10)));
+  auto running_mem = driver_->memoryBytes(*h);
+  ASSERT_TRUE(running_mem.isOk());
+  EXPECT_GT(*running_mem, 100 * 1024) << "a started pod holds more than a few pages";
+  EXPECT_LT(*running_mem, 512LL << 20);
+
+  ASSERT_TRUE(driver_->pause(*h).isOk());
+  auto t = env().client->getTask(h->pod_id);
+  ASSERT_TRUE(t.isOk());
+  EXPECT_EQ(t->status, containerd::TaskStatus::kPaused);
+  EXPECT_EQ(httpGetWithin(h->ip, h->port, "/info", 300), "") << "a frozen pod must not answer";
+  auto frozen_mem = driver_->memoryBytes(*h);
+  ASSERT_TRUE(frozen_mem.isOk());
+  EXPECT_GT(*frozen_mem, 0);
+  // listExisting sees it as a frozen pod (destroyed at a restart).
+  auto existing = driver_->listExisting();
+  ASSERT_TRUE(existing.isOk());
+  bool seen = false;
+  for (const auto& a : *existing) {
+    if (a.handle.pod_id == h->pod_id) {
+      seen = true;
+      EXPECT_TRUE(a.paused);
+    }
+  }
+  EXPECT_TRUE(seen);
+
+  ASSERT_TRUE(driver_->resume(*h).isOk());
+  t = env().client->getTask(h->pod_id);
+  ASSERT_TRUE(t.isOk());
+  EXPECT_EQ(t->status, containerd::TaskStatus::kRunning);
+  EXPECT_NE(httpGetWithin(h->ip, h->port, "/info", 2000), "") << "thawed pod answers";
+
+  ASSERT_TRUE(driver_->stop(*h, seconds(2)).isOk());
+  ASSERT_TRUE(driver_->destroy(*h).isOk());
+  auto gone = driver_->memoryBytes(*h);
+  EXPECT_EQ(gone.status().code(), Code::kNotFound);
+  EXPECT_EQ(driver_->pause(*h).code(), Code::kNotFound);
+}
+
+// The runner's warm pool on real containerd, both modes: the pool pod sits
+// PAUSED (frozen) or CREATED (created), is no endpoint, and a scale from zero
+// promotes it; the pool refills; removal leaves no container behind.
+class WarmPoolE2eTest : public RunnerE2eTest, public ::testing::WithParamInterface<WarmPoolMode> {};
+
+TEST_P(WarmPoolE2eTest, PoolPodIsPromotedOnWake) {
+  runner_.reset();
+  PodRunnerOptions o;
+  o.backoff_initial = milliseconds(200);
+  o.backoff_max = seconds(2);
+  o.progress_deadline = seconds(60);
+  o.max_stop_grace = seconds(5);
+  o.warm_pool_size = 1;
+  o.warm_pool_mode = GetParam();
+  o.warm_memory_interval = seconds(1);
+  runner_ = std::make_unique<PodRunner>(*driver_, RealTimeSource::instance(), o);
+  runner_->start();
+  const std::string name = std::string("warm-") + warmPoolModeName(GetParam());
+  const std::string k = "default/" + name;
+  runner_->setDesiredScale(k, 0);
+  runner_->ensure(makeRevision(name));
+  ASSERT_TRUE(waitFor([&] { return runner_->warmPool(k).pods == 1 && runner_->warmPool(k).memory_bytes > 0; }))
+      << "pool never filled";
+  std::string warm_id;
+  for (auto& p : runner_->pods(k)) warm_id = p.pod_id;
+  auto t = env().client->getTask(warm_id);
+  ASSERT_TRUE(t.isOk());
+  EXPECT_EQ(t->status, GetParam() == WarmPoolMode::kFrozen ? containerd::TaskStatus::kPaused
+                                                           : containerd::TaskStatus::kCreated);
+  EXPECT_TRUE(runner_->readyEndpoints(k).empty());
+  EXPECT_EQ(runner_->readyPods(k), 0);
+  std::cout << "[ figures  ] " << warmPoolModeName(GetParam()) << " warm pod holds "
+            << runner_->warmPool(k).memory_bytes << " bytes\n";
+
+  auto t0 = std::chrono::steady_clock::now();
+  runner_->setDesiredScale(k, 1);
+  ASSERT_TRUE(waitFor([&] { return !runner_->readyEndpoints(k).empty(); }, seconds(10)));
+  WakeReport wake;
+  Endpoint ep = runner_->readyEndpoints(k, &wake).at(0);
+  EXPECT_EQ(ep.pod_id, warm_id);
+  std::string body = httpGetWithin(ep.ip, ep.port, "/info", 2000);
+  auto t1 = std::chrono::steady_clock::now();
+  EXPECT_NE(body, "");
+  EXPECT_EQ(wake.path, GetParam() == WarmPoolMode::kFrozen ? "frozen" : "warm");
+  std::cout << "[ figures  ] " << warmPoolModeName(GetParam()) << " promote -> first response "
+            << std::chrono::duration<double, std::milli>(t1 - t0).count() << " ms\n";
+  // Refilled in the background with a new pod.
+  ASSERT_TRUE(waitFor([&] { return runner_->warmPool(k).pods == 1; }));
+  for (auto& p : runner_->pods(k)) {
+    if (p.warm) {
+      EXPECT_NE(p.pod_id, warm_id);
+    }
+  }
+  runner_->remove("default", name);
+  ASSERT_TRUE(waitFor([&] { return runner_->pods(k).empty(); }));
+  auto containers = env().client->listContainers();
+  ASSERT_TRUE(containers.isOk());
+  for (const auto& c : *containers) {
+    auto rev = c.labels.find(kRevisionLabel);
+    EXPECT_FALSE(rev != c.labels.end() && rev->second == name) << "left behind: " << c.id;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WarmPoolE2eTest, ::testing::Values(WarmPoolMode::kCreated, WarmPoolMode::kFrozen),
+                         [](const auto& info) { return std::string(warmPoolModeName(info.param)); });
 
 }  // namespace
 }  // namespace knap::runner

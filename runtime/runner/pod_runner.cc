@@ -383,6 +383,16 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
     }
     rev.warm_bad_value = annotationInt(object, kWarmPoolAnnotation) ? "" : *w;
   }
+  rev.warm_mode = options_.warm_pool_mode;
+  if (auto m = annotation(object, kWarmPoolModeAnnotation)) {
+    if (*m == "created" || *m == "frozen") {
+      rev.warm_mode = *m == "created" ? WarmPoolMode::kCreated : WarmPoolMode::kFrozen;
+    } else if (rev.warm_bad_value != *m) {
+      LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << kWarmPoolModeAnnotation << " \"" << *m
+                   << "\" is neither \"created\" nor \"frozen\"; using " << warmPoolModeName(rev.warm_mode);
+      rev.warm_bad_value = *m;
+    }
+  }
   // Only revisions that can scale to zero keep a pool.
   rev.warm_size = rev.min_scale == 0 && options_.enable_scale_to_zero ? size : 0;
   rev.image_ready_at.reset();
@@ -711,7 +721,7 @@ void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vec
           if (!h.image_digest.empty()) rv.image_digest = h.image_digest;
           if (rv.failure && rv.failure->reason == "ContainerMissing") rv.failure.reset();
           if (!shutting_down_) spawnWaiterLocked(rv, p);
-          if (p.warm && options_.warm_pool_mode == WarmPoolMode::kCreated && p.state == PodState::kCreating) {
+          if (p.warm && rv.warm_mode == WarmPoolMode::kCreated && p.state == PodState::kCreating) {
             p.state = PodState::kWarm;  // created, not started: one start() from serving
             p.next_memory = t;
           }
@@ -762,7 +772,7 @@ void PodRunner::promoteLocked(Revision& rev, Pod& pod, MonoTime now) {
 
 WarmPoolStatus PodRunner::warmStatusLocked(const Revision& rev) const {
   WarmPoolStatus st;
-  st.mode = warmPoolModeName(options_.warm_pool_mode);
+  st.mode = warmPoolModeName(rev.warm_mode);
   int serving = 0;
   for (const auto& [id, pod] : rev.pods) {
     if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;

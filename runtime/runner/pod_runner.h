@@ -10,7 +10,8 @@
 //   any -> Stopping -> gone
 // Warm pool: a revision that can scale to zero (effective min-scale 0,
 // scale to zero enabled) also keeps N warm pods, N = its annotation
-// knap.dev/warm-pool, else options.warm_pool_size, capped so that serving +
+// knap.dev/warm-pool, else options.warm_pool_size (mode: knap.dev/warm-pool-mode,
+// else options.warm_pool_mode), capped so that serving +
 // warm pods <= max-scale (when max-scale > 0). A warm pod is
 //   created mode: netns, container and task created, process not started;
 //   frozen mode:  started, passed readiness, then paused (cgroup freezer);
@@ -137,6 +138,7 @@ struct WarmPoolStatus {
 };
 
 inline constexpr char kWarmPoolAnnotation[] = "knap.dev/warm-pool";
+inline constexpr char kWarmPoolModeAnnotation[] = "knap.dev/warm-pool-mode";  // "created" / "frozen"; else config
 inline constexpr char kImageReadyAtAnnotation[] = "knap.dev/image-ready-at";
 
 class PodRunner final : public controller::RevisionBackend, public scaler::PodCounter, public scaler::ScaleTarget {
@@ -233,6 +235,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     int min_scale = 0;
     int max_scale = 0;        // 0 = no limit
     int warm_size = 0;        // pool size before the max-scale cap (0 when min-scale > 0)
+    WarmPoolMode warm_mode = WarmPoolMode::kFrozen;
     std::string warm_bad_value;  // an invalid knap.dev/warm-pool already logged
     std::optional<WallTime> image_ready_at;
     WakeReport last_wake;

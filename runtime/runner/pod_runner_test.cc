@@ -563,6 +563,19 @@ TEST_F(WarmPoolTest, CreatedPoolPodIsNotStarted) {
   EXPECT_EQ(runner_->readyPods("default/r1"), 0);
 }
 
+TEST_F(WarmPoolTest, ModeAnnotationOverridesTheConfig) {
+  makeWarm(WarmPoolMode::kFrozen);
+  deployAtZero({{kWarmPoolModeAnnotation, "created"}});
+  auto warm = podsIn(PodState::kWarm);
+  ASSERT_EQ(warm.size(), 1u);
+  EXPECT_FALSE(driver_.pod(warm[0].pod_id).started);
+  EXPECT_EQ(runner_->warmPool("default/r1").mode, "created");
+  // A bad value: the configured mode.
+  runner_->ensure(makeRevision("r1", {{kWarmPoolModeAnnotation, "lukewarm"}}));
+  settle();
+  EXPECT_EQ(runner_->warmPool("default/r1").mode, "frozen");
+}
+
 TEST_F(WarmPoolTest, WakeThawsTheFrozenPodFirstThenRefills) {
   makeWarm(WarmPoolMode::kFrozen);
   deployAtZero({{kImageReadyAtAnnotation, "2026-11-30T09:00:00.123456789Z"}});
