@@ -40,10 +40,18 @@ class ContainerdRuntime final : public Runtime {
   void setEndpointsListener(EndpointsListener fn) override {
     runner_.setOnEndpointsChanged([this, fn](const std::string& revision) {
       std::vector<router::Endpoint> eps;
-      for (const auto& e : runner_.readyEndpoints(revision)) {
+      runner::WakeReport wake;
+      for (const auto& e : runner_.readyEndpoints(revision, &wake)) {
         eps.push_back(router::Endpoint{e.ip, static_cast<uint16_t>(e.port)});
       }
-      fn(revision, eps);
+      fn(revision, eps, router::WakeInfo{wake.path, wake.image_ready_at});
+    });
+  }
+  // Warm pool (issue 5): the runner's pool status, as router metrics.
+  void setWarmPoolListener(WarmPoolListener fn) override {
+    runner_.setOnWarmPoolChanged([this, fn](const std::string& revision) {
+      runner::WarmPoolStatus w = runner_.warmPool(revision);
+      fn(revision, router::WarmPoolStats{w.mode, w.pods, w.memory_bytes});
     });
   }
 

@@ -125,9 +125,14 @@ void DataPlane::stop() {
   router_->stop();
 }
 
-void DataPlane::setEndpoints(const std::string& revision, const std::vector<router::Endpoint>& endpoints) {
-  router_->setEndpoints(revision, endpoints);
+void DataPlane::setEndpoints(const std::string& revision, const std::vector<router::Endpoint>& endpoints,
+                             const router::WakeInfo& wake) {
+  router_->setEndpoints(revision, endpoints, wake);
   driver_->podsChanged(revision);
+}
+
+void DataPlane::setWarmPool(const std::string& revision, const router::WarmPoolStats& pool) {
+  router_->setWarmPool(revision, pool);
 }
 
 void DataPlane::onStoreEvent(const store::Event& event) {

@@ -41,8 +41,12 @@ class DataPlane {
   router::Router& router() { return *router_; }
   scaler::ScalerDriver& scaler() { return *driver_; }
 
-  // The ready pod endpoints of revision "ns/name" changed (from the runtime).
-  void setEndpoints(const std::string& revision, const std::vector<router::Endpoint>& endpoints);
+  // The ready pod endpoints of revision "ns/name" changed (from the runtime);
+  // `wake` is how the revision last woke from zero (router::WakeInfo).
+  void setEndpoints(const std::string& revision, const std::vector<router::Endpoint>& endpoints,
+                    const router::WakeInfo& wake = {});
+  // The revision's warm pool changed (from the runtime): router metrics.
+  void setWarmPool(const std::string& revision, const router::WarmPoolStats& pool);
 
  private:
   void onStoreEvent(const store::Event& event);

@@ -117,10 +117,14 @@ int run(int argc, char** argv) {
   }
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
   DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget());
-  (*runtime)->setEndpointsListener(
-      [&data_plane](const std::string& revision, const std::vector<router::Endpoint>& endpoints) {
-        data_plane.setEndpoints(revision, endpoints);
-      });
+  (*runtime)->setEndpointsListener([&data_plane](const std::string& revision,
+                                                  const std::vector<router::Endpoint>& endpoints,
+                                                  const router::WakeInfo& wake) {
+    data_plane.setEndpoints(revision, endpoints, wake);
+  });
+  (*runtime)->setWarmPoolListener([&data_plane](const std::string& revision, const router::WarmPoolStats& pool) {
+    data_plane.setWarmPool(revision, pool);
+  });
 
   api::ApiServerOptions options;
   options.tcp_listen = config.knap.api_listen;

@@ -26,10 +26,16 @@ class Runtime {
   // What the autoscaler reads (ready pods) and drives (desired pods).
   virtual scaler::PodCounter& podCounter() = 0;
   virtual scaler::ScaleTarget& scaleTarget() = 0;
-  // Called (from any thread) with a revision's ready endpoints whenever they change.
-  using EndpointsListener =
-      std::function<void(const std::string& revision, const std::vector<router::Endpoint>& endpoints)>;
+  // Called (from any thread) with a revision's ready endpoints whenever they
+  // change, and how the revision last woke from zero (its path is "" when
+  // the runtime cannot tell).
+  using EndpointsListener = std::function<void(const std::string& revision,
+                                               const std::vector<router::Endpoint>& endpoints,
+                                               const router::WakeInfo& wake)>;
   virtual void setEndpointsListener(EndpointsListener fn) = 0;
+  // Called (from any thread) whenever a revision's warm pool changes.
+  using WarmPoolListener = std::function<void(const std::string& revision, const router::WarmPoolStats& pool)>;
+  virtual void setWarmPoolListener(WarmPoolListener) {}
   virtual Status start() = 0;  // after the API server is up
   virtual void stop() = 0;
 };
