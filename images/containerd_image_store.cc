@@ -13,6 +13,21 @@ namespace {
 using containerd::ContainerdClient;
 using containerd::Descriptor;
 
+// containerd being down or losing an object is not the registry's fault: such
+// errors must not become RegistryUnreachable / ManifestUnknown (puller.h), so
+// they are reported as kFailedPrecondition ("ImagePullFailed") naming containerd.
+Status storeError(const Status& s) {
+  if (s.isOk()) return s;
+  switch (s.code()) {
+    case Code::kUnavailable:
+    case Code::kDeadlineExceeded:
+    case Code::kNotFound:
+      return failedPrecondition("containerd: " + s.message());
+    default:
+      return s;
+  }
+}
+
 class ContainerdSession : public ImageStore::Session {
  public:
   ContainerdSession(ContainerdClient client, std::string lease)
@@ -26,7 +41,7 @@ class ContainerdSession : public ImageStore::Session {
     StatusOr<containerd::ContentInfo> info = client_.contentInfo(desc.digest);
     if (!info.isOk()) {
       if (info.status().code() == Code::kNotFound) return false;
-      return info.status();
+      return storeError(info.status());
     }
     if (info->size != desc.size) return false;
     // Opening a writer for existing content adds it to our lease (containerd
@@ -35,14 +50,14 @@ class ContainerdSession : public ImageStore::Session {
       return Status(Code::kNotFound, "blob vanished");
     });
     if (s.code() == Code::kNotFound) return false;
-    if (!s.isOk()) return s;
+    if (!s.isOk()) return storeError(s);
     return true;
   }
 
   Status putBlobFile(const Descriptor& desc, const std::string& path) override {
     auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
     if (!*file) return internalError("cannot read " + path);
-    return leased_.writeContent(
+    return storeError(leased_.writeContent(
         desc,
         [file, path](uint64_t off, size_t n) -> StatusOr<std::string> {
           file->clear();
@@ -55,14 +70,18 @@ class ContainerdSession : public ImageStore::Session {
         },
         // A unique ingest ref (the default): a concurrent writer of the same
         // blob in another process then finds it committed instead of locked.
-        {});
+        {}));
   }
 
   Status putBlob(const Descriptor& desc, const std::string& data, const BlobLabels& labels) override {
-    return leased_.writeContent(desc, data, labels);
+    return storeError(leased_.writeContent(desc, data, labels));
   }
 
-  StatusOr<std::string> readBlob(const std::string& digest) override { return leased_.readContent(digest); }
+  StatusOr<std::string> readBlob(const std::string& digest) override {
+    StatusOr<std::string> data = leased_.readContent(digest);
+    if (!data.isOk()) return storeError(data.status());
+    return data;
+  }
 
   Status unpack(const std::vector<Descriptor>& layers, const std::vector<std::string>& diff_ids,
                 const std::string& config_digest) override {
@@ -70,7 +89,7 @@ class ContainerdSession : public ImageStore::Session {
     if (!chain.isOk()) {
       // A layer that does not unpack to its diff_id is corrupt content.
       if (chain.status().code() == Code::kFailedPrecondition) return dataLoss(chain.status().message());
-      return chain.status();
+      return storeError(chain.status());
     }
     return Status::ok();
   }
@@ -81,10 +100,10 @@ class ContainerdSession : public ImageStore::Session {
     containerd::ImageRecord record{name, t, {}};
     // ctr's order: Update first, Create when missing.
     Status s = leased_.updateImage(record);
-    if (s.code() != Code::kNotFound) return s;
+    if (s.code() != Code::kNotFound) return storeError(s);
     s = leased_.createImage(record);
-    if (s.code() == Code::kAlreadyExists) return leased_.updateImage(record);
-    return s;
+    if (s.code() == Code::kAlreadyExists) return storeError(leased_.updateImage(record));
+    return storeError(s);
   }
 
  private:
@@ -117,7 +136,7 @@ ContainerdImageStore::ContainerdImageStore(ContainerdClient client, Duration lea
 
 StatusOr<std::unique_ptr<ImageStore::Session>> ContainerdImageStore::begin(const std::string& image) {
   StatusOr<std::string> lease = client_.createLease("", lease_expiry_, {{"knap.dev/purpose", "pull"}});
-  if (!lease.isOk()) return lease.status().annotate("pull " + image + ": create lease");
+  if (!lease.isOk()) return storeError(lease.status()).annotate("create lease");
   (void)image;
   return std::unique_ptr<Session>(std::make_unique<ContainerdSession>(client_, *lease));
 }

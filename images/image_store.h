@@ -6,8 +6,10 @@
 // alive (containerd: under the session's lease) until the session is
 // destroyed, by which time the image record and GC labels hold them.
 // Thread safety: an ImageStore and its Sessions are safe to call from any
-// thread. Every method returns the store's error (kUnavailable when the store
-// is down) annotated with the object it concerns.
+// thread. Every method returns the store's error; a store that is down or
+// loses an object reports kFailedPrecondition (never kUnavailable/kNotFound,
+// which puller.h reserves for the registry), content that does not unpack to
+// its diff_id kDataLoss.
 #pragma once
 
 #include <map>
