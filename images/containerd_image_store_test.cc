@@ -16,6 +16,18 @@
 namespace knap::images {
 namespace {
 
+TEST(ContainerdImageStoreTest, ContainerdDownIsNotARegistryError) {
+  containerd::ContainerdClient::Options o;
+  o.address = "unix:///nonexistent/knap-images-test.sock";
+  o.call_timeout = std::chrono::seconds(5);
+  ContainerdImageStore store{containerd::ContainerdClient(o)};
+  auto session = store.begin("app:v1");
+  ASSERT_FALSE(session.isOk());
+  EXPECT_EQ(session.status().code(), Code::kFailedPrecondition) << session.status().toString();
+  EXPECT_EQ(pullFailureReason(session.status()), "ImagePullFailed");
+  EXPECT_NE(session.status().message().find("containerd"), std::string::npos);
+}
+
 TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   if (::geteuid() != 0) GTEST_SKIP() << "\n*** SKIPPED: needs root (containerd) ***";
   containerd::ContainerdClient::Options o;
