@@ -33,7 +33,9 @@ std::string hexOf(const std::string& digest) {
 void removeStalePartials(const std::string& dir) {
   std::error_code ec;
   if (dir.empty() || !fs::is_directory(dir, ec)) return;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const fs::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
     if (name.size() < 9 || name.substr(name.size() - 8) != ".partial") continue;
     size_t dot = name.find('.'), dash = name.find('-', dot == std::string::npos ? 0 : dot);
