@@ -4,6 +4,7 @@
 // KNATIVE-CONTRACT §3. Messages follow Knative's wording ("missing field(s)",
 // "must not set the field(s)", "expected 0 <= 1001 <= 1000") and add the
 // allowed values.
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -475,6 +476,16 @@ void validateTemplateAnnotations(const json& meta, const std::string& path, cons
     if (kQueueResources.count(k) && !parseQuantity(v).isOk()) {
       errs.add(key(ann_path, k),
                "invalid value: \"" + v + "\": must be a Kubernetes quantity such as 100m or 128Mi");
+    }
+    if (k == "knap.dev/warm-pool") {  // knap's warm pool size (runtime/runner, issue 5)
+      bool digits = !v.empty() && v.size() <= 3 &&
+                    std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits || std::stoi(v) > 100) {
+        errs.add(key(ann_path, k), "invalid value: \"" + v + "\": must be an integer from 0 to 100");
+      }
+    }
+    if (k == "knap.dev/warm-pool-mode" && v != "created" && v != "frozen") {
+      errs.add(key(ann_path, k), "invalid value: \"" + v + "\": must be \"created\" or \"frozen\"");
     }
     if (k == "queue.sidecar.serving.knative.dev/resource-percentage") {
       auto f = parseFloat(v);

@@ -541,6 +541,10 @@ const std::vector<Case> kInvalidCases = {
     {"MinScaleNotInteger", helloService,
      [](json& o) { tann(o)["autoscaling.knative.dev/min-scale"] = "one"; },
      "spec.template.metadata.annotations[autoscaling.knative.dev/min-scale]", "must be an integer"},
+    {"WarmPoolNotANonNegativeInteger", helloService, [](json& o) { tann(o)["knap.dev/warm-pool"] = "-1"; },
+     "spec.template.metadata.annotations[knap.dev/warm-pool]", "must be an integer from 0 to 100"},
+    {"WarmPoolModeUnknown", helloService, [](json& o) { tann(o)["knap.dev/warm-pool-mode"] = "hot"; },
+     "spec.template.metadata.annotations[knap.dev/warm-pool-mode]", "must be \"created\" or \"frozen\""},
     {"MaxScaleBelowMinScale", helloService,
      [](json& o) {
        tann(o)["autoscaling.knative.dev/min-scale"] = "5";
