@@ -5,9 +5,14 @@
 #include "common/log.h"
 
 #ifdef KNAP_HAVE_RUNNER_CONTAINERD
+#include "images/containerd_image_store.h"
+#include "images/image_gc.h"
+#include "images/pre_puller.h"
 #include "runtime/containerd/containerd_client.h"
+#include "runtime/containerd/image_import.h"
 #include "runtime/pod/cni.h"
 #include "runtime/runner/containerd_pod_driver.h"
+#include "runtime/runner/image_gate.h"
 #include "runtime/runner/pod_runner.h"
 #endif
 
@@ -24,6 +29,26 @@ containerd::ContainerdClient::Options clientOptions(const Config& config, TimeSo
   return o;
 }
 
+// containerd's state lives here; image GC watches the disk that holds it.
+constexpr char kContainerdRoot[] = "/var/lib/containerd";
+
+// Image GC's view of containerd's image records (knap's namespace).
+class ContainerdImageInventory final : public images::ImageInventory {
+ public:
+  explicit ContainerdImageInventory(containerd::ContainerdClient client) : client_(std::move(client)) {}
+  StatusOr<std::vector<images::StoredImage>> list() override {
+    KNAP_ASSIGN_OR_RETURN(std::vector<containerd::ImageRecord> records, client_.listImages());
+    std::vector<images::StoredImage> out;
+    for (const auto& r : records) out.push_back({r.name, r.target.digest, r.created_at, r.updated_at});
+    return out;
+  }
+  // Synchronous: containerd's GC has freed the content and snapshots when it returns.
+  Status remove(const std::string& name) override { return client_.deleteImage(name, /*sync=*/true); }
+
+ private:
+  containerd::ContainerdClient client_;
+};
+
 class ContainerdRuntime final : public Runtime {
  public:
   ContainerdRuntime(const Config& config, store::Store& store, TimeSource& clock)
@@ -31,10 +56,28 @@ class ContainerdRuntime final : public Runtime {
         client_(clientOptions(config, &clock)),
         network_(cniOptions(config), clock),
         driver_(client_, network_, clock, driverOptions(config)),
-        runner_(driver_, clock, runner::optionsFromConfig(config)) {}
+        runner_(driver_, clock, runner::optionsFromConfig(config)),
+        inventory_(client_) {}
+  ~ContainerdRuntime() override { stop(); }  // no thread may call into the gate once it is gone
+
+  // Images (issue 5): the registry puller, the pre-puller, the image gate in
+  // front of the pod runner and image GC. kInvalidArgument for a bad
+  // platform or an unreadable registry auth/CA file.
+  Status initImages(const Config& config, TimeSource& clock) {
+    KNAP_ASSIGN_OR_RETURN(puller_, images::makeRegistryPuller(config, client_, clock));
+    pre_puller_ = std::make_unique<images::PrePuller>(
+        *puller_, [this](const std::string& ref) { return imagePresent(ref); }, clock,
+        images::prePullerOptionsFromConfig(config));
+    gate_ = std::make_unique<runner::ImageGate>(runner_, *pre_puller_);
+    std::string root = ::access(kContainerdRoot, F_OK) == 0 ? kContainerdRoot : config.knap.data_dir;
+    gc_ = std::make_unique<images::ImageGc>(
+        inventory_, [root] { return images::diskUsageOf(root); }, [this] { return imagesInUse(); }, clock,
+        images::imageGcOptionsFromConfig(config));
+    return Status::ok();
+  }
 
   const char* name() const override { return "containerd"; }
-  controller::RevisionBackend& backend() override { return runner_; }
+  controller::RevisionBackend& backend() override { return *gate_; }
   scaler::PodCounter& podCounter() override { return runner_; }
   scaler::ScaleTarget& scaleTarget() override { return runner_; }
   void setEndpointsListener(EndpointsListener fn) override {
@@ -68,9 +111,15 @@ class ContainerdRuntime final : public Runtime {
       LOG(WARNING) << "pod runner: adoption/cleanup incomplete: " << s.toString();
     }
     runner_.start();
+    pre_puller_->start();  // pulls knap.pre-pull-images now
+    gc_->start();
     return Status::ok();
   }
-  void stop() override { runner_.stop(); }  // pods keep running; adopted on the next start
+  void stop() override {  // pods keep running; adopted on the next start; idempotent
+    if (gc_) gc_->stop();
+    if (pre_puller_) pre_puller_->stop();
+    runner_.stop();
+  }
 
  private:
   static runtime::CniOptions cniOptions(const Config& config) {
@@ -86,11 +135,57 @@ class ContainerdRuntime final : public Runtime {
     return o;
   }
 
+  // Present = the image record exists and its layers are unpacked; since
+  // when = the record's creation time.
+  StatusOr<WallTime> imagePresent(const std::string& ref) {
+    auto info = containerd::getImage(client_, ref);
+    if (!info.isOk()) return info.status();
+    if (!info->unpacked) return notFound("image " + ref + " is not unpacked");
+    auto record = client_.getImage(ref);
+    return record.isOk() ? record->created_at : WallTime{};
+  }
+
+  // What image GC keeps: every image the gate and pre-puller know of, and
+  // every stored Revision's image and pinned digest (also those not ensured yet).
+  std::set<std::string> imagesInUse() {
+    std::set<std::string> out = gate_->imagesInUse();
+    auto revisions = store_.list("Revision", "");
+    if (!revisions.isOk()) {
+      // Without the list nothing is known to be unused: keep everything.
+      LOG(WARNING) << "image gc: listing Revisions: " << revisions.status().toString();
+      auto all = inventory_.list();
+      if (all.isOk()) {
+        for (const auto& i : *all) out.insert(i.name);
+      }
+      return out;
+    }
+    for (const auto& r : *revisions) {
+      const auto& spec = r.body.value("spec", nlohmann::json::object());
+      const auto& containers = spec.value("containers", nlohmann::json::array());
+      if (containers.is_array() && !containers.empty() && containers[0].contains("image") &&
+          containers[0]["image"].is_string()) {
+        out.insert(containers[0]["image"].get<std::string>());
+      }
+      const auto& st = r.body.value("status", nlohmann::json::object());
+      const auto& cs = st.value("containerStatuses", nlohmann::json::array());
+      if (cs.is_array() && !cs.empty() && cs[0].contains("imageDigest") && cs[0]["imageDigest"].is_string()) {
+        out.insert(cs[0]["imageDigest"].get<std::string>());
+      }
+    }
+    return out;
+  }
+
   store::Store& store_;
   containerd::ContainerdClient client_;
   runtime::CniNetwork network_;
   runner::ContainerdPodDriver driver_;
   runner::PodRunner runner_;
+  ContainerdImageInventory inventory_;
+  // Destroyed bottom-up: GC and pre-puller threads stop before the gate they call.
+  std::unique_ptr<images::Puller> puller_;
+  std::unique_ptr<runner::ImageGate> gate_;
+  std::unique_ptr<images::PrePuller> pre_puller_;
+  std::unique_ptr<images::ImageGc> gc_;
 };
 
 }  // namespace
@@ -113,7 +208,9 @@ bool containerdAvailable(const Config& config, std::string* why) {
 
 StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config& config, store::Store& store,
                                                          TimeSource& clock) {
-  return std::unique_ptr<Runtime>(new ContainerdRuntime(config, store, clock));
+  auto runtime = std::make_unique<ContainerdRuntime>(config, store, clock);
+  KNAP_RETURN_IF_ERROR(runtime->initImages(config, clock));
+  return std::unique_ptr<Runtime>(std::move(runtime));
 }
 
 #else

@@ -23,8 +23,9 @@ bool containerdRuntimeBuilt();
 // a short timeout and knapd runs as root (CNI needs it). `why` says why not.
 bool containerdAvailable(const Config& config, std::string* why);
 
-// kUnsupported when not built; otherwise never fails (connections are lazy;
-// start() reports containerd errors).
+// kUnsupported when not built; kInvalidArgument when the registry settings
+// are unusable (platform, registry-auth-file, registry-ca-file); otherwise
+// never fails (connections are lazy; start() reports containerd errors).
 StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config& config, store::Store& store,
                                                          TimeSource& clock);
 

@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "common/log.h"
+#include "runtime/runner/pod_runner.h"
 
 namespace knap::runner {
 
@@ -79,9 +80,9 @@ json forInner(const json& object, const std::string& ref, WallTime ready_at, con
   if (ready_at != WallTime{}) {
     at = formatRfc3339Nano(ready_at);
   } else if (!previous.is_null()) {
-    at = strAt(previous, {"metadata", "annotations", kGateImageReadyAtAnnotation});
+    at = strAt(previous, {"metadata", "annotations", kImageReadyAtAnnotation});
   }
-  if (!at.empty()) out["metadata"]["annotations"][kGateImageReadyAtAnnotation] = at;
+  if (!at.empty()) out["metadata"]["annotations"][kImageReadyAtAnnotation] = at;
   return out;
 }
 

@@ -15,7 +15,8 @@
 // so Ready stays Unknown/False until the image is present. Once it is, the
 // gate calls inner.ensure() with a copy of the Revision whose
 // containers[0].image is the pinned digest ref and whose annotation
-// knap.dev/image-ready-at is the RFC 3339 (nanoseconds) wall time the image
+// knap.dev/image-ready-at (kImageReadyAtAnnotation, pod_runner.h) is the
+// RFC 3339 (nanoseconds) wall time the image
 // became present, and from then on reports the inner backend's health.
 // health().image_digest is the pinned digest ref as soon as it is resolved
 // (so status.containerStatuses[0].imageDigest is pinned on first resolution);
@@ -42,9 +43,6 @@
 #include "images/pre_puller.h"
 
 namespace knap::runner {
-
-// The annotation the gate sets on the Revision it hands to the inner backend.
-inline constexpr char kGateImageReadyAtAnnotation[] = "knap.dev/image-ready-at";
 
 // "2026-11-30T09:37:20.123456789Z" (Go's RFC3339Nano: trailing zeros trimmed).
 std::string formatRfc3339Nano(WallTime t);

@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "images/fake_puller.h"
+#include "runtime/runner/pod_runner.h"
 #include "tests/fakes/fake_revision_backend.h"
 
 namespace knap::runner {
@@ -132,7 +133,7 @@ TEST_F(ImageGateTest, TheRevisionReachesItsPodsOnlyOnceTheImageIsPresent) {
   ASSERT_TRUE(gate_->forwarded("default", "app-00001"));
   json given = inner_.lastEnsured("default", "app-00001");
   EXPECT_EQ(given["spec"]["containers"][0]["image"], kD1);
-  EXPECT_EQ(given["metadata"]["annotations"][kGateImageReadyAtAnnotation], formatRfc3339Nano(clock_.now()));
+  EXPECT_EQ(given["metadata"]["annotations"][kImageReadyAtAnnotation], formatRfc3339Nano(clock_.now()));
   EXPECT_EQ(given["metadata"]["labels"]["a"], "1");
 
   // From now on the pods' health, with the pinned digest.
@@ -201,7 +202,7 @@ TEST_F(ImageGateTest, ARevisionReadyBeforeARestartGoesToItsPodsAtOnce) {
   EXPECT_EQ(ready(gate_->health("default", "app-00001")).status, "True");
   settle();
   json given = inner_.lastEnsured("default", "app-00001");
-  EXPECT_EQ(given["metadata"]["annotations"][kGateImageReadyAtAnnotation], formatRfc3339Nano(imported));
+  EXPECT_EQ(given["metadata"]["annotations"][kImageReadyAtAnnotation], formatRfc3339Nano(imported));
   EXPECT_EQ(ready(gate_->health("default", "app-00001")).status, "True");
   EXPECT_EQ(puller_.pulls, 0);
 }
@@ -217,7 +218,7 @@ TEST_F(ImageGateTest, MetadataChangesAfterForwardingKeepThePinnedImage) {
   json given = inner_.lastEnsured("default", "app-00001");
   EXPECT_EQ(given["metadata"]["labels"]["serving.knative.dev/routingState"], "active");
   EXPECT_EQ(given["spec"]["containers"][0]["image"], kD1);
-  EXPECT_TRUE(given["metadata"]["annotations"].contains(kGateImageReadyAtAnnotation));
+  EXPECT_TRUE(given["metadata"]["annotations"].contains(kImageReadyAtAnnotation));
   gate_->ensure(rev);  // unchanged: not forwarded again
   EXPECT_EQ(inner_.ensured().size(), 2u);
 }
