@@ -52,7 +52,8 @@ class ProxyRequest:
         self.cut = False        # connection closed before the whole body was sent
         self.corrupted = False
         self.upstream_error = None
-        self.time = time.time()
+        self.time = time.time()  # when the request arrived
+        self.done = None         # when the proxy finished answering it (None while in flight)
 
     @property
     def blob_digest(self):
@@ -140,8 +141,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._forward()
 
     def _forward(self):
-        proxy = self.server.proxy
         rec = ProxyRequest(self.command, self.path, self.headers.get("Range"))
+        try:
+            self._forward_logged(rec)
+        finally:
+            rec.done = time.time()
+
+    def _forward_logged(self, rec):
+        proxy = self.server.proxy
         with proxy.lock:
             proxy.requests.append(rec)
             if proxy.refusing:  # switched off while this keep-alive connection was open
