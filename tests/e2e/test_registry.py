@@ -8,7 +8,10 @@ through `insecure-registries`. Each pull goes into its own containerd
 namespace, emptied and removed afterwards. Needs root and containerd (skipped
 loudly otherwise); fails when docker-registry/skopeo are missing.
 """
+import http.client
+import json
 import platform
+import random
 import subprocess
 import threading
 import time
@@ -17,6 +20,7 @@ import uuid
 import pytest
 
 import registry as R
+from conftest import Knapd
 
 MACHINE_PLATFORM = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}.get(platform.machine(), "linux/amd64")
 OTHER_PLATFORM = "linux/arm64" if MACHINE_PLATFORM == "linux/amd64" else "linux/amd64"
@@ -76,7 +80,10 @@ def test_fixture_registry_enforces_auth_and_tls(registry, testapp_image):
     blobs = registry.blobs("fixture/app", "v1")
     code, body, _ = registry.request("GET", f"/v2/fixture/app/blobs/{blobs[-1][0]}")
     assert code == 200 and len(body) == blobs[-1][1]
-    assert registry.blob_gets("fixture/app", blobs[-1][0]) == 1
+    deadline = time.time() + 5  # the access log line is written just after the response
+    while registry.blob_gets("fixture/app", blobs[-1][0]) != 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert registry.blob_gets("fixture/app", blobs[-1][0]) == 1, registry.log()
 
 
 def test_fixture_fault_proxy_breaks_skopeo(registry, make_fault_proxy, tmp_path):
@@ -382,3 +389,72 @@ def test_concurrent_cli_pulls_of_one_image_both_succeed_with_one_consistent_imag
         assert len(proxy.blob_gets(d)) <= 2, proxy.describe()
     status, unpacked = image_check(containerd_ns, image)
     assert status.startswith("complete") and unpacked == "true"
+
+
+# --------------------------------------------------------------------------
+# Through knapd: two Revisions of one image, one pull
+# --------------------------------------------------------------------------
+SERVICES = "/apis/serving.knative.dev/v1/namespaces/default/services"
+REVISIONS = "/apis/serving.knative.dev/v1/namespaces/default/revisions"
+
+
+def _ready_revision(k, name):
+    code, body, _ = k.http("GET", f"{REVISIONS}/{name}")
+    if code != 200:
+        return None
+    rev = json.loads(body)
+    for c in (rev.get("status") or {}).get("conditions", []):
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            return rev
+    return None
+
+
+def test_knapd_two_services_of_one_image_share_one_pull(registry, testapp_image, workdir, containerd_ns,
+                                                        make_fault_proxy):
+    """Two Services created together with one registry image: knapd pulls it once (every blob is
+    fetched once from the registry) while both wait, and both then serve."""
+    digest = registry.push(testapp_image, "team/shared:v1")
+    blobs = registry.blobs("team/shared", "v1")
+    proxy = make_fault_proxy(registry)
+    proxy.throttle(max(sum(size for _, size in blobs) // 4, 64 * 1024))  # the pull takes ~4 s
+    tag = random.randrange(60, 210)
+    k = Knapd(workdir, runtime="containerd", extra_config=(
+        f"  containerd-namespace: {containerd_ns}\n"
+        f"  bridge-name: knapreg{tag}\n"
+        f"  pod-subnet: 10.216.{tag}.0/24\n"
+        "  metrics-listen: 127.0.0.1:0\n" + registry.knap_config(host=proxy.host, insecure=[proxy.host])))
+    k.start(timeout=60)
+    image = proxy.image("team/shared:v1")
+    try:
+        for name in ("one", "two"):
+            doc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": name},
+                   "spec": {"template": {"metadata": {"name": f"{name}-rev"},
+                                         "spec": {"containers": [{"image": image}]}}}}
+            code, body, _ = k.http("POST", SERVICES, json.dumps(doc))
+            assert code == 201, body
+        both_created = time.time()
+        revs = [k.wait_for(lambda n=n: _ready_revision(k, n), timeout=120, what=f"Revision {n} Ready")
+                for n in ("one-rev", "two-rev")]
+        pinned = proxy.image(f"team/shared@{digest}")
+        for rev in revs:
+            assert rev["status"]["containerStatuses"][0]["imageDigest"] == pinned, rev["status"]
+        layer_gets = proxy.blob_gets(blobs[-1][0])
+        assert layer_gets and layer_gets[0].done > both_created, \
+            "the pull was over before the second Service existed: nothing was shared\n" + proxy.describe()
+        for d, _ in blobs:
+            assert len(proxy.blob_gets(d)) == 1, f"{d} fetched more than once:\n{proxy.describe()}"
+            assert registry.blob_gets("team/shared", d) == 1, registry.requests()
+        for name in ("one", "two"):
+            c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=60)
+            c.request("GET", "/", headers={"Host": f"{name}.default.localhost"})
+            r = c.getresponse()
+            body = r.read().decode()
+            c.close()
+            assert r.status == 200 and json.loads(body)["revision"] == f"{name}-rev", body
+    finally:
+        for name in ("one", "two"):
+            k.http("DELETE", f"{SERVICES}/{name}")
+        deadline = time.time() + 30  # let the runner stop and destroy the pods
+        while time.time() < deadline and R.ctr(containerd_ns, "containers", "ls", "-q", check=False).stdout.strip():
+            time.sleep(0.2)
+        k.stop()
