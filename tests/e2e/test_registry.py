@@ -458,3 +458,4 @@ def test_knapd_two_services_of_one_image_share_one_pull(registry, testapp_image,
         while time.time() < deadline and R.ctr(containerd_ns, "containers", "ls", "-q", check=False).stdout.strip():
             time.sleep(0.2)
         k.stop()
+        subprocess.run(["ip", "link", "del", f"knapreg{tag}"], capture_output=True)
