@@ -386,7 +386,7 @@ std::string RegistryClient::schemeFor(const std::string& host) const {
 }
 
 std::string RegistryClient::credentialHint(const std::string& host) const {
-  if (options_.auth_file.empty()) return "no registry_auth_file is configured";
+  if (options_.auth_file.empty()) return "no knap.registry-auth-file is configured";
   return "check the credentials for " + host + " in " + options_.auth_file;
 }
 
