@@ -560,6 +560,26 @@ TEST_P(WarmPoolE2eTest, PoolPodIsPromotedOnWake) {
       EXPECT_NE(p.pod_id, warm_id);
     }
   }
+  // More wakes, each through the refilled pool pod.
+  for (int cycle = 0; cycle < 5; ++cycle) {
+    runner_->setDesiredScale(k, 0);
+    ASSERT_TRUE(waitFor([&] { return runner_->readyPods(k) == 0 && runner_->warmPool(k).pods == 1 &&
+                                     runner_->pods(k).size() == 1; }))
+        << "cycle " << cycle << ": not back at zero with a full pool";
+    std::string next;
+    for (auto& p : runner_->pods(k)) next = p.pod_id;
+    auto c0 = std::chrono::steady_clock::now();
+    runner_->setDesiredScale(k, 1);
+    ASSERT_TRUE(waitFor([&] { return !runner_->readyEndpoints(k).empty(); }, seconds(10)))
+        << "cycle " << cycle << ": promoted pod " << next << " never became ready";
+    Endpoint e = runner_->readyEndpoints(k, &wake).at(0);
+    EXPECT_EQ(e.pod_id, next);
+    EXPECT_NE(httpGetWithin(e.ip, e.port, "/info", 2000), "");
+    std::cout << "[ figures  ] " << warmPoolModeName(GetParam()) << " wake " << cycle + 2 << ": "
+              << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count()
+              << " ms\n";
+    ASSERT_TRUE(waitFor([&] { return runner_->warmPool(k).pods == 1; }));
+  }
   runner_->remove("default", name);
   ASSERT_TRUE(waitFor([&] { return runner_->pods(k).empty(); }));
   auto containers = env().client->listContainers();

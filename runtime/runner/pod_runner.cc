@@ -887,6 +887,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
             p.stop_requested = true;
             p.state = PodState::kStopping;
           } else if (p.state == PodState::kCreating) {
+            LOG(INFO) << "pod runner: started " << pid << " of " << k << " (pid " << *r << ")";
             p.started = true;
             p.handle.pid = *r;
             p.state = PodState::kStarting;

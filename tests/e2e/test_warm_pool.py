@@ -36,7 +36,7 @@ def warm(workdir):
     k = Knapd(workdir, runtime="containerd", extra_config=(
         f"  containerd-namespace: {ns}\n"
         f"  bridge-name: knapwarm{tag}\n"
-        f"  pod-subnet: 10.219.{tag}.0/24\n"
+        f"  pod-subnet: 10.221.{tag}.0/24\n"
         f"  metrics-listen: 127.0.0.1:{metrics_port}\n"
         "  warm-pool-size: \"0\"\n"
         "  warm-pool-mode: frozen\n"
