@@ -147,7 +147,10 @@ void ImageGate::sync(const std::string& key) {
     images::ImageStatus st = pre_puller_.status(key, r.image, r.pinned);
     if (pinned.empty()) pinned = st.digest_ref;
     if (st.phase == images::ImagePhase::kReady) {
-      obj = forInner(r.object, st.ref, st.ready_at, r.last_forwarded);
+      // A Revision adopted after a restart ran from an image that was already
+      // there: no image-ready-at (its pods' cold starts are "cached"), and no
+      // second ensure() of the inner backend just for it.
+      obj = forInner(r.object, st.ref, r.early ? WallTime{} : st.ready_at, r.last_forwarded);
     } else if (r.forwarded || r.early) {
       // Keep the inner backend's copy current (labels, annotations) with the ref it runs.
       obj = forInner(r.object, st.ref.empty() ? pinned : st.ref, WallTime{}, r.last_forwarded);

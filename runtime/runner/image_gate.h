@@ -23,7 +23,8 @@
 // a Revision whose status already carries an imageDigest is not resolved
 // again (that digest is used), and one that was Ready before a restart is
 // handed to the inner backend at once, so its running pods are adopted
-// without a status flap while the image's presence is checked.
+// without a status flap while the image's presence is checked (and without
+// image-ready-at: the image was there before).
 //
 // The gate takes over the inner backend's and the PrePuller's change
 // callbacks. Thread safety: every method may be called from any thread; the
