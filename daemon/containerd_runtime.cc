@@ -127,6 +127,11 @@ class ContainerdRuntime final : public Runtime {
     o.bridge = config.knap.bridge_name;
     o.subnet = config.knap.pod_subnet;
     o.ipam_data_dir = config.knap.data_dir + "/cni";
+    // Another knapd on this machine (tests on their own bridge) tears down
+    // every "knap-<pod id>" netns it does not know as an orphan. Off the
+    // default bridge, names are "knap-<bridge>+<pod id>": '+' is no pod id
+    // character, so no other instance takes them for its own.
+    if (config.knap.bridge_name != "knap0") o.netns_prefix = "knap-" + config.knap.bridge_name + "+";
     return o;
   }
   static runner::ContainerdPodDriverOptions driverOptions(const Config& config) {
