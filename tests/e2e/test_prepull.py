@@ -154,6 +154,8 @@ def test_revision_is_ready_only_after_the_pull_and_pinned_to_the_registry_digest
 
     r = wait_ready(k, "slow-one", timeout=120)
     assert image_digest(r) == pinned
+    described = k.knap("describe", "revision", "slow-one").stdout
+    assert f"Image:      {image}" in described and f"Digest:     {pinned}" in described, described
     assert ctr_images(env.ns).get(pinned) == d1
     code, body = get(k, "slow.default.localhost")
     assert code == 200, body

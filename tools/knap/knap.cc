@@ -431,6 +431,14 @@ int cmdDescribe(HttpClient& client, const Options& opt) {
   if (tmpl && tmpl->contains("spec") && (*tmpl)["spec"].contains("containers")) {
     for (const auto& c : (*tmpl)["spec"]["containers"]) std::cout << "Image:      " << c.value("image", "") << "\n";
   }
+  if (r->kind == "Revision" && obj.contains("spec") && obj["spec"].contains("containers") &&
+      obj["spec"]["containers"].is_array()) {
+    for (const auto& c : obj["spec"]["containers"]) std::cout << "Image:      " << c.value("image", "") << "\n";
+    // The digest the image was pinned to (resolved once, when the Revision was created).
+    const json& cs = obj.contains("status") ? obj["status"].value("containerStatuses", json::array()) : json::array();
+    if (cs.is_array() && !cs.empty() && cs[0].is_object() && !cs[0].value("imageDigest", "").empty())
+      std::cout << "Digest:     " << cs[0].value("imageDigest", "") << "\n";
+  }
   // Revisions of this service (or configuration), with their traffic share.
   std::string selector;
   if (r->kind == "Service") selector = std::string(api::labels::kService) + "%3D" + name;
