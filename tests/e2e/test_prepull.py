@@ -266,3 +266,18 @@ def test_image_gc_frees_unused_images_and_keeps_those_of_live_revisions(env, mak
     r = wait_ready(k, "kept-one")
     assert image_digest(r) == f"{reg.host}/app@{d1}"
     assert get(k, "kept.default.localhost")[0] == 200
+
+
+def test_a_multi_platform_tag_is_pinned_to_its_index_and_runs_this_machines_image(env, make_registry,
+                                                                                  testapp_image, workdir):
+    from registry import build_multiplatform_index
+    reg = make_registry()
+    src, platforms = build_multiplatform_index(os.path.join(workdir, "multi"), testapp_image)
+    index_digest = reg.push(src, "multi:v1")
+    assert index_digest not in platforms.values()
+    k = env.start(reg.knap_config())
+    create_service(k, "multi", reg.image("multi:v1"), "multi-one")
+    r = wait_ready(k, "multi-one")
+    assert image_digest(r) == f"{reg.host}/multi@{index_digest}"  # Knative pins what the tag points at
+    code, body = get(k, "multi.default.localhost")
+    assert code == 200 and json.loads(body)["revision"] == "multi-one", body
