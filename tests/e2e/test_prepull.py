@@ -281,3 +281,17 @@ def test_a_multi_platform_tag_is_pinned_to_its_index_and_runs_this_machines_imag
     assert image_digest(r) == f"{reg.host}/multi@{index_digest}"  # Knative pins what the tag points at
     code, body = get(k, "multi.default.localhost")
     assert code == 200 and json.loads(body)["revision"] == "multi-one", body
+
+
+def test_revisions_of_one_image_share_one_pull(env, make_registry, testapp_image):
+    reg = make_registry()
+    reg.push(testapp_image, "app:v1")
+    blobs = [d for d, _ in reg.blobs("app", "v1")]
+    before = {d: reg.blob_gets(repo="app", digest=d, status=200) for d in blobs}
+    k = env.start(reg.knap_config())
+    for i in range(3):
+        create_service(k, f"twin{i}", reg.image("app:v1"), f"twin{i}-one")
+    digests = {image_digest(wait_ready(k, f"twin{i}-one")) for i in range(3)}
+    assert len(digests) == 1, digests
+    for d in blobs:
+        assert reg.blob_gets(repo="app", digest=d, status=200) - before[d] == 1, (d, reg.requests())
