@@ -177,10 +177,11 @@ void PrePuller::notify(const Notes& notes) {
   for (const std::string& r : notes) fn(r);
 }
 
-Duration PrePuller::backoff(int failures) const {
+Duration PrePuller::backoff(int failures, bool check_only) const {
+  const Duration cap = check_only ? std::min(options_.retry_max, options_.check_retry_max) : options_.retry_max;
   Duration d = options_.retry_initial;
-  for (int i = 1; i < failures && d < options_.retry_max; ++i) d *= 2;
-  return std::min(d, options_.retry_max);
+  for (int i = 1; i < failures && d < cap; ++i) d *= 2;
+  return std::min(d, cap);
 }
 
 int PrePuller::pullsStarted() const {
@@ -494,7 +495,7 @@ void PrePuller::finishRef(const std::string& ref, bool recheck, StatusOr<WallTim
       if (changed) notesForRefLocked(ref, &notes);
     } else {
       ++e.failures;
-      Duration delay = backoff(e.failures);
+      Duration delay = backoff(e.failures, e.check_only);
       const bool missing = e.check_only && failure->code() == Code::kNotFound;
       LOG(WARNING) << "images: " << (recheck ? "re-checking " : "making present ") << ref << ": "
                    << failure->toString();

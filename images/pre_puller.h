@@ -83,6 +83,8 @@ struct PrePullerOptions {
   std::vector<std::string> pre_pull_images;
   Duration retry_initial = std::chrono::seconds(1);
   Duration retry_max = std::chrono::seconds(300);
+  // Cap for re-checking a missing skip-list image (a local look-up: an import is noticed quickly).
+  Duration check_retry_max = std::chrono::seconds(10);
   Duration recheck_interval = std::chrono::seconds(60);
   Duration progress_interval = std::chrono::seconds(1);  // min gap between progress notifications of one ref
   Duration loop_interval = std::chrono::milliseconds(250);
@@ -177,7 +179,7 @@ class PrePuller {
   void refJob(const std::string& ref, bool recheck);
   void finishRef(const std::string& ref, bool recheck, StatusOr<WallTime> present, std::optional<StatusOr<PullResult>> pulled);
   void onProgress(const std::string& ref, const PullProgress& p);
-  Duration backoff(int failures) const;
+  Duration backoff(int failures, bool check_only = false) const;
   void notesForRefLocked(const std::string& ref, Notes* notes);
   void notify(const Notes& notes);
   void dispatch(std::vector<std::function<void()>> work);

@@ -213,7 +213,9 @@ TEST_F(PrePullerTest, AnImageWithADigestIsPulledAsIs) {
 }
 
 TEST_F(PrePullerTest, SkipListImagesMustBeImportedAndAreFoundOnceTheyAre) {
-  PrePuller& pp = make();
+  PrePullerOptions o;
+  o.retry_max = seconds(60);  // pulls would back off to a minute; look-ups stop at 10s
+  PrePuller& pp = make(o);
   const std::string image = "dev.local/app:v1";
   pp.status("ns/rev-1", image);
   settle();
@@ -225,8 +227,15 @@ TEST_F(PrePullerTest, SkipListImagesMustBeImportedAndAreFoundOnceTheyAre) {
   EXPECT_EQ(puller_.resolves, 0);
   EXPECT_EQ(puller_.pulls, 0);
 
+  // Looked for again with a short cap: 1s, 2s, 4s, 8s, 10s, 10s.
+  for (int gap : {1, 2, 4, 8, 10, 10}) {
+    ASSERT_EQ(pp.nextDue(), clock_.monotonic() + seconds(gap));
+    clock_.advance(seconds(gap));
+    settle();
+  }
+  EXPECT_EQ(pp.status("ns/rev-1", image).phase, ImagePhase::kFailed);
   puller_.present[image] = clock_.now();  // `knap image import`
-  clock_.advance(seconds(1));
+  clock_.advance(seconds(10));
   settle();
   s = pp.status("ns/rev-1", image);
   EXPECT_EQ(s.phase, ImagePhase::kReady);
