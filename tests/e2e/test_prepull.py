@@ -27,8 +27,9 @@ class Env:
         tag = (os.getpid() + 37) % 150 + 60
         self.ns = f"knap-e2e-pp-{uuid.uuid4().hex[:8]}"
         self.workdir = workdir
+        self.bridge = f"knappp{tag}"
         self.base = (f"  containerd-namespace: {self.ns}\n"
-                     f"  bridge-name: knappp{tag}\n"
+                     f"  bridge-name: {self.bridge}\n"
                      f"  pod-subnet: 10.219.{tag}.0/24\n"
                      "  metrics-listen: 127.0.0.1:0\n")
         self.knapd = None
@@ -50,6 +51,7 @@ class Env:
                 time.sleep(0.2)
             k.stop()
         cleanup_namespace(self.ns)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
 @pytest.fixture
