@@ -4,7 +4,8 @@
 1. requests/s and latency p50/p99 with wrk: direct to the pod, through nginx
    as a keep-alive reverse proxy, and through knap's router;
 2. cold start (request at zero pods -> first byte) p50/p99 over N trials,
-   next to `ctr run --rm` of the same image.
+   next to `ctr run --rm` of the same image, with no warm pool
+   (bench_coldstart.py compares the pool modes).
 
     python3 bench/serving/bench_serving.py [--build build] [--trials 20] [--duration 5]
 """
@@ -67,7 +68,7 @@ def main():
     ns = "knap-bench"
     k = conftest.Knapd(work, runtime="containerd", extra_config=(
         f"  containerd-namespace: {ns}\n  bridge-name: knapbench0\n  pod-subnet: 10.218.0.0/24\n"
-        "  metrics-listen: 127.0.0.1:0\n"
+        "  metrics-listen: 127.0.0.1:0\n  warm-pool-size: \"0\"\n"
         "autoscaler:\n  stable-window: 6s\n  panic-window-percentage: \"20\"\n  scale-to-zero-grace-period: 1s\n"))
     tar = os.path.join(work, "app.tar")
     subprocess.run([f"{build}/tools/mkimage/knap-mkimage", "--out", tar, "--name", IMAGE, "--file",
