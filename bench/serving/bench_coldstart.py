@@ -16,8 +16,15 @@ carries the expected `K-Knap-Cold-Start: path=...` header.
 --boot-ms N makes the test app sleep N ms before it listens (an app with a
 slow start-up: JVM, Python imports); frozen pods have paid that already.
 
-The "image not yet pulled" path needs a registry and the image gate; see
-docs/benchmarks.md for its status.
+With `pulled` in --cases (the default) it also measures the image that is
+not on the machine yet: Debian's docker-registry on loopback (TLS from a test
+CA, htpasswd auth; tests/e2e/registry.py) holds the test app; each trial
+removes the image from containerd, applies a Service naming it and times
+apply -> first byte of the first 200 (digest resolution, pull, unpack, pod
+start, probe), next to `ctr images pull` + `ctr run --rm` of the same image
+from the same registry in the same run. With pre-pulling a revision cannot be
+at zero without its image, so this is the cold start a user meets on a
+first deploy.
 """
 import argparse
 import http.client
@@ -77,17 +84,29 @@ def main():
     ap.add_argument("--build", default=os.environ.get("KNAP_BUILD_DIR", os.path.join(ROOT, "build")))
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--boot-ms", type=int, default=0)
-    ap.add_argument("--cases", default="nopool,created,frozen", help="comma-separated subset of the cases")
+    ap.add_argument("--cases", default="nopool,created,frozen,pulled", help="comma-separated subset of the cases")
     ap.add_argument("--hold-on-failure", type=int, default=0, help="seconds to keep knapd up after a failure")
     args = ap.parse_args()
     global CASES
+    want_pulled = "pulled" in args.cases.split(",")
     CASES = [c for c in CASES if c[0] in args.cases.split(",")]
     build = os.path.abspath(args.build)
     conftest.BUILD, conftest.KNAPD, conftest.KNAP = build, f"{build}/daemon/knapd", f"{build}/tools/knap"
     knap = f"{build}/tools/knap"
     work = tempfile.mkdtemp(prefix="knap-bench-cold-")
     mport = conftest.free_port()
-    k = conftest.Knapd(work, runtime="containerd", extra_config=(
+    reg = None
+    reg_lines = ""
+    if want_pulled:
+        import registry as regmod  # noqa: E402  (tests/e2e/registry.py)
+        regmod.BUILD = build
+        regmod.MKIMAGE = f"{build}/tools/mkimage/knap-mkimage"
+        regmod.TESTAPP = f"{build}/tests/apps/knap-testapp"
+        reg = regmod.Registry(os.path.join(work, "registry"))
+        reg.start()
+        reg.push(regmod.build_testapp_image(os.path.join(work, "pull.tar"), name="bench/app:v1"), "bench/app:v1")
+        reg_lines = reg.knap_config()
+    k = conftest.Knapd(work, runtime="containerd", extra_config=(reg_lines +
         f"  containerd-namespace: {NS}\n  bridge-name: knapcold0\n  pod-subnet: 10.220.0.0/24\n"
         f"  metrics-listen: 127.0.0.1:{mport}\n  warm-pool-size: \"0\"\n"
         "autoscaler:\n  stable-window: 6s\n  panic-window-percentage: \"20\"\n  scale-to-zero-grace-period: 1s\n"))
@@ -158,6 +177,10 @@ def main():
             print(f"trial {trial + 1}/{args.trials}: " +
                   "  ".join(f"{n} {times[n][-1] * 1000:.0f} ms" for n, *_ in CASES), file=sys.stderr, flush=True)
 
+        pulled, pulled_ref = [], []
+        if reg is not None:
+            pulled, pulled_ref = bench_pulled(k, knap, reg, args.trials)
+
         ctr = []
         for i in range(args.trials):
             t0 = time.perf_counter()
@@ -173,17 +196,82 @@ def main():
             flag = "" if paths[name] == {f"path={want}"} else "   (!! expected path=" + want + ")"
             print(f"{label:34} {pct(times[name], 50):8.3f} {pct(times[name], 99):8.3f}  {got}{flag}")
         print(f"{'ctr run --rm (start and exit)':34} {pct(ctr, 50):8.3f} {pct(ctr, 99):8.3f}")
-        print("image not yet pulled               (needs the registry + image gate; see docs/benchmarks.md)")
+        if pulled:
+            print(f"{'image not yet pulled (apply->byte)':34} {pct(pulled, 50):8.3f} {pct(pulled, 99):8.3f}")
+            print(f"{'ctr images pull + ctr run --rm':34} {pct(pulled_ref, 50):8.3f} {pct(pulled_ref, 99):8.3f}")
         for name, label, _, _ in CASES:
             if memory[name]:
                 print(f"memory held per warm pod, {label}: {pct(memory[name], 50) / 2**20:.2f} MiB (p50)")
     finally:
+        if reg is not None:
+            reg.stop()
         subprocess.run([knap, "--server", k.url, "delete", "service"] + [n for n, *_ in CASES], capture_output=True)
         time.sleep(3)
         k.stop()
         subprocess.run(["ctr", "-n", NS, "images", "rm", IMAGE], capture_output=True)
         shutil.copy(k.log_path, "/tmp/knap-bench-cold-knapd.log")  # for a look after a failure
         shutil.rmtree(work, ignore_errors=True)
+
+
+def drop_registry_images(host):
+    """Removes every image of the registry at `host` from knap's containerd namespace (content goes with it)."""
+    out = subprocess.run(["ctr", "-n", NS, "images", "ls", "-q"], capture_output=True, text=True).stdout.split()
+    names = [n for n in out if n.startswith(host + "/")]
+    if names:
+        subprocess.run(["ctr", "-n", NS, "images", "rm", "--sync"] + names, capture_output=True)
+    left = subprocess.run(["ctr", "-n", NS, "images", "ls", "-q"], capture_output=True, text=True).stdout.split()
+    assert not [n for n in left if n.startswith(host + "/")], left
+
+
+def bench_pulled(k, knap, reg, trials):
+    """Apply -> first 200 for an image that is not on the machine; and ctr pull + run of it."""
+    image = reg.image("bench/app:v1")
+    host = "pulled.default.localhost"
+    times = []
+    for trial in range(trials):
+        drop_registry_images(reg.host)
+        svc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": "pulled"},
+               "spec": {"template": {"spec": {"containers": [{"image": image}]}}}}
+        t0 = time.perf_counter()
+        subprocess.run([knap, "--server", k.url, "apply", "-f", "-"], input=json.dumps(svc), text=True,
+                       check=True, capture_output=True)
+        while True:
+            try:
+                code, _, _ = first_byte(k.router_port, host)
+            except OSError:
+                code = 0
+            if code == 200:
+                break
+            if time.perf_counter() - t0 > 120:
+                raise SystemExit(f"pulled: no 200 within 120 s; knapd log: {k.log_path}")
+            time.sleep(0.005)
+        times.append(time.perf_counter() - t0)
+        subprocess.run([knap, "--server", k.url, "delete", "service", "pulled"], check=True, capture_output=True)
+        k.wait_for(lambda: k.http("GET", "/apis/serving.knative.dev/v1/namespaces/default/revisions/pulled-00001")[0]
+                   == 404, timeout=60, what="pulled revision gone")
+        k.wait_for(lambda: not [l for l in subprocess.run(["ctr", "-n", NS, "containers", "ls", "-q"],
+                                                         capture_output=True, text=True).stdout.split()
+                                if "pulled-00001" in l], timeout=60, what="pulled pods gone")
+        print(f"pulled trial {trial + 1}/{trials}: {times[-1] * 1000:.0f} ms", file=sys.stderr, flush=True)
+    # ctr treats 127.0.0.1 as a plain-HTTP registry unless a hosts.toml says otherwise.
+    hosts_dir = os.path.join(os.path.dirname(reg.ca_file()), "ctr-hosts")
+    os.makedirs(os.path.join(hosts_dir, reg.host), exist_ok=True)
+    with open(os.path.join(hosts_dir, reg.host, "hosts.toml"), "w") as f:
+        f.write(f'server = "https://{reg.host}"\n[host."https://{reg.host}"]\n'
+                f'  capabilities = ["pull", "resolve"]\n  ca = "{reg.ca_file()}"\n')
+    ref = []
+    for i in range(trials):
+        drop_registry_images(reg.host)
+        t0 = time.perf_counter()
+        p = subprocess.run(["ctr", "-n", NS, "images", "pull", "--user", f"{reg.user}:{reg.password}",
+                        "--hosts-dir", hosts_dir, image], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit("ctr images pull failed: " + p.stderr[-2000:])
+        subprocess.run(["ctr", "-n", NS, "run", "--rm", image, f"knap-bench-pull-ctr-{i}", "/app/knap-testapp",
+                        "--fail-start"], capture_output=True)
+        ref.append(time.perf_counter() - t0)
+    drop_registry_images(reg.host)
+    return times, ref
 
 
 if __name__ == "__main__":
