@@ -44,8 +44,14 @@ extern char** environ;
 
 namespace {
 
-std::atomic<int> g_inflight{0};
+std::atomic<int> g_inflight{0};      // read .. response fully sent (drain waits on it)
+// max_inflight counts a request from its read until its response is about to
+// be completed, not after: once the last byte is sent the client (the router)
+// may send the next request before this thread gets to count the old one out,
+// and a strictly one-at-a-time client would otherwise be seen as 2 in flight.
+std::atomic<int> g_handling{0};
 std::atomic<int> g_max_inflight{0};
+thread_local bool t_handling = false;
 std::atomic<long> g_requests{0};
 std::atomic<bool> g_healthy{true};
 std::atomic<bool> g_stopping{false};
@@ -56,6 +62,14 @@ std::vector<std::unique_ptr<char[]>> g_allocs;
 size_t g_alloc_mb = 0;
 std::vector<std::string> g_argv;
 std::chrono::steady_clock::time_point g_start;
+
+// The current request's response is about to be completed: no longer counts
+// towards max_inflight. Idempotent per request.
+void doneHandling() {
+  if (!t_handling) return;
+  t_handling = false;
+  --g_handling;
+}
 
 void logLine(const std::string& s) {
   std::string line = s + "\n";
@@ -168,6 +182,7 @@ bool respond(int fd, int code, const std::string& body, bool keep_alive,
   std::string head = "HTTP/1.1 " + std::to_string(code) + " " + reason(code) + "\r\n" +
                      "Content-Type: " + content_type + "\r\n" + "Content-Length: " + std::to_string(body.size()) +
                      "\r\n" + (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
+  doneHandling();  // the whole response goes in this one write
   return sendAll(fd, head + body);
 }
 
@@ -515,6 +530,7 @@ bool handle(int fd, const Request& r, bool keep_alive) {
       snprintf(len, sizeof len, "%zx\r\n", data.size());
       if (!sendAll(fd, len + data + "\r\n")) return false;
     }
+    doneHandling();  // the last chunk completes the response
     return sendAll(fd, "0\r\n\r\n");
   }
   if (p == "/alloc") {
@@ -564,7 +580,9 @@ void serveConnection(int fd) {
       respond(fd, rc, Obj().str("error", reason(rc)).done(), false);
       break;
     }
-    int now = ++g_inflight;
+    ++g_inflight;
+    int now = ++g_handling;
+    t_handling = true;
     int prev = g_max_inflight.load();
     while (now > prev && !g_max_inflight.compare_exchange_weak(prev, now)) {}
     ++g_requests;
@@ -574,6 +592,7 @@ void serveConnection(int fd) {
     bool keep_alive = r.protocol == "HTTP/1.1" ? conn != "close" : conn == "keep-alive";
     if (g_stopping) keep_alive = false;
     bool ok = handle(fd, r, keep_alive);
+    doneHandling();
     {
       std::lock_guard<std::mutex> l(g_mu);
       --g_inflight;

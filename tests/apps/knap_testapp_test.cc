@@ -242,6 +242,45 @@ TEST_F(TestAppTest, ConcurrencyIsCounted) {
   EXPECT_EQ(inflight["inflight"], 1);  // this request
 }
 
+// A client that never has two requests outstanding (the router with
+// containerConcurrency 1, alternating between two pooled keep-alive
+// connections) must never be seen as 2 in flight, although the server thread
+// of the previous request may not yet have returned from its write.
+TEST_F(TestAppTest, OneAtATimeClientIsNeverTwoInFlight) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  int fds[2] = {connectTo(app.port()), connectTo(app.port())};
+  ASSERT_GE(fds[0], 0);
+  ASSERT_GE(fds[1], 0);
+  const std::string req = "GET /sleep?ms=0 HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::string pending[2];
+  for (int i = 0; i < 3000; ++i) {
+    int fd = fds[i % 2];
+    std::string& buf = pending[i % 2];
+    ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    size_t end = std::string::npos;
+    char chunk[4096];
+    while (true) {  // read exactly one response (Content-Length framed)
+      size_t head = buf.find("\r\n\r\n");
+      if (head != std::string::npos) {
+        size_t cl = buf.find("Content-Length: ");
+        ASSERT_NE(cl, std::string::npos) << buf;
+        end = head + 4 + std::stoul(buf.substr(cl + 16));
+        if (buf.size() >= end) break;
+      }
+      ssize_t n = recv(fd, chunk, sizeof chunk, 0);
+      ASSERT_GT(n, 0);
+      buf.append(chunk, static_cast<size_t>(n));
+    }
+    buf.erase(0, end);
+  }
+  close(fds[0]);
+  close(fds[1]);
+  json inflight = json::parse(get(app.port(), "/inflight").body);
+  EXPECT_EQ(inflight["max_inflight"], 1) << inflight.dump();
+  EXPECT_EQ(inflight["requests"], 3001);
+}
+
 TEST_F(TestAppTest, StreamAllocAndInfo) {
   App app({});
   ASSERT_TRUE(app.ready());
