@@ -84,10 +84,11 @@ class ContainerdRuntime final : public Runtime {
     runner_.setOnEndpointsChanged([this, fn](const std::string& revision) {
       std::vector<router::Endpoint> eps;
       runner::WakeReport wake;
-      for (const auto& e : runner_.readyEndpoints(revision, &wake)) {
+      uint64_t version = 0;
+      for (const auto& e : runner_.readyEndpoints(revision, &wake, &version)) {
         eps.push_back(router::Endpoint{e.ip, static_cast<uint16_t>(e.port)});
       }
-      fn(revision, eps, router::WakeInfo{wake.path, wake.image_ready_at});
+      fn(revision, eps, router::WakeInfo{wake.path, wake.image_ready_at}, version);
     });
   }
   // Warm pool (issue 5): the runner's pool status, as router metrics.

@@ -126,8 +126,8 @@ void DataPlane::stop() {
 }
 
 void DataPlane::setEndpoints(const std::string& revision, const std::vector<router::Endpoint>& endpoints,
-                             const router::WakeInfo& wake) {
-  router_->setEndpoints(revision, endpoints, wake);
+                             const router::WakeInfo& wake, uint64_t version) {
+  if (!router_->setEndpoints(revision, endpoints, wake, version)) return;  // stale
   driver_->podsChanged(revision);
 }
 

@@ -43,8 +43,10 @@ class DataPlane {
 
   // The ready pod endpoints of revision "ns/name" changed (from the runtime);
   // `wake` is how the revision last woke from zero (router::WakeInfo).
+  // `version` > 0: a list older than the newest applied one is dropped
+  // (Router::setEndpoints); 0 always applies.
   void setEndpoints(const std::string& revision, const std::vector<router::Endpoint>& endpoints,
-                    const router::WakeInfo& wake = {});
+                    const router::WakeInfo& wake = {}, uint64_t version = 0);
   // The revision's warm pool changed (from the runtime): router metrics.
   void setWarmPool(const std::string& revision, const router::WarmPoolStats& pool);
 

@@ -119,8 +119,8 @@ int run(int argc, char** argv) {
   DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget());
   (*runtime)->setEndpointsListener([&data_plane](const std::string& revision,
                                                   const std::vector<router::Endpoint>& endpoints,
-                                                  const router::WakeInfo& wake) {
-    data_plane.setEndpoints(revision, endpoints, wake);
+                                                  const router::WakeInfo& wake, uint64_t version) {
+    data_plane.setEndpoints(revision, endpoints, wake, version);
   });
   (*runtime)->setWarmPoolListener([&data_plane](const std::string& revision, const router::WarmPoolStats& pool) {
     data_plane.setWarmPool(revision, pool);

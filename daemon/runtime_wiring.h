@@ -28,10 +28,12 @@ class Runtime {
   virtual scaler::ScaleTarget& scaleTarget() = 0;
   // Called (from any thread) with a revision's ready endpoints whenever they
   // change, and how the revision last woke from zero (its path is "" when
-  // the runtime cannot tell).
+  // the runtime cannot tell). Calls may race and arrive out of order:
+  // `version` grows with the time the list was read (0: unversioned), and a
+  // receiver must drop a list older than one it already applied.
   using EndpointsListener = std::function<void(const std::string& revision,
                                                const std::vector<router::Endpoint>& endpoints,
-                                               const router::WakeInfo& wake)>;
+                                               const router::WakeInfo& wake, uint64_t version)>;
   virtual void setEndpointsListener(EndpointsListener fn) = 0;
   // Called (from any thread) whenever a revision's warm pool changes.
   using WarmPoolListener = std::function<void(const std::string& revision, const router::WarmPoolStats& pool)>;

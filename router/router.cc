@@ -106,6 +106,7 @@ struct RevisionState {
   mutable std::mutex mu;
   RevisionConfig config_;
   std::vector<std::string> endpoints;  // under mu
+  uint64_t endpoints_version = 0;      // under mu: newest applied setEndpoints version
   WakeInfo wake;                       // under mu: how it last woke from zero
   ActivatorQueue queue;
   scaler::RequestStats stats;
@@ -874,23 +875,29 @@ void Router::setRoutingTable(std::shared_ptr<const RoutingTable> table) {
   impl_->table = std::move(table);
 }
 
-void Router::setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,
-                          const WakeInfo& wake) {
+bool Router::setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,
+                          const WakeInfo& wake, uint64_t version) {
   std::shared_ptr<RevisionState> st = impl_->revisionState(revision);
   std::vector<std::string> keys;
   keys.reserve(endpoints.size());
   for (const Endpoint& e : endpoints) keys.push_back(e.key());
   std::vector<std::string> gone;
   {
+    // The queue is updated under st->mu too, so two racing updates reach it
+    // in the same order as they pass the version check.
     std::lock_guard<std::mutex> lock(st->mu);
+    if (version != 0) {
+      if (version < st->endpoints_version) return false;  // stale: a newer list is applied
+      st->endpoints_version = version;
+    }
     for (const std::string& old : st->endpoints) {
       if (std::find(keys.begin(), keys.end(), old) == keys.end()) gone.push_back(old);
     }
     st->endpoints = keys;
     if (!wake.path.empty()) st->wake = wake;
+    st->queue.setEndpoints(keys);
+    impl_->metrics.revision_pods.with({revision, "ready"}).set(static_cast<double>(keys.size()));
   }
-  st->queue.setEndpoints(keys);
-  impl_->metrics.revision_pods.with({revision, "ready"}).set(static_cast<double>(keys.size()));
   if (!gone.empty()) {
     // Drop pooled connections to pods that went away.
     std::lock_guard<std::mutex> lock(impl_->lifecycle_mu);
@@ -901,6 +908,7 @@ void Router::setEndpoints(const std::string& revision, const std::vector<Endpoin
       });
     }
   }
+  return true;
 }
 
 void Router::setWarmPool(const std::string& revision, const WarmPoolStats& pool) {

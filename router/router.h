@@ -124,8 +124,11 @@ class Router final : public scaler::MetricsSource {
   // Ready pod endpoints of `revision` ("ns/name"); releases queued requests.
   // `wake` (when its path is set) is how the revision last woke from zero; it
   // is stored before the queue is released, so a waking request sees it.
-  void setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,
-                    const WakeInfo& wake = {});
+  // `version` (0: unversioned, always applied) orders updates that race on
+  // their way here: an update older than the newest applied one for the
+  // revision is dropped (returns false); true when applied.
+  bool setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,
+                    const WakeInfo& wake = {}, uint64_t version = 0);
   // The revision's warm pool (knap_warm_pool_pods{revision,mode},
   // knap_warm_pool_memory_bytes{revision}).
   void setWarmPool(const std::string& revision, const WarmPoolStats& pool);

@@ -477,6 +477,33 @@ TEST_F(RouterTest, QueuesAtZeroAndReleasesWhenEndpointAppears) {
   EXPECT_NE(m.find("knap_activator_queue_wait_seconds_count{revision=\"default/hello-00001\"} 5"), std::string::npos) << m;
 }
 
+// Endpoint updates race on their way from the runtime (several threads): one
+// older than the newest applied is dropped, so the router never goes back to
+// a stale list.
+TEST_F(RouterTest, StaleEndpointsVersionIsDropped) {
+  TestBackend old_pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
+    resp.body() = "old";
+  }));
+  TestBackend new_pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
+    resp.body() = "new";
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  EXPECT_TRUE(router_->setEndpoints(kRev, {new_pod.endpoint()}, {}, 2));
+  EXPECT_FALSE(router_->setEndpoints(kRev, {old_pod.endpoint()}, {}, 1));  // delivered late
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(get(router_->port(), kHost).body(), "new");
+  EXPECT_NE(router_->renderMetrics().find("knap_revision_pods{revision=\"default/hello-00001\",state=\"ready\"} 1"),
+            std::string::npos);
+  // The same version again (one read delivered twice) and newer ones apply.
+  EXPECT_TRUE(router_->setEndpoints(kRev, {new_pod.endpoint()}, {}, 2));
+  EXPECT_TRUE(router_->setEndpoints(kRev, {old_pod.endpoint()}, {}, 3));
+  EXPECT_EQ(get(router_->port(), kHost).body(), "old");
+  EXPECT_FALSE(router_->setEndpoints(kRev, {}, {}, 2));
+  EXPECT_EQ(get(router_->port(), kHost).body(), "old");
+  // Unversioned updates (0) always apply.
+  EXPECT_TRUE(router_->setEndpoints(kRev, {new_pod.endpoint()}));
+  EXPECT_EQ(get(router_->port(), kHost).body(), "new");
+}
+
 // The request that woke a revision carries K-Knap-Cold-Start with the path
 // the runtime reported; the others queued with it do not.
 TEST_F(RouterTest, ColdStartHeaderAndHistogramByWakePath) {

@@ -529,8 +529,10 @@ void PodRunner::scaleStatusChanged(const std::string& revision, const scaler::Sc
   notifyAll(std::move(notes));
 }
 
-std::vector<Endpoint> PodRunner::readyEndpoints(const std::string& revision, WakeReport* wake) {
+std::vector<Endpoint> PodRunner::readyEndpoints(const std::string& revision, WakeReport* wake,
+                                                uint64_t* version) {
   std::lock_guard<std::mutex> l(mu_);
+  if (version) *version = ++endpoints_version_;
   auto it = revisions_.find(revision);
   if (it == revisions_.end()) {
     if (wake) *wake = WakeReport{};

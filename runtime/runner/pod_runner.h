@@ -171,8 +171,12 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
 
   // Ready pods' addresses (sorted by pod id); empty for unknown revisions.
   // With `wake`: also how the revision last woke from zero, read under the
-  // same lock (so the pair is consistent).
-  std::vector<Endpoint> readyEndpoints(const std::string& revision, WakeReport* wake = nullptr);
+  // same lock (so the pair is consistent). With `version`: a number that
+  // grows with every call, taken under that lock, so a list with a higher
+  // version is never older; receivers drop updates older than the newest
+  // they applied (callbacks for one revision may race on several threads).
+  std::vector<Endpoint> readyEndpoints(const std::string& revision, WakeReport* wake = nullptr,
+                                       uint64_t* version = nullptr);
   // The revision's warm pool; a zero status for unknown revisions.
   WarmPoolStatus warmPool(const std::string& revision);
   // Called with the revision key whenever its WarmPoolStatus changes.
@@ -287,6 +291,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   std::function<void(const std::string&)> on_endpoints_;
   std::function<void(const std::string&)> on_warm_;
   uint64_t pod_counter_ = 0;
+  uint64_t endpoints_version_ = 0;  // under mu_: readyEndpoints() reads, in order
   std::atomic<int> exits_received_{0};
   bool shutting_down_ = false;
   std::map<std::string, int> pending_scale_;  // setDesiredScale() before ensure()  // stop(): waits are being abandoned
