@@ -112,12 +112,19 @@ def wait_reason(k, name, reason, status=None, timeout=60):
 
 
 def get(k, host, timeout=30):
-    c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=timeout)
-    c.request("GET", "/", headers={"Host": host})
-    r = c.getresponse()
-    body = r.read().decode()
-    c.close()
-    return r.status, body
+    """GET / through the router. A Revision's Ready comes before its Route reaches
+    the router's table (the router programs routes asynchronously; IngressReady is
+    not yet confirmed by the router), so an unknown host is retried for a while."""
+    deadline = time.monotonic() + 30
+    while True:
+        c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=timeout)
+        c.request("GET", "/", headers={"Host": host})
+        r = c.getresponse()
+        body = r.read().decode()
+        c.close()
+        if r.status != 404 or "no route for host" not in body or time.monotonic() > deadline:
+            return r.status, body
+        time.sleep(0.1)
 
 
 def test_revision_is_ready_only_after_the_pull_and_pinned_to_the_registry_digest(
