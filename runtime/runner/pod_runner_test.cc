@@ -129,6 +129,20 @@ TEST_F(PodRunnerTest, NewRevisionStartsOnePodAndBecomesReady) {
   EXPECT_EQ(driver_.createCount(), 1);
 }
 
+// Endpoint callbacks race on several threads; the version read with the list
+// (under the runner lock) orders them: a later read has a higher version.
+TEST_F(PodRunnerTest, ReadyEndpointsVersionGrowsWithEveryRead) {
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  uint64_t v1 = 0, v2 = 0, v3 = 0;
+  EXPECT_EQ(runner_->readyEndpoints("default/r1", nullptr, &v1).size(), 1u);
+  runner_->readyEndpoints("default/r1", nullptr, &v2);
+  runner_->readyEndpoints("default/unknown", nullptr, &v3);
+  EXPECT_GT(v1, 0u);
+  EXPECT_GT(v2, v1);
+  EXPECT_GT(v3, v2);
+}
+
 TEST_F(PodRunnerTest, ContainerPortIsTheServingPort) {
   runner_->ensure(makeRevision("r1", json::object(), {{"ports", json::array({{{"containerPort", 8801}}})}}));
   settle();
