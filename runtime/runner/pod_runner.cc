@@ -791,6 +791,24 @@ WarmPoolStatus PodRunner::warmStatusLocked(const Revision& rev) const {
   return st;
 }
 
+// The end of every per-pod driver call: under the lock, finds the pod (gone
+// meanwhile: nothing to do), marks it not busy, lets `apply` record the
+// result at time `t`, then reports changes and wakes the control loop.
+void PodRunner::finishDriverCall(const std::string& rev_key, const std::string& pod_id,
+                                 const std::function<void(Revision&, Pod&, MonoTime)>& apply) {
+  Notes notes;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto [rev, pod] = findPodLocked(rev_key, pod_id);
+    if (!pod) return;  // revision or pod gone meanwhile
+    pod->busy = false;
+    apply(*rev, *pod, time_.monotonic());
+    collectNotesLocked(&notes);
+  }
+  notifyAll(std::move(notes));
+  wake();
+}
+
 void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work) {
   std::string k = key(rev.ns, rev.name);
   if (rev.object.is_null() && !rev.removed) return;  // adopted pods wait for ensure()
@@ -873,15 +891,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
       pod.busy = true;
       work->push_back([this, k, pid, h] {
         StatusOr<uint32_t> r = driver_.start(h);
-        Notes notes;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          auto [found_rev, found_pod] = findPodLocked(k, pid);
-          if (!found_pod) return;  // revision or pod gone meanwhile
-          Revision& rv = *found_rev;
-          Pod& p = *found_pod;
-          p.busy = false;
-          MonoTime t = time_.monotonic();
+        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
           if (!r.isOk()) {
             LOG(WARNING) << "pod runner: start " << pid << " of " << k << ": " << r.status().toString();
             if (!rv.ever_ready) rv.failure = controller::ConditionState{"False", "StartError", r.status().message()};
@@ -899,10 +909,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
             p.next_probe = p.readiness->nextProbeAt();
             if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
           }
-          collectNotesLocked(&notes);
-        }
-        notifyAll(std::move(notes));
-        wake();
+        });
       });
       continue;
     }
@@ -911,16 +918,8 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
       pod.busy = true;
       work->push_back([this, k, pid, h] {
         Status r = driver_.pause(h);
-        Notes notes;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          auto [found_rev, found_pod] = findPodLocked(k, pid);
-          if (!found_pod) return;
-          Revision& rv = *found_rev;
-          Pod& p = *found_pod;
-          p.busy = false;
+        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
           p.pause_pending = false;
-          MonoTime t = time_.monotonic();
           if (!r.isOk()) {
             LOG(WARNING) << "pod runner: pause " << pid << " of " << k << ": " << r.toString()
                          << "; replacing the warm pod";
@@ -937,10 +936,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
               p.resume_pending = true;
             }
           }
-          collectNotesLocked(&notes);
-        }
-        notifyAll(std::move(notes));
-        wake();
+        });
       });
       continue;
     }
@@ -949,16 +945,8 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
       pod.busy = true;
       work->push_back([this, k, pid, h] {
         Status r = driver_.resume(h);
-        Notes notes;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          auto [found_rev, found_pod] = findPodLocked(k, pid);
-          if (!found_pod) return;
-          Revision& rv = *found_rev;
-          Pod& p = *found_pod;
-          p.busy = false;
+        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
           p.resume_pending = false;
-          MonoTime t = time_.monotonic();
           if (!r.isOk()) {
             LOG(WARNING) << "pod runner: resume " << pid << " of " << k << ": " << r.toString()
                          << "; replacing it";
@@ -973,10 +961,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
               }
             }
           }
-          collectNotesLocked(&notes);
-        }
-        notifyAll(std::move(notes));
-        wake();
+        });
       });
       continue;
     }
@@ -984,23 +969,14 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
       pod.busy = true;
       work->push_back([this, k, pid, h] {
         StatusOr<int64_t> r = driver_.memoryBytes(h);
-        Notes notes;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          auto [found_rev, found_pod] = findPodLocked(k, pid);
-          if (!found_pod) return;
-          Pod& p = *found_pod;
-          p.busy = false;
+        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
           p.next_memory = time_.monotonic() + options_.warm_memory_interval;
           if (r.isOk()) {
             p.memory_bytes = *r;
           } else {
             LOG(WARNING) << "pod runner: memory of warm pod " << pid << ": " << r.status().toString();
           }
-          collectNotesLocked(&notes);
-        }
-        notifyAll(std::move(notes));
-        wake();
+        });
       });
       continue;
     }
@@ -1013,15 +989,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
       work->push_back([this, k, pid, h, spec, liveness] {
         MonoTime started = time_.monotonic();
         runtime::ProbeResult r = driver_.probe(h, spec);
-        Notes notes;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          auto [found_rev, found_pod] = findPodLocked(k, pid);
-          if (!found_pod) return;  // revision or pod gone meanwhile
-          Revision& rv = *found_rev;
-          Pod& p = *found_pod;
-          p.busy = false;
-          MonoTime t = time_.monotonic();
+        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
           if (p.stop_requested || !p.readiness) {
             // stopping or crashed meanwhile: ignore the result
           } else if (liveness && p.liveness) {
@@ -1048,10 +1016,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
             p.next_probe = p.readiness->nextProbeAt();
             if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
           }
-          collectNotesLocked(&notes);
-        }
-        notifyAll(std::move(notes));
-        wake();
+        });
       });
       continue;
     }

@@ -264,6 +264,8 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work);
   void spawnWaiterLocked(Revision& rev, Pod& pod);
   std::pair<Revision*, Pod*> findPodLocked(const std::string& revision, const std::string& pod_id);
+  void finishDriverCall(const std::string& rev_key, const std::string& pod_id,
+                        const std::function<void(Revision&, Pod&, MonoTime)>& apply);
   void onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit);
   void handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, MonoTime now);
   void requestStopLocked(Revision& rev, Pod& pod, std::vector<std::function<void()>>* work);
