@@ -71,6 +71,9 @@ TEST(ReferenceTest, NamesAndHosts) {
   EXPECT_EQ(d.canonical(), "127.0.0.1:5000/app@" + kDigest);
   EXPECT_EQ(writtenRepository("127.0.0.1:5000/app:v1"), "127.0.0.1:5000/app");
   EXPECT_EQ(writtenRepository("nginx"), "nginx");
+  EXPECT_EQ(writtenRepository("dev.local/app:v1"), "dev.local/app");
+  EXPECT_EQ(writtenRepository("host:5000/app"), "host:5000/app");
+  EXPECT_EQ(writtenRepository("a/b@sha256:abc"), "a/b");
   EXPECT_EQ(writtenRepository("localhost:5000/app@" + kDigest), "localhost:5000/app");
 }
 

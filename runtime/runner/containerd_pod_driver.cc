@@ -9,6 +9,7 @@
 
 #include "common/duration.h"
 #include "common/log.h"
+#include "images/reference.h"
 #include "runtime/containerd/image_import.h"
 #include "runtime/pod/oci_spec.h"
 
@@ -72,16 +73,6 @@ std::optional<std::string> readFromMounts(const std::vector<containerd::Mount>& 
 
 }  // namespace
 
-std::string imageRepository(const std::string& image) {
-  std::string s = image;
-  size_t at = s.find('@');
-  if (at != std::string::npos) s = s.substr(0, at);
-  size_t slash = s.rfind('/');
-  size_t colon = s.rfind(':');
-  if (colon != std::string::npos && (slash == std::string::npos || colon > slash)) s = s.substr(0, colon);
-  return s;
-}
-
 std::string fileTail(const std::string& path, int lines) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return "";
@@ -134,7 +125,7 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   h.pod_id = req.pod_id;
   h.ns = req.ns;
   h.revision_name = req.revision_name;
-  h.image_digest = imageRepository(req.image) + "@" + image->manifest_digest;
+  h.image_digest = images::writtenRepository(req.image) + "@" + image->manifest_digest;
 
   // Everything created from here is undone on failure.
   bool net_up = false, snap = false, container = false, task = false;

@@ -51,9 +51,6 @@ struct ContainerdPodDriverOptions {
   int log_tail_lines = 20;
 };
 
-// The image reference without its tag: "dev.local/app:v1" -> "dev.local/app",
-// "host:5000/app" -> "host:5000/app", "a/b@sha256:x" -> "a/b".
-std::string imageRepository(const std::string& image);
 // The last `lines` lines (at most 2 KiB) of a file; "" if unreadable.
 std::string fileTail(const std::string& path, int lines);
 

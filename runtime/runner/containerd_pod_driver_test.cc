@@ -369,14 +369,6 @@ TEST_F(RunnerE2eTest, LogsAreRotatedByCopyTruncateAndKeepFlowing) {
   EXPECT_EQ(text.find('\0'), std::string::npos) << "the shim must append at the new end, not leave a hole";
 }
 
-TEST(ContainerdPodDriverPure, ImageRepository) {
-  EXPECT_EQ(imageRepository("dev.local/app:v1"), "dev.local/app");
-  EXPECT_EQ(imageRepository("host:5000/app"), "host:5000/app");
-  EXPECT_EQ(imageRepository("host:5000/app:v2"), "host:5000/app");
-  EXPECT_EQ(imageRepository("a/b@sha256:abc"), "a/b");
-  EXPECT_EQ(imageRepository("busybox"), "busybox");
-}
-
 TEST(ContainerdPodDriverPure, FileTail) {
   char tmpl[] = "/tmp/knap-tail-XXXXXX";
   std::string dir = ::mkdtemp(tmpl);
