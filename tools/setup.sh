@@ -6,12 +6,12 @@
 #   tools/setup.sh --test     also the packages the test suites use
 set -euo pipefail
 
-PACKAGES="meson ninja-build g++ pkg-config libboost-dev libboost-system-dev libsqlite3-dev sqlite3 \
-libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libgrpc++-dev protobuf-compiler-grpc \
-libprotobuf-dev protobuf-compiler libcurl4-openssl-dev libssl-dev zlib1g-dev \
-golang-github-containerd-containerd-dev golang-github-gogo-protobuf-dev golang-github-gogo-googleapis-dev \
-containerd runc containernetworking-plugins iproute2 iptables curl ca-certificates ccache"
-TEST_PACKAGES="python3 python3-pytest docker-registry skopeo umoci apache2-utils nginx-light wrk hey"
+# Package lists live in tools/packages/: *.build are needed to build and run,
+# *.test only by the test suites. One file per area, so lists grow without conflicts.
+here="$(cd "$(dirname "$0")" && pwd)"
+read_list() { cat "$here"/packages/*."$1" 2>/dev/null | sed 's/#.*//' | tr -s ' \n' ' '; }
+PACKAGES="$(read_list build)"
+TEST_PACKAGES="$(read_list test)"
 
 want="$PACKAGES"
 [[ "${1:-}" == "--test" ]] && want="$want $TEST_PACKAGES"
