@@ -4,8 +4,10 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <regex>
+#include <cmath>
+#include <optional>
 #include <set>
+#include <string_view>
 
 namespace knap::api {
 namespace {
@@ -39,15 +41,103 @@ bool isNullLiteral(const std::string& s) {
   return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
 }
 
-std::optional<json> resolveInt(const std::string& raw) {
-  static const std::regex kDec("[-+]?(0|[1-9][0-9_]*)");
-  static const std::regex kHex("[-+]?0x[0-9a-fA-F_]+");
-  static const std::regex kOct("[-+]?0o?[0-7_]+");
-  static const std::regex kBin("[-+]?0b[01_]+");
-  std::string s;
-  for (char c : raw) {
-    if (c != '_') s.push_back(c);
+// Hand-written recognisers for the YAML 1.1 scalar forms below: one linear
+// scan each, no std::regex (its backtracking recursed once per character and
+// overflowed the stack on a 30,000-digit scalar, issue 9).
+bool isDigitChar(char c) {
+  return c >= '0' && c <= '9';
+}
+
+bool isHexChar(char c) {
+  return isDigitChar(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// Whether s[from..] is non-empty and every character passes `ok` or is '_'.
+template <typename Pred>
+bool allDigitsOrUnderscore(std::string_view s, size_t from, Pred ok) {
+  if (from >= s.size()) return false;
+  for (size_t i = from; i < s.size(); ++i) {
+    if (s[i] != '_' && !ok(s[i])) return false;
   }
+  return true;
+}
+
+size_t signLength(std::string_view s) {
+  return !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+}
+
+// [-+]?(0|[1-9][0-9_]*)
+bool isDecimalInt(std::string_view s) {
+  size_t i = signLength(s);
+  if (i >= s.size() || !isDigitChar(s[i])) return false;
+  if (s[i] == '0') return i + 1 == s.size();
+  return allDigitsOrUnderscore(s, i + 1, isDigitChar) || i + 1 == s.size();
+}
+
+// [-+]?0<letter><digits-or-_>+ for 0x (hex) and 0b (binary).
+template <typename Pred>
+bool isPrefixedInt(std::string_view s, char letter, Pred ok) {
+  size_t i = signLength(s);
+  return s.size() > i + 2 && s[i] == '0' && s[i + 1] == letter && allDigitsOrUnderscore(s, i + 2, ok);
+}
+
+// [-+]?0o?[0-7_]+
+bool isOctalInt(std::string_view s) {
+  size_t i = signLength(s);
+  if (i >= s.size() || s[i] != '0') return false;
+  ++i;
+  if (i < s.size() && s[i] == 'o') ++i;
+  return allDigitsOrUnderscore(s, i, [](char c) { return c >= '0' && c <= '7'; });
+}
+
+// [-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?
+bool isFloatText(std::string_view s) {
+  size_t i = signLength(s);
+  if (i >= s.size()) return false;
+  if (s[i] == '.') {
+    ++i;
+    size_t digits = 0;
+    while (i < s.size() && isDigitChar(s[i])) ++i, ++digits;
+    if (digits == 0) return false;
+  } else {
+    if (!isDigitChar(s[i])) return false;
+    ++i;
+    while (i < s.size() && (isDigitChar(s[i]) || s[i] == '_')) ++i;
+    if (i < s.size() && s[i] == '.') {
+      ++i;
+      while (i < s.size() && (isDigitChar(s[i]) || s[i] == '_')) ++i;
+    }
+  }
+  if (i == s.size()) return true;
+  if (s[i] != 'e' && s[i] != 'E') return false;
+  ++i;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+  if (i >= s.size()) return false;
+  while (i < s.size() && isDigitChar(s[i])) ++i;
+  return i == s.size();
+}
+
+std::string withoutUnderscores(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c != '_') out.push_back(c);
+  }
+  return out;
+}
+
+// A finite double for `clean`, or nullopt when it is out of range: go-yaml v2
+// then keeps the scalar a string (strconv.ParseFloat fails with ErrRange),
+// and so does knap.
+std::optional<json> finiteDouble(const std::string& clean) {
+  errno = 0;
+  double d = std::strtod(clean.c_str(), nullptr);
+  if (errno == ERANGE && std::isinf(d)) return std::nullopt;
+  return json(d);
+}
+
+std::optional<json> resolveInt(const std::string& raw) {
+  std::string s = withoutUnderscores(raw);
   int base = 0;
   std::string digits = s;
   bool negative = false;
@@ -55,15 +145,15 @@ std::optional<json> resolveInt(const std::string& raw) {
     negative = digits[0] == '-';
     digits = digits.substr(1);
   }
-  if (std::regex_match(raw, kDec)) {
+  if (isDecimalInt(raw)) {
     base = 10;
-  } else if (std::regex_match(raw, kHex)) {
+  } else if (isPrefixedInt(raw, 'x', isHexChar)) {
     base = 16;
     digits = digits.substr(2);
-  } else if (std::regex_match(raw, kBin)) {
+  } else if (isPrefixedInt(raw, 'b', [](char c) { return c == '0' || c == '1'; })) {
     base = 2;
     digits = digits.substr(2);
-  } else if (std::regex_match(raw, kOct)) {
+  } else if (isOctalInt(raw)) {
     base = 8;
     digits = digits.substr(digits.size() > 1 && digits[1] == 'o' ? 2 : 1);
     if (digits.empty()) digits = "0";
@@ -72,7 +162,7 @@ std::optional<json> resolveInt(const std::string& raw) {
   }
   errno = 0;
   unsigned long long v = std::strtoull(digits.c_str(), nullptr, base);
-  if (errno == ERANGE) return json(std::strtod(s.c_str(), nullptr));
+  if (errno == ERANGE) return base == 10 ? finiteDouble(s) : std::nullopt;
   if (negative) {
     if (v > static_cast<unsigned long long>(INT64_MAX) + 1) return json(-static_cast<double>(v));
     return json(static_cast<int64_t>(0 - v));
@@ -82,26 +172,37 @@ std::optional<json> resolveInt(const std::string& raw) {
 }
 
 std::optional<json> resolveFloat(const std::string& s) {
-  static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9][0-9_]*(\\.[0-9_]*)?)([eE][-+]?[0-9]+)?");
-  if (!std::regex_match(s, kFloat)) return std::nullopt;
-  std::string clean;
-  for (char c : s) {
-    if (c != '_') clean.push_back(c);
-  }
-  return json(std::strtod(clean.c_str(), nullptr));
+  if (!isFloatText(s)) return std::nullopt;
+  return finiteDouble(withoutUnderscores(s));
 }
 
+// [-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)
 bool isSpecialFloat(const std::string& s) {
-  if (s.find('.') == std::string::npos) return false;
-  static const std::regex kSpecial("[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)");
-  return std::regex_match(s, kSpecial);
+  std::string_view v(s);
+  if (v == ".nan" || v == ".NaN" || v == ".NAN") return true;
+  v.remove_prefix(signLength(v));
+  return v == ".inf" || v == ".Inf" || v == ".INF";
+}
+
+// [0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ].*)?
+bool isTimestampLike(std::string_view s) {
+  size_t i = 0;
+  auto digitRun = [&](size_t min, size_t max) {
+    size_t n = 0;
+    while (i < s.size() && n < max && isDigitChar(s[i])) ++i, ++n;
+    return n >= min;
+  };
+  if (!digitRun(4, 4) || i >= s.size() || s[i++] != '-') return false;
+  if (!digitRun(1, 2) || i >= s.size() || s[i++] != '-') return false;
+  if (!digitRun(1, 2)) return false;
+  return i == s.size() || s[i] == 'T' || s[i] == 't' || s[i] == ' ';
 }
 
 // The JSON value a plain scalar stands for; nullopt means "a string".
 std::optional<json> resolvePlain(const std::string& s) {
   if (isNullLiteral(s)) return json(nullptr);
   if (auto b = resolveBool(s)) return b;
-  // Numbers start with a digit, a sign or a dot: skip the regexes for everything else.
+  // Numbers start with a digit, a sign or a dot: skip the recognisers for everything else.
   char c = s.front();
   if (!(c >= '0' && c <= '9') && c != '-' && c != '+' && c != '.') return std::nullopt;
   if (auto i = resolveInt(s)) return i;
@@ -186,8 +287,7 @@ bool needsQuotes(const std::string& s) {
   }
   if (s == "<<" || s == "=") return true;
   // kubectl's decoder (go-yaml v2) reads unquoted dates as timestamps; keep them strings.
-  static const std::regex kTimestampLike("[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ].*)?");
-  if (s.front() >= '0' && s.front() <= '9' && std::regex_match(s, kTimestampLike)) return true;
+  if (isTimestampLike(s)) return true;
   return false;
 }
 

@@ -74,6 +74,19 @@ TEST(CodecTest, AnchorsAndAliases) {
   EXPECT_EQ(v["copy"], json::parse(R"({"image":"x"})"));
 }
 
+// Were SIGSEGVs: std::regex recursed once per character (issue 9).
+TEST(CodecTest, HugePlainScalarsDecodeAndEmitInLinearTime) {
+  std::string digits(100000, '9');
+  json v = parseOne("cpu: " + digits + "\nhex: 0x" + digits + "\nf: 1." + digits + "\n");
+  EXPECT_EQ(v["cpu"], json(digits));  // out of double range: a string, as go-yaml v2 keeps it
+  EXPECT_EQ(v["hex"], json("0x" + digits));
+  EXPECT_TRUE(v["f"].is_number_float());
+  std::string yaml = toYaml(v);
+  EXPECT_NE(yaml.find(digits), std::string::npos);
+  EXPECT_EQ(parseOne(yaml), v);
+  EXPECT_EQ(toYaml(json{{"d", "2024-1-1T" + digits}}).substr(0, 4), "d: \"");
+}
+
 TEST(CodecTest, ToYamlQuotesDatesAndSpecialStrings) {
   json v = {{"d", "2024-01-01"},
             {"t", "2024-01-01T00:00:00Z"},

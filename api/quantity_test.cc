@@ -40,5 +40,23 @@ TEST(QuantityTest, AcceptsJsonNumbersAndStrings) {
   EXPECT_FALSE(parseQuantity(nlohmann::json(true)).isOk());
 }
 
+TEST(QuantityTest, SuffixGrammar) {
+  for (const char* bad : {"1e", "1e+", "1ex", "1Ki2", "1mi", "1Xi", "+", ".", "-.", "1..", "1e3Mi"}) {
+    EXPECT_FALSE(parseQuantity(std::string(bad)).isOk()) << bad;
+  }
+  EXPECT_DOUBLE_EQ(*parseQuantity(std::string("1E-3")), 1e-3);
+  EXPECT_DOUBLE_EQ(*parseQuantity(std::string("5.")), 5);
+}
+
+// Was a SIGSEGV: std::regex recursed once per character (issue 9).
+TEST(QuantityTest, HugeDigitStringsAreRefusedQuickly) {
+  for (size_t n : {65u, 30000u, 1000000u}) {
+    auto q = parseQuantity(std::string(n, '9'));
+    ASSERT_FALSE(q.isOk()) << n;
+    EXPECT_NE(q.status().message().find("too long"), std::string::npos) << q.status().toString();
+  }
+  EXPECT_TRUE(parseQuantity(std::string(64, '1')).isOk());
+}
+
 }  // namespace
 }  // namespace knap::api
