@@ -978,7 +978,13 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
   }
   std::string sa = str(spec, "serviceAccountName");
   if (!sa.empty() && !isDns1123Subdomain(sa)) {
-    errs.add(path + ".serviceAccountName", "invalid value: \"" + sa + "\": must be a DNS-1123 subdomain");
+    // Knative's webhook text (TestServiceAccountValidation looks for it):
+    // "<value>: <field>" and then Kubernetes' IsDNS1123Subdomain explanation.
+    const std::string field = path + ".serviceAccountName";
+    errs.add(field, "invalid value: " + sa + ": " + field +
+                        "\na lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+                        "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+                        "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
   }
   const json& pull_secrets = arr(spec, "imagePullSecrets");
   for (size_t i = 0; i < pull_secrets.size(); ++i) {

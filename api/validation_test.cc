@@ -264,7 +264,7 @@ const std::vector<Case> kInvalidCases = {
      [](json& o) { tspec(o)["terminationGracePeriodSeconds"] = 5; },
      "spec.template.spec.terminationGracePeriodSeconds", "must not set the field(s)", "FieldValueForbidden"},
     {"ServiceAccountNameInvalid", helloService, [](json& o) { tspec(o)["serviceAccountName"] = "Bad_SA"; },
-     "spec.template.spec.serviceAccountName", "DNS-1123 subdomain"},
+     "spec.template.spec.serviceAccountName", "invalid value: Bad_SA: spec.template.spec.serviceAccountName\na lowercase RFC 1123 subdomain"},
     {"AutomountServiceAccountTokenTrue", helloService,
      [](json& o) { tspec(o)["automountServiceAccountToken"] = true; },
      "spec.template.spec.automountServiceAccountToken", "only false", "FieldValueForbidden"},
