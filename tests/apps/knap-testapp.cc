@@ -10,6 +10,12 @@
 //        --listen-delay-ms N sleep N ms before listening (slow start)
 //        --exit-after-ms N   exit with status 3 after N ms (crash tests)
 //        --fail-start        log a line and exit 1 at once
+//        --crash-after-ms N  log "Started...", after N ms "Crashed..." and
+//                            exit 5 (Knative's "failing" test image)
+// Env (Knative's "readiness" test image): READY_DELAY (Go-style "10s",
+// "500ms": /healthz/readiness fails until then), LISTEN_DELAY (listen late).
+// `knap-testapp probe`: exec-probe helper, exit 0 iff
+// GET http://127.0.0.1:$PORT/healthz/readiness answers 2xx.
 // SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit 0.
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -54,6 +60,10 @@ std::atomic<int> g_max_inflight{0};
 thread_local bool t_handling = false;
 std::atomic<long> g_requests{0};
 std::atomic<bool> g_healthy{true};
+std::atomic<bool> g_ready{true};          // /healthz/readiness, /start-failing
+std::atomic<long> g_liveness_checks{0};   // /healthz/liveness calls while ready
+std::atomic<bool> g_single_locked{false};  // /single
+constexpr char kHelloWorld[] = "Hello World! How about some tasty noodles?";
 std::atomic<bool> g_stopping{false};
 int g_wake_pipe[2] = {-1, -1};
 std::mutex g_mu;
@@ -172,6 +182,7 @@ const char* reason(int code) {
     case 400: return "Bad Request";
     case 404: return "Not Found";
     case 413: return "Payload Too Large";
+    case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
     default: return "Unknown";
   }
@@ -339,7 +350,10 @@ std::string fileInfo(const std::string& path) {
   for (int i = 0; i < 9; ++i) {
     if (!(st.st_mode & (1 << (8 - i)))) perm[static_cast<size_t>(i)] = '-';
   }
-  o.boolean("exists", true).str("type", type).str("mode", mode).str("perm", perm).num("uid", st.st_uid).num("gid", st.st_gid);
+  struct stat followed {};
+  o.boolean("exists", true).str("type", type);
+  if (stat(path.c_str(), &followed) == 0) o.boolean("is_dir", S_ISDIR(followed.st_mode));  // Knative's IsDir
+  o.str("mode", mode).str("perm", perm).num("uid", st.st_uid).num("gid", st.st_gid);
   if (S_ISLNK(st.st_mode)) {
     char buf[4096];
     ssize_t n = readlink(path.c_str(), buf, sizeof buf - 1);
@@ -477,6 +491,165 @@ std::string inflightJson() {
       .done();
 }
 
+// ------------------------------------------------------------------ Knative test images
+// Endpoints that do what knative/serving's conformance test images do
+// (readiness, timeout, singlethreaded, hellovolume, multicontainer).
+
+// "10s", "500ms", "2m", or a plain number of seconds -> milliseconds; -1 if bad.
+long parseDurationMs(const std::string& s) {
+  if (s.empty()) return -1;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string unit = end ? end : "";
+  if (end == s.c_str() || v < 0) return -1;
+  if (unit == "ms") return static_cast<long>(v);
+  if (unit == "s" || unit.empty()) return static_cast<long>(v * 1000);
+  if (unit == "m") return static_cast<long>(v * 60000);
+  return -1;
+}
+
+// GET http://127.0.0.1:port/path (HTTP/1.0, 10 s); status (0 = no answer) and body.
+std::pair<int, std::string> localGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {0, strerror(errno)};
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string resp;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    std::string err = strerror(errno);
+    close(fd);
+    return {0, "connect 127.0.0.1:" + std::to_string(port) + ": " + err};
+  }
+  sendAll(fd, "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n");
+  char buf[8192];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  int code = 0;
+  if (resp.rfind("HTTP/1.", 0) == 0 && resp.size() > 12) code = atoi(resp.c_str() + 9);
+  size_t body = resp.find("\r\n\r\n");
+  return {code, body == std::string::npos ? "" : resp.substr(body + 4)};
+}
+
+int servingPort() {
+  const char* p = getenv("PORT");
+  return p && *p ? atoi(p) : 8080;
+}
+
+// 1: handled, keep going; 0: handled, close; -1: not one of these paths.
+int handleConformance(int fd, const Request& r, bool keep_alive) {
+  const std::string& p = r.path;
+  if (p == "/healthz/readiness") {
+    bool ok = g_ready.load();
+    return respond(fd, ok ? 200 : 500, ok ? kHelloWorld : "not healthy", keep_alive, "text/plain") ? 1 : 0;
+  }
+  if (p == "/healthz/liveness") {
+    if (!g_ready.load()) return respond(fd, 500, "not healthy", keep_alive, "text/plain") ? 1 : 0;
+    return respond(fd, 200, std::to_string(++g_liveness_checks), keep_alive, "text/plain") ? 1 : 0;
+  }
+  if (p == "/healthz/livenessCounter") {
+    return respond(fd, 200, std::to_string(g_liveness_checks.load()), keep_alive, "text/plain") ? 1 : 0;
+  }
+  if (p == "/start-failing") {
+    g_ready = false;
+    logLine("knap-testapp: readiness and liveness fail from now on (/start-failing)");
+    return respond(fd, 200, "will now fail readiness", keep_alive, "text/plain") ? 1 : 0;
+  }
+  if (p == "/sick") {
+    // For exec liveness probes that test for the file.
+    int f = open("/tmp/sick", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (f >= 0) close(f);
+    return respond(fd, f >= 0 ? 200 : 500, f >= 0 ? "/tmp/sick created" : strerror(errno), keep_alive,
+                   "text/plain") ? 1 : 0;
+  }
+  if (p == "/hello") return respond(fd, 200, kHelloWorld, keep_alive, "text/plain") ? 1 : 0;
+  if (p == "/text") {
+    // One image, several "apps" (Knative's pizzaplanet v1/v2, helloworld):
+    // images differ only in $TEXT.
+    const char* t = getenv("TEXT");
+    return respond(fd, 200, t && *t ? t : kHelloWorld, keep_alive, "text/plain") ? 1 : 0;
+  }
+  if (p == "/timeout") {
+    // Knative's "timeout" image: sleep initialTimeout ms, send the status
+    // line and headers, sleep timeout ms, then the body.
+    long initial = queryNum(r, "initialTimeout", 0), later = queryNum(r, "timeout", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(initial));
+    if (!sendAll(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n" +
+                         std::string(keep_alive ? "" : "Connection: close\r\n") + "\r\n")) {
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(later));
+    std::string body = "Slept for " + std::to_string(later) + " milliseconds";
+    char len[16];
+    snprintf(len, sizeof len, "%zx\r\n", body.size());
+    doneHandling();
+    return sendAll(fd, len + body + "\r\n0\r\n\r\n") && keep_alive ? 1 : 0;
+  }
+  if (p == "/single") {
+    // Knative's "singlethreaded" image: 500 if another request is inside.
+    bool expected = false;
+    if (!g_single_locked.compare_exchange_strong(expected, true)) {
+      return respond(fd, 500, "", keep_alive, "text/plain") ? 1 : 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(queryNum(r, "ms", 500)));
+    g_single_locked = false;
+    return respond(fd, 200, "One at a time", keep_alive, "text/plain") ? 1 : 0;
+  }
+  if (p == "/file") {
+    // Knative's "hellovolume" image and the runtime image's file checks.
+    auto it = r.query.find("path");
+    std::string path = it == r.query.end() ? "" : it->second;
+    bool ok = false;
+    std::string content = readSmallFile(path, &ok);
+    Obj o;
+    o.str("path", path).raw("stat", fileInfo(path));
+    if (ok) o.str("content", content);
+    return respond(fd, ok ? 200 : 404, o.done(), keep_alive) ? 1 : 0;
+  }
+  if (p == "/write") {
+    // Knative's "volumes" image: write a file (emptyDir), read it back with /file.
+    auto it = r.query.find("path");
+    auto text = r.query.find("text");
+    std::string path = it == r.query.end() ? "" : it->second;
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << (text == r.query.end() ? "" : text->second);
+    f.close();
+    bool ok = static_cast<bool>(f);
+    return respond(fd, ok ? 200 : 500, ok ? "written" : std::string("cannot write ") + path, keep_alive,
+                   "text/plain") ? 1 : 0;
+  }
+  if (p == "/mounts") {
+    // Mount points with their options (read-only checks of volumes).
+    std::ifstream f("/proc/self/mountinfo");
+    std::string line;
+    Obj o;
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string id, parent, dev, root, mp, opts;
+      in >> id >> parent >> dev >> root >> mp >> opts;
+      std::string field, type, source, super_opts;
+      while (in >> field && field != "-") {}  // optional fields end at "-"
+      in >> type >> source >> super_opts;
+      o.raw(mp, Obj().str("options", opts).str("type", type).str("source", source).str("super_options", super_opts).done());
+    }
+    return respond(fd, 200, o.done(), keep_alive) ? 1 : 0;
+  }
+  if (p == "/forward") {
+    // Knative's "multicontainer" serving container: GET the sidecar on
+    // localhost:$FORWARD_PORT (or ?port=) and return its body.
+    const char* fp = getenv("FORWARD_PORT");
+    long port = queryNum(r, "port", fp && *fp ? atol(fp) : 0);
+    auto path_it = r.query.find("path");
+    auto [code, body] = localGet(static_cast<int>(port), path_it == r.query.end() ? "/" : path_it->second);
+    return respond(fd, code == 0 ? 502 : code, body, keep_alive, "text/plain") ? 1 : 0;
+  }
+  return -1;
+}
+
 // Returns false when the connection must close.
 bool handle(int fd, const Request& r, bool keep_alive) {
   const std::string& p = r.path;
@@ -567,6 +740,7 @@ bool handle(int fd, const Request& r, bool keep_alive) {
     return respond(fd, 200, r.body, keep_alive, ct.empty() ? "application/octet-stream" : ct);
   }
   if (p == "/inflight") return respond(fd, 200, inflightJson(), keep_alive);
+  if (const int rc = handleConformance(fd, r, keep_alive); rc >= 0) return rc == 1;
   return respond(fd, 404, Obj().str("error", "no such path: " + p).done(), keep_alive);
 }
 
@@ -618,7 +792,21 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   int port = 8080;
   if (const char* p = getenv("PORT"); p && *p) port = atoi(p);
-  long listen_delay = 0, exit_after = -1;
+  long listen_delay = 0, exit_after = -1, crash_after = -1;
+  if (argc >= 2 && std::string(argv[1]) == "probe") {
+    auto [code, body] = localGet(port, "/healthz/readiness");
+    if (code == 0) fprintf(stderr, "knap-testapp probe: %s\n", body.c_str());
+    return code >= 200 && code <= 299 ? 0 : 1;
+  }
+  if (const char* d = getenv("LISTEN_DELAY"); d && *d) listen_delay = std::max(0L, parseDurationMs(d));
+  if (const char* d = getenv("READY_DELAY"); d && *d) {
+    long ms = std::max(0L, parseDurationMs(d));
+    g_ready = false;
+    std::thread([ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      g_ready = true;
+    }).detach();
+  }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> long {
@@ -638,6 +826,10 @@ int main(int argc, char** argv) {
       listen_delay = next();
     } else if (a == "--exit-after-ms") {
       exit_after = next();
+    } else if (a == "--crash-after-ms") {
+      crash_after = next();
+    } else if (a.rfind("--", 0) != 0) {
+      continue;  // a plain argument (Knative's TestCmdArgs): only reported in /info argv
     } else {
       fprintf(stderr, "knap-testapp: unknown flag %s\n", a.c_str());
       return 2;
@@ -655,6 +847,13 @@ int main(int argc, char** argv) {
       logLine("knap-testapp: exiting after " + std::to_string(exit_after) + " ms (--exit-after-ms)");
       _exit(3);
     }).detach();
+  }
+  if (crash_after >= 0) {
+    logLine("Started...");
+    std::this_thread::sleep_for(std::chrono::milliseconds(crash_after));
+    logLine("Crashed...");
+    fprintf(stderr, "Crashed...\n");
+    return 5;
   }
   logLine("knap-testapp: starting, pid " + std::to_string(getpid()) + ", port " + std::to_string(port));
   if (listen_delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(listen_delay));

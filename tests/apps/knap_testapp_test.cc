@@ -100,8 +100,10 @@ class App {
     port_ = freePort();
     pid_ = fork();
     if (pid_ == 0) {
-      std::vector<std::string> e = {"PORT=" + std::to_string(port_), "K_REVISION=rev-00001"};
-      e.insert(e.end(), env.begin(), env.end());
+      // The caller's env first: getenv() takes the first PORT=, so a test can name another port.
+      std::vector<std::string> e = env;
+      e.push_back("PORT=" + std::to_string(port_));
+      e.push_back("K_REVISION=rev-00001");
       std::vector<char*> ep, ap;
       for (auto& s : e) ep.push_back(s.data());
       ep.push_back(nullptr);
@@ -344,6 +346,82 @@ TEST_F(TestAppTest, StartupFlags) {
     EXPECT_EQ(status, 200);
     EXPECT_EQ(connectTo(arg.port()), -1);
   }
+}
+
+// What Knative's conformance test images do (readiness, timeout,
+// singlethreaded, failing, hellovolume, multicontainer), and the exec-probe
+// helper `knap-testapp probe`.
+TEST_F(TestAppTest, KnativeReadinessImage) {
+  App app({}, {"READY_DELAY=400ms"});
+  ASSERT_TRUE(app.ready());
+  EXPECT_EQ(get(app.port(), "/healthz/readiness").status, 500);
+  auto probe = [&] {
+    App p({"probe"}, {"PORT=" + std::to_string(app.port())}, false);
+    return p.waitExit(3000);
+  };
+  EXPECT_EQ(probe(), 1);  // not ready yet: exit 1
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  Response ready = get(app.port(), "/healthz/readiness");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body, "Hello World! How about some tasty noodles?");
+  EXPECT_EQ(get(app.port(), "/healthz/liveness").body, "1");
+  EXPECT_EQ(get(app.port(), "/healthz/liveness").body, "2");
+  EXPECT_EQ(get(app.port(), "/healthz/livenessCounter").body, "2");
+  EXPECT_EQ(probe(), 0);
+  EXPECT_EQ(get(app.port(), "/start-failing").status, 200);
+  EXPECT_EQ(probe(), 1);
+  EXPECT_EQ(get(app.port(), "/healthz/readiness").status, 500);
+  EXPECT_EQ(get(app.port(), "/healthz/liveness").status, 500);
+  EXPECT_EQ(get(app.port(), "/healthz/livenessCounter").body, "2");
+}
+
+TEST_F(TestAppTest, ProbeSubcommandFailsWhenNothingListens) {
+  int port = freePort();
+  App nobody({"probe"}, {"PORT=" + std::to_string(port)}, false);
+  EXPECT_EQ(nobody.waitExit(3000), 1);
+}
+
+TEST_F(TestAppTest, TimeoutSingleFilesAndForward) {
+  App app({}, {"TEXT=What a spaceport!"});
+  ASSERT_TRUE(app.ready());
+  auto start = std::chrono::steady_clock::now();
+  Response t = get(app.port(), "/timeout?initialTimeout=100&timeout=200");
+  EXPECT_EQ(t.status, 200);
+  EXPECT_EQ(t.body.find("Slept for 200 milliseconds") != std::string::npos, true) << t.body;
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  EXPECT_EQ(get(app.port(), "/text").body, "What a spaceport!");
+  // /single: a second request while one is inside gets 500.
+  std::thread first([&] { EXPECT_EQ(get(app.port(), "/single?ms=400").status, 200); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(get(app.port(), "/single?ms=1").status, 500);
+  first.join();
+  EXPECT_EQ(get(app.port(), "/single?ms=1").status, 200);
+  // /write then /file
+  std::string path = "/tmp/knap-testapp-test-" + std::to_string(app.port());
+  EXPECT_EQ(get(app.port(), "/write?path=" + path + "&text=From+file").status, 200);
+  json f = json::parse(get(app.port(), "/file?path=" + path).body);
+  EXPECT_EQ(f["content"], "From file");
+  EXPECT_EQ(f["stat"]["is_dir"], false);
+  unlink(path.c_str());
+  EXPECT_EQ(get(app.port(), "/file?path=/no/such/file").status, 404);
+  // /forward to another app on loopback
+  App sidecar({}, {"TEXT=Yay!! multi-container works"});
+  ASSERT_TRUE(sidecar.ready());
+  Response fw = get(app.port(), "/forward?port=" + std::to_string(sidecar.port()) + "&path=/text");
+  EXPECT_EQ(fw.status, 200);
+  EXPECT_EQ(fw.body, "Yay!! multi-container works");
+  // /mounts: type and source of /proc
+  json m = json::parse(get(app.port(), "/mounts").body);
+  EXPECT_EQ(m["/proc"]["type"], "proc");
+  // positional arguments are kept, not rejected (TestCmdArgs)
+  App args({"abra", "cadabra"});
+  ASSERT_TRUE(args.ready());
+  EXPECT_EQ(json::parse(get(args.port(), "/info").body)["argv"][2], "cadabra");
+}
+
+TEST_F(TestAppTest, CrashAfterLikeKnativesFailingImage) {
+  App crash({"--crash-after-ms", "100"}, {}, false);
+  EXPECT_EQ(crash.waitExit(3000), 5);
 }
 
 }  // namespace
