@@ -16,9 +16,18 @@ bool isKnownKind(const std::string& kind) {
 }
 }  // namespace
 
-Controller::Controller(store::Store& store, RevisionBackend& backend, TimeSource& clock, const Config& config)
-    : store_(store), backend_(backend), reconcilers_(store, backend, clock, config) {
+Controller::Controller(store::Store& store, RevisionBackend& backend, TimeSource& clock, const Config& config,
+                       BackoffPolicy backoff)
+    : store_(store),
+      backend_(backend),
+      clock_(clock),
+      cache_(std::vector<std::string>(std::begin(kKinds), std::end(kKinds))),
+      reconcilers_(store, cache_, backend, clock, config),
+      queue_(backoff) {
   listener_id_ = store_.addListener([this](const store::Event& e) { onStoreEvent(e); });
+  if (Status st = cache_.prime(store_); !st.isOk()) {
+    LOG(WARNING) << "controller: cannot fill the cache (retried before each reconcile): " << st.toString();
+  }
   backend_.setOnChange(
       [this](const std::string& ns, const std::string& name) { enqueue(store::Key{"Revision", ns, name}); });
 }
@@ -52,24 +61,33 @@ void Controller::enqueue(const store::Key& key) {
   if (!isKnownKind(key.kind) || key.name.empty()) return;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (!queued_.insert(key.toString()).second) return;
-    queue_.push_back(key);
+    queue_.add(key);
   }
   cv_.notify_one();
 }
 
 void Controller::enqueueAll() {
-  for (const char* kind : kKinds) {
-    auto objs = store_.list(kind, "");
-    if (!objs.isOk()) {
-      LOG(WARNING) << "controller: resync cannot list " << kind << ": " << objs.status().toString();
-      continue;
-    }
-    for (const auto& o : *objs) enqueue(o.key);
+  std::vector<store::Key> keys;
+  if (Status st = cache_.prime(store_, &keys); !st.isOk()) {
+    LOG(WARNING) << "controller: resync cannot list objects: " << st.toString();
+    return;
   }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& k : keys) queue_.addResync(k);
+    resync_started_ = clock_.monotonic();
+    resync_keys_ = keys.size();
+  }
+  cv_.notify_one();
+}
+
+Controller::Stats Controller::stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return Stats{reconciles_, failures_, queue_.queued(), queue_.delayed()};
 }
 
 void Controller::onStoreEvent(const store::Event& event) {
+  cache_.apply(event);  // before the enqueue: the reconcile must see this state
   const store::Key& key = event.object.key;
   enqueue(key);
   if (const json* ref = controllerRefOf(event.object.body); ref != nullptr) {
@@ -87,91 +105,107 @@ Status Controller::dispatch(const store::Key& key) {
 
 Status Controller::process(const store::Key& key) {
   Status st;
+  int runs = 0;
   {
     std::lock_guard<std::mutex> l(reconcile_mu_);
-    for (int attempt = 0; attempt < kMaxConflictRetries; ++attempt) {
-      st = dispatch(key);
-      if (st.code() != Code::kConflict) break;
+    st = cache_.primed() ? Status::ok() : cache_.prime(store_);
+    if (st.isOk()) {
+      for (int attempt = 0; attempt < kMaxConflictRetries; ++attempt) {
+        ++runs;
+        st = dispatch(key);
+        if (st.code() != Code::kConflict) break;
+      }
     }
   }
-  if (!st.isOk()) LOG(WARNING) << "controller: reconcile " << key.toString() << ": " << st.toString();
+  Duration retry_in{};
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    reconciles_ += runs;
+    if (st.isOk()) {
+      queue_.forget(key);
+    } else {
+      ++failures_;
+      retry_in = queue_.addRateLimited(key, clock_.monotonic());
+    }
+  }
+  if (!st.isOk()) {
+    LOG(WARNING) << "controller: reconcile " << key.toString() << ": " << st.toString() << " (retry in "
+                 << std::chrono::duration_cast<std::chrono::milliseconds>(retry_in).count() << "ms)";
+  }
   if (key.kind == "Configuration" || key.kind == "Revision") enqueueRelatedRoutes(key);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.done(key);
+    if (resync_started_ != MonoTime{} && queue_.idle()) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.monotonic() - resync_started_);
+      LOG(INFO) << "controller: resync of " << resync_keys_ << " objects reconciled in " << ms.count() << "ms ("
+                << reconciles_ << " reconciles, " << failures_ << " failures so far)";
+      resync_started_ = MonoTime{};
+    }
+  }
+  idle_cv_.notify_all();
+  cv_.notify_one();  // a back-off may now be the earliest deadline
   return st;
 }
 
 void Controller::enqueueRelatedRoutes(const store::Key& key) {
-  auto routes = store_.list("Route", key.ns);
-  if (!routes.isOk()) return;
-  auto obj = store_.get(key);
-  std::string config_name = key.kind == "Configuration" ? key.name : "";
-  if (obj.isOk() && key.kind == "Revision") config_name = labelOf(obj->body, "serving.knative.dev/configuration");
-  for (const auto& route : *routes) {
-    bool related = !obj.isOk();  // gone: any route may have pointed at it
-    const json& spec = route.body.contains("spec") ? route.body["spec"] : json::object();
-    if (!related && spec.is_object() && spec.contains("traffic") && spec["traffic"].is_array()) {
-      for (const json& t : spec["traffic"]) {
-        if (!t.is_object()) continue;
-        if ((key.kind == "Revision" && t.value("revisionName", "") == key.name) ||
-            (!config_name.empty() && t.value("configurationName", "") == config_name)) {
-          related = true;
-        }
+  std::vector<store::Key> routes = cache_.routesReferencing(key.ns, key.kind, key.name);
+  auto obj = cache_.get(key);
+  if (obj) {
+    for (const std::string& r : splitList(annotationOf(obj->body, "serving.knative.dev/routes"))) {
+      routes.push_back(store::Key{"Route", key.ns, r});
+    }
+    if (key.kind == "Revision") {
+      std::string config_name = labelOf(obj->body, "serving.knative.dev/configuration");
+      if (!config_name.empty()) {
+        for (auto& r : cache_.routesReferencing(key.ns, "Configuration", config_name)) routes.push_back(r);
       }
     }
-    if (!related && obj.isOk()) related = splitList(annotationOf(obj->body, "serving.knative.dev/routes")).count(
-                                              route.key.name) > 0;
-    if (related) enqueue(route.key);
   }
+  for (const auto& r : routes) enqueue(r);
 }
 
+// Not through the queue: done() in process() is then a no-op for this key.
 Status Controller::reconcileOnce(const store::Key& key) { return process(key); }
 
 size_t Controller::runPending(size_t max_items) {
   size_t n = 0;
   while (n < max_items) {
-    store::Key key;
+    std::optional<store::Key> key;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (queue_.empty()) break;
-      key = queue_.front();
-      queue_.pop_front();
-      queued_.erase(key.toString());
-      ++in_flight_;
+      key = queue_.get(clock_.monotonic());
     }
-    (void)process(key);
+    if (!key) break;
+    (void)process(*key);
     ++n;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      --in_flight_;
-    }
-    idle_cv_.notify_all();
   }
   return n;
 }
 
 void Controller::workerLoop() {
-  while (true) {
-    store::Key key;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      key = queue_.front();
-      queue_.pop_front();
-      queued_.erase(key.toString());
-      ++in_flight_;
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stopping_) {
+    std::optional<store::Key> key = queue_.get(clock_.monotonic());
+    if (!key) {
+      // Sleep until work arrives or the earliest back-off is due. The wait is
+      // on the real clock; with a simulated TimeSource tests use runPending().
+      if (auto d = queue_.nextDelay(clock_.monotonic())) {
+        cv_.wait_for(l, *d);
+      } else {
+        cv_.wait(l);
+      }
+      continue;
     }
-    (void)process(key);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      --in_flight_;
-    }
-    idle_cv_.notify_all();
+    l.unlock();
+    (void)process(*key);
+    l.lock();
   }
 }
 
 bool Controller::waitIdle(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> l(mu_);
-  return idle_cv_.wait_for(l, timeout, [&] { return queue_.empty() && in_flight_ == 0; });
+  return idle_cv_.wait_for(l, timeout, [&] { return queue_.idle(); });
 }
 
 }  // namespace knap::controller

@@ -1,5 +1,6 @@
-// Controller tests: the four reconcilers against a real SqliteStore(":memory:"),
-// a FakeRevisionBackend and a SimulatedTimeSource. Objects are written the way
+// Controller tests: the four reconcilers against a real SqliteStore(":memory:")
+// (seen by the controller through a FaultyStore, which can fail like a full
+// disk and counts reads), a FakeRevisionBackend and a SimulatedTimeSource. Objects are written the way
 // the API server stores them (already defaulted); the queue is drained on the
 // test thread with runPending() unless a test starts the worker.
 #include "controller/controller.h"
@@ -14,6 +15,7 @@
 #include "controller/route_urls.h"
 #include "store/sqlite_store.h"
 #include "tests/fakes/fake_revision_backend.h"
+#include "tests/fakes/faulty_store.h"
 
 namespace knap::controller {
 namespace {
@@ -44,13 +46,14 @@ class ControllerTest : public ::testing::Test {
     auto s = store::SqliteStore::open(":memory:", clock_);
     ASSERT_TRUE(s.isOk()) << s.status().toString();
     store_ = std::move(s).value();
+    faulty_ = std::make_unique<testing::FaultyStore>(*store_);
     config_ = defaultConfig();
     config_.domain.domains = {{"example.com", {}}};
     makeController();
   }
   void makeController() {
     ctl_.reset();
-    ctl_ = std::make_unique<Controller>(*store_, backend_, clock_, config_);
+    ctl_ = std::make_unique<Controller>(*faulty_, backend_, clock_, config_, backoff_);
   }
 
   // Drains the queue on this thread; fails if it does not go quiet.
@@ -105,7 +108,9 @@ class ControllerTest : public ::testing::Test {
   }
 
   SimulatedTimeSource clock_;
-  std::unique_ptr<store::SqliteStore> store_;
+  std::unique_ptr<store::SqliteStore> store_;       // what the API server writes to
+  std::unique_ptr<testing::FaultyStore> faulty_;    // what the controller sees
+  BackoffPolicy backoff_{std::chrono::milliseconds(100), std::chrono::seconds(2)};
   testing::FakeRevisionBackend backend_;
   Config config_;
   std::unique_ptr<Controller> ctl_;
@@ -826,6 +831,115 @@ TEST_F(ControllerTest, ConflictingWriteIsRetriedNotOverwritten) {
   // Redone from a fresh read: the Service's labels won and the stray annotation was pruned.
   EXPECT_EQ(annotationOf(c, "example.com/other"), "");
   ctl_.reset();  // unregister from `interfering` before it goes away
+}
+
+// ------------------------------------------- work queue, cache and faults
+
+TEST_F(ControllerTest, AStoreErrorIsRetriedWithBackoffUntilTheObjectIsReconciled) {
+  using std::chrono::milliseconds;
+  faulty_->fail_writes = true;  // the disk fills right after the API acknowledged the Service
+  create(serviceBody("hello", "ghcr.io/knap/hello:v1"));
+  settle();
+  EXPECT_FALSE(exists("Configuration", "hello"));
+  EXPECT_EQ(ctl_->stats().failures, 1u);
+  EXPECT_EQ(ctl_->stats().delayed, 1u) << "the failed key waits for its back-off, it is not dropped";
+  // While writes keep failing the retries come 100ms, 200ms, 400ms apart.
+  for (int step : {100, 200}) {
+    clock_.advance(milliseconds(step - 1));
+    EXPECT_EQ(ctl_->runPending(), 0u) << "retried before its back-off of " << step << "ms";
+    clock_.advance(milliseconds(1));
+    EXPECT_EQ(ctl_->runPending(), 1u) << "not retried after " << step << "ms";
+  }
+  EXPECT_EQ(ctl_->stats().failures, 3u);
+  // Space returns; no event arrives, the next retry does the work.
+  faulty_->fail_writes = false;
+  clock_.advance(milliseconds(400));
+  settle();
+  EXPECT_TRUE(exists("Configuration", "hello"));
+  EXPECT_TRUE(exists("Route", "hello"));
+  EXPECT_TRUE(exists("Revision", "hello-00001"));
+  backend_.setReady(kNs, "hello-00001");
+  settle();
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+  EXPECT_EQ(ctl_->stats().delayed, 0u);
+  EXPECT_EQ(ctl_->stats().failures, 3u);
+}
+
+TEST_F(ControllerTest, AFailedStatusWriteOfAReadyRevisionIsRetried) {
+  create(serviceBody("hello", "ghcr.io/knap/hello:v1"));
+  settle();
+  faulty_->fail_writes = true;
+  backend_.setReady(kNs, "hello-00001");  // the backend says so once; the write fails
+  settle();
+  EXPECT_NE(ready(get("Revision", "hello-00001")), "True");
+  faulty_->fail_writes = false;
+  clock_.advance(std::chrono::seconds(2));  // the longest back-off
+  settle();
+  EXPECT_EQ(ready(get("Revision", "hello-00001")), "True");
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+}
+
+TEST_F(ControllerTest, UnreadableStoreAtStartIsRetriedToo) {
+  createReadyService("hello");
+  faulty_->fail_reads = true;
+  makeController();  // cannot fill its cache
+  ctl_->enqueueAll();
+  ctl_->enqueue(Key{"Service", kNs, "hello"});
+  settle();
+  EXPECT_GE(ctl_->stats().failures, 1u);
+  faulty_->fail_reads = false;
+  update("Service", "hello", [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:v2"; });
+  clock_.advance(std::chrono::seconds(2));
+  settle();
+  EXPECT_TRUE(exists("Revision", "hello-00002"));
+}
+
+TEST_F(ControllerTest, ANewServiceIsNotQueuedBehindAResync) {
+  for (int i = 0; i < 20; ++i) createReadyService("s" + std::to_string(i));
+  ctl_->enqueueAll();
+  EXPECT_GE(ctl_->stats().queued, 80u);
+  create(serviceBody("new", "ghcr.io/knap/hello:v1"));
+  // Service -> Configuration -> Revision: a handful of reconciles, not 80.
+  ctl_->runPending(3);
+  EXPECT_TRUE(exists("Revision", "new-00001"));
+  settle();
+}
+
+TEST_F(ControllerTest, AChangeReadsNoListAndARestartListsEachKindOnce) {
+  for (int i = 0; i < 30; ++i) createReadyService("s" + std::to_string(i));
+  faulty_->resetCounters();
+  rollOut("s7", "ghcr.io/knap/hello:v2", "s7-00002");
+  EXPECT_EQ(faulty_->lists, 0) << "a reconcile must not list a kind";
+  const int gets_for_a_rollout = faulty_->gets;
+  EXPECT_LT(gets_for_a_rollout, 60) << "reads grow with the change, not with the 30 Services";
+  update("Service", "s7", [](json& s) { s["metadata"]["labels"] = {{"team", "a"}}; });
+  faulty_->resetCounters();
+  update("Service", "s7", [](json& s) { s["metadata"]["labels"] = {{"team", "b"}}; });
+  settle();
+  EXPECT_EQ(faulty_->lists, 0);
+  EXPECT_LT(faulty_->gets, 30);
+
+  faulty_->resetCounters();
+  int64_t rv = store_->currentResourceVersion();
+  makeController();
+  ctl_->enqueueAll();
+  settle();
+  EXPECT_EQ(store_->currentResourceVersion(), rv) << "a restart rewrites nothing";
+  EXPECT_EQ(faulty_->lists, 8) << "4 kinds listed by the cache, 4 by the resync";
+  // One get per reconciled key plus the few children each reads: linear.
+  EXPECT_LT(faulty_->gets, 30 * 4 * 4);
+}
+
+TEST_F(ControllerTest, DeletingARouteReleasesOnlyTheRevisionsItAnnotated) {
+  createReadyService("a");
+  createReadyService("b");
+  ASSERT_EQ(labelOf(get("Revision", "b-00001"), "serving.knative.dev/routingState"), "active");
+  remove("Route", "a");
+  settle();
+  // The Service recreates its Route; in between "a" was released, "b" never touched.
+  EXPECT_EQ(annotationOf(get("Revision", "b-00001"), "serving.knative.dev/routes"), "b");
+  EXPECT_EQ(annotationOf(get("Revision", "a-00001"), "serving.knative.dev/routes"), "a");
+  EXPECT_EQ(labelOf(get("Revision", "a-00001"), "serving.knative.dev/routingState"), "active");
 }
 
 }  // namespace

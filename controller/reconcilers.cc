@@ -110,8 +110,9 @@ bool trafficMigrated(const json& route, const std::string& config_name, const st
 
 }  // namespace
 
-Reconcilers::Reconcilers(store::Store& store, RevisionBackend& backend, TimeSource& clock, const Config& config)
-    : store_(store), backend_(backend), clock_(clock), config_(config) {}
+Reconcilers::Reconcilers(store::Store& store, const ObjectCache& cache, RevisionBackend& backend, TimeSource& clock,
+                         const Config& config)
+    : store_(store), cache_(cache), backend_(backend), clock_(clock), config_(config) {}
 
 StatusOr<Object> Reconcilers::writeIfChanged(const Object& current, const json& desired) {
   if (sameIgnoringResourceVersion(current.body, desired)) return current;
@@ -301,10 +302,9 @@ Status Reconcilers::reconcileConfiguration(const Key& key) {
   const std::string byo = metaString(specAt(c, "template"), "name");
   const std::string rev_name = byo.empty() ? api::revisionName(key.name, gen) : byo;
 
-  KNAP_ASSIGN_OR_RETURN(std::vector<Object> all_revs, store_.list("Revision", key.ns));
   std::vector<Object> mine;
-  for (const Object& r : all_revs) {
-    if (labelOf(r.body, labels::kConfiguration) == key.name && isControlledBy(r.body, c)) mine.push_back(r);
+  for (Object& r : cache_.revisionsOf(key.ns, key.name)) {
+    if (isControlledBy(r.body, c)) mine.push_back(std::move(r));
   }
 
   // First, the revision this generation should have (Knative looks it up by
@@ -315,11 +315,8 @@ Status Reconcilers::reconcileConfiguration(const Key& key) {
   }
   std::string create_error;
   if (!lcr) {
-    const Object* clash = nullptr;
-    for (const Object& r : all_revs) {
-      if (r.key.name == rev_name) clash = &r;
-    }
-    if (clash != nullptr) {
+    std::optional<Object> clash = cache_.get(Key{"Revision", key.ns, rev_name});
+    if (clash) {
       std::string owner = labelOf(clash->body, labels::kConfiguration);
       create_error = "revisions.serving.knative.dev " + quote(rev_name) + " already exists" +
                      (owner == key.name ? " for generation " + std::to_string(configGenerationLabel(clash->body))
@@ -495,11 +492,16 @@ Status Reconcilers::reconcileRoute(const Key& key) {
     owner_service = ref->value("name", "");
   }
 
-  KNAP_ASSIGN_OR_RETURN(std::vector<Object> config_list, store_.list("Configuration", key.ns));
-  KNAP_ASSIGN_OR_RETURN(std::vector<Object> rev_list, store_.list("Revision", key.ns));
-  std::map<std::string, const json*> configs, revs;
-  for (const Object& o : config_list) configs[o.key.name] = &o.body;
-  for (const Object& o : rev_list) revs[o.key.name] = &o.body;
+  // The targets' objects, looked up once each in the cache (nullptr: absent).
+  std::map<std::string, std::optional<Object>> seen_configs, seen_revs;
+  auto lookup = [&](std::map<std::string, std::optional<Object>>& seen, const char* kind,
+                    const std::string& name) -> const json* {
+    auto it = seen.find(name);
+    if (it == seen.end()) it = seen.emplace(name, cache_.get(Key{kind, key.ns, name})).first;
+    return it->second ? &it->second->body : nullptr;
+  };
+  auto config = [&](const std::string& name) { return lookup(seen_configs, "Configuration", name); };
+  auto revision = [&](const std::string& name) { return lookup(seen_revs, "Revision", name); };
 
   std::vector<ConditionState> problems;
   std::set<std::string> ref_configs, ref_revs;
@@ -511,42 +513,42 @@ Status Reconcilers::reconcileRoute(const Key& key) {
     const std::string rev_name = stringAt(t, "revisionName");
     std::string resolved;
     if (!cfg_name.empty()) {
-      auto cit = configs.find(cfg_name);
-      if (cit == configs.end()) {
+      const json* cfg = config(cfg_name);
+      if (cfg == nullptr) {
         problems.push_back(conditionFalse("ConfigurationMissing",
                                           "Configuration " + quote(cfg_name) + " referenced in traffic not found."));
         continue;
       }
       ref_configs.insert(cfg_name);
-      resolved = stringAt(statusOf(*cit->second), "latestReadyRevisionName");
+      resolved = stringAt(statusOf(*cfg), "latestReadyRevisionName");
       if (resolved.empty()) {
-        problems.push_back(readyStatus(*cit->second) == "False"
+        problems.push_back(readyStatus(*cfg) == "False"
                                ? conditionFalse("RevisionMissing", "Configuration " + quote(cfg_name) +
                                                                        " does not have any ready Revision.")
                                : conditionUnknown("RevisionMissing", "Configuration " + quote(cfg_name) +
                                                                          " is waiting for a Revision to become ready."));
         continue;
       }
-      if (revs.count(resolved) == 0) {
+      if (revision(resolved) == nullptr) {
         problems.push_back(
             conditionFalse("RevisionMissing", "Revision " + quote(resolved) + " referenced in traffic not found."));
         continue;
       }
     } else if (!rev_name.empty()) {
-      auto rit = revs.find(rev_name);
-      if (rit == revs.end()) {
+      const json* rev = revision(rev_name);
+      if (rev == nullptr) {
         problems.push_back(
             conditionFalse("RevisionMissing", "Revision " + quote(rev_name) + " referenced in traffic not found."));
         continue;
       }
       ref_revs.insert(rev_name);
-      if (!owner_service.empty() && labelOf(*rit->second, labels::kService) != owner_service) {
+      if (!owner_service.empty() && labelOf(*rev, labels::kService) != owner_service) {
         problems.push_back(conditionFalse("RevisionNotOwned", "Revision " + quote(rev_name) +
                                                                   " is not owned by Service " +
                                                                   quote(owner_service) + "."));
         continue;
       }
-      std::string ready = readyStatus(*rit->second);
+      std::string ready = readyStatus(*rev);
       if (ready != "True") {
         problems.push_back(ready == "False"
                                ? conditionFalse("RevisionMissing",
@@ -644,8 +646,18 @@ Status Reconcilers::syncRoutingMetadata(const std::string& ns, const std::string
     }
   };
 
-  KNAP_ASSIGN_OR_RETURN(std::vector<Object> config_list, store_.list("Configuration", ns));
-  for (const Object& c : config_list) {
+  // Only objects that are to be in the set or already name the route can
+  // change: the wanted ones and those the cache has annotated with it.
+  auto candidates = [&](const char* kind, const std::set<std::string>& wanted) {
+    std::map<std::string, Object> out;
+    for (Object& o : cache_.annotatedWith(kind, ns, route)) out.emplace(o.key.name, std::move(o));
+    for (const std::string& name : wanted) {
+      if (out.count(name) > 0) continue;
+      if (auto o = cache_.get(Key{kind, ns, name})) out.emplace(name, std::move(*o));
+    }
+    return out;
+  };
+  for (const auto& [name, c] : candidates("Configuration", configs)) {
     auto set = updatedRoutes(c.body, configs.count(c.key.name) > 0);
     if (!set) continue;
     json body = c.body;
@@ -654,8 +666,7 @@ Status Reconcilers::syncRoutingMetadata(const std::string& ns, const std::string
   }
 
   const std::string now = formatRfc3339(clock_.now());
-  KNAP_ASSIGN_OR_RETURN(std::vector<Object> rev_list, store_.list("Revision", ns));
-  for (const Object& rev : rev_list) {
+  for (const auto& [name, rev] : candidates("Revision", revisions)) {
     bool want = revisions.count(rev.key.name) > 0;
     auto set = updatedRoutes(rev.body, want);
     std::string state = labelOf(rev.body, labels::kRoutingState);

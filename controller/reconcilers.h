@@ -1,12 +1,13 @@
 // The four Knative reconcilers (Service, Configuration, Revision, Route).
-// Each reads the object and what it depends on from the Store, computes the
+// Each reads the object from the Store and what it depends on from the
+// ObjectCache (indexed lookups, never a list of a kind), computes the
 // desired children/labels/status, and writes only what differs from the
 // stored object (compared ignoring resourceVersion), with expected_rv so a
 // concurrent writer makes the write fail with kConflict instead of being
 // overwritten. A missing object means cleanup (Revision: backend.remove).
 //
 // Thread safety: not thread-safe; the Controller calls it from one thread at a
-// time. The referenced Store, backend, clock and config must outlive it.
+// time. The referenced Store, cache, backend, clock and config must outlive it.
 #pragma once
 
 #include <map>
@@ -18,6 +19,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "controller/object_cache.h"
 #include "controller/revision_backend.h"
 #include "store/store.h"
 
@@ -25,7 +27,8 @@ namespace knap::controller {
 
 class Reconcilers {
  public:
-  Reconcilers(store::Store& store, RevisionBackend& backend, TimeSource& clock, const Config& config);
+  Reconcilers(store::Store& store, const ObjectCache& cache, RevisionBackend& backend, TimeSource& clock,
+              const Config& config);
 
   // Each returns OK when the object is converged (or absent), kConflict when a
   // concurrent write got in first (the caller re-runs), other codes for store
@@ -53,6 +56,7 @@ class Reconcilers {
                              const std::set<std::string>& revisions);
 
   store::Store& store_;
+  const ObjectCache& cache_;
   RevisionBackend& backend_;
   TimeSource& clock_;
   const Config& config_;

@@ -153,11 +153,22 @@ int run(int argc, char** argv) {
 
   // Wait for SIGTERM/SIGINT; once an hour, resync every object so that
   // time-based decisions (revision GC by age) are re-evaluated without events.
+  // The hour is a deadline on the monotonic clock: an interrupted wait
+  // (SIGSTOP/SIGCONT, a debugger) just waits for the rest of it, it is not
+  // taken for the timer.
+  constexpr Duration kResyncEvery = std::chrono::hours(1);
+  MonoTime next_resync = clock.monotonic() + kResyncEvery;
   int sig = -1;
   while (sig < 0) {
-    timespec hour{3600, 0};
-    sig = sigtimedwait(&signals, nullptr, &hour);
-    if (sig < 0) controller.enqueueAll();
+    Duration left = next_resync - clock.monotonic();
+    if (left <= Duration::zero()) {
+      controller.enqueueAll();
+      next_resync = clock.monotonic() + kResyncEvery;
+      continue;
+    }
+    auto secs = std::chrono::duration_cast<std::chrono::seconds>(left);
+    timespec wait{static_cast<time_t>(secs.count()), static_cast<long>((left - secs).count())};
+    sig = sigtimedwait(&signals, nullptr, &wait);
   }
   LOG(INFO) << "received " << strsignal(sig) << ", shutting down";
   server.stop();
