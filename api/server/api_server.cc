@@ -309,6 +309,7 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
         if (server_.store_.currentResourceVersion() == rv) break;
       }
       for (store::Object& o : objs) {
+        watch_state_.seed(watch_, o);
         if (RestHandler::watchMatches(watch_, o)) initial.emplace_back("ADDED", std::move(o.body));
         rv = std::max(rv, o.resource_version);
       }
@@ -327,12 +328,17 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
         endWatchWithError(errorFromStatus(events.status(), nullptr, ""));
         return;
       }
+      // Objects unchanged since `since` are what the client was given then.
+      auto listed = server_.store_.list(watch_.info->kind, watch_.ns);
+      if (listed.isOk()) {
+        for (const store::Object& o : *listed)
+          if (o.resource_version <= since) watch_state_.seed(watch_, o);
+      }
       last_rv_ = since;
       for (store::Event& ev : *events) {
         if (ev.resource_version <= last_rv_) continue;
         last_rv_ = ev.resource_version;
-        if (RestHandler::watchMatches(watch_, ev.object))
-          initial.emplace_back(store::eventTypeName(ev.type), std::move(ev.object.body));
+        if (const char* type = watch_state_.classify(watch_, ev)) initial.emplace_back(type, std::move(ev.object.body));
       }
     }
 
@@ -382,7 +388,7 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     for (store::Event& ev : events) {
       if (ev.resource_version <= last_rv_) continue;
       last_rv_ = ev.resource_version;
-      if (RestHandler::watchMatches(watch_, ev.object)) emitEvent(store::eventTypeName(ev.type), ev.object.body);
+      if (const char* type = watch_state_.classify(watch_, ev)) emitEvent(type, ev.object.body);
     }
     if (overflow || out_.size() > server_.options_.watch_buffer_events) {
       LOG(WARNING) << "api: closing a slow watcher of " << watch_.info->plural;
@@ -450,6 +456,7 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
   std::array<char, 4096> scratch_;
 
   WatchRequest watch_;
+  WatchState watch_state_;
   std::shared_ptr<WatchQueue> queue_;
   uint64_t watch_id_ = 0;
   int64_t last_rv_ = 0;

@@ -22,6 +22,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "api/server/event_handler.h"
+#include "events/events.h"
+#include "events/store_event_recorder.h"
 #include "store/sqlite_store.h"
 
 namespace knap::api {
@@ -249,7 +252,9 @@ TEST_F(ApiServerTest, DiscoveryDocuments) {
   EXPECT_EQ(byName["services/status"]["verbs"], json::array({"get", "patch", "update"}));
   for (const char* p : {"configurations", "revisions", "routes", "configurations/status"}) EXPECT_TRUE(byName.count(p)) << p;
 
-  expectStatus(request("GET", "/api?timeout=32s"), 404, "NotFound");
+  Resp core = request("GET", "/api?timeout=32s");
+  EXPECT_EQ(core.code, 200);
+  EXPECT_EQ(core.j["kind"], "APIVersions");
   EXPECT_EQ(request("GET", "/openapi/v2?timeout=32s").code, 404);
   Resp events = request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dhello&limit=500");
   ASSERT_EQ(events.code, 200);
@@ -607,7 +612,8 @@ TEST_F(ApiServerTest, ServerSideApplyCreatesThenMerges) {
                    "application/apply-patch+yaml");
   ASSERT_EQ(u.code, 200) << u.body;
   EXPECT_EQ(u.j["metadata"]["labels"]["added"], "yes");
-  EXPECT_EQ(u.j["metadata"]["labels"]["app"], "hello");
+  // The manager applied these labels before and dropped them now: they go.
+  EXPECT_FALSE(u.j["metadata"]["labels"].contains("app")) << u.body;
   EXPECT_EQ(u.j["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/knative/helloworld-go:v2");
   EXPECT_EQ(u.j["metadata"]["generation"], 2);
 
@@ -618,6 +624,82 @@ TEST_F(ApiServerTest, ServerSideApplyCreatesThenMerges) {
   json wrong = helloService("other");
   expectStatus(request("PATCH", path("services", "ssa"), wrong.dump(), "application/apply-patch+yaml"), 400,
                "BadRequest");
+}
+
+TEST_F(ApiServerTest, ServerSideApplyKeepsManagedFieldsPerManagerAndReportsConflicts) {
+  auto apply = [&](const json& cfg, const std::string& manager, bool force = false) {
+    return request("PATCH", path("services", "owned") + "?fieldManager=" + manager + (force ? "&force=true" : ""),
+                   cfg.dump(), "application/apply-patch+yaml");
+  };
+  json a = helloService("owned");
+  a["metadata"]["labels"] = {{"team", "a"}, {"keep", "1"}};
+  Resp c = apply(a, "alice");
+  ASSERT_EQ(c.code, 201) << c.body;
+  ASSERT_EQ(c.j["metadata"]["managedFields"].size(), 1u) << c.body;
+  const json& mf = c.j["metadata"]["managedFields"][0];
+  EXPECT_EQ(mf["manager"], "alice");
+  EXPECT_EQ(mf["operation"], "Apply");
+  EXPECT_EQ(mf["fieldsType"], "FieldsV1");
+  EXPECT_TRUE(mf["fieldsV1"]["f:metadata"]["f:labels"].contains("f:team")) << mf.dump();
+  EXPECT_TRUE(mf["fieldsV1"]["f:spec"]["f:template"]["f:spec"].contains("f:containers")) << mf.dump();
+
+  // bob applies a different team label: conflict with alice, 409 with a cause per field.
+  json b = {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"},
+            {"metadata", {{"name", "owned"}, {"labels", {{"team", "b"}}}}}};
+  Resp conflict = apply(b, "bob");
+  expectStatus(conflict, 409, "Conflict");
+  EXPECT_EQ(conflict.j["message"], "Apply failed with 1 conflict: conflict with \"alice\" using "
+                                   "serving.knative.dev/v1: .metadata.labels.team");
+  EXPECT_EQ(conflict.j["details"]["causes"][0]["reason"], "FieldManagerConflict");
+  EXPECT_EQ(conflict.j["details"]["causes"][0]["field"], ".metadata.labels.team");
+  // The same value is no conflict: shared ownership.
+  b["metadata"]["labels"]["team"] = "a";
+  b["metadata"]["labels"]["bob"] = "1";
+  ASSERT_EQ(apply(b, "bob").code, 200);
+  // Forced: bob takes the field from alice.
+  b["metadata"]["labels"]["team"] = "b";
+  Resp forced = apply(b, "bob", true);
+  ASSERT_EQ(forced.code, 200) << forced.body;
+  EXPECT_EQ(forced.j["metadata"]["labels"]["team"], "b");
+  std::map<std::string, json> by_manager;
+  for (const json& e : forced.j["metadata"]["managedFields"]) by_manager[e["manager"]] = e;
+  ASSERT_EQ(by_manager.size(), 2u);
+  EXPECT_FALSE(by_manager["alice"]["fieldsV1"]["f:metadata"]["f:labels"].contains("f:team"));
+  EXPECT_TRUE(by_manager["bob"]["fieldsV1"]["f:metadata"]["f:labels"].contains("f:team"));
+
+  // alice drops the "keep" label from her configuration: removed (nobody else owns it);
+  // "team" is bob's now, so alice no longer applying it leaves it alone.
+  a["metadata"]["labels"] = json::object();
+  Resp dropped = apply(a, "alice");
+  ASSERT_EQ(dropped.code, 200) << dropped.body;
+  EXPECT_FALSE(dropped.j["metadata"]["labels"].contains("keep")) << dropped.body;
+  EXPECT_EQ(dropped.j["metadata"]["labels"]["team"], "b");
+  EXPECT_EQ(dropped.j["metadata"]["labels"]["bob"], "1");
+
+  // A merge patch records an Update by its manager and takes the field over.
+  Resp p = request("PATCH", path("services", "owned") + "?fieldManager=kubectl-label",
+                   R"({"metadata":{"labels":{"bob":"2"}}})", "application/merge-patch+json");
+  ASSERT_EQ(p.code, 200) << p.body;
+  bool found = false;
+  for (const json& e : p.j["metadata"]["managedFields"]) {
+    if (e["manager"] == "kubectl-label") {
+      found = true;
+      EXPECT_EQ(e["operation"], "Update");
+      EXPECT_TRUE(e["fieldsV1"]["f:metadata"]["f:labels"].contains("f:bob"));
+    }
+  }
+  EXPECT_TRUE(found) << p.body;
+  // Now bob's re-apply of bob=1 conflicts with kubectl-label.
+  b["metadata"]["labels"] = {{"team", "b"}, {"bob", "1"}};
+  expectStatus(apply(b, "bob"), 409, "Conflict");
+  // Clients cannot write managedFields themselves.
+  Resp spoof = request("PATCH", path("services", "owned"),
+                       R"({"metadata":{"managedFields":[{"manager":"evil","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{}}]}})",
+                       "application/merge-patch+json");
+  ASSERT_EQ(spoof.code, 200) << spoof.body;
+  for (const json& e : spoof.j["metadata"]["managedFields"]) EXPECT_NE(e["manager"], "evil");
+  // An apply without fieldManager is refused.
+  EXPECT_EQ(request("PATCH", path("services", "owned"), b.dump(), "application/apply-patch+yaml").code, 422);
 }
 
 // ---------------------------------------------------------------- selectors
@@ -913,6 +995,265 @@ TEST_F(ApiServerTest, ConcurrentWritersAndWatchersSeeEveryEventInOrder) {
       last = rv;
     }
   }
+}
+
+// ---------------------------------------------------------------- client fidelity
+
+TEST_F(ApiServerTest, WatchParameterIsAnyParseBoolValue) {
+  ASSERT_EQ(create(helloService("a")).code, 201);
+  for (const char* yes : {"True", "TRUE", "t", "T", "1", "true"}) {
+    RawConn conn(server_->tcpPort());
+    ASSERT_TRUE(conn.send(watchRequest(path("services") + "?watch=" + yes + "&timeoutSeconds=1")));
+    conn.readAll();
+    auto evs = conn.events();
+    ASSERT_EQ(evs.size(), 1u) << yes << ": " << conn.data();
+    EXPECT_EQ(evs[0]["type"], "ADDED") << yes;
+  }
+  for (const char* no : {"False", "false", "0", "f"}) {
+    Resp r = request("GET", path("services") + "?watch=" + no);
+    EXPECT_EQ(r.code, 200) << no;
+    EXPECT_EQ(r.j["kind"], "ServiceList") << no;
+  }
+  expectStatus(request("GET", path("services") + "?watch=yes"), 400, "BadRequest");
+}
+
+TEST_F(ApiServerTest, SelectorWatchSendsDeletedWhenAnObjectStopsMatchingAndAddedWhenItStarts) {
+  json x = helloService("x");
+  x["metadata"]["labels"] = {{"pick", "yes"}};
+  ASSERT_EQ(create(x).code, 201);
+  RawConn conn(server_->tcpPort());
+  ASSERT_TRUE(conn.send(watchRequest(path("services") + "?watch=true&labelSelector=pick%3Dyes")));
+  ASSERT_EQ(conn.readEvents(1).size(), 1u) << conn.data();
+  auto relabel = [&](const std::string& name, const char* value) {
+    std::string patch = std::string(R"({"metadata":{"labels":{"pick":)") + value + "}}}";
+    ASSERT_EQ(request("PATCH", path("services", name), patch, "application/merge-patch+json").code, 200);
+  };
+  relabel("x", "\"no\"");   // leaves the selector
+  relabel("x", "\"no2\"");  // still outside: nothing
+  relabel("x", "\"yes\"");  // back in
+  std::string rv_in = std::to_string(store_->currentResourceVersion());
+  relabel("x", "null");
+  auto evs = conn.readEvents(4);
+  ASSERT_EQ(evs.size(), 4u) << conn.data();
+  EXPECT_EQ(evs[1]["type"], "DELETED");
+  EXPECT_EQ(evs[1]["object"]["metadata"]["labels"]["pick"], "no");
+  EXPECT_EQ(evs[2]["type"], "ADDED");
+  EXPECT_EQ(evs[3]["type"], "DELETED");
+  // A watch resumed from a resourceVersion at which x matched sees it leave.
+  RawConn resumed(server_->tcpPort());
+  ASSERT_TRUE(resumed.send(watchRequest(path("services") + "?watch=true&labelSelector=pick%3Dyes&resourceVersion=" + rv_in)));
+  evs = resumed.readEvents(1);
+  ASSERT_EQ(evs.size(), 1u) << resumed.data();
+  EXPECT_EQ(evs[0]["type"], "DELETED");
+  // An object that never matched sends nothing to a resumed watch when it is unchanged since.
+  ASSERT_EQ(create(helloService("quiet")).code, 201);
+  std::string rv_quiet = std::to_string(store_->currentResourceVersion());
+  RawConn quiet(server_->tcpPort());
+  ASSERT_TRUE(quiet.send(watchRequest(path("services") + "?watch=true&timeoutSeconds=1&labelSelector=pick%3Dyes&resourceVersion=" + rv_quiet)));
+  relabel("quiet", "\"no\"");
+  quiet.readAll();
+  EXPECT_TRUE(quiet.events().empty()) << quiet.data();
+}
+
+TEST_F(ApiServerTest, ListPagesWithLimitAndContinue) {
+  for (int i = 0; i < 7; ++i) {
+    json o = helloService("p" + std::to_string(i));
+    if (i % 3 == 0) o["metadata"]["labels"]["third"] = "yes";
+    ASSERT_EQ(create(o).code, 201);
+  }
+  std::vector<std::string> names;
+  std::string token, first_rv;
+  int pages = 0;
+  do {
+    Resp r = request("GET", path("services") + "?limit=3" + (token.empty() ? "" : "&continue=" + token));
+    ASSERT_EQ(r.code, 200) << r.body;
+    ++pages;
+    if (first_rv.empty()) first_rv = r.j["metadata"]["resourceVersion"];
+    EXPECT_EQ(r.j["metadata"]["resourceVersion"], first_rv);
+    for (const json& i : r.j["items"]) names.push_back(i["metadata"]["name"]);
+    token = r.j["metadata"].value("continue", "");
+    if (!token.empty()) {
+      EXPECT_EQ(r.j["items"].size(), 3u);
+      // p9 (created after page 1) counts from page 2 on: later pages show the objects as they are now.
+      EXPECT_EQ(r.j["metadata"]["remainingItemCount"], (pages == 1 ? 7 : 8) - static_cast<int>(names.size()));
+      // Creating an object between pages does not disturb the walk's resourceVersion.
+      if (pages == 1) ASSERT_EQ(create(helloService("p9")).code, 201);
+    }
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(names, (std::vector<std::string>{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p9"}));
+  // The continue walk respects selectors.
+  Resp sel = request("GET", path("services") + "?limit=2&labelSelector=third%3Dyes");
+  ASSERT_EQ(sel.j["items"].size(), 2u);
+  Resp sel2 = request("GET", path("services") + "?limit=2&labelSelector=third%3Dyes&continue=" +
+                               sel.j["metadata"]["continue"].get<std::string>());
+  ASSERT_EQ(sel2.j["items"].size(), 1u) << sel2.body;
+  EXPECT_EQ(sel2.j["items"][0]["metadata"]["name"], "p6");
+  EXPECT_FALSE(sel2.j["metadata"].contains("continue"));
+  // Without limit (or limit=0) everything comes in one page.
+  EXPECT_EQ(request("GET", path("services") + "?limit=0").j["items"].size(), 8u);
+  // Tables page too (kubectl get --chunk-size).
+  Resp table = request("GET", path("services") + "?limit=5", "", "application/json",
+                       "application/json;as=Table;v=v1;g=meta.k8s.io,application/json");
+  EXPECT_EQ(table.j["rows"].size(), 5u);
+  EXPECT_TRUE(table.j["metadata"].contains("continue"));
+  expectStatus(request("GET", path("services") + "?limit=2&continue=not-a-token"), 400, "BadRequest");
+  expectStatus(request("GET", path("services") + "?limit=x"), 400, "BadRequest");
+}
+
+TEST_F(ApiServerTest, ContinueTokenOlderThanHistoryIs410) {
+  startServer(ApiServerOptions{}, /*history=*/3);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(create(helloService("s" + std::to_string(i))).code, 201);
+  Resp page = request("GET", path("services") + "?limit=2");
+  std::string token = page.j["metadata"]["continue"];
+  for (int i = 4; i < 10; ++i) ASSERT_EQ(create(helloService("s" + std::to_string(i))).code, 201);
+  expectStatus(request("GET", path("services") + "?limit=2&continue=" + token), 410, "Expired");
+}
+
+TEST_F(ApiServerTest, PatchWithoutResourceVersionNeverConflictsWithAStatusWriter) {
+  ApiServerOptions opts;
+  opts.threads = 2;
+  startServer(opts);
+  ASSERT_EQ(create(helloService("busy")).code, 201);
+  std::atomic<bool> stop{false};
+  // A controller rewriting status as fast as it can, straight through the store.
+  std::thread controller([&] {
+    int n = 0;
+    while (!stop) {
+      auto live = store_->get({"Service", "default", "busy"});
+      if (!live.isOk()) continue;
+      json body = live->body;
+      body["status"]["observedGeneration"] = ++n;
+      (void)store_->update(live->key, body, live->resource_version);
+    }
+  });
+  std::atomic<int> conflicts{0}, others{0};
+  constexpr int kPatchers = 3, kPatches = 40;
+  std::vector<std::thread> patchers;
+  for (int p = 0; p < kPatchers; ++p) {
+    patchers.emplace_back([&, p] {
+      for (int i = 0; i < kPatches; ++i) {
+        std::string label = "l" + std::to_string(p);
+        std::string body = R"({"metadata":{"labels":{")" + label + R"(":")" + std::to_string(i) + R"("}}})";
+        Resp r = request("PATCH", path("services", "busy"), body, "application/merge-patch+json");
+        if (r.code == 409) ++conflicts;
+        else if (r.code != 200) ++others;
+      }
+    });
+  }
+  for (auto& t : patchers) t.join();
+  stop = true;
+  controller.join();
+  EXPECT_EQ(conflicts.load(), 0);
+  EXPECT_EQ(others.load(), 0);
+  Resp got = request("GET", path("services", "busy"));
+  for (int p = 0; p < kPatchers; ++p) EXPECT_EQ(got.j["metadata"]["labels"]["l" + std::to_string(p)], std::to_string(kPatches - 1));
+  // A patch that names a stale resourceVersion still gets its 409.
+  expectStatus(request("PATCH", path("services", "busy"), R"({"metadata":{"resourceVersion":"1","labels":{"z":"1"}}})",
+                       "application/merge-patch+json"),
+               409, "Conflict");
+}
+
+TEST_F(ApiServerTest, DiscoveryAdvertisesOnlyAcceptedVerbs) {
+  Resp list = request("GET", "/apis/serving.knative.dev/v1");
+  for (const json& r : list.j["resources"]) {
+    const std::string name = r["name"];
+    bool has_create = std::find(r["verbs"].begin(), r["verbs"].end(), "create") != r["verbs"].end();
+    if (name == "revisions") EXPECT_FALSE(has_create);
+    if (name == "services" || name == "configurations" || name == "routes") EXPECT_TRUE(has_create) << name;
+  }
+  Resp doc = request("GET", "/openapi/v3/apis/serving.knative.dev/v1");
+  EXPECT_FALSE(doc.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/revisions"].contains("post"));
+  EXPECT_TRUE(doc.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/services"].contains("post"));
+}
+
+TEST_F(ApiServerTest, EventsServedAsCoreV1AndEventsV1WithInvolvedObjectFieldSelectors) {
+  events::StoreEventRecorder recorder(*store_, clock_);
+  Resp svc = create(helloService("hello"));
+  ASSERT_EQ(svc.code, 201);
+  ObjectRef hello = objectRefOf(svc.j);
+  recorder.record(hello, EventType::kNormal, "Created", "Created Configuration \"hello\"", "knap-controller");
+  clock_.advance(std::chrono::seconds(3));
+  recorder.record({"serving.knative.dev/v1", "Revision", "default", "hello-00001", ""}, EventType::kWarning,
+                  "BackOff", "Pod p1 exited with code 1", "knap-runtime");
+  recorder.record({"serving.knative.dev/v1", "Service", "default", "hello", "other-uid"}, EventType::kNormal,
+                  "Created", "an older object of the same name", "knap-controller");
+  recorder.flush();
+
+  // What kubectl describe ksvc/hello sends.
+  std::string sel = "involvedObject.name%3Dhello%2CinvolvedObject.namespace%3Ddefault%2CinvolvedObject.kind%3DService"
+                    "%2CinvolvedObject.uid%3D" + hello.uid;
+  Resp list = request("GET", "/api/v1/namespaces/default/events?fieldSelector=" + sel + "&limit=500");
+  ASSERT_EQ(list.code, 200) << list.body;
+  EXPECT_EQ(list.j["kind"], "EventList");
+  ASSERT_EQ(list.j["items"].size(), 1u) << list.body;
+  const json& ev = list.j["items"][0];
+  EXPECT_EQ(ev["reason"], "Created");
+  EXPECT_EQ(ev["type"], "Normal");
+  EXPECT_EQ(ev["involvedObject"]["uid"], hello.uid);
+  EXPECT_EQ(ev["source"]["component"], "knap-controller");
+  EXPECT_EQ(ev["count"], 1);
+  // All namespaces, every event; type and reason selectors.
+  EXPECT_EQ(request("GET", "/api/v1/events").j["items"].size(), 3u);
+  EXPECT_EQ(request("GET", "/api/v1/namespaces/default/events?fieldSelector=type%3DWarning").j["items"].size(), 1u);
+  EXPECT_EQ(request("GET", "/api/v1/namespaces/other/events").j["items"].size(), 0u);
+  expectStatus(request("GET", "/api/v1/namespaces/default/events?fieldSelector=spec.x%3D1"), 400, "BadRequest");
+  // One event by name.
+  std::string name = ev["metadata"]["name"];
+  Resp one = request("GET", "/api/v1/namespaces/default/events/" + name);
+  ASSERT_EQ(one.code, 200);
+  EXPECT_EQ(one.j["message"], "Created Configuration \"hello\"");
+  expectStatus(request("GET", "/api/v1/namespaces/default/events/nope"), 404, "NotFound");
+  expectStatus(request("DELETE", "/api/v1/namespaces/default/events/" + name), 405, "MethodNotAllowed");
+
+  // events.k8s.io/v1: the same Events, in that group's shape and field labels.
+  Resp v1 = request("GET", "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=regarding.name%3Dhello-00001");
+  ASSERT_EQ(v1.code, 200) << v1.body;
+  ASSERT_EQ(v1.j["items"].size(), 1u);
+  EXPECT_EQ(v1.j["items"][0]["apiVersion"], "events.k8s.io/v1");
+  EXPECT_EQ(v1.j["items"][0]["regarding"]["kind"], "Revision");
+  EXPECT_EQ(v1.j["items"][0]["note"], "Pod p1 exited with code 1");
+  EXPECT_EQ(v1.j["items"][0]["reportingController"], "knap-runtime");
+
+  // kubectl get events asks for a Table.
+  Resp table = request("GET", "/api/v1/namespaces/default/events?limit=500", "", "application/json",
+                       "application/json;as=Table;v=v1;g=meta.k8s.io,application/json");
+  ASSERT_EQ(table.j["kind"], "Table") << table.body;
+  ASSERT_EQ(table.j["rows"].size(), 3u);
+  EXPECT_EQ(table.j["columnDefinitions"][0]["name"], "Last Seen");
+  EXPECT_EQ(table.j["rows"][0]["cells"][3], "service/hello");
+  EXPECT_EQ(table.j["rows"][0]["cells"][0], "3s");
+
+  // Discovery: the core group and events.k8s.io list events.
+  EXPECT_EQ(request("GET", "/api").j["versions"], json::array({"v1"}));
+  Resp core = request("GET", "/api/v1");
+  EXPECT_EQ(core.j["resources"][0]["name"], "events");
+  Resp groups = request("GET", "/apis");
+  bool has_events_group = false;
+  for (const json& g : groups.j["groups"]) has_events_group |= g["name"] == "events.k8s.io";
+  EXPECT_TRUE(has_events_group);
+  EXPECT_EQ(request("GET", "/apis/events.k8s.io/v1").j["resources"][0]["kind"], "Event");
+
+  // Past the ttl an Event is hidden, even before the recorder prunes it.
+  clock_.advance(events::kDefaultTtl + std::chrono::minutes(1));
+  EXPECT_EQ(request("GET", "/api/v1/events").j["items"].size(), 0u);
+  EXPECT_EQ(request("GET", "/api/v1/namespaces/default/events/" + name).code, 404);
+}
+
+TEST(HumanDuration, LikeKubectl) {
+  using std::chrono::hours;
+  using std::chrono::minutes;
+  using std::chrono::seconds;
+  EXPECT_EQ(humanDuration(seconds(5)), "5s");
+  EXPECT_EQ(humanDuration(seconds(119)), "119s");
+  EXPECT_EQ(humanDuration(seconds(150)), "2m30s");
+  EXPECT_EQ(humanDuration(minutes(5)), "5m");
+  EXPECT_EQ(humanDuration(minutes(45)), "45m");
+  EXPECT_EQ(humanDuration(hours(3) + minutes(20)), "3h20m");
+  EXPECT_EQ(humanDuration(hours(30)), "30h");
+  EXPECT_EQ(humanDuration(hours(51)), "2d3h");
+  EXPECT_EQ(humanDuration(hours(24 * 10)), "10d");
+  EXPECT_EQ(humanDuration(seconds(-3)), "0s");
 }
 
 // ---------------------------------------------------------------- robustness

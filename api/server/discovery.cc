@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "api/resources.h"
+#include "api/schema.h"
 
 namespace knap::api {
 
@@ -11,8 +12,14 @@ using nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> kVerbs = {"create", "delete", "deletecollection", "get",
-                                         "list",   "patch",  "update",           "watch"};
+// The verbs the REST handler accepts on a collection and its items: no create
+// where the handler answers 405 (Revisions come from their Configuration).
+std::vector<std::string> verbsOf(const ResourceInfo& r) {
+  std::vector<std::string> v;
+  if (r.user_creatable) v.push_back("create");
+  for (const char* verb : {"delete", "deletecollection", "get", "list", "patch", "update", "watch"}) v.push_back(verb);
+  return v;
+}
 const std::vector<std::string> kStatusVerbs = {"get", "patch", "update"};
 
 json groupVersionEntry() {
@@ -40,7 +47,15 @@ json okResponse(const std::string& kind) {
            {{"description", "OK"}, {"content", {{"application/json", {{"schema", schemaRef}}}}}}}};
 }
 
+// The kind's structural schema from the one schema model (api/schema.cc), as
+// deep as decoding checks it, so `kubectl explain ksvc.spec.template.spec.containers`
+// works.
 json resourceSchema(const std::string& kind) {
+  json full = openApiSchema(kind);
+  if (!full.is_null()) {
+    full["description"] = kind + " is a Knative serving.knative.dev/v1 resource.";
+    return full;
+  }
   json s = {{"type", "object"},
             {"description", kind + " is a Knative serving.knative.dev/v1 resource."},
             {"properties",
@@ -115,6 +130,7 @@ json collectionOperations(const ResourceInfo& r) {
                 {"responses", okResponse(r.kind + "List")},
                 {"x-kubernetes-action", "list"},
                 {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+  if (!r.user_creatable) return ops;
   ops["post"] = {{"operationId", "create" + r.kind},
                  {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
                                              queryParam("fieldManager", "Name of the actor."),
@@ -159,7 +175,22 @@ const json& apiGroupListDocument() {
     json g = apiGroupDocument();
     g.erase("kind");
     g.erase("apiVersion");
-    return json{{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", json::array({g})}};
+    json e = eventsGroupDocument();
+    e.erase("kind");
+    e.erase("apiVersion");
+    return json{{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", json::array({g, e})}};
+  }();
+  return doc;
+}
+
+const json& eventsGroupDocument() {
+  static const json doc = [] {
+    json v = {{"groupVersion", "events.k8s.io/v1"}, {"version", "v1"}};
+    return json{{"kind", "APIGroup"},
+                {"apiVersion", "v1"},
+                {"name", "events.k8s.io"},
+                {"versions", json::array({v})},
+                {"preferredVersion", v}};
   }();
   return doc;
 }
@@ -172,7 +203,7 @@ const json& apiResourceListDocument() {
                       {"singularName", r.singular},
                       {"namespaced", true},
                       {"kind", r.kind},
-                      {"verbs", kVerbs},
+                      {"verbs", verbsOf(r)},
                       {"shortNames", r.short_names},
                       {"categories", json::array({"all", "knative", "serving"})}});
       list.push_back({{"name", r.plural + "/status"},

@@ -16,6 +16,7 @@ inline constexpr const char* kServerGitVersion = "v1.30.0-knap";
 const nlohmann::json& versionDocument();
 const nlohmann::json& apiGroupListDocument();  // /apis
 const nlohmann::json& apiGroupDocument();      // /apis/serving.knative.dev
+const nlohmann::json& eventsGroupDocument();   // /apis/events.k8s.io
 const nlohmann::json& apiResourceListDocument();  // /apis/serving.knative.dev/v1
 const nlohmann::json& openApiV3RootDocument();    // /openapi/v3
 const nlohmann::json& openApiV3GroupVersionDocument();  // /openapi/v3/apis/serving.knative.dev/v1

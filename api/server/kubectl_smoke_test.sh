@@ -81,12 +81,17 @@ expect apply-update 0 'service.serving.knative.dev/hello configured' -- $K apply
 expect get-table 0 'NAME +URL +LATESTCREATED +LATESTREADY +READY +REASON' -- $K get ksvc
 expect get-yaml 0 'value: Knap' -- $K get ksvc hello -o yaml
 expect get-all 0 'service.serving.knative.dev/hello' -- $K get all
+expect explain-deep 0 'FIELD: containers' -- $K explain ksvc.spec.template.spec.containers
+expect explain-leaf 0 'FIELD: image' -- $K explain ksvc.spec.template.spec.containers.image
+expect get-events 0 'No resources found in default namespace' -- $K get events
+expect cluster-info 0 'Kubernetes control plane.* is running at .*http://127.0.0.1' -- $K cluster-info
 expect patch-merge 0 'hello patched$' -- $K patch ksvc hello --type merge -p '{"metadata":{"labels":{"team":"a"}}}'
 expect patch-noop 0 'patched \(no change\)' -- $K patch ksvc hello --type merge -p '{"metadata":{"labels":{"team":"a"}}}'
 expect patch-json 0 'hello patched' -- $K patch ksvc hello --type json -p '[{"op":"replace","path":"/metadata/labels/team","value":"b"}]'
 expect patch-smp-415 1 'use `kubectl patch --type merge' -- $K patch ksvc hello -p '{"metadata":{"labels":{"team":"c"}}}'
 expect label-selector 0 'hello' -- $K get ksvc -l team=b -o name
 expect ssa-create 0 'service.serving.knative.dev/ssa serverside-applied' -- $K apply --server-side -f "$WORK/ssa.yaml"
+expect chunk-size 0 'service.serving.knative.dev/ssa' -- $K get ksvc --chunk-size=1 -o name
 expect ssa-update 0 'service.serving.knative.dev/hello serverside-applied' -- $K apply --server-side --force-conflicts -f "$WORK/hello.yaml"
 expect strict-unknown 1 'strict decoding error: unknown field "spec.foo"' -- $K apply -f "$WORK/bad.yaml"
 expect warn-unknown 0 'Warning: unknown field "spec.foo"' -- $K apply -f "$WORK/bad.yaml" --validate=warn
@@ -109,6 +114,12 @@ if [ "$rows" -ge 2 ] && grep -q '^ssa' "$WORK/watch.out"; then
 else
   echo "FAIL get-watch: watch output:"; sed 's/^/    /' "$WORK/watch.out"; FAILS=$((FAILS + 1))
 fi
+# apply --prune: Knative kinds are not in kubectl's default prune list, so name them.
+for n in pa pb; do sed "s/name: hello/name: $n/; s/^metadata:/metadata:\n  labels:\n    app: prune/" "$WORK/hello.yaml" >"$WORK/prune-$n.yaml"; done
+expect prune-setup 0 'service.serving.knative.dev/pb created' -- $K apply -f "$WORK/prune-pa.yaml" -f "$WORK/prune-pb.yaml"
+expect prune 0 'service.serving.knative.dev/pb pruned' -- $K apply --prune -l app=prune --prune-allowlist=serving.knative.dev/v1/Service -f "$WORK/prune-pa.yaml"
+expect pruned-gone 1 '"pb" not found' -- $K get ksvc pb
+expect delete-pa 0 '"pa" deleted' -- $K delete ksvc pa --wait=false
 expect delete-hello 0 '"hello" deleted' -- $K delete ksvc hello
 expect delete-bad 0 '"bad" deleted' -- $K delete ksvc bad --wait=false
 expect all-gone 0 'No resources found' -- $K get ksvc

@@ -9,9 +9,13 @@
 #include "api/effective_config.h"
 #include "api/naming.h"
 #include "api/server/discovery.h"
+#include "api/server/event_handler.h"
 #include "api/server/k8s_status.h"
+#include "api/server/managed_fields.h"
 #include "api/server/patch.h"
+#include "common/base64.h"
 #include "common/log.h"
+#include "events/events.h"
 
 
 namespace knap::api {
@@ -23,6 +27,8 @@ namespace {
 // The user recorded in serving.knative.dev/creator and lastModifier. knapd's
 // API has no authentication (loopback TCP or a root-only unix socket).
 constexpr const char* kUserName = "knap-admin";
+// How often a patch without a resourceVersion is re-applied after losing a race.
+constexpr int kMaxPatchAttempts = 64;
 // Deeper JSON/YAML nesting than this is refused before parsing.
 constexpr int kMaxNesting = 200;
 
@@ -50,6 +56,14 @@ std::string percentDecode(std::string_view s, bool plus_is_space) {
     out += (plus_is_space && c == '+') ? ' ' : c;
   }
   return out;
+}
+
+// Go's strconv.ParseBool, which Kubernetes uses for boolean query parameters
+// (the Python client sends watch=True).
+std::optional<bool> parseBool(const std::string& s) {
+  if (s == "1" || s == "t" || s == "T" || s == "TRUE" || s == "true" || s == "True") return true;
+  if (s == "0" || s == "f" || s == "F" || s == "FALSE" || s == "false" || s == "False") return false;
+  return std::nullopt;
 }
 
 std::string lower(std::string s) {
@@ -223,6 +237,31 @@ Status cascadeDelete(store::Txn& txn, const store::Key& key, bool orphan,
   return Status::ok();
 }
 
+// A list continue token: base64 of {"rv":N,"ns":"...","name":"..."}, the
+// resourceVersion of the first page and the last key already returned.
+struct ContinueToken {
+  int64_t rv = 0;
+  std::string ns;
+  std::string name;
+};
+
+std::string encodeContinue(const ContinueToken& c) {
+  return base64Encode(json{{"rv", c.rv}, {"ns", c.ns}, {"name", c.name}}.dump());
+}
+
+std::optional<ContinueToken> decodeContinue(const std::string& text) {
+  if (text.size() > 4096) return std::nullopt;
+  std::string raw;
+  if (!base64Decode(text, &raw) || !nestingOk(raw)) return std::nullopt;
+  json j = json::parse(raw, nullptr, false);
+  if (!j.is_object() || !j.contains("rv") || !j["rv"].is_number_integer() || !j.contains("ns") ||
+      !j["ns"].is_string() || !j.contains("name") || !j["name"].is_string())
+    return std::nullopt;
+  ContinueToken c{j["rv"].get<int64_t>(), j["ns"].get<std::string>(), j["name"].get<std::string>()};
+  if (c.rv <= 0) return std::nullopt;
+  return c;
+}
+
 }  // namespace
 
 std::string toJsonText(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -314,6 +353,23 @@ struct RestHandler::WriteCtx {
   std::string validation = "Strict";
   bool status_sub = false;
   std::vector<std::string> warnings;
+  bool raced = false;  // set by write(): the object changed since it was read (409)
+  std::string manager = "unknown";  // ?fieldManager=, for metadata.managedFields
+  // Server-side apply: the managedFields the apply computed (null: none);
+  // unset for every other write, whose changes are recorded as an Update.
+  std::optional<json> apply_managed;
+
+  // The managedFields of `obj` after admission: what the apply computed, or
+  // this write's Update over `old` (null for a create).
+  void manage(json& obj, const json& old, WallTime now) const {
+    if (status_sub) return;  // status is server-owned: the stored managedFields stay
+    if (apply_managed) {
+      if (apply_managed->is_null()) obj["metadata"].erase("managedFields");
+      else obj["metadata"]["managedFields"] = *apply_managed;
+      return;
+    }
+    obj = recordUpdate(old, std::move(obj), manager, std::string(kApiVersion), now);
+  }
 
   HttpResponse finish(int code, const json& obj) {
     HttpResponse r = jsonResponse(code, withTypeMeta(obj, *info));
@@ -366,6 +422,7 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
     case K::kOther:
       break;
   }
+  if (auto events = handleEventsRequest(store_, clock_, events::kDefaultTtl, req, s, t.query.params)) return *events;
   if (!get) {
     // Every remaining endpoint is read-only; unknown paths are 404 for any method.
     if (s.empty() || s[0] == "version" || s[0] == "apis" || s[0] == "openapi" || s[0] == "api" ||
@@ -390,16 +447,34 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
   if (s.size() == 2 && s[0] == "apis" && s[1] == kGroup) return jsonResponse(200, apiGroupDocument());
   if (s.size() == 3 && s[0] == "apis" && s[1] == kGroup && s[2] == kVersion)
     return jsonResponse(200, apiResourceListDocument());
+  if (s.size() == 1 && s[0] == "api") {
+    return jsonResponse(200, {{"kind", "APIVersions"},
+                              {"versions", json::array({"v1"})},
+                              {"serverAddressByClientCIDRs",
+                               json::array({{{"clientCIDR", "0.0.0.0/0"}, {"serverAddress", "127.0.0.1"}}})}});
+  }
   if (s.size() == 2 && s[0] == "api" && s[1] == "v1") {
     return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", "v1"},
-                              {"resources", json::array()}});
+                              {"resources", json::array({eventsApiResource(), coreServicesApiResource()})}});
   }
-  if (s[0] == "api" && s.size() >= 3 && s[1] == "v1" && s.back() == "events" &&
-      (s.size() == 3 || (s.size() == 5 && s[2] == "namespaces"))) {
-    return jsonResponse(200, {{"kind", "EventList"},
+  // Core v1 Services: knapd has none (Knative's placeholder Services do not
+  // exist here), but `kubectl cluster-info` lists them in kube-system.
+  if (s.size() >= 3 && s[0] == "api" && s[1] == "v1" &&
+      ((s.size() == 3 && s[2] == "services") || (s.size() == 5 && s[2] == "namespaces" && s[4] == "services"))) {
+    return jsonResponse(200, {{"kind", "ServiceList"},
                               {"apiVersion", "v1"},
                               {"metadata", {{"resourceVersion", std::to_string(store_.currentResourceVersion())}}},
                               {"items", json::array()}});
+  }
+  if (s.size() == 6 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" && s[4] == "services") {
+    return errorResponse(makeApiError(404, "NotFound", "services \"" + s[5] + "\" not found",
+                                      {{"name", s[5]}, {"kind", "services"}}));
+  }
+  if (s.size() == 2 && s[0] == "apis" && s[1] == kEventsGroup) return jsonResponse(200, eventsGroupDocument());
+  if (s.size() == 3 && s[0] == "apis" && s[1] == kEventsGroup && s[2] == "v1") {
+    return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"},
+                              {"groupVersion", std::string(kEventsGroup) + "/v1"},
+                              {"resources", json::array({eventsApiResource()})}});
   }
   if (s.size() == 2 && s[0] == "openapi" && s[1] == "v3") return jsonResponse(200, openApiV3RootDocument());
   if (s.size() == 5 && s[0] == "openapi" && s[1] == "v3" && s[2] == "apis" && s[3] == kGroup &&
@@ -429,6 +504,38 @@ HttpResponse RestHandler::listObjects(const HttpRequest& req, const Target& t) {
   if (!labels.isOk()) return errorResponse(badRequestError(labels.status().message()));
   auto fields = FieldSelector::parse(t.query.get("fieldSelector"));
   if (!fields.isOk()) return errorResponse(badRequestError(fields.status().message()));
+  // limit/continue: pages in (namespace, name) order. The token carries the
+  // first page's resourceVersion and the last key sent; every page reports
+  // that resourceVersion, so a watch from it replays whatever changed while
+  // the client paged (later pages show the objects as they are now).
+  int64_t limit = 0;
+  std::string limit_text = t.query.get("limit");
+  if (!limit_text.empty()) {
+    try {
+      size_t used = 0;
+      limit = std::stoll(limit_text, &used);
+      if (used != limit_text.size()) throw std::invalid_argument("limit");
+    } catch (const std::exception&) {
+      return errorResponse(badRequestError("limit: invalid value \"" + limit_text + "\""));
+    }
+    if (limit < 0) limit = 0;
+  }
+  std::optional<ContinueToken> cont;
+  if (!t.query.get("continue").empty()) {
+    cont = decodeContinue(t.query.get("continue"));
+    if (!cont) return errorResponse(badRequestError("continue key is not valid: the token is malformed"));
+    std::string rv_param = t.query.get("resourceVersion");
+    if (!rv_param.empty() && rv_param != "0")
+      return errorResponse(badRequestError("specifying resource version is not allowed when using continue"));
+    // The token is usable while the changes since its resourceVersion are retained.
+    auto since = store_.eventsSince(cont->rv, t.info->kind);
+    if (!since.isOk() && since.status().code() == Code::kGone) {
+      return errorResponse(makeApiError(
+          410, "Expired",
+          "The provided continue parameter is too old to display a consistent list result. You can start a new "
+          "list without the continue parameter."));
+    }
+  }
   // The list's resourceVersion must not be newer than what the list shows, or a
   // watch from it would miss a change: read the RV around the list until stable.
   int64_t rv = 0;
@@ -440,20 +547,34 @@ HttpResponse RestHandler::listObjects(const HttpRequest& req, const Target& t) {
     objs = std::move(*listed);
     if (store_.currentResourceVersion() == rv) break;
   }
+  if (cont) rv = cont->rv;
   std::vector<json> items;
+  int64_t remaining = 0;
   for (store::Object& o : objs) {
+    if (cont && !(std::pair(o.key.ns, o.key.name) > std::pair(cont->ns, cont->name))) continue;
     json* l = labelsOf(o.body);
     if (!labels->matches(l ? *l : json())) continue;
     if (!fields->matches(o.body)) continue;
+    if (limit > 0 && static_cast<int64_t>(items.size()) == limit) {
+      ++remaining;
+      continue;
+    }
     items.push_back(withTypeMeta(std::move(o.body), *t.info));
   }
+  json list_meta = {{"resourceVersion", std::to_string(rv)}};
+  if (remaining > 0) {
+    const json& last = items.back();
+    list_meta["continue"] = encodeContinue({rv, metaString(last, "namespace"), metaString(last, "name")});
+    list_meta["remainingItemCount"] = remaining;
+  }
   if (acceptsTable(req.accept)) {
-    return jsonResponse(200, makeTable(*t.info, items, parseIncludeObject(t.query.get("includeObject")),
-                                       std::to_string(rv)));
+    json table = makeTable(*t.info, items, parseIncludeObject(t.query.get("includeObject")), std::to_string(rv));
+    table["metadata"] = list_meta;
+    return jsonResponse(200, table);
   }
   json list = {{"kind", t.info->kind + "List"},
                {"apiVersion", std::string(kApiVersion)},
-               {"metadata", {{"resourceVersion", std::to_string(rv)}}},
+               {"metadata", list_meta},
                {"items", json::array()}};
   for (json& i : items) list["items"].push_back(std::move(i));
   return jsonResponse(200, list);
@@ -484,6 +605,22 @@ std::optional<HttpResponse> readWriteOptions(const std::map<std::string, std::st
                                            "\": supported values: \"Ignore\", \"Strict\", \"Warn\""));
   }
   return std::nullopt;
+}
+
+// Whether a patch body carries a resourceVersion precondition.
+bool patchSetsResourceVersion(const json& body, const std::string& type) {
+  if (type == "application/json-patch+json") {
+    if (!body.is_array()) return false;
+    for (const json& op : body) {
+      if (!op.is_object() || !op.contains("path") || !op["path"].is_string()) continue;
+      std::string path = op["path"];
+      if (path == "/metadata/resourceVersion" || path == "/metadata" || path.empty() || path == "/") return true;
+    }
+    return false;
+  }
+  if (!body.is_object() || !body.contains("metadata") || !body["metadata"].is_object()) return false;
+  auto it = body["metadata"].find("resourceVersion");
+  return it != body["metadata"].end() && !it->is_null();
 }
 
 std::string cannotHandle(const ResourceInfo& info) {
@@ -558,6 +695,8 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
                                          const std::string& validation, std::vector<std::string>* warnings,
                                          json& obj, const store::Object* live) {
   json& md = obj["metadata"];
+  // Server-owned: whatever the client sent, the write's managedFields are the
+  // server's (RestHandler::WriteCtx::manage).
   md.erase("managedFields");
   md.erase("selfLink");
   if (status_sub) {
@@ -678,6 +817,7 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
     if (name.empty()) candidate["metadata"]["name"] = newName(generate);
     std::vector<std::string> warnings = ctx.warnings;
     if (auto err = admit(config_, info, false, ctx.validation, &warnings, candidate, nullptr)) return *err;
+    ctx.manage(candidate, json(), clock_.now());
     std::string cname = metaString(candidate, "name");
     ctx.warnings = warnings;
     if (ctx.dry_run) {
@@ -690,6 +830,7 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
     auto created = store_.create({info.kind, ctx.ns, cname}, withTypeMeta(candidate, info));
     if (created.isOk()) return ctx.finish(create_code, created->body);
     if (created.status().code() == Code::kAlreadyExists && name.empty()) continue;
+    if (created.status().code() == Code::kAlreadyExists) ctx.raced = true;
     return errorResponse(errorFromStatus(created.status(), &info, cname));
   }
   return errorResponse(makeApiError(500, "InternalError",
@@ -703,6 +844,7 @@ HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* li
   if (auto err = checkNamespace(obj, ctx.ns)) return *err;
   if (auto err = checkName(obj, ctx.name)) return *err;
   if (auto err = admit(config_, info, ctx.status_sub, ctx.validation, &ctx.warnings, obj, live)) return *err;
+  ctx.manage(obj, live->body, clock_.now());
   obj = withTypeMeta(std::move(obj), info);
   int64_t expected_rv = 0;
   std::string rv_text = metaString(obj, "resourceVersion");
@@ -717,6 +859,7 @@ HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* li
       return errorResponse(invalidError(info, ctx.name, st));
     }
     if (expected_rv != live->resource_version) {
+      ctx.raced = true;
       return errorResponse(conflictError(info, ctx.name,
                                          "the object has been modified; please apply your changes to the "
                                          "latest version and try again"));
@@ -731,12 +874,16 @@ HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* li
   if (cmp == live_body) return ctx.finish(200, live_body);
   if (ctx.dry_run) return ctx.finish(200, cmp);
   auto updated = store_.update({info.kind, ctx.ns, ctx.name}, obj, expected_rv ? expected_rv : live->resource_version);
-  if (!updated.isOk()) return errorResponse(errorFromStatus(updated.status(), &info, ctx.name));
+  if (!updated.isOk()) {
+    if (updated.status().code() == Code::kConflict || updated.status().code() == Code::kNotFound) ctx.raced = true;
+    return errorResponse(errorFromStatus(updated.status(), &info, ctx.name));
+  }
   return ctx.finish(200, updated->body);
 }
 
 HttpResponse RestHandler::createObject(const HttpRequest& req, const Target& t) {
   WriteCtx ctx{t.info, t.ns, "", false, "Strict", false, {}};
+  if (!t.query.get("fieldManager").empty()) ctx.manager = t.query.get("fieldManager");
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   if (!t.info->user_creatable) return doCreate(ctx, json::object(), 201);
   auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
@@ -748,19 +895,28 @@ HttpResponse RestHandler::createObject(const HttpRequest& req, const Target& t) 
 
 HttpResponse RestHandler::replaceObject(const HttpRequest& req, const Target& t) {
   WriteCtx ctx{t.info, t.ns, t.name, false, "Strict", t.kind == Target::Kind::kStatus, {}};
+  if (!t.query.get("fieldManager").empty()) ctx.manager = t.query.get("fieldManager");
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
   if (!body.isOk()) return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
   json obj = std::move(*body);
   if (auto err = checkTypeMeta(*t.info, obj)) return *err;
   if (auto err = checkName(obj, t.name)) return *err;
-  auto live = store_.get({t.info->kind, t.ns, t.name});
-  if (!live.isOk()) return errorResponse(errorFromStatus(live.status(), t.info, t.name));
-  return write(ctx, std::move(obj), &*live, 201);
+  // An update without resourceVersion is unconditional: it retries a lost race.
+  bool precondition = !metaString(obj, "resourceVersion").empty();
+  for (int attempt = 0;; ++attempt) {
+    ctx.raced = false;
+    ctx.warnings.clear();
+    auto live = store_.get({t.info->kind, t.ns, t.name});
+    if (!live.isOk()) return errorResponse(errorFromStatus(live.status(), t.info, t.name));
+    HttpResponse r = write(ctx, obj, &*live, 201);
+    if (!ctx.raced || precondition || attempt >= kMaxPatchAttempts) return r;
+  }
 }
 
 HttpResponse RestHandler::patchObject(const HttpRequest& req, const Target& t) {
   WriteCtx ctx{t.info, t.ns, t.name, false, "Strict", t.kind == Target::Kind::kStatus, {}};
+  if (!t.query.get("fieldManager").empty()) ctx.manager = t.query.get("fieldManager");
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   std::string type = mediaType(req.content_type);
   if (type == "application/strategic-merge-patch+json") {
@@ -781,38 +937,77 @@ HttpResponse RestHandler::patchObject(const HttpRequest& req, const Target& t) {
   }
   auto body = parseBody(req.body, apply);
   if (!body.isOk()) return errorResponse(badRequestError("error decoding patch: " + body.status().message()));
+  // Like kube-apiserver's GuaranteedUpdate: a patch that sets no
+  // resourceVersion precondition is re-applied to the newest object when a
+  // concurrent write (a controller's status update) wins the race, so it never
+  // answers 409. A patch that names a resourceVersion gets the 409.
+  bool precondition = patchSetsResourceVersion(*body, type);
+  for (int attempt = 0;; ++attempt) {
+    ctx.raced = false;
+    ctx.warnings.clear();
+    HttpResponse r = patchOnce(ctx, t, type, *body);
+    if (!ctx.raced || precondition || attempt >= kMaxPatchAttempts) return r;
+  }
+}
+
+HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::string& type, const json& body) {
+  bool apply = type == "application/apply-patch+yaml";
   auto live = store_.get({t.info->kind, t.ns, t.name});
   if (!live.isOk() && live.status().code() != Code::kNotFound)
     return errorResponse(errorFromStatus(live.status(), t.info, t.name));
 
   json patched;
   if (apply) {
-    json applied = std::move(*body);
+    json applied = body;
     if (auto err = checkTypeMeta(*t.info, applied)) return *err;
     if (auto err = checkName(applied, t.name)) return *err;
     if (!applied.contains("kind") || !applied.contains("apiVersion")) {
       return errorResponse(badRequestError(cannotHandle(*t.info) +
                                            "an applied configuration must set apiVersion and kind"));
     }
-    if (!live.isOk()) {
-      if (ctx.status_sub) return errorResponse(notFoundError(*t.info, t.name));
-      return doCreate(ctx, std::move(applied), 201);
+    if (!live.isOk() && ctx.status_sub) return errorResponse(notFoundError(*t.info, t.name));
+    if (ctx.status_sub) {
+      // Status through apply: merged over the live status; nobody owns status.
+      patched = live->body;
+      patched.merge_patch(applied);
+    } else {
+      if (t.query.get("fieldManager").empty()) {
+        return errorResponse(makeApiError(422, "Invalid",
+                                          "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
+                                          "is required for apply patch",
+                                          json::object()));
+      }
+      bool force = parseBool(t.query.get("force")).value_or(false);
+      ApplyResult ar = serverSideApply(live.isOk() ? live->body : json(), applied, ctx.manager, force,
+                                       std::string(kApiVersion), clock_.now());
+      if (!ar.conflicts.empty()) {
+        json causes = json::array();
+        for (const ApplyConflict& c : ar.conflicts) {
+          causes.push_back({{"reason", "FieldManagerConflict"},
+                            {"message", "conflict with \"" + c.manager + "\" using " + std::string(kApiVersion)},
+                            {"field", fieldPathString(c.path)}});
+        }
+        return errorResponse(makeApiError(409, "Conflict", conflictMessage(ar.conflicts, std::string(kApiVersion)),
+                                          {{"name", t.name},
+                                           {"group", std::string(kGroup)},
+                                           {"kind", t.info->plural},
+                                           {"causes", causes}}));
+      }
+      patched = std::move(ar.object);
+      ctx.apply_managed = patched["metadata"].contains("managedFields") ? patched["metadata"]["managedFields"] : json();
+      if (!live.isOk()) return doCreate(ctx, std::move(patched), 201);
     }
-    // Simplified server-side apply: the applied configuration is merged over
-    // the live object (maps merge, lists and scalars are replaced, null removes).
-    patched = live->body;
-    patched.merge_patch(applied);
   } else {
     if (!live.isOk()) return errorResponse(notFoundError(*t.info, t.name));
     patched = live->body;
     if (type == "application/merge-patch+json") {
-      if (!body->is_object())
+      if (!body.is_object())
         return errorResponse(badRequestError("error decoding patch: a JSON merge patch must be a JSON object"));
-      patched.merge_patch(*body);
+      patched.merge_patch(body);
     } else {
-      auto result = applyJsonPatch(patched, *body);
+      auto result = applyJsonPatch(patched, body);
       if (!result.isOk()) {
-        if (result.status().code() == Code::kInvalidArgument && body->is_array())
+        if (result.status().code() == Code::kInvalidArgument && body.is_array())
           return errorResponse(makeApiError(422, "Invalid", result.status().message()));
         return errorResponse(badRequestError("error decoding patch: " + result.status().message()));
       }
@@ -844,7 +1039,7 @@ std::optional<HttpResponse> readDeleteOptions(const HttpRequest& req, const std:
   it = q.find("propagationPolicy");
   if (it != q.end() && it->second == "Orphan") out->orphan = true;
   it = q.find("orphanDependents");
-  if (it != q.end() && it->second == "true") out->orphan = true;
+  if (it != q.end() && parseBool(it->second).value_or(false)) out->orphan = true;
   bool blank = std::all_of(req.body.begin(), req.body.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
   if (blank) return std::nullopt;
   auto body = parseBody(req.body, false);
@@ -964,8 +1159,14 @@ bool RestHandler::parseWatch(const HttpRequest& req, WatchRequest* out, std::opt
   if (req.method != "GET") return false;
   Target t = Target::parse(req.target);
   if (t.kind != Target::Kind::kCollection) return false;
-  std::string w = t.query.get("watch");
-  if (w != "true" && w != "1") return false;
+  if (t.query.get("watch").empty()) return false;
+  std::optional<bool> w = parseBool(t.query.get("watch"));
+  if (!w) {
+    *error = errorResponse(badRequestError("watch: invalid value \"" + t.query.get("watch") +
+                                           "\": must be a boolean (1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)"));
+    return true;
+  }
+  if (!*w) return false;
   auto labels = LabelSelector::parse(t.query.get("labelSelector"));
   if (!labels.isOk()) {
     *error = errorResponse(badRequestError(labels.status().message()));
@@ -1005,14 +1206,45 @@ bool RestHandler::parseWatch(const HttpRequest& req, WatchRequest* out, std::opt
   return true;
 }
 
+bool RestHandler::watchScope(const WatchRequest& w, const store::Object& obj) {
+  return obj.key.kind == w.info->kind && (w.ns.empty() || obj.key.ns == w.ns);
+}
+
 bool RestHandler::watchMatches(const WatchRequest& w, const store::Object& obj) {
-  if (obj.key.kind != w.info->kind) return false;
-  if (!w.ns.empty() && obj.key.ns != w.ns) return false;
+  if (!watchScope(w, obj)) return false;
   const json& body = obj.body;
   json labels;
   if (body.contains("metadata") && body["metadata"].is_object() && body["metadata"].contains("labels"))
     labels = body["metadata"]["labels"];
   return w.labels.matches(labels) && w.fields.matches(body);
+}
+
+void WatchState::seed(const WatchRequest& w, const store::Object& obj) {
+  if (!RestHandler::watchScope(w, obj)) return;
+  held_[obj.key.ns + "/" + obj.key.name] = RestHandler::watchMatches(w, obj);
+}
+
+const char* WatchState::classify(const WatchRequest& w, const store::Event& ev) {
+  if (!RestHandler::watchScope(w, ev.object)) return nullptr;
+  std::string key = ev.object.key.ns + "/" + ev.object.key.name;
+  bool matches = RestHandler::watchMatches(w, ev.object);
+  auto it = held_.find(key);
+  bool known = it != held_.end();
+  bool held = known && it->second;
+  switch (ev.type) {
+    case store::EventType::kAdded:
+      held_[key] = matches;
+      return matches ? "ADDED" : nullptr;
+    case store::EventType::kDeleted:
+      held_.erase(key);
+      // The final state is the state before the delete: exact for unknown keys too.
+      return held || matches ? "DELETED" : nullptr;
+    case store::EventType::kModified:
+      held_[key] = matches;
+      if (matches) return known && !held ? "ADDED" : "MODIFIED";
+      return held || !known ? "DELETED" : nullptr;
+  }
+  return nullptr;
 }
 
 std::string RestHandler::watchEventLine(const WatchRequest& w, const char* type, const json& obj, bool first) {

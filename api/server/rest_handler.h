@@ -56,6 +56,26 @@ struct WatchRequest {
   int64_t timeout_seconds = 0;   // 0 = none
 };
 
+// What one watch has told its client: which objects the client holds (they
+// matched the selectors in the last event sent about them). Turns store events
+// into the events Kubernetes sends to a selector watch: an object that stops
+// matching is DELETED, one that starts matching is ADDED. For a watch resumed
+// from a resourceVersion, objects unchanged since then are seeded from the
+// current state; an object modified since then whose earlier state is unknown
+// and that no longer matches gets one DELETED (an informer ignores a DELETED
+// for an object it does not hold). One per watch; not thread-safe.
+class WatchState {
+ public:
+  // Records that the client has (or has not) been given `obj` as it is now.
+  void seed(const WatchRequest& w, const store::Object& obj);
+  // The event type to send for `ev` ("ADDED"/"MODIFIED"/"DELETED"), or
+  // nullptr to send nothing.
+  const char* classify(const WatchRequest& w, const store::Event& ev);
+
+ private:
+  std::map<std::string, bool> held_;  // "ns/name" -> the client holds it
+};
+
 class RestHandler {
  public:
   RestHandler(store::Store& store, const Config& config, TimeSource& clock);
@@ -70,6 +90,8 @@ class RestHandler {
 
   // Whether the watcher wants this object (kind, namespace, selectors).
   static bool watchMatches(const WatchRequest& w, const store::Object& obj);
+  // Whether the object is of the watched kind and namespace (selectors aside).
+  static bool watchScope(const WatchRequest& w, const store::Object& obj);
   // One stream line: {"type":"ADDED","object":...}\n (a Table row object when
   // w.table). `first` adds the column definitions to a Table event.
   static std::string watchEventLine(const WatchRequest& w, const char* type,
@@ -88,6 +110,7 @@ class RestHandler {
   HttpResponse createObject(const HttpRequest& req, const Target& t);
   HttpResponse replaceObject(const HttpRequest& req, const Target& t);
   HttpResponse patchObject(const HttpRequest& req, const Target& t);
+  HttpResponse patchOnce(WriteCtx& ctx, const Target& t, const std::string& type, const nlohmann::json& body);
   HttpResponse deleteObject(const HttpRequest& req, const Target& t);
   HttpResponse deleteCollection(const HttpRequest& req, const Target& t);
   HttpResponse autoscalingView(const Target& t);

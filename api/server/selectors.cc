@@ -1,6 +1,5 @@
 #include "api/server/selectors.h"
 
-#include <algorithm>
 #include <cctype>
 
 namespace knap::api {
@@ -161,7 +160,8 @@ bool LabelSelector::matches(const nlohmann::json& labels) const {
   return true;
 }
 
-StatusOr<FieldSelector> FieldSelector::parse(const std::string& text) {
+StatusOr<FieldSelector> FieldSelector::parse(const std::string& text,
+                                             const std::map<std::string, std::string>& extra_fields) {
   FieldSelector sel;
   if (trim(text).empty()) return sel;
   size_t start = 0;
@@ -185,7 +185,9 @@ StatusOr<FieldSelector> FieldSelector::parse(const std::string& text) {
     } else {
       return invalidArgument("invalid field selector: \"" + part + "\": expected field=value");
     }
-    if (t.field != "metadata.name" && t.field != "metadata.namespace")
+    auto extra = extra_fields.find(t.field);
+    if (extra != extra_fields.end()) t.field = extra->second;
+    else if (t.field != "metadata.name" && t.field != "metadata.namespace")
       return invalidArgument("field label not supported: " + t.field);
     sel.terms_.push_back(std::move(t));
     if (comma == std::string::npos) break;
@@ -196,10 +198,18 @@ StatusOr<FieldSelector> FieldSelector::parse(const std::string& text) {
 
 bool FieldSelector::matches(const nlohmann::json& obj) const {
   for (const Term& t : terms_) {
-    std::string actual;
-    const auto& md = obj.contains("metadata") ? obj["metadata"] : nlohmann::json();
-    const char* key = t.field == "metadata.name" ? "name" : "namespace";
-    if (md.is_object() && md.contains(key) && md[key].is_string()) actual = md[key].get<std::string>();
+    // The field is a dotted path into the object; a missing or non-string value is "".
+    const nlohmann::json* at = &obj;
+    size_t start = 0;
+    while (at) {
+      size_t dot = t.field.find('.', start);
+      std::string part = t.field.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      auto it = at->is_object() ? at->find(part) : at->end();
+      at = at->is_object() && it != at->end() ? &*it : nullptr;
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    std::string actual = at && at->is_string() ? at->get<std::string>() : "";
     if ((actual == t.value) == t.negate) return false;
   }
   return true;

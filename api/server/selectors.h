@@ -4,6 +4,7 @@
 // against objects. Values; thread-safe after construction.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,11 +38,15 @@ class LabelSelector {
 };
 
 // Supports metadata.name and metadata.namespace with =, == and != (what
-// Kubernetes offers for custom resources).
+// Kubernetes offers for custom resources), plus the kind's own field labels
+// (Events: involvedObject.name, reason, ...), each a dotted path into the object.
 class FieldSelector {
  public:
   // kInvalidArgument for unsupported fields ("field label not supported: spec.x").
-  static StatusOr<FieldSelector> parse(const std::string& text);
+  // `extra_fields` maps the kind's own field labels to the dotted path in the
+  // object each selects on.
+  static StatusOr<FieldSelector> parse(const std::string& text,
+                                       const std::map<std::string, std::string>& extra_fields = {});
   // `obj` is a full object with metadata.
   bool matches(const nlohmann::json& obj) const;
 
