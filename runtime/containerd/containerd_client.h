@@ -126,6 +126,18 @@ struct TaskCreateRequest {
   std::optional<RuncOptions> options;  // replaces the container's (G16)
 };
 
+// Tasks.Exec: an extra process in a running task (exec probes). The process
+// spec is an OCI runtime-spec "process" object as JSON (args, env, cwd, user,
+// capabilities...), normally the container's own with other args. Stdio paths
+// follow TaskCreateRequest's rules ("" = /dev/null).
+struct ExecProcessRequest {
+  std::string container_id;
+  std::string exec_id;  // unique among the task's live exec processes
+  std::string process_json;
+  std::string stdout_path;
+  std::string stderr_path;
+};
+
 // One event from Events.Subscribe. Task events (containerd.events.Task*) are
 // decoded into the task fields; others keep only the raw payload.
 struct Event {
@@ -275,6 +287,19 @@ class ContainerdClient {
   StatusOr<std::vector<TaskInfo>> listTasks() const;
   Status pauseTask(const std::string& container_id) const;
   Status resumeTask(const std::string& container_id) const;
+
+  // --- exec processes (Tasks.Exec/Start/Wait/Kill/DeleteProcess with exec_id) ---
+  // Creates the process (not started). kAlreadyExists for a duplicate exec id;
+  // kNotFound when the task does not exist.
+  Status execProcess(const ExecProcessRequest& req) const;
+  StatusOr<uint32_t> startProcess(const std::string& container_id, const std::string& exec_id) const;
+  // Waits up to `timeout` for the exec process to exit; kDeadlineExceeded
+  // while it still runs. After the exit (before deleteProcess) it returns the
+  // stored status at once.
+  StatusOr<ExitInfo> waitProcess(const std::string& container_id, const std::string& exec_id, Duration timeout) const;
+  Status killProcess(const std::string& container_id, const std::string& exec_id, int signal) const;
+  // Removes an exited exec process from the task; returns its exit status.
+  StatusOr<ExitInfo> deleteProcess(const std::string& container_id, const std::string& exec_id) const;
 
   // --- events (§6) ---
   // Subscribes to events of this client's namespace matching any of

@@ -239,6 +239,7 @@ StatusOr<ProbeSpec> parse(const json& probe, ProbeKind kind) {
       if (!a.is_string()) return invalidArgument(path + ".exec.command: must be a list of strings");
       spec.command.push_back(a.get<std::string>());
     }
+    spec.exec_needs_port = kind == ProbeKind::kReadiness;
   }
   if (handlers > 1) return invalidArgument(path + ": expected exactly one of httpGet, tcpSocket, exec");
   // handlers == 0: Knative's readiness default, tcpSocket on the serving port.
@@ -271,7 +272,7 @@ StatusOr<ProbeSpec> parseProbeSpec(const nlohmann::json& probe, ProbeKind kind) 
 }
 
 Duration attemptTimeout(const ProbeSpec& spec) {
-  if (spec.period_seconds == 0) return ProbeState::kAggressiveAttemptTimeout;
+  if (spec.period_seconds == 0 && spec.handler != ProbeHandler::kExec) return ProbeState::kAggressiveAttemptTimeout;
   return std::chrono::seconds(std::max(1, spec.timeout_seconds));
 }
 
@@ -293,11 +294,28 @@ ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_
     case ProbeHandler::kHttpGet:
       return httpProbe(spec, ip, port, deadline, time);
     case ProbeHandler::kExec: {
-      if (!exec) return {false, "exec probe: no exec hook (the pod runner must provide one)"};
-      auto code = exec(spec.command);
-      if (!code.isOk()) return {false, "exec " + spec.command[0] + ": " + code.status().toString()};
-      if (*code != 0) return {false, "exec " + spec.command[0] + ": exit code " + std::to_string(*code)};
-      return {true, "exec " + spec.command[0] + ": exit code 0"};
+      const std::string what = "exec " + spec.command[0];
+      if (!exec) return {false, what + ": no exec hook (the pod runner must provide one)"};
+      StatusOr<ExecOutcome> r = exec(spec.command, timeout);
+      if (!r.isOk()) {
+        if (r.status().code() == Code::kDeadlineExceeded) {
+          return {false, what + ": timed out after " + std::to_string(
+                             std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) + " ms"};
+        }
+        return {false, what + ": " + r.status().toString()};
+      }
+      if (r->exit_code != 0) {
+        std::string out = r->output;
+        while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+        if (out.size() > 256) out = out.substr(0, 256) + "...";
+        return {false, what + ": exit code " + std::to_string(r->exit_code) + (out.empty() ? "" : ": " + out)};
+      }
+      if (spec.exec_needs_port) {
+        Socket s;
+        std::string err = connectTo(s, ip, port, std::max(deadline, time.monotonic() + ProbeState::kAggressiveAttemptTimeout), time);
+        if (!err.empty()) return {false, what + ": exit code 0, but tcp " + hostPort(ip, port) + ": " + err};
+      }
+      return {true, what + ": exit code 0"};
     }
   }
   return {false, "unknown probe handler"};
@@ -331,7 +349,8 @@ void ProbeState::record(bool success, MonoTime started, MonoTime now) {
   if (success) {
     failing_since_.reset();
     if (successes_ >= spec_.success_threshold) healthy_ = true;
-    next_ = now + (healthy_ ? kAggressiveRecheck : kAggressiveInterval);
+    next_ = now + (healthy_ ? kAggressiveRecheck
+                            : spec_.handler == ProbeHandler::kExec ? kAggressiveExecInterval : kAggressiveInterval);
     return;
   }
   if (healthy_) {
@@ -341,7 +360,7 @@ void ProbeState::record(bool success, MonoTime started, MonoTime now) {
       failing_since_.reset();
     }
   }
-  next_ = now + kAggressiveInterval;
+  next_ = now + (spec_.handler == ProbeHandler::kExec ? kAggressiveExecInterval : kAggressiveInterval);
 }
 
 // --- Prober ------------------------------------------------------------------------

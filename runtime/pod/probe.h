@@ -22,7 +22,12 @@
 //   | ready     | success        | +1 s            | ready              |
 //   | ready     | failure        | +50 ms          | ready until failing|
 //   |           |                |                 | for 10 s, then not |
-// each attempt with a 100 ms timeout.
+// each attempt with a 100 ms timeout. Exec probes (a process started in the
+// container, ~30-60 ms each) keep their timeoutSeconds (default 1 s) and retry
+// a failure after 200 ms instead of 50 ms.
+// A readiness exec probe also needs the serving port to accept a TCP
+// connection (Knative keeps the queue-proxy's TCP probe next to a kubelet
+// exec probe), so a "ready" pod can take requests.
 //
 // Thread safety: probeOnce and parseProbeSpec are reentrant. ProbeState and
 // Prober are not thread-safe: one thread drives each instance.
@@ -50,6 +55,7 @@ struct ProbeSpec {
   std::string host;        // httpGet: Host header override; the pod IP is always dialled
   std::vector<std::pair<std::string, std::string>> headers;  // httpGet httpHeaders
   std::vector<std::string> command;                          // exec
+  bool exec_needs_port = false;  // exec: success also needs a TCP connect to the port (readiness)
   int period_seconds = 0;                                    // 0: aggressive (readiness only)
   int timeout_seconds = 1;
   int success_threshold = 1;
@@ -72,9 +78,16 @@ struct ProbeResult {
   std::string message;  // why it failed, or "HTTP 204" / "connected" on success
 };
 
-// Runs a command in the container and returns its exit code (the pod runner
-// implements it with Tasks.Exec). kDeadlineExceeded etc. count as failures.
-using ExecInContainer = std::function<StatusOr<int>(std::vector<std::string>)>;
+// What a command run in the container did.
+struct ExecOutcome {
+  int exit_code = 0;   // 128+signal when killed
+  std::string output;  // the start of its stdout+stderr (for failure messages)
+};
+// Runs a command in the container, killing it after `timeout` (the pod
+// driver implements it with containerd's Tasks.Exec). kDeadlineExceeded
+// (timed out) and other errors count as probe failures.
+using ExecInContainer =
+    std::function<StatusOr<ExecOutcome>(const std::vector<std::string>& command, Duration timeout)>;
 
 // The time one attempt may take: 100 ms in aggressive mode, else timeoutSeconds.
 Duration attemptTimeout(const ProbeSpec& spec);
@@ -104,6 +117,7 @@ class ProbeState {
   const ProbeSpec& spec() const { return spec_; }
 
   static constexpr Duration kAggressiveInterval = std::chrono::milliseconds(50);
+  static constexpr Duration kAggressiveExecInterval = std::chrono::milliseconds(200);
   static constexpr Duration kAggressiveAttemptTimeout = std::chrono::milliseconds(100);
   static constexpr Duration kAggressiveRecheck = std::chrono::seconds(1);
   static constexpr Duration kAggressiveFailureWindow = std::chrono::seconds(10);

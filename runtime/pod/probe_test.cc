@@ -426,22 +426,67 @@ TEST(ProbeOnceTest, ExecUsesTheHook) {
   s.handler = ProbeHandler::kExec;
   s.command = {"cat", "/tmp/ready"};
   std::vector<std::string> seen;
-  auto exec_ok = [&](std::vector<std::string> argv) -> StatusOr<int> {
+  Duration seen_timeout{};
+  auto exec_ok = [&](const std::vector<std::string>& argv, Duration timeout) -> StatusOr<ExecOutcome> {
     seen = argv;
-    return 0;
+    seen_timeout = timeout;
+    return ExecOutcome{0, ""};
   };
-  auto exec_fail = [](std::vector<std::string>) -> StatusOr<int> { return 1; };
-  auto exec_err = [](std::vector<std::string>) -> StatusOr<int> { return unavailable("task gone"); };
+  auto exec_fail = [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> {
+    return ExecOutcome{1, "cat: /tmp/ready: No such file or directory\n"};
+  };
+  auto exec_err = [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> {
+    return unavailable("task gone");
+  };
+  auto exec_slow = [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> {
+    return Status(Code::kDeadlineExceeded, "still running");
+  };
   auto& t = RealTimeSource::instance();
   EXPECT_TRUE(probeOnce(s, "127.0.0.1", 1, seconds(1), t, exec_ok).success);
   EXPECT_EQ(seen, s.command);
+  EXPECT_EQ(seen_timeout, seconds(1));
   ProbeResult f = probeOnce(s, "127.0.0.1", 1, seconds(1), t, exec_fail);
   EXPECT_FALSE(f.success);
-  EXPECT_NE(f.message.find("exit code 1"), std::string::npos);
+  EXPECT_EQ(f.message, "exec cat: exit code 1: cat: /tmp/ready: No such file or directory");
   ProbeResult e = probeOnce(s, "127.0.0.1", 1, seconds(1), t, exec_err);
   EXPECT_FALSE(e.success);
   EXPECT_NE(e.message.find("task gone"), std::string::npos);
+  ProbeResult slow = probeOnce(s, "127.0.0.1", 1, seconds(2), t, exec_slow);
+  EXPECT_FALSE(slow.success);
+  EXPECT_EQ(slow.message, "exec cat: timed out after 2000 ms");
   EXPECT_FALSE(probeOnce(s, "127.0.0.1", 1).success);  // no hook
+}
+
+TEST(ProbeOnceTest, ReadinessExecAlsoNeedsTheServingPort) {
+  auto p = parseProbeSpec(json::parse(R"({"exec": {"command": ["true"]}})"), ProbeKind::kReadiness);
+  ASSERT_TRUE(p.isOk());
+  EXPECT_TRUE(p->exec_needs_port);
+  EXPECT_EQ(attemptTimeout(*p), seconds(1));  // exec keeps timeoutSeconds in aggressive mode
+  auto live = parseProbeSpec(json::parse(R"({"exec": {"command": ["true"]}})"), ProbeKind::kLiveness);
+  ASSERT_TRUE(live.isOk());
+  EXPECT_FALSE(live->exec_needs_port);
+  auto exec_ok = [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> { return ExecOutcome{}; };
+  auto& t = RealTimeSource::instance();
+  RefusingPort closed;
+  ProbeResult r = probeOnce(*p, "127.0.0.1", closed.port(), seconds(1), t, exec_ok);
+  EXPECT_FALSE(r.success);
+  EXPECT_NE(r.message.find("exit code 0, but tcp"), std::string::npos) << r.message;
+  EXPECT_TRUE(probeOnce(*live, "127.0.0.1", closed.port(), seconds(1), t, exec_ok).success);
+  TestServer server(TestServer::Mode::kAccept);
+  EXPECT_TRUE(probeOnce(*p, "127.0.0.1", server.port(), seconds(1), t, exec_ok).success);
+}
+
+TEST(ProbeStateTest, AggressiveExecRetriesEvery200ms) {
+  ProbeSpec s;
+  s.handler = ProbeHandler::kExec;
+  s.command = {"false"};
+  MonoTime t0{};
+  ProbeState st(s, ProbeKind::kReadiness, t0);
+  st.record(false, t0, t0 + milliseconds(40));
+  EXPECT_EQ(st.nextProbeAt(), t0 + milliseconds(240));
+  st.record(true, t0 + milliseconds(240), t0 + milliseconds(280));
+  EXPECT_TRUE(st.healthy());
+  EXPECT_EQ(st.nextProbeAt(), t0 + milliseconds(1280));
 }
 
 // --- Prober: simulated time; the listener appears after some attempts -------------
@@ -490,7 +535,7 @@ TEST(ProberTest, LivenessFailureStopsWaiting) {
   liveness.period_seconds = 1;
   liveness.failure_threshold = 2;
   Prober prober(time, "127.0.0.1", port.port(), readiness, liveness,
-                [](std::vector<std::string>) -> StatusOr<int> { return 1; });
+                [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> { return ExecOutcome{1, ""}; });
   EXPECT_TRUE(prober.live());
   Status s = prober.waitUntilReady(time.monotonic() + seconds(30), [&](Duration d) { time.advance(d); });
   EXPECT_EQ(s.code(), Code::kUnavailable);

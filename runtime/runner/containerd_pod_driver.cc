@@ -347,6 +347,7 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
     std::lock_guard<std::mutex> l(mu_);
     exited_.erase(id);
     log_checked_.erase(id);
+    process_specs_.erase(id);
   }
   return first;
 }
@@ -380,10 +381,72 @@ runtime::ProbeResult ContainerdPodDriver::probe(const PodHandle& pod, const runt
     }
   }
   if (check) rotateLogs(pod.pod_id);
-  if (spec.handler == runtime::ProbeHandler::kExec) {
-    return {false, "exec probes are not supported by knap yet"};
+  auto exec = [this, &pod](const std::vector<std::string>& command, Duration timeout) {
+    return execInPod(pod, command, timeout);
+  };
+  return runtime::probeOnce(spec, pod.ip, pod.port, runtime::attemptTimeout(spec), time_, exec);
+}
+
+StatusOr<nlohmann::json> ContainerdPodDriver::processSpec(const std::string& pod_id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = process_specs_.find(pod_id);
+    if (it != process_specs_.end()) return it->second;
   }
-  return runtime::probeOnce(spec, pod.ip, pod.port, runtime::attemptTimeout(spec), time_);
+  KNAP_ASSIGN_OR_RETURN(containerd::ContainerRecord rec, client_.getContainer(pod_id));
+  json spec = json::parse(rec.spec_json, nullptr, false);
+  if (spec.is_discarded() || !spec.contains("process") || !spec["process"].is_object()) {
+    return internalError("container " + pod_id + ": its OCI spec has no process object");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  process_specs_[pod_id] = spec["process"];
+  return spec["process"];
+}
+
+StatusOr<runtime::ExecOutcome> ContainerdPodDriver::execInPod(const PodHandle& pod,
+                                                              const std::vector<std::string>& command,
+                                                              Duration timeout) {
+  // The container's own process (env, cwd, user, capabilities, rlimits) with
+  // the probe's argv, as the kubelet's exec probe does through CRI.
+  KNAP_ASSIGN_OR_RETURN(json process, processSpec(pod.pod_id));
+  process["args"] = command;
+  process["terminal"] = false;
+  process.erase("consoleSize");
+  std::string exec_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    exec_id = "probe-" + std::to_string(++exec_counter_);
+  }
+  const std::string out_path = podDir(pod.pod_id) + "/exec.log";
+  KNAP_RETURN_IF_ERROR(containerd::prepareLogFile(out_path, true));
+  containerd::ExecProcessRequest req;
+  req.container_id = pod.pod_id;
+  req.exec_id = exec_id;
+  req.process_json = process.dump();
+  req.stdout_path = out_path;
+  req.stderr_path = out_path;
+  KNAP_RETURN_IF_ERROR(client_.execProcess(req));
+  const MonoTime deadline = time_.monotonic() + timeout;
+  auto started = client_.startProcess(pod.pod_id, exec_id);
+  if (!started.isOk()) {
+    (void)client_.deleteProcess(pod.pod_id, exec_id);
+    return started.status();
+  }
+  Duration left = std::max<Duration>(deadline - time_.monotonic(), std::chrono::milliseconds(1));
+  StatusOr<containerd::ExitInfo> exit = client_.waitProcess(pod.pod_id, exec_id, left);
+  if (!exit.isOk()) {
+    // Timed out (or the wait failed): kill it, collect the exit, remove it.
+    (void)client_.killProcess(pod.pod_id, exec_id, SIGKILL);
+    (void)client_.waitProcess(pod.pod_id, exec_id, std::chrono::seconds(2));
+    (void)client_.deleteProcess(pod.pod_id, exec_id);
+    return exit.status();
+  }
+  auto deleted = client_.deleteProcess(pod.pod_id, exec_id);
+  if (!deleted.isOk()) LOG(WARNING) << "pod driver: " << deleted.status().toString();
+  runtime::ExecOutcome outcome;
+  outcome.exit_code = static_cast<int>(exit->exit_status);
+  outcome.output = readSmallFile(out_path).value_or("").substr(0, 1024);
+  return outcome;
 }
 
 Status ContainerdPodDriver::pause(const PodHandle& pod) { return client_.pauseTask(pod.pod_id); }

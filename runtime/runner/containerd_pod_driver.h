@@ -15,6 +15,9 @@
 // destroy(): kill if needed, Tasks.Delete, Snapshots.Remove, Containers.Delete,
 // netns teardown, pod directory removal; NOT_FOUND at each step is fine.
 // pause()/resume(): Tasks.Pause/Resume (runc freezes the pod's cgroup).
+// probe(): TCP/HTTP from the host into the pod's netns; exec probes run the
+// command in the container with Tasks.Exec (the container's process spec with
+// the probe's args; output to <pod dir>/exec.log), killed after the timeout.
 // memoryBytes(): <cgroup memory>/<parent>/<pod id>/memory.usage_in_bytes.
 // Logs are rotated (copy to .1, truncate in place: the shim keeps its
 // O_APPEND fd) when checked at probe time and larger than log_rotate_bytes.
@@ -76,11 +79,17 @@ class ContainerdPodDriver final : public PodDriver {
   std::string podDir(const std::string& pod_id) const;
   // Copy-truncate rotation of the pod's logs if larger than the limit.
   void rotateLogs(const std::string& pod_id);
+  // Runs `command` in the pod's container (exec probes); kDeadlineExceeded
+  // when it ran longer than `timeout` (it is killed).
+  StatusOr<runtime::ExecOutcome> execInPod(const PodHandle& pod, const std::vector<std::string>& command,
+                                           Duration timeout);
 
  private:
   bool waitExited(const std::string& pod_id, Duration timeout);
   bool taskStopped(const std::string& pod_id);
   std::string cgroupDir(const std::string& controller, const std::string& pod_id) const;
+  // The "process" object of the pod's OCI spec (cached per pod).
+  StatusOr<nlohmann::json> processSpec(const std::string& pod_id);
 
   containerd::ContainerdClient client_;
   runtime::CniNetwork& network_;
@@ -92,6 +101,8 @@ class ContainerdPodDriver final : public PodDriver {
   std::map<std::string, std::shared_ptr<containerd::CallCanceller>> cancellers_;
   std::set<std::string> exited_;                 // wait() returned for these pods
   std::map<std::string, MonoTime> log_checked_;  // last rotation check
+  std::map<std::string, nlohmann::json> process_specs_;  // processSpec() cache
+  uint64_t exec_counter_ = 0;                           // exec ids
 };
 
 }  // namespace knap::runner

@@ -293,6 +293,75 @@ TEST_F(RunnerE2eTest, CrashingImageFailsWithExitCodeAndLogLines) {
   EXPECT_NE(h.container_healthy.message.find("--fail-start"), std::string::npos) << h.container_healthy.message;
 }
 
+// Exec probes run in the container through containerd's Tasks.Exec: the
+// test app's "probe" subcommand asks its own /healthz/readiness.
+TEST_F(RunnerE2eTest, ExecReadinessPassesWithinSecondsAtBothPeriods) {
+  runner_->start();
+  for (int period : {0, 1}) {
+    std::string name = "exec-ok-" + std::to_string(period) + "-00001";
+    json probe = {{"exec", {{"command", json::array({"/app/knap-testapp", "probe"})}}}, {"periodSeconds", period}};
+    auto started = std::chrono::steady_clock::now();
+    runner_->ensure(makeRevision(name, {{"readinessProbe", probe}}));
+    Endpoint ep = waitReady(name);
+    ASSERT_FALSE(ep.ip.empty());
+    auto took = std::chrono::steady_clock::now() - started;
+    EXPECT_LT(took, seconds(5)) << name;
+    EXPECT_EQ(runner_->health("default", name).container_healthy.status, "True");
+  }
+}
+
+TEST_F(RunnerE2eTest, ExecReadinessFailureShowsExitCodeAndOutput) {
+  runner_->start();
+  // READY_DELAY keeps /healthz/readiness at 500: `knap-testapp probe` exits 1.
+  json extra = {{"env", json::array({{{"name", "READY_DELAY"}, {"value", "600s"}}})},
+                {"readinessProbe",
+                 {{"exec", {{"command", json::array({"/app/knap-testapp", "probe"})}}}, {"periodSeconds", 1}}}};
+  runner_->ensure(makeRevision("exec-bad-00001", extra));
+  ASSERT_TRUE(waitFor([&] {
+    return runner_->health("default", "exec-bad-00001").container_healthy.message.find("exit code 1") !=
+           std::string::npos;
+  })) << runner_->health("default", "exec-bad-00001").container_healthy.message;
+  auto h = runner_->health("default", "exec-bad-00001");
+  EXPECT_EQ(h.container_healthy.status, "Unknown");
+  EXPECT_EQ(h.container_healthy.message, "Readiness probe failed: exec /app/knap-testapp: exit code 1");
+  EXPECT_EQ(h.actual_replicas, 0);
+  // A command that is not there is a failure too, with containerd's reason.
+  auto pods = runner_->pods("default/exec-bad-00001");
+  ASSERT_EQ(pods.size(), 1u);
+  PodHandle handle;
+  handle.pod_id = pods[0].pod_id;
+  auto r = driver_->execInPod(handle, {"/no/such/binary"}, seconds(2));
+  EXPECT_FALSE(r.isOk() && r->exit_code == 0);
+  // A command that outlives its timeout is killed and reported as such.
+  auto slow = driver_->execInPod(handle, {"/app/knap-testapp", "--listen-delay-ms", "60000", "--port-from-arg", "1"},
+                                 milliseconds(500));
+  EXPECT_EQ(slow.status().code(), Code::kDeadlineExceeded) << slow.status().toString();
+  // The exec processes are gone again: the next one still works.
+  auto again = driver_->execInPod(handle, {"/app/knap-testapp", "probe"}, seconds(2));
+  ASSERT_TRUE(again.isOk()) << again.status().toString();
+  EXPECT_EQ(again->exit_code, 1);
+}
+
+TEST_F(RunnerE2eTest, ExecLivenessFailureRestartsThePod) {
+  runner_->start();
+  // Passes while the app is ready; /start-failing makes `probe` exit 1.
+  json extra = {{"livenessProbe",
+                 {{"exec", {{"command", json::array({"/app/knap-testapp", "probe"})}}},
+                  {"periodSeconds", 1},
+                  {"failureThreshold", 2}}}};
+  runner_->ensure(makeRevision("exec-live-00001", extra));
+  Endpoint ep = waitReady("exec-live-00001");
+  ASSERT_FALSE(ep.ip.empty());
+  std::this_thread::sleep_for(seconds(3));  // several passing exec liveness probes
+  ASSERT_EQ(runner_->pods("default/exec-live-00001").size(), 1u);
+  EXPECT_EQ(runner_->pods("default/exec-live-00001")[0].pod_id, ep.pod_id) << "a passing probe restarted it";
+  EXPECT_FALSE(httpGet(ep.ip, ep.port, "/start-failing").empty());
+  ASSERT_TRUE(waitFor([&] {
+    auto eps = runner_->readyEndpoints("default/exec-live-00001");
+    return !eps.empty() && eps[0].pod_id != ep.pod_id;
+  }, seconds(40))) << "the exec liveness failure did not restart the container";
+}
+
 TEST_F(RunnerE2eTest, MissingImageIsContainerMissing) {
   runner_->start();
   json rev = makeRevision("missing-00001");

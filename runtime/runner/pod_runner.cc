@@ -15,6 +15,11 @@ using std::chrono::seconds;
 
 namespace {
 
+// A starting pod's failing readiness probe shows in ContainerHealthy's message
+// once it has failed for this long (not for the refused connects of every
+// normal start-up).
+constexpr Duration kProbeFailureGrace = std::chrono::seconds(1);
+
 constexpr char kInitialScaleAnnotation[] = "autoscaling.knative.dev/initial-scale";
 constexpr char kMinScaleAnnotation[] = "autoscaling.knative.dev/min-scale";
 constexpr char kMinScaleLegacyAnnotation[] = "autoscaling.knative.dev/minScale";
@@ -747,6 +752,8 @@ void PodRunner::markReadyLocked(Revision& rev, Pod& pod, MonoTime now) {
   pod.ready_since = now;
   rev.ever_ready = true;
   rev.failure.reset();
+  rev.probe_failure.clear();
+  rev.probe_failure_logged.clear();
   LOG(INFO) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " is ready at "
             << pod.handle.ip << ":" << pod.handle.port << " (" << pod.origin << ")";
 }
@@ -1003,6 +1010,14 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
             }
           } else {
             p.readiness->record(r.success, started, t);
+            if (!r.success && p.state == PodState::kStarting && !rv.ever_ready) {
+              if (rv.probe_failure.empty()) rv.probe_failing_since = t;
+              rv.probe_failure = r.message;
+              if (t - rv.probe_failing_since >= kProbeFailureGrace && rv.probe_failure_logged != r.message) {
+                LOG(WARNING) << "pod runner: readiness probe of " << pid << " failed: " << r.message;
+                rv.probe_failure_logged = r.message;
+              }
+            }
             if (p.readiness->healthy() && p.state == PodState::kStarting && p.warm) {
               p.pause_pending = true;  // frozen mode: ready to serve; freeze it until promoted
               rv.failure.reset();
@@ -1162,6 +1177,10 @@ controller::RevisionHealth PodRunner::computeHealthLocked(const Revision& rev, M
     h.container_healthy = *rev.failure;
   } else if (rev.ever_ready) {
     h.container_healthy = {"True", "", ""};
+  } else if (!rev.probe_failure.empty() && now - rev.probe_failing_since >= kProbeFailureGrace) {
+    // Still deploying, but say why the pod is not ready yet (a failing exec
+    // probe's exit code and output, a refused port, an HTTP status).
+    h.container_healthy = {"Unknown", "Deploying", "Readiness probe failed: " + rev.probe_failure};
   } else {
     h.container_healthy = {"Unknown", "Deploying", ""};
   }
@@ -1171,7 +1190,10 @@ controller::RevisionHealth PodRunner::computeHealthLocked(const Revision& rev, M
     h.resources_available = {"False", "ProgressDeadlineExceeded",
                              "Revision \"" + rev.name + "\" did not become ready within the progress deadline (" +
                                  formatSeconds(rev.progress_deadline) + "): " +
-                                 (rev.failure ? rev.failure->message : std::string("no pod passed readiness"))};
+                                 (rev.failure ? rev.failure->message
+                                              : rev.probe_failure.empty()
+                                                  ? std::string("no pod passed readiness")
+                                                  : "no pod passed readiness (last probe: " + rev.probe_failure + ")")};
   } else if (rev.desired == 0 && !rev.failure &&
              std::all_of(rev.pods.begin(), rev.pods.end(), [](const auto& e) { return e.second.warm; })) {
     // Initial scale 0 (allowed by config): nothing to validate.

@@ -253,6 +253,9 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     std::string image_digest;
     std::optional<controller::ConditionState> failure;  // ContainerHealthy False reason
     std::string spec_error;     // probe parse / config problem
+    std::string probe_failure;  // last failed readiness attempt of a starting pod ("" once one is ready)
+    MonoTime probe_failing_since{};  // reported in conditions after kProbeFailureGrace (no churn at start-up)
+    std::string probe_failure_logged;  // logged once per distinct message
     controller::RevisionHealth last_reported;
     bool reported_once = false;
     std::vector<Endpoint> last_endpoints;

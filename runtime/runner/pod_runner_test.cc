@@ -381,6 +381,27 @@ TEST_F(PodRunnerTest, LivenessFailureRestartsThePod) {
   EXPECT_EQ(runner_->readyPods("default/r1"), 1);
 }
 
+TEST_F(PodRunnerTest, FailingReadinessProbeIsReportedAfterAGraceSecond) {
+  bool ready = false;
+  driver_.setProbe([&ready](const FakePodDriver::FakePod&, const runtime::ProbeSpec&) { return ready; });
+  runner_->ensure(makeRevision("r1", json::object(),
+                               {{"readinessProbe", {{"exec", {{"command", {"test", "-f", "/ready"}}}}}}}));
+  settle();
+  EXPECT_EQ(health().container_healthy.message, "");  // start-up: no message yet
+  advance(milliseconds(600));
+  advance(milliseconds(600));
+  auto h = health();
+  EXPECT_EQ(h.container_healthy.status, "Unknown");
+  EXPECT_EQ(h.container_healthy.reason, "Deploying");
+  EXPECT_EQ(h.container_healthy.message, "Readiness probe failed: connection refused");
+  ready = true;
+  advance(milliseconds(300));
+  h = health();
+  EXPECT_EQ(h.container_healthy.status, "True");
+  EXPECT_EQ(h.container_healthy.message, "");
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+}
+
 TEST_F(PodRunnerTest, RemoveStopsAndDestroysAllPods) {
   runner_->ensure(makeRevision("r1", {{"autoscaling.knative.dev/initial-scale", "2"}}));
   settle();
