@@ -1,11 +1,13 @@
 #include "api/codec.h"
 
-#include <yaml-cpp/yaml.h>
+#include <libfyaml.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cmath>
 #include <optional>
+#include <map>
+#include <memory>
 #include <set>
 #include <string_view>
 
@@ -19,11 +21,6 @@ constexpr const char* kTagInt = "tag:yaml.org,2002:int";
 constexpr const char* kTagFloat = "tag:yaml.org,2002:float";
 constexpr const char* kTagBool = "tag:yaml.org,2002:bool";
 constexpr const char* kTagNull = "tag:yaml.org,2002:null";
-
-std::string where(const YAML::Mark& mark) {
-  if (mark.is_null()) return "";
-  return "line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1) + ": ";
-}
 
 // Resolution of plain (unquoted) scalars, as kubectl's YAML decoder
 // (go-yaml v2, YAML 1.1 booleans) does it. Returns nullopt for plain strings.
@@ -210,64 +207,263 @@ std::optional<json> resolvePlain(const std::string& s) {
   return std::nullopt;
 }
 
-Status scalarError(const YAML::Node& node, const std::string& what) {
-  return invalidArgument("yaml: " + where(node.Mark()) + what);
-}
+// ---- decoding: one Builder for YAML events and JSON SAX callbacks ----
 
-StatusOr<json> toJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      return json(nullptr);
-    case YAML::NodeType::Scalar: {
-      const std::string& text = node.Scalar();
-      const std::string& tag = node.Tag();
-      if (tag == "!" || tag == kTagStr) return json(text);  // quoted or !!str
-      if (tag == kTagNull) return json(nullptr);
-      if (tag == kTagBool) {
-        if (auto b = resolveBool(text)) return *b;
-        return scalarError(node, "cannot decode \"" + text + "\" as !!bool");
+// Assembles one JSON value from a stream of begin/key/value/end calls and
+// enforces the DecodeLimits as it goes, so that no input can make it build more
+// than max_nodes values, nest deeper than max_depth or hold a longer string
+// than max_scalar_bytes, whatever the syntax. Errors name the field path.
+class Builder {
+ public:
+  Builder(const DecodeLimits& limits, size_t* nodes) : limits_(limits), nodes_(nodes) {}
+
+  bool done() const { return done_; }
+  json take() {
+    done_ = false;
+    return std::move(root_);
+  }
+  bool expectingKey() const { return !stack_.empty() && stack_.back().is_object && !stack_.back().have_key; }
+
+  // "spec.template.spec.containers[0]": where the next value goes.
+  std::string path() const {
+    std::string out;
+    for (const Frame& f : stack_) {
+      if (f.is_object) {
+        if (!f.have_key) break;
+        if (!out.empty()) out += '.';
+        out += f.key;
+      } else {
+        out += "[" + std::to_string(f.value.size()) + "]";
       }
-      if (tag == kTagInt) {
-        if (auto i = resolveInt(text)) return *i;
-        return scalarError(node, "cannot decode \"" + text + "\" as !!int");
-      }
-      if (tag == kTagFloat) {
-        if (auto i = resolveInt(text)) return json(i->get<double>());
-        if (auto f = resolveFloat(text)) return *f;
-        return scalarError(node, "cannot decode \"" + text + "\" as !!float");
-      }
-      if (tag != "?" && !tag.empty()) return json(text);  // other explicit tags: keep the text
-      if (isSpecialFloat(text))
-        return scalarError(node, "\"" + text + "\" (infinity/NaN) has no JSON representation");
-      if (auto v = resolvePlain(text)) return *v;
-      return json(text);
     }
-    case YAML::NodeType::Sequence: {
-      json arr = json::array();
-      for (const auto& item : node) {
-        KNAP_ASSIGN_OR_RETURN(json v, toJson(item));
-        arr.push_back(std::move(v));
-      }
-      return arr;
+    return out;
+  }
+
+  Status begin(bool object, std::string anchor) {
+    if (stack_.size() >= limits_.max_depth)
+      return fieldError("nests deeper than " + std::to_string(limits_.max_depth) + " levels");
+    KNAP_RETURN_IF_ERROR(count(1));
+    stack_.push_back(Frame{object ? json::object() : json::array(), object, "", false, std::move(anchor), *nodes_});
+    return Status::ok();
+  }
+
+  Status key(std::string k) {
+    if (k.size() > limits_.max_scalar_bytes) return scalarTooLong(k.size());
+    Frame& f = stack_.back();
+    if (f.value.contains(k)) return fieldError("duplicate key \"" + k + "\"");
+    f.key = std::move(k);
+    f.have_key = true;
+    return Status::ok();
+  }
+
+  // A scalar (weight 1) or an alias's copy (weight = the anchored value's nodes).
+  Status value(json v, size_t weight, std::string anchor) {
+    if (v.is_string() && v.get_ref<const std::string&>().size() > limits_.max_scalar_bytes)
+      return scalarTooLong(v.get_ref<const std::string&>().size());
+    if (v.is_number_float() && !std::isfinite(v.get<double>())) return fieldError("number is out of range");
+    KNAP_RETURN_IF_ERROR(count(weight));
+    if (!anchor.empty()) anchors_[anchor] = Anchored{v, weight};
+    place(std::move(v));
+    return Status::ok();
+  }
+
+  Status end() {
+    Frame f = std::move(stack_.back());
+    stack_.pop_back();
+    if (!f.anchor.empty()) anchors_[f.anchor] = Anchored{f.value, *nodes_ - f.nodes_at_start};
+    place(std::move(f.value));
+    return Status::ok();
+  }
+
+  Status alias(const std::string& name) {
+    auto it = anchors_.find(name);
+    if (it == anchors_.end()) return fieldError("unknown anchor \"" + name + "\" referenced");
+    if (++aliases_ > limits_.max_aliases)
+      return fieldError("more than " + std::to_string(limits_.max_aliases) + " alias expansions");
+    return value(it->second.value, it->second.nodes, "");
+  }
+
+  void resetDocument() {
+    stack_.clear();
+    anchors_.clear();
+    root_ = json();
+    done_ = false;
+  }
+
+  Status scalarTooLong(size_t n) const {
+    return fieldError("a scalar of " + std::to_string(n) + " bytes is longer than the limit of " +
+                      std::to_string(limits_.max_scalar_bytes));
+  }
+
+  Status fieldError(const std::string& what) const {
+    std::string p = path();
+    return invalidArgument(p.empty() ? what : "field \"" + p + "\": " + what);
+  }
+
+ private:
+  struct Frame {
+    json value;
+    bool is_object;
+    std::string key;
+    bool have_key;
+    std::string anchor;
+    size_t nodes_at_start;
+  };
+  struct Anchored {
+    json value;
+    size_t nodes;
+  };
+
+  Status count(size_t weight) {
+    if (weight > limits_.max_nodes || *nodes_ > limits_.max_nodes - weight)
+      return fieldError("more than " + std::to_string(limits_.max_nodes) +
+                        " values in the document (alias expansions included)");
+    *nodes_ += weight;
+    return Status::ok();
+  }
+
+  void place(json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      done_ = true;
+      return;
     }
-    case YAML::NodeType::Map: {
-      json obj = json::object();
-      for (const auto& kv : node) {
-        if (!kv.first.IsScalar() && !kv.first.IsNull()) {
-          return invalidArgument("yaml: " + where(kv.first.Mark()) + "mapping keys must be scalars");
-        }
-        std::string key = kv.first.IsNull() ? "null" : kv.first.Scalar();
-        if (obj.contains(key)) {
-          return invalidArgument("yaml: " + where(kv.first.Mark()) + "duplicate key \"" + key + "\"");
-        }
-        KNAP_ASSIGN_OR_RETURN(json v, toJson(kv.second));
-        obj[key] = std::move(v);
-      }
-      return obj;
+    Frame& f = stack_.back();
+    if (f.is_object) {
+      f.value[f.key] = std::move(v);
+      f.have_key = false;
+    } else {
+      f.value.push_back(std::move(v));
     }
   }
-  return json(nullptr);
+
+  const DecodeLimits& limits_;
+  size_t* nodes_;
+  size_t aliases_ = 0;
+  std::vector<Frame> stack_;
+  std::map<std::string, Anchored> anchors_;
+  json root_;
+  bool done_ = false;
+};
+
+// ---- YAML (libfyaml's event parser; it never builds a tree of its own) ----
+
+std::string tokenText(fy_token* t) {
+  if (!t) return "";
+  size_t len = 0;
+  const char* p = fy_token_get_text(t, &len);
+  return p ? std::string(p, len) : std::string();
+}
+
+std::string where(const fy_mark* mark) {
+  if (!mark) return "";
+  return "line " + std::to_string(mark->line + 1) + ", column " + std::to_string(mark->column + 1) + ": ";
+}
+
+Status yamlError(fy_event* ev, const Status& st) {
+  return invalidArgument("yaml: " + where(fy_event_start_mark(ev)) + st.message());
+}
+
+// The JSON value of one scalar event, by tag and style as go-yaml v2 (kubectl) resolves it.
+StatusOr<json> scalarValue(fy_event* ev) {
+  fy_token* value = ev->scalar.value;
+  std::string text = tokenText(value);
+  std::string tag = ev->scalar.tag ? tokenText(ev->scalar.tag) : "";
+  enum fy_scalar_style style = value ? fy_scalar_token_get_style(value) : FYSS_PLAIN;
+  bool plain = style != FYSS_SINGLE_QUOTED && style != FYSS_DOUBLE_QUOTED && style != FYSS_LITERAL &&
+               style != FYSS_FOLDED;
+  if (tag == "!" || tag == kTagStr) return json(text);
+  if (tag == kTagNull) return json(nullptr);
+  if (tag == kTagBool) {
+    if (auto b = resolveBool(text)) return *b;
+    return invalidArgument("cannot decode \"" + text + "\" as !!bool");
+  }
+  if (tag == kTagInt) {
+    if (auto i = resolveInt(text)) return *i;
+    return invalidArgument("cannot decode \"" + text + "\" as !!int");
+  }
+  if (tag == kTagFloat) {
+    if (auto i = resolveInt(text)) return json(i->get<double>());
+    if (auto f = resolveFloat(text)) return *f;
+    return invalidArgument("cannot decode \"" + text + "\" as !!float");
+  }
+  if (!tag.empty()) return json(text);  // other explicit tags: keep the text
+  if (!plain) return json(text);        // quoted and block scalars are strings
+  if (isSpecialFloat(text)) return invalidArgument("\"" + text + "\" (infinity/NaN) has no JSON representation");
+  if (auto v = resolvePlain(text)) return *v;
+  return json(text);
+}
+
+// The first error libfyaml collected, as "line L, column C: message".
+std::string parserError(fy_diag* diag) {
+  void* iter = nullptr;
+  if (fy_diag_error* err = fy_diag_errors_iterate(diag, &iter)) {
+    return "line " + std::to_string(err->line) + ", column " + std::to_string(err->column) + ": " +
+           (err->msg ? err->msg : "invalid YAML");
+  }
+  return "invalid YAML";
+}
+
+void discardDiagnostics(fy_diag*, void*, const char*, size_t) {}
+
+struct ParserDeleter {
+  void operator()(fy_parser* p) const { fy_parser_destroy(p); }
+};
+struct DiagDeleter {
+  void operator()(fy_diag* d) const { fy_diag_destroy(d); }
+};
+struct EventDeleter {
+  fy_parser* parser;
+  void operator()(fy_event* e) const { fy_parser_event_free(parser, e); }
+};
+
+// ---- JSON (nlohmann's SAX parser, iterative: no recursion on nesting) ----
+
+class JsonSax {
+ public:
+  explicit JsonSax(Builder& b) : b_(b) {}
+  Status status = Status::ok();
+
+  bool null() { return put(json(nullptr)); }
+  bool boolean(bool v) { return put(json(v)); }
+  bool number_integer(json::number_integer_t v) { return put(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(json(v)); }
+  bool number_float(json::number_float_t v, const std::string&) { return put(json(v)); }
+  bool string(std::string& v) { return put(json(std::move(v))); }
+  bool binary(json::binary_t&) { return fail(invalidArgument("binary values are not JSON")); }
+  bool start_object(std::size_t) { return check(b_.begin(true, "")); }
+  bool key(std::string& k) { return check(b_.key(std::move(k))); }
+  bool end_object() { return check(b_.end()); }
+  bool start_array(std::size_t) { return check(b_.begin(false, "")); }
+  bool end_array() { return check(b_.end()); }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    std::string what = e.what();
+    // Drop nlohmann's "[json.exception.parse_error.101] " prefix; keep line/column and the reason.
+    if (auto close = what.find("] "); what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
+      what = what.substr(close + 2);
+    }
+    return fail(invalidArgument("invalid JSON at byte " + std::to_string(position) + ": " + what));
+  }
+
+ private:
+  bool put(json v) { return check(b_.value(std::move(v), 1, "")); }
+  bool check(Status st) {
+    if (st.isOk()) return true;
+    return fail(invalidArgument("json: " + st.message()));
+  }
+  bool fail(Status st) {
+    if (status.isOk()) status = std::move(st);
+    return false;
+  }
+  Builder& b_;
+};
+
+bool startsLikeJson(const std::string& text) {
+  for (char c : text) {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+    return c == '{' || c == '[';
+  }
+  return false;
 }
 
 // ---- emitter ----
@@ -356,42 +552,139 @@ void emit(const json& v, int indent, std::string& out) {
 
 }  // namespace
 
-StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text) {
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(text);
-  } catch (const YAML::Exception& e) {
-    return invalidArgument("yaml: " + where(e.mark) + e.msg);
-  }
+StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text, const DecodeLimits& limits) {
+  // Diagnostics are collected (for the error message), never printed.
+  fy_diag_cfg dcfg;
+  fy_diag_cfg_default(&dcfg);
+  dcfg.fp = nullptr;
+  dcfg.output_fn = discardDiagnostics;
+  dcfg.colorize = false;
+  std::unique_ptr<fy_diag, DiagDeleter> diag(fy_diag_create(&dcfg));
+  if (!diag) return internalError("yaml: cannot create a diagnostics object");
+  fy_diag_set_collect_errors(diag.get(), true);
+  fy_parse_cfg cfg{};
+  cfg.flags = static_cast<fy_parse_cfg_flags>(FYPCF_QUIET | FYPCF_COLLECT_DIAG | FYPCF_JSON_NONE);
+  cfg.diag = diag.get();
+  std::unique_ptr<fy_parser, ParserDeleter> parser(fy_parser_create(&cfg));
+  if (!parser) return internalError("yaml: cannot create a parser");
+  if (fy_parser_set_string(parser.get(), text.data(), text.size()) != 0)
+    return internalError("yaml: cannot set the parser input");
+  size_t nodes = 0;
+  Builder b(limits, &nodes);
   std::vector<json> out;
-  for (const auto& doc : docs) {
-    if (doc.IsNull()) continue;  // empty documents ("---\n---") are skipped, as kubectl does
+  for (;;) {
+    std::unique_ptr<fy_event, EventDeleter> ev(fy_parser_parse(parser.get()), EventDeleter{parser.get()});
+    if (!ev) {
+      if (fy_parser_get_stream_error(parser.get())) return invalidArgument("yaml: " + parserError(diag.get()));
+      break;
+    }
+    fy_event* e = ev.get();
+    Status st = Status::ok();
+    switch (e->type) {
+      case FYET_DOCUMENT_START:
+        b.resetDocument();
+        break;
+      case FYET_DOCUMENT_END:
+        if (b.done()) {
+          json doc = b.take();
+          // empty documents ("---\n---") are skipped, as kubectl does
+          if (!doc.is_null()) out.push_back(std::move(doc));
+        }
+        break;
+      case FYET_MAPPING_START:
+      case FYET_SEQUENCE_START:
+        if (b.expectingKey()) return yamlError(e, invalidArgument("mapping keys must be scalars"));
+        st = b.begin(e->type == FYET_MAPPING_START,
+                     tokenText(e->type == FYET_MAPPING_START ? e->mapping_start.anchor : e->sequence_start.anchor));
+        break;
+      case FYET_MAPPING_END:
+      case FYET_SEQUENCE_END:
+        st = b.end();
+        break;
+      case FYET_SCALAR: {
+        if (b.expectingKey()) {
+          std::string k = tokenText(e->scalar.value);
+          enum fy_scalar_style style = e->scalar.value ? fy_scalar_token_get_style(e->scalar.value) : FYSS_PLAIN;
+          bool plain = (style == FYSS_PLAIN || style == FYSS_ANY) && !e->scalar.tag;
+          st = b.key(plain && isNullLiteral(k) ? "null" : std::move(k));
+          break;
+        }
+        if (size_t n = fy_token_get_text_length(e->scalar.value); n > limits.max_scalar_bytes) {
+          st = b.scalarTooLong(n);
+          break;
+        }
+        auto v = scalarValue(e);
+        st = v.isOk() ? b.value(std::move(*v), 1, tokenText(e->scalar.anchor)) : b.fieldError(v.status().message());
+        break;
+      }
+      case FYET_ALIAS:
+        if (b.expectingKey()) return yamlError(e, invalidArgument("aliases cannot be mapping keys"));
+        st = b.alias(tokenText(e->alias.anchor));
+        break;
+      default:
+        break;
+    }
+    if (!st.isOk()) return yamlError(e, st);
+  }
+  for (const json& doc : out) {
     try {
-      KNAP_ASSIGN_OR_RETURN(json v, toJson(doc));
-      (void)v.dump();  // nlohmann refuses invalid UTF-8 only when serialising: find it here, not later
-      out.push_back(std::move(v));
-    } catch (const YAML::Exception& e) {
-      return invalidArgument("yaml: " + where(e.mark) + e.msg);
-    } catch (const json::type_error& e) {
+      (void)doc.dump();  // nlohmann refuses invalid UTF-8 only when serialising: find it here, not later
+    } catch (const json::type_error&) {
       return invalidArgument("yaml: document is not valid UTF-8");
     }
   }
   return out;
 }
 
-StatusOr<json> parseJson(const std::string& text) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    // Drop nlohmann's "[json.exception.parse_error.101] " prefix; keep line/column and the reason.
-    if (auto close = what.find("] "); what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
-      what = what.substr(close + 2);
-    }
-    return invalidArgument("invalid JSON at byte " + std::to_string(e.byte) + ": " + what);
-  } catch (const json::exception& e) {
-    return invalidArgument(std::string("invalid JSON: ") + e.what());
+StatusOr<json> parseJson(const std::string& text, const DecodeLimits& limits) {
+  size_t nodes = 0;
+  Builder b(limits, &nodes);
+  JsonSax sax(b);
+  bool ok = json::sax_parse(text, &sax);
+  if (!ok || !sax.status.isOk()) {
+    if (!sax.status.isOk()) return sax.status;
+    return invalidArgument("invalid JSON");
   }
+  return b.take();
+}
+
+StatusOr<json> parseDocument(const std::string& text, bool yaml, const DecodeLimits& limits) {
+  if (!yaml) return parseJson(text, limits);
+  if (startsLikeJson(text)) {
+    auto v = parseJson(text, limits);
+    if (v.isOk()) return v;
+    // fall through: YAML flow style that is not valid JSON
+  }
+  KNAP_ASSIGN_OR_RETURN(std::vector<json> docs, parseYamlDocuments(text, limits));
+  if (docs.size() != 1) return invalidArgument("expected exactly one YAML document, got " + std::to_string(docs.size()));
+  return std::move(docs[0]);
+}
+
+Status checkDocumentSize(const json& doc, const DecodeLimits& limits) {
+  size_t nodes = 0, bytes = 0;
+  std::vector<const json*> todo{&doc};
+  while (!todo.empty()) {
+    const json* v = todo.back();
+    todo.pop_back();
+    ++nodes;
+    if (v->is_string()) bytes += v->get_ref<const std::string&>().size();
+    else bytes += 8;
+    if (v->is_object()) {
+      for (auto it = v->begin(); it != v->end(); ++it) {
+        bytes += it.key().size();
+        todo.push_back(&it.value());
+      }
+    } else if (v->is_array()) {
+      for (const json& item : *v) todo.push_back(&item);
+    }
+    if (nodes > limits.max_nodes)
+      return Status(Code::kResourceExhausted,
+                    "the result has more than " + std::to_string(limits.max_nodes) + " values");
+    if (bytes > limits.max_document_bytes)
+      return Status(Code::kResourceExhausted,
+                    "the result is larger than " + std::to_string(limits.max_document_bytes) + " bytes");
+  }
+  return Status::ok();
 }
 
 std::string toYaml(const json& value) {

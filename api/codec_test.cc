@@ -87,6 +87,74 @@ TEST(CodecTest, HugePlainScalarsDecodeAndEmitInLinearTime) {
   EXPECT_EQ(toYaml(json{{"d", "2024-1-1T" + digits}}).substr(0, 4), "d: \"");
 }
 
+// Was an endless loop allocating ~400 MB/s in yaml-cpp 0.7 (issue 9).
+TEST(CodecTest, LoneCommaIsASyntaxError) {
+  for (const char* text : {",", "a: ,", "[,", "{,}", ",\n,"}) {
+    auto docs = parseYamlDocuments(text);
+    EXPECT_FALSE(docs.isOk()) << text;
+  }
+}
+
+// Was 8.4 s and 949 MB for 302 bytes (issue 9).
+TEST(CodecTest, AliasBombStopsAtTheNodeBudget) {
+  std::string bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n";
+  for (char c = 'b'; c <= 'j'; ++c) {
+    std::string prev(1, static_cast<char>(c - 1));
+    bomb += std::string(1, c) + ": &" + c + " [*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev +
+            ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + "]\n";
+  }
+  auto docs = parseYamlDocuments(bomb);
+  ASSERT_FALSE(docs.isOk());
+  EXPECT_NE(docs.status().message().find("alias expansions included"), std::string::npos) << docs.status().message();
+  EXPECT_NE(docs.status().message().find("field \""), std::string::npos) << docs.status().message();
+  DecodeLimits few;
+  few.max_aliases = 2;
+  EXPECT_FALSE(parseYamlDocuments("a: &a 1\nb: [*a, *a, *a]\n", few).isOk());
+  EXPECT_TRUE(parseYamlDocuments("a: &a 1\nb: [*a, *a]\n", few).isOk());
+}
+
+TEST(CodecTest, NestingIsLimitedInYamlAndJson) {
+  std::string deep_flow(100000, '[');
+  auto y = parseYamlDocuments(deep_flow);
+  ASSERT_FALSE(y.isOk());
+  EXPECT_NE(y.status().message().find("nests deeper than 64 levels"), std::string::npos) << y.status().message();
+  std::string block;
+  for (int i = 0; i < 70; ++i) block += std::string(i * 2, ' ') + "k:\n";
+  auto b = parseYamlDocuments(block);
+  ASSERT_FALSE(b.isOk());
+  EXPECT_NE(b.status().message().find("field \"k.k.k"), std::string::npos) << b.status().message();
+  auto j = parseJson(std::string(1000000, '[') + std::string(1000000, ']'));
+  ASSERT_FALSE(j.isOk());
+  EXPECT_NE(j.status().message().find("nests deeper than 64 levels"), std::string::npos) << j.status().message();
+  std::string ok = "{\"a\":" + std::string(60, '[') + std::string(60, ']') + "}";
+  EXPECT_TRUE(parseJson(ok).isOk());
+}
+
+TEST(CodecTest, ScalarLengthAndNodeCountAreLimited) {
+  DecodeLimits l;
+  l.max_scalar_bytes = 8;
+  auto y = parseYamlDocuments("spec:\n  image: 123456789\n", l);
+  ASSERT_FALSE(y.isOk());
+  EXPECT_NE(y.status().message().find("field \"spec.image\": a scalar of 9 bytes"), std::string::npos)
+      << y.status().message();
+  auto j = parseJson(R"({"spec":{"list":["a","123456789"]}})", l);
+  ASSERT_FALSE(j.isOk());
+  EXPECT_NE(j.status().message().find("field \"spec.list[1]\""), std::string::npos) << j.status().message();
+  l.max_nodes = 5;
+  EXPECT_FALSE(parseJson("[1,2,3,4,5]", l).isOk());
+  EXPECT_TRUE(parseJson("[1,2,3,4]", l).isOk());
+  EXPECT_FALSE(parseJson(R"({"n": 1e400})").isOk());
+  EXPECT_EQ(checkDocumentSize(json::array({1, 2, 3, 4, 5}), l).code(), Code::kResourceExhausted);
+}
+
+TEST(CodecTest, ParseDocumentReadsJsonAndYaml) {
+  EXPECT_EQ(*parseDocument(R"({"a": 1})", false), json::parse(R"({"a":1})"));
+  EXPECT_EQ(*parseDocument("{a: 1}", true), json::parse(R"({"a":1})"));
+  EXPECT_EQ(*parseDocument("a: 1\n", true), json::parse(R"({"a":1})"));
+  EXPECT_FALSE(parseDocument("a: 1\n", false).isOk());
+  EXPECT_FALSE(parseDocument("a: 1\n---\nb: 2\n", true).isOk());
+}
+
 TEST(CodecTest, ToYamlQuotesDatesAndSpecialStrings) {
   json v = {{"d", "2024-01-01"},
             {"t", "2024-01-01T00:00:00Z"},

@@ -4,7 +4,9 @@
 // control-plane-only backend with --runtime none).
 //
 //   knapd [--config FILE] [--data-dir DIR] [--runtime auto|containerd|none] [--log-level debug|info|warning]
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -16,6 +18,7 @@
 #include "api/server/api_server.h"
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/duration.h"
 #include "common/log.h"
 #include "controller/controller.h"
 #include "controller/immediate_revision_backend.h"
@@ -36,13 +39,19 @@ const char* kUsage =
     "                    (or /etc/knap/config.yaml when it exists)\n"
     "  --data-dir DIR    overrides knap.data-dir (state, sockets, kubeconfig)\n"
     "  --runtime MODE    containerd: run pods; none: control plane only (revisions report Ready\n"
-    "                    without pods); auto (default): containerd when available\n";
+    "                    without pods); auto (default): containerd when available\n"
+    "  --api-allowed-host NAME   a Host name the API answers besides loopback names and IP addresses\n"
+    "                    (repeatable; any other Host is 403, a DNS-rebinding defence)\n"
+    "  --min-request-timeout D   a watch without timeoutSeconds ends after D plus a random fraction\n"
+    "                    of D, like kube-apiserver (default 1800s)\n"
+    "  --watch-bookmark-interval D   BOOKMARK events for allowWatchBookmarks watches (default 60s)\n";
 
 struct Flags {
   std::string config_path;
   std::string data_dir;
   std::string runtime = "auto";
   std::string log_level = "info";
+  api::RequestPolicy policy;
 };
 
 int usageError(const std::string& message) {
@@ -59,6 +68,16 @@ int run(int argc, char** argv) {
     else if (a == "--data-dir") flags.data_dir = value();
     else if (a == "--runtime") flags.runtime = value();
     else if (a == "--log-level") flags.log_level = value();
+    else if (a == "--api-allowed-host") flags.policy.allowed_hosts.push_back(value());
+    else if (a == "--min-request-timeout" || a == "--watch-bookmark-interval") {
+      std::string v = value();
+      auto d = parseGoDuration(v);
+      if (!d.isOk() || *d <= std::chrono::nanoseconds(0))
+        return usageError(a + " must be a positive duration such as 30s, got \"" + v + "\"");
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
+      if (a == "--min-request-timeout") flags.policy.min_request_timeout = ms;
+      else flags.policy.bookmark_interval = ms;
+    }
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
@@ -91,6 +110,19 @@ int run(int argc, char** argv) {
     return 1;
   }
   ::chmod(dir.c_str(), 0700);
+  // A read-only data dir (a read-only mount, wrong owner) would otherwise fail
+  // 5 s later inside SQLite as "unable to open database file".
+  {
+    std::string probe = dir + "/.knapd-write-test";
+    int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      std::cerr << "knapd: refusing to start: the data dir " << dir << " is not writable (" << std::strerror(errno)
+                << "); knapd keeps its database, certificates and kubeconfig there\n";
+      return 1;
+    }
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
   if (config.knap.api_socket.empty()) config.knap.api_socket = dir + "/knapd.sock";
   if (config.knap.kubeconfig_path.empty()) config.knap.kubeconfig_path = dir + "/kubeconfig";
 
@@ -130,6 +162,7 @@ int run(int argc, char** argv) {
   options.tcp_listen = config.knap.api_listen;
   options.unix_socket_path = config.knap.api_socket;
   options.max_body_bytes = config.knap.max_request_body_bytes;
+  options.policy = flags.policy;
   api::ApiServer server(options, config, **store, clock);
   if (Status st = server.start(); !st.isOk()) {
     std::cerr << "knapd: cannot start the API server: " << st.message() << "\n";

@@ -27,7 +27,13 @@ Status sqliteError(sqlite3* db, int rc, const std::string& context) {
     case SQLITE_READONLY:
     case SQLITE_PERM:
       return {Code::kUnavailable, msg};
-    case SQLITE_FULL:
+    case SQLITE_FULL: {
+      // Not kResourceExhausted: that is 429, which clients take for throttling and retry.
+      const char* file = db ? sqlite3_db_filename(db, "main") : nullptr;
+      std::string where = file && *file ? std::string(file) : std::string("the database");
+      if (size_t slash = where.rfind('/'); slash != std::string::npos) where = where.substr(0, slash);
+      return {Code::kInternal, "disk full: no space left on the disk holding the data dir " + where + " (" + msg + ")"};
+    }
     case SQLITE_NOMEM:
       return {Code::kResourceExhausted, msg};
     default:

@@ -101,7 +101,7 @@ std::string chunk(const std::string& data) {
 class ApiServer::Impl {
  public:
   Impl(ApiServerOptions options, const Config& config, store::Store& store, TimeSource& clock)
-      : options_(std::move(options)), store_(store), handler_(store, config, clock),
+      : options_(std::move(options)), store_(store), handler_(store, config, clock, options_.policy),
         registry_(std::make_shared<WatchRegistry>()) {}
 
   ~Impl() { stop(); }
@@ -193,6 +193,8 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     r.target = std::string(req.target());
     r.content_type = std::string(req[http::field::content_type]);
     r.accept = std::string(req[http::field::accept]);
+    r.host = std::string(req[http::field::host]);
+    r.origin = std::string(req[http::field::origin]);
     r.body = std::move(req.body());
     keep_alive_ = req.keep_alive();
     version_ = req.version();
@@ -347,18 +349,32 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     enqueue(std::move(header));
     for (auto& [type, body] : initial) emitEvent(type, body);
 
-    if (watch_.timeout_seconds > 0) {
-      timer_.emplace(stream_.get_executor());
-      timer_->expires_after(std::chrono::seconds(watch_.timeout_seconds));
-      timer_->async_wait([self = this->shared_from_this()](beast::error_code ec) {
-        if (!ec) self->finishWatch();
-      });
+    // Every watch ends: at timeoutSeconds, or at the server's randomised default.
+    timer_.emplace(stream_.get_executor());
+    timer_->expires_after(watch_.timeout);
+    timer_->async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (!ec) self->finishWatch();
+    });
+    if (watch_.bookmarks && !watch_.table) {
+      bookmark_timer_.emplace(stream_.get_executor());
+      scheduleBookmark();
     }
     // The client sends nothing during a watch: any read completion means it went away.
     stream_.socket().async_read_some(net::buffer(scratch_), [self = this->shared_from_this()](beast::error_code, std::size_t) {
       self->abortWatch();
     });
     drainWatch();
+  }
+
+  // A BOOKMARK every bookmark_interval: a heartbeat that also tells the
+  // client how far it has seen, so a re-watch resumes without a relist.
+  void scheduleBookmark() {
+    bookmark_timer_->expires_after(watch_.bookmark_interval);
+    bookmark_timer_->async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec || self->ending_) return;
+      self->enqueue(chunk(RestHandler::watchBookmarkLine(self->watch_, self->last_rv_)));
+      self->scheduleBookmark();
+    });
   }
 
   void endWatchWithError(const ApiError& err) {
@@ -405,6 +421,7 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     if (watch_id_) server_.registry_->remove(watch_id_);
     watch_id_ = 0;
     if (timer_) timer_->cancel();
+    if (bookmark_timer_) bookmark_timer_->cancel();
   }
 
   // Ends the stream cleanly (timeoutSeconds): final chunk, then close.
@@ -466,6 +483,7 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
   bool close_after_flush_ = false;
   std::deque<std::string> out_;
   std::optional<net::steady_timer> timer_;
+  std::optional<net::steady_timer> bookmark_timer_;
 };
 
 template <typename Protocol>

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "api/server/rest_handler.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
@@ -36,6 +37,7 @@ struct ApiServerOptions {
   std::chrono::seconds read_timeout{30};    // to read one request (and idle keep-alive)
   size_t watch_buffer_events = 1024;        // per watcher; overflow closes the watch
   int threads = 1;
+  RequestPolicy policy;  // Host allow-list, watch timeout and bookmark interval
 };
 
 class ApiServer {

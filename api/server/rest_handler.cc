@@ -13,6 +13,7 @@
 #include "api/server/k8s_status.h"
 #include "api/server/managed_fields.h"
 #include "api/server/patch.h"
+#include "api/server/request_guard.h"
 #include "common/base64.h"
 #include "common/log.h"
 #include "events/events.h"
@@ -29,8 +30,6 @@ namespace {
 constexpr const char* kUserName = "knap-admin";
 // How often a patch without a resourceVersion is re-applied after losing a race.
 constexpr int kMaxPatchAttempts = 64;
-// Deeper JSON/YAML nesting than this is refused before parsing.
-constexpr int kMaxNesting = 200;
 
 int hexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -101,58 +100,10 @@ HttpResponse methodNotAllowed(const std::string& method) {
                                     json::object()));
 }
 
-// Rejects absurd nesting before a recursive parser sees it.
-bool nestingOk(const std::string& text) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '{' || c == '[') {
-      if (++depth > kMaxNesting) return false;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return true;
-}
-
-std::string cleanJsonError(const std::string& what) {
-  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> "parse error at ..."
-  size_t p = what.find("] ");
-  return p == std::string::npos ? what : what.substr(p + 2);
-}
-
-// Parses a request body as JSON, or as YAML when `yaml` (one document).
+// Parses a request body as JSON, or as YAML when `yaml` (one document), within
+// the codec's DecodeLimits.
 StatusOr<json> parseBody(const std::string& body, bool yaml) {
-  if (!nestingOk(body)) return invalidArgument("request body nests deeper than 200 levels");
-  std::string trimmed = body;
-  while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.back()))) trimmed.pop_back();
-  size_t b = 0;
-  while (b < trimmed.size() && std::isspace(static_cast<unsigned char>(trimmed[b]))) ++b;
-  bool looks_json = b < trimmed.size() && (trimmed[b] == '{' || trimmed[b] == '[');
-  if (!yaml || looks_json) {
-    try {
-      return json::parse(body);
-    } catch (const json::exception& e) {
-      if (!yaml) return invalidArgument(cleanJsonError(e.what()));
-      // fall through: YAML flow style that is not valid JSON
-    }
-  }
-  auto docs = parseYamlDocuments(body);
-  if (!docs.isOk()) return docs.status();
-  if (docs->size() != 1) return invalidArgument("expected exactly one YAML document, got " + std::to_string(docs->size()));
-  // Round-trip so that invalid UTF-8 from YAML is replaced before it is stored.
-  try {
-    return json::parse(toJsonText((*docs)[0]));
-  } catch (const json::exception& e) {
-    return invalidArgument(cleanJsonError(e.what()));
-  }
+  return parseDocument(body, yaml);
 }
 
 json withTypeMeta(json obj, const ResourceInfo& info) {
@@ -252,8 +203,10 @@ std::string encodeContinue(const ContinueToken& c) {
 std::optional<ContinueToken> decodeContinue(const std::string& text) {
   if (text.size() > 4096) return std::nullopt;
   std::string raw;
-  if (!base64Decode(text, &raw) || !nestingOk(raw)) return std::nullopt;
-  json j = json::parse(raw, nullptr, false);
+  if (!base64Decode(text, &raw)) return std::nullopt;
+  auto decoded = parseJson(raw);
+  if (!decoded.isOk()) return std::nullopt;
+  const json& j = *decoded;
   if (!j.is_object() || !j.contains("rv") || !j["rv"].is_number_integer() || !j.contains("ns") ||
       !j["ns"].is_string() || !j.contains("name") || !j["name"].is_string())
     return std::nullopt;
@@ -378,15 +331,26 @@ struct RestHandler::WriteCtx {
   }
 };
 
-RestHandler::RestHandler(store::Store& store, const Config& config, TimeSource& clock)
-    : store_(store), config_(config), clock_(clock), rng_(std::random_device{}()) {}
+RestHandler::RestHandler(store::Store& store, const Config& config, TimeSource& clock, RequestPolicy policy)
+    : store_(store), config_(config), clock_(clock), policy_(std::move(policy)), rng_(std::random_device{}()) {}
 
 std::string RestHandler::newName(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(rng_mu_);
   return generateNameSuffix(prefix, rng_);
 }
 
+namespace {
+
+std::optional<HttpResponse> guard(const HttpRequest& req, const RequestPolicy& policy) {
+  RequestHeaders h{req.method, req.host, req.origin, req.content_type, !req.body.empty()};
+  if (auto err = guardRequest(h, policy.allowed_hosts)) return errorResponse(*err);
+  return std::nullopt;
+}
+
+}  // namespace
+
 HttpResponse RestHandler::handle(const HttpRequest& req) {
+  if (auto refused = guard(req, policy_)) return *refused;
   try {
     Target t = Target::parse(req.target);
     return dispatch(req, t);
@@ -689,6 +653,48 @@ std::string annotation(const json& obj, const char* key) {
 
 }  // namespace
 
+namespace {
+
+// Metadata only the server sets: on update a client may send it back unchanged
+// (kubectl get -o yaml | kubectl replace) or leave it out, never change it.
+constexpr const char* kServerOwnedOnUpdate[] = {"uid", "creationTimestamp", "generation", "deletionTimestamp",
+                                                "deletionGracePeriodSeconds"};
+
+// As Kubernetes' ValidateObjectMetaUpdate: uid, creationTimestamp,
+// deletionTimestamp and deletionGracePeriodSeconds are immutable (422). knap
+// deletes objects at once and runs no finalizers, so metadata.finalizers must
+// stay empty: a finalizer would promise a deletion hook nobody runs.
+std::optional<HttpResponse> checkServerOwnedMetadata(const ResourceInfo& info, const json& obj,
+                                                     const store::Object* live) {
+  const json& md = obj["metadata"];
+  std::vector<FieldError> errors;
+  if (md.contains("finalizers") && !(md["finalizers"].is_array() && md["finalizers"].empty()) &&
+      !md["finalizers"].is_null()) {
+    errors.push_back({"metadata.finalizers",
+                      "Forbidden: knap deletes objects at once and runs no finalizers; metadata.finalizers must be "
+                      "empty",
+                      "FieldValueForbidden"});
+  }
+  if (live) {
+    const json& old = live->body["metadata"];
+    for (const char* f : {"uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"}) {
+      if (!md.contains(f) || md[f].is_null()) continue;  // left out: kept from the stored object
+      if (!old.contains(f) || old[f] != md[f])
+        errors.push_back({std::string("metadata.") + f, "Invalid value: " + toJsonText(md[f]) + ": field is immutable",
+                          "FieldValueInvalid"});
+    }
+  } else if (md.contains("deletionTimestamp") && !md["deletionTimestamp"].is_null()) {
+    errors.push_back({"metadata.deletionTimestamp", "Forbidden: may only be set by the server when it deletes an object",
+                      "FieldValueForbidden"});
+  }
+  if (errors.empty()) return std::nullopt;
+  Status st = invalidArgument(errors.front().field + ": " + errors.front().message);
+  st.withFieldErrors(std::move(errors));
+  return errorResponse(invalidError(info, metaString(obj, "name"), st));
+}
+
+}  // namespace
+
 // Decodes unknown fields per fieldValidation, keeps status out of user writes,
 // applies defaults and validation. On success `obj` is ready to store.
 static std::optional<HttpResponse> admit(const Config& config, const ResourceInfo& info, bool status_sub,
@@ -735,17 +741,17 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
   }
   if (status_sub) return std::nullopt;
 
+  if (auto err = checkServerOwnedMetadata(info, obj, live)) return err;
   if (live) {
     if (live->body.contains("status")) obj["status"] = live->body["status"];
     // Server-owned metadata comes from the stored object.
-    for (const char* f : {"uid", "creationTimestamp", "generation"}) {
+    for (const char* f : kServerOwnedOnUpdate) {
       if (live->body["metadata"].contains(f)) obj["metadata"][f] = live->body["metadata"][f];
       else obj["metadata"].erase(f);
     }
   } else {
-    for (const char* f : {"uid", "resourceVersion", "creationTimestamp", "generation", "deletionTimestamp",
-                          "deletionGracePeriodSeconds"})
-      obj["metadata"].erase(f);
+    for (const char* f : kServerOwnedOnUpdate) obj["metadata"].erase(f);
+    obj["metadata"].erase("resourceVersion");
   }
   setDefaults(info.kind, obj, config);
   // The stored object seen through the same defaulting, so that defaults added
@@ -1006,6 +1012,8 @@ HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::s
       patched.merge_patch(body);
     } else {
       auto result = applyJsonPatch(patched, body);
+      if (!result.isOk() && result.status().code() == Code::kResourceExhausted)
+        return errorResponse(makeApiError(413, "RequestEntityTooLarge", result.status().message()));
       if (!result.isOk()) {
         if (result.status().code() == Code::kInvalidArgument && body.is_array())
           return errorResponse(makeApiError(422, "Invalid", result.status().message()));
@@ -1014,6 +1022,10 @@ HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::s
       patched = std::move(*result);
     }
   }
+  // Merge patches and apply can at most add the patch to the object, but the
+  // result is held to the same budget as a request body all the same.
+  if (Status size = checkDocumentSize(patched); !size.isOk())
+    return errorResponse(makeApiError(413, "RequestEntityTooLarge", "the patched object is too large: " + size.message()));
   if (auto err = checkTypeMeta(*t.info, patched)) return *err;
   if (metaString(patched, "name") != t.name || metaString(patched, "namespace") != t.ns) {
     return errorResponse(badRequestError("a patch may not change metadata.name or metadata.namespace"));
@@ -1167,6 +1179,10 @@ bool RestHandler::parseWatch(const HttpRequest& req, WatchRequest* out, std::opt
     return true;
   }
   if (!*w) return false;
+  if (auto refused = guard(req, policy_)) {
+    *error = std::move(refused);
+    return true;
+  }
   auto labels = LabelSelector::parse(t.query.get("labelSelector"));
   if (!labels.isOk()) {
     *error = errorResponse(badRequestError(labels.status().message()));
@@ -1185,14 +1201,30 @@ bool RestHandler::parseWatch(const HttpRequest& req, WatchRequest* out, std::opt
   out->include = parseIncludeObject(t.query.get("includeObject"));
   out->resource_version = t.query.get("resourceVersion");
   std::string timeout = t.query.get("timeoutSeconds");
+  int64_t timeout_seconds = 0;
   if (!timeout.empty()) {
     try {
-      out->timeout_seconds = std::max<int64_t>(0, std::stoll(timeout));
+      timeout_seconds = std::max<int64_t>(0, std::stoll(timeout));
     } catch (const std::exception&) {
       *error = errorResponse(badRequestError("timeoutSeconds: invalid value \"" + timeout + "\""));
       return true;
     }
   }
+  if (timeout_seconds > 0) {
+    out->timeout = std::chrono::seconds(timeout_seconds);
+  } else {
+    // kube-apiserver: minRequestTimeout * (1 + rand), so watches do not all end at once.
+    auto min = policy_.min_request_timeout;
+    std::uniform_int_distribution<int64_t> jitter(0, min.count());
+    int64_t extra;
+    {
+      std::lock_guard<std::mutex> lock(rng_mu_);
+      extra = jitter(rng_);
+    }
+    out->timeout = min + std::chrono::milliseconds(extra);
+  }
+  out->bookmarks = t.query.get("allowWatchBookmarks") == "true";
+  out->bookmark_interval = policy_.bookmark_interval;
   if (!out->resource_version.empty()) {
     try {
       size_t used = 0;
@@ -1256,6 +1288,13 @@ std::string RestHandler::watchEventLine(const WatchRequest& w, const char* type,
     ev["object"] = std::move(o);
   }
   return toJsonText(ev) + "\n";
+}
+
+std::string RestHandler::watchBookmarkLine(const WatchRequest& w, int64_t rv) {
+  json obj = {{"kind", w.info->kind},
+              {"apiVersion", std::string(kApiVersion)},
+              {"metadata", {{"resourceVersion", std::to_string(rv)}}}};
+  return toJsonText(json{{"type", "BOOKMARK"}, {"object", std::move(obj)}}) + "\n";
 }
 
 HttpResponse RestHandler::expiredResponse(const std::string& requested_rv) {

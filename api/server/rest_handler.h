@@ -9,6 +9,7 @@
 // TimeSource are borrowed and must outlive the handler.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -34,6 +35,8 @@ struct HttpRequest {
   std::string content_type;
   std::string accept;
   std::string body;
+  std::string host;    // Host header ("" when absent)
+  std::string origin;  // Origin header ("" when absent)
 };
 
 struct HttpResponse {
@@ -53,7 +56,22 @@ struct WatchRequest {
   bool table = false;
   IncludeObject include = IncludeObject::kMetadata;
   std::string resource_version;  // as sent; "" or "0" = start with the current state
-  int64_t timeout_seconds = 0;   // 0 = none
+  // timeoutSeconds, or knap.min-request-timeout * (1 + a random fraction) when
+  // the client sent none, as kube-apiserver does.
+  std::chrono::milliseconds timeout{0};
+  bool bookmarks = false;  // allowWatchBookmarks=true
+  std::chrono::milliseconds bookmark_interval{60000};
+};
+
+// Request policy knapd sets from its command line (daemon/knapd.cc).
+struct RequestPolicy {
+  // Host names answered besides loopback names and IP literals (request_guard.h).
+  std::vector<std::string> allowed_hosts;
+  // A watch without timeoutSeconds ends after this plus a random fraction of it
+  // (kube-apiserver's --min-request-timeout), so an abandoned watch cannot live forever.
+  std::chrono::milliseconds min_request_timeout{std::chrono::seconds(1800)};
+  // BOOKMARK events for watches with allowWatchBookmarks=true.
+  std::chrono::milliseconds bookmark_interval{std::chrono::seconds(60)};
 };
 
 // What one watch has told its client: which objects the client holds (they
@@ -78,10 +96,11 @@ class WatchState {
 
 class RestHandler {
  public:
-  RestHandler(store::Store& store, const Config& config, TimeSource& clock);
+  RestHandler(store::Store& store, const Config& config, TimeSource& clock, RequestPolicy policy = {});
 
   // Handles any non-watch request. Never throws; malformed input gives a
-  // Kubernetes Status with code 4xx, unexpected failures 500.
+  // Kubernetes Status with code 4xx, unexpected failures 500. Requests the
+  // browser defences refuse (api/server/request_guard.h) get 403/415.
   HttpResponse handle(const HttpRequest& req);
 
   // If `req` is a watch, fills `out` and returns true. If it is a watch with
@@ -96,6 +115,9 @@ class RestHandler {
   // w.table). `first` adds the column definitions to a Table event.
   static std::string watchEventLine(const WatchRequest& w, const char* type,
                                     const nlohmann::json& obj, bool first);
+  // A BOOKMARK event line at resourceVersion `rv` (objects carry only kind,
+  // apiVersion and metadata.resourceVersion, as in Kubernetes).
+  static std::string watchBookmarkLine(const WatchRequest& w, int64_t rv);
   // The 410 Expired Status for a too-old resourceVersion.
   HttpResponse expiredResponse(const std::string& requested_rv);
 
@@ -125,6 +147,7 @@ class RestHandler {
   store::Store& store_;
   const Config& config_;
   TimeSource& clock_;
+  const RequestPolicy policy_;
   std::mutex rng_mu_;
   std::mt19937 rng_;
 };

@@ -39,8 +39,9 @@ def free_port():
 class Knapd:
     """A knapd process under test. start()/kill()/stop() may be called repeatedly."""
 
-    def __init__(self, workdir, runtime="none", extra_config=""):
+    def __init__(self, workdir, runtime="none", extra_config="", extra_args=()):
         self.workdir = workdir
+        self.extra_args = list(extra_args)
         self.data_dir = os.path.join(workdir, "data")
         self.api_port = free_port()
         self.router_port = free_port()
@@ -64,7 +65,7 @@ class Knapd:
     def start(self, timeout=20):
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [KNAPD, "--config", self.config_path, "--runtime", self.runtime],
+            [KNAPD, "--config", self.config_path, "--runtime", self.runtime, *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -104,12 +105,15 @@ class Knapd:
                 self.proc.wait()
 
     # --- raw HTTP -------------------------------------------------------
-    def http(self, method, path, body=None, content_type="application/json", accept="application/json", timeout=10):
+    def http(self, method, path, body=None, content_type="application/json", accept="application/json", timeout=10,
+             headers=None):
         data = body.encode() if isinstance(body, str) else body
         req = urllib.request.Request(self.url + path, data=data, method=method)
-        if data is not None:
+        if data is not None and content_type is not None:
             req.add_header("Content-Type", content_type)
         req.add_header("Accept", accept)
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.read().decode(), dict(r.headers)
