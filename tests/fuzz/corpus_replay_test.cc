@@ -29,7 +29,9 @@ void replay(const std::string& name, Target target) {
     auto t0 = std::chrono::steady_clock::now();
     target(reinterpret_cast<const uint8_t*>(data.data()), data.size());
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(secs, 1.0) << entry.path();
+    // 5 s, not the fuzzer's 1 s (-timeout=1): CI machines are shared and
+    // sanitizer-free builds still vary; this catches the minutes-long classes.
+    EXPECT_LT(secs, 5.0) << entry.path();
     ++files;
   }
   EXPECT_GT(files, 0u) << dir;
