@@ -96,7 +96,8 @@ struct RouterOptions {
   Duration keepalive_idle_timeout = std::chrono::seconds(60);
   Duration client_io_timeout = std::chrono::seconds(60);  // a client that stalls a read/write this long is dropped
   Duration upstream_connect_timeout = std::chrono::seconds(5);
-  size_t max_idle_upstream_per_endpoint = 64;
+  size_t max_idle_upstream_per_endpoint = 64;     // per worker
+  Duration upstream_idle_timeout = std::chrono::seconds(30);  // idle pod connections closed after this
   QueueLimits queue;                               // activator queue depth / max wait
   std::string forwarded_proto = "http";
 };

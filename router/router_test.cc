@@ -889,5 +889,194 @@ TEST_F(RouterTest, UnknownRevisionCollectsZero) {
   EXPECT_EQ(r.average_concurrency, 0);
 }
 
+// ---------------------------------------------------------------------------
+// Framing (issue 8): every forwarded message's framing is re-derived.
+
+// The raw bytes a keep-alive pod received, all connections together, and a
+// fixed answer per request it could parse.
+struct RecordingPod {
+  RecordingPod()
+      : pod(TestBackend::httpHandler([this](const StringRequest& req, StringResponse& resp) {
+          std::lock_guard<std::mutex> lock(mu);
+          seen.push_back(std::string(req.method_string()) + " " + std::string(req.target()) + " " +
+                         std::to_string(req.body().size()) + ":" + req.body());
+          resp.body() = "saw " + std::string(req.target()) + " " + req.body();
+        })) {}
+  std::vector<std::string> requests() {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen;
+  }
+  std::mutex mu;
+  std::vector<std::string> seen;
+  TestBackend pod;
+};
+
+http::response<http::string_body> readResponse(TestClient& c) {
+  http::response<http::string_body> resp;
+  beast::error_code ec;
+  http::read(c.socket(), c.buffer(), resp, ec);
+  if (ec) resp.result(0);
+  return resp;
+}
+
+TEST_F(RouterTest, ChunkedUploadReachesThePodAsOneRequest) {
+  RecordingPod rec;
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {rec.pod.endpoint()});
+  TestClient c(router_->port());
+  for (int i = 0; i < 3; ++i) {
+    c.writeRaw("POST /up HTTP/1.1\r\nHost: " + std::string(kHost) +
+               "\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=\"v\"\r\nhello\r\n0\r\nX-Trailer: t\r\n\r\n");
+    auto resp = readResponse(c);
+    ASSERT_EQ(resp.result_int(), 200);
+    EXPECT_EQ(resp.body(), "saw /up hello");
+  }
+  // No phantom request "0" after any of them.
+  EXPECT_EQ(rec.requests(), (std::vector<std::string>{"POST /up 5:hello", "POST /up 5:hello", "POST /up 5:hello"}));
+  EXPECT_EQ(rec.pod.connections(), 1);
+}
+
+TEST_F(RouterTest, ConnectionCannotRemoveContentLength) {
+  RecordingPod rec;
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {rec.pod.endpoint()});
+  TestClient c(router_->port());
+  const std::string smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+  c.writeRaw("POST /a HTTP/1.1\r\nHost: " + std::string(kHost) + "\r\nConnection: Content-Length\r\nContent-Length: " +
+             std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled);
+  auto resp = readResponse(c);
+  ASSERT_EQ(resp.result_int(), 200);
+  EXPECT_EQ(resp.body(), "saw /a " + smuggled);
+  auto next = get(router_->port(), kHost, "/b");
+  EXPECT_EQ(next.body(), "saw /b ");
+  EXPECT_EQ(rec.requests(), (std::vector<std::string>{"POST /a " + std::to_string(smuggled.size()) + ":" + smuggled,
+                                                      "GET /b 0:"}));
+}
+
+TEST_F(RouterTest, HostileFramingGets400AndCloses) {
+  RecordingPod rec;
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {rec.pod.endpoint()});
+  const std::string h = "Host: " + std::string(kHost) + "\r\n";
+  const std::string tail = "GET /smuggled HTTP/1.1\r\n" + h + "\r\n";
+  for (const std::string& bad : std::vector<std::string>{
+           "POST / HTTP/1.1\r\n" + h + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+           "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+           "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding: identity\r\n\r\n",
+           "POST / HTTP/1.1\r\n" + h + "Content-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+           "GET / HTTP/1.1\r\n" + h + "Host: other\r\n\r\n",
+           "GET / HTTP/1.1\r\n" + h + "X: a\r\n b\r\n\r\n",
+           "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n",
+           "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
+       }) {
+    TestClient c(router_->port());
+    c.writeRaw(bad + tail);
+    const std::string out = c.readAll();
+    EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << bad << "\n--\n" << out;
+    EXPECT_EQ(out.find("HTTP/1.1", 1), std::string::npos) << "a second response after: " << bad;
+  }
+  for (const std::string& r : rec.requests()) EXPECT_EQ(r.find("/smuggled"), std::string::npos) << r;
+}
+
+TEST_F(RouterTest, PodResponseFramingIsRederived) {
+  // Bare-LF header lines (busybox httpd CGI) and Connection naming
+  // Content-Length: the client still gets a framed answer on a kept-alive
+  // connection.
+  TestBackend pod([](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    for (;;) {
+      StringRequest req;
+      beast::error_code ec;
+      http::read(sock, buf, req, ec);
+      if (ec) return;
+      std::string out;
+      if (req.target() == "/lf") {
+        out = "HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 2\n\nlf";
+      } else if (req.target() == "/conn") {
+        out = "HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 4\r\n\r\nconn";
+      } else if (req.target() == "/both") {
+        out = "HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nboth\r\n0\r\n\r\n";
+      } else {
+        out = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain";
+      }
+      asio::write(sock, asio::buffer(out), ec);
+      if (ec) return;
+    }
+  });
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/lf", "lf"}, {"/conn", "conn"}, {"/both", "both"}, {"/x", "plain"}, {"/lf", "lf"}}) {
+    StringRequest req{http::verb::get, path, 11};
+    req.set(http::field::host, kHost);
+    auto resp = c.send(std::move(req));
+    ASSERT_EQ(resp.result_int(), 200) << path << " " << c.error().message();
+    EXPECT_EQ(resp.body(), body) << path;
+    EXPECT_TRUE(resp.has_content_length() || resp.chunked()) << path;
+  }
+}
+
+// Sockets to 127.0.0.1:`port` in state `st` (hex, /proc/net/tcp: 01
+// ESTABLISHED, 08 CLOSE_WAIT) on the side whose remote end is `port`.
+int socketsTo(uint16_t port, const char* st) {
+  FILE* f = std::fopen("/proc/net/tcp", "r");
+  if (f == nullptr) return -1;
+  char line[512];
+  int n = 0;
+  char want[16];
+  std::snprintf(want, sizeof want, ":%04X", port);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    char local[64], remote[64], state[8];
+    if (std::sscanf(line, " %*d: %63s %63s %7s", local, remote, state) != 3) continue;
+    if (std::string(remote).find(want) != std::string::npos && std::string(state) == st) ++n;
+  }
+  std::fclose(f);
+  return n;
+}
+
+TEST_F(RouterTest, IdlePodConnectionsClosedByPodOrTimeoutDoNotLinger) {
+  // A pod that closes every connection 100 ms after answering, without
+  // saying so: the pool must close its side at once (no CLOSE-WAIT).
+  TestBackend closing([](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    const std::string out = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    asio::write(sock, asio::buffer(out), ec);
+    std::this_thread::sleep_for(100ms);
+  });
+  RouterOptions o = defaultOptions();
+  o.upstream_idle_timeout = 300ms;
+  startRouter(o); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {closing.endpoint()});
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(get(router_->port(), kHost).body(), "ok");
+  EXPECT_TRUE(eventually([&] { return socketsTo(closing.port(), "08") == 0; }, 2000ms))
+      << socketsTo(closing.port(), "08") << " pod connections in CLOSE-WAIT";
+
+  // A pod that keeps connections open: closed after the upstream idle timeout.
+  RecordingPod rec;
+  router_->setEndpoints(kRev, {rec.pod.endpoint()});
+  EXPECT_EQ(get(router_->port(), kHost, "/k").body(), "saw /k ");
+  EXPECT_EQ(socketsTo(rec.pod.port(), "01"), 1);
+  EXPECT_TRUE(eventually([&] { return socketsTo(rec.pod.port(), "01") == 0; }, 3000ms));
+
+}
+
+TEST_F(RouterTest, PodConnectionsClosedWhenThePodLeavesTheEndpoints) {
+  RecordingPod a, b;
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {a.pod.endpoint()});
+  EXPECT_EQ(get(router_->port(), kHost, "/k").body(), "saw /k ");
+  EXPECT_EQ(socketsTo(a.pod.port(), "01"), 1);
+  router_->setEndpoints(kRev, {b.pod.endpoint()});
+  EXPECT_TRUE(eventually([&] { return socketsTo(a.pod.port(), "01") == 0; }, 1000ms));
+  EXPECT_EQ(get(router_->port(), kHost, "/k").body(), "saw /k ");
+  router_->removeRevision(kRev);
+  EXPECT_TRUE(eventually([&] { return socketsTo(b.pod.port(), "01") == 0; }, 1000ms));
+}
+
 }  // namespace
 }  // namespace knap::router

@@ -58,6 +58,9 @@ std::atomic<int> g_inflight{0};      // read .. response fully sent (drain waits
 std::atomic<int> g_handling{0};
 std::atomic<int> g_max_inflight{0};
 thread_local bool t_handling = false;
+std::atomic<long> g_connections{0};  // connection serial numbers for /whoami
+thread_local long t_conn = 0;        // this connection's serial number
+thread_local long t_seq = 0;         // requests seen on this connection
 std::atomic<long> g_requests{0};
 std::atomic<bool> g_healthy{true};
 std::atomic<bool> g_ready{true};          // /healthz/readiness, /start-failing
@@ -650,6 +653,41 @@ int handleConformance(int fd, const Request& r, bool keep_alive) {
   return -1;
 }
 
+// Which request this pod saw, so a client can check the response it got is
+// the one for its own request: the X-Request-Id it sent, method, target,
+// body length and FNV-1a-64 digest, and the connection's serial number and
+// request count (keep-alive and pooling are visible).
+std::string whoami(const Request& r) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : r.body) h = (h ^ c) * 1099511628211ull;
+  char digest[17];
+  snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(h));
+  return Obj().str("id", r.header("X-Request-Id")).str("method", r.method).str("target", r.target)
+      .num("body_len", static_cast<long long>(r.body.size())).str("body_fnv", digest)
+      .num("conn", t_conn).num("seq", t_seq).done();
+}
+
+// Responses framed the way some real servers write them, for the router's
+// upstream leniency: ?mode=lf (bare LF line endings, like busybox httpd CGI
+// scripts), ?mode=connection-cl (Content-Length named in Connection).
+bool rawHead(int fd, const Request& r, bool keep_alive) {
+  const std::string mode = r.query.count("mode") ? r.query.at("mode") : "";
+  const std::string body = "raw " + mode + "\n";
+  const std::string len = std::to_string(body.size());
+  std::string head;
+  if (mode == "lf") {
+    head = "HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: " + len + "\n" +
+           (keep_alive ? "" : "Connection: close\n") + "\n";
+  } else if (mode == "connection-cl") {
+    head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: Content-Length" +
+           std::string(keep_alive ? "" : ", close") + "\r\nContent-Length: " + len + "\r\n\r\n";
+  } else {
+    return respond(fd, 400, Obj().str("error", "mode must be lf or connection-cl").done(), keep_alive);
+  }
+  doneHandling();
+  return sendAll(fd, head + body);
+}
+
 // Returns false when the connection must close.
 bool handle(int fd, const Request& r, bool keep_alive) {
   const std::string& p = r.path;
@@ -740,12 +778,16 @@ bool handle(int fd, const Request& r, bool keep_alive) {
     return respond(fd, 200, r.body, keep_alive, ct.empty() ? "application/octet-stream" : ct);
   }
   if (p == "/inflight") return respond(fd, 200, inflightJson(), keep_alive);
+  if (p == "/whoami") return respond(fd, 200, whoami(r), keep_alive);
+  if (p == "/rawhead") return rawHead(fd, r, keep_alive);
   if (const int rc = handleConformance(fd, r, keep_alive); rc >= 0) return rc == 1;
   return respond(fd, 404, Obj().str("error", "no such path: " + p).done(), keep_alive);
 }
 
 void serveConnection(int fd) {
   Conn c(fd);
+  t_conn = ++g_connections;
+  t_seq = 0;
   while (true) {
     Request r;
     int rc = readRequest(c, &r);
@@ -760,6 +802,7 @@ void serveConnection(int fd) {
     int prev = g_max_inflight.load();
     while (now > prev && !g_max_inflight.compare_exchange_weak(prev, now)) {}
     ++g_requests;
+    ++t_seq;
     logLine(r.method + " " + r.target + " " + r.protocol);
     std::string conn = r.header("Connection");
     std::transform(conn.begin(), conn.end(), conn.begin(), ::tolower);

@@ -223,6 +223,21 @@ TEST_F(TestAppTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   EXPECT_NE(all.find("\"requests\":2"), std::string::npos) << all;
 }
 
+TEST_F(TestAppTest, WhoamiReportsTheRequestItSaw) {
+  App app({});
+  ASSERT_TRUE(app.ready());
+  // FNV-1a-64 of "hello world".
+  Response r = rawExchange(app.port(), "POST /whoami HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Request-Id: r-1\r\n"
+                                    "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("\"id\":\"r-1\""), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("\"body_len\":11"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("\"body_fnv\":\"779a65e7023cd2e7\""), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("\"seq\":1"), std::string::npos) << r.body;
+  r = rawExchange(app.port(), "GET /rawhead?mode=connection-cl HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(r.body, "raw connection-cl\n");
+}
+
 TEST_F(TestAppTest, HealthToggle) {
   App app({});
   ASSERT_TRUE(app.ready());

@@ -1,0 +1,529 @@
+// One request's stages after its head is parsed: route (Host → revision),
+// activate (a pod slot from the revision's ActivatorQueue, waiting while it
+// scales from zero), proxy (the request to the pod, the response back).
+//
+// Framing is re-derived for every message forwarded: the head is rebuilt
+// from the parsed fields minus hop-by-hop headers, and Content-Length /
+// Transfer-Encoding are written from the parse result (http1.h), never
+// copied. A pod connection goes back to the pool only after a complete,
+// in-sync exchange.
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+#include "router/headers.h"
+#include "router/router_impl.h"
+
+namespace knap::router {
+
+namespace {
+
+using http1::Framing;
+
+// "ip:port" / "[v6]:port" -> endpoint.
+bool parseEndpointKey(const std::string& key, tcp::endpoint* out) {
+  const size_t colon = key.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = key.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(key.substr(colon + 1));
+  } catch (...) {
+    return false;
+  }
+  beast::error_code ec;
+  asio::ip::address addr = asio::ip::make_address(host, ec);
+  if (ec || port <= 0 || port > 65535) return false;
+  *out = tcp::endpoint(addr, static_cast<uint16_t>(port));
+  return true;
+}
+
+// The head sent to the pod: request line, end-to-end fields, then the
+// framing this router derived.
+std::string podRequestHead(const http1::RequestHead& head, bool send_zero_length) {
+  std::string out;
+  out.reserve(512);
+  out += head.method;
+  out += ' ';
+  out += head.target;
+  out += " HTTP/1.1\r\n";
+  http1::appendFields(head.fields, &out);
+  if (head.framing == Framing::kLength) {
+    out += "Content-Length: " + std::to_string(head.content_length) + "\r\n";
+  } else if (head.framing == Framing::kChunked) {
+    out += "Transfer-Encoding: chunked\r\n";
+  } else if (send_zero_length) {
+    out += "Content-Length: 0\r\n";
+  }
+  out += "\r\n";
+  return out;
+}
+
+enum class RelayEnd { kDone, kReadFailed, kWriteFailed, kBadFraming };
+
+struct Relay {
+  Framing framing;
+  uint64_t length = 0;    // kLength
+  bool lenient = false;   // chunked parsing of a pod's body
+  bool chunked_out = false;  // re-encode as chunked (else raw bytes)
+  std::function<void(beast::tcp_stream&)> arm_read, arm_write;  // timeouts
+};
+
+// Moves one message body from `from` (bytes already read in `fbuf`) to
+// `to`, decoding its framing and writing it re-framed; the first write
+// carries `prefix` (the message head). Stops exactly at the body's end:
+// bytes after it stay in `fbuf`.
+awaitable<RelayEnd> relayBody(beast::tcp_stream& from, beast::flat_buffer& fbuf, beast::tcp_stream& to,
+                              const std::string& prefix, const Relay& r, beast::error_code& read_ec,
+                              std::string& framing_error) {
+  static const char kCrlf[] = "\r\n";
+  static const char kLastChunk[] = "0\r\n\r\n";
+  beast::error_code ec;
+  bool prefix_sent = false;
+  uint64_t remaining = r.length;
+  http1::ChunkedDecoder dec(r.lenient);
+  std::vector<std::string_view> spans;
+  std::vector<asio::const_buffer> out;
+  std::string size_line;
+  bool eof = false;
+  for (;;) {
+    bool finished = false;
+    size_t consume = 0;
+    out.clear();
+    if (!prefix_sent && !prefix.empty()) out.push_back(asio::buffer(prefix));
+    const std::string_view avail = bufView(fbuf);
+    spans.clear();
+    if (r.framing == Framing::kLength) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(remaining, avail.size()));
+      if (n > 0) spans.push_back(avail.substr(0, n));
+      consume = n;
+      remaining -= n;
+      finished = remaining == 0;
+    } else if (r.framing == Framing::kChunked) {
+      consume = dec.feed(avail, &spans);
+      if (dec.failed()) {
+        framing_error = dec.error();
+        co_return RelayEnd::kBadFraming;
+      }
+      finished = dec.done();
+    } else if (r.framing == Framing::kUntilClose) {
+      if (!avail.empty()) spans.push_back(avail);
+      consume = avail.size();
+      finished = eof;
+    } else {
+      finished = true;
+    }
+    size_t total = 0;
+    for (std::string_view s : spans) total += s.size();
+    if (total > 0 && r.chunked_out) {
+      size_line = http1::chunkSizeLine(total);
+      out.push_back(asio::buffer(size_line));
+    }
+    for (std::string_view s : spans) out.push_back(asio::buffer(s.data(), s.size()));
+    if (total > 0 && r.chunked_out) out.push_back(asio::buffer(kCrlf, 2));
+    if (finished && r.chunked_out) out.push_back(asio::buffer(kLastChunk, 5));
+    if (!out.empty()) {
+      r.arm_write(to);
+      co_await asio::async_write(to, out, tok(ec));
+      if (ec) co_return RelayEnd::kWriteFailed;
+      prefix_sent = true;
+    }
+    fbuf.consume(consume);
+    if (finished) co_return RelayEnd::kDone;
+    r.arm_read(from);
+    const size_t n = co_await from.async_read_some(fbuf.prepare(kChunkBytes), tok(read_ec));
+    fbuf.commit(n);
+    if (read_ec == asio::error::eof && r.framing == Framing::kUntilClose) {
+      read_ec = {};
+      eof = true;
+    } else if (read_ec) {
+      co_return RelayEnd::kReadFailed;
+    }
+  }
+}
+
+// Reads the pod's response head into `ubuf` (interim 1xx answers other
+// than 101 are skipped). kIncomplete with `ec` set: the read failed.
+awaitable<http1::Parse> readResponseHead(beast::tcp_stream& up, beast::flat_buffer& ubuf, bool head_request,
+                                         http1::ResponseHead& rh, MonoTime deadline, beast::error_code& ec) {
+  for (;;) {
+    if (ubuf.size() > 0) {
+      rh = http1::ResponseHead();
+      const http1::Parse p = http1::parseResponseHead(bufView(ubuf), head_request, &rh);
+      if (p == http1::Parse::kDone && rh.status >= 100 && rh.status < 200 && rh.status != 101) {
+        ubuf.consume(rh.head_bytes);
+        continue;
+      }
+      if (p != http1::Parse::kIncomplete) co_return p;
+      if (ubuf.size() > kUpstreamHeaderLimit) {
+        rh.error = "response header larger than " + std::to_string(kUpstreamHeaderLimit) + " bytes";
+        co_return http1::Parse::kError;
+      }
+    }
+    up.expires_at(deadline);
+    const size_t n = co_await up.async_read_some(ubuf.prepare(kChunkBytes), tok(ec));
+    if (ec) co_return http1::Parse::kIncomplete;
+    ubuf.commit(n);
+  }
+}
+
+}  // namespace
+
+awaitable<void> Router::Impl::pump(std::shared_ptr<Tunnel> t, bool client_to_pod) {
+  tcp::socket& from = client_to_pod ? t->client : t->pod;
+  tcp::socket& to = client_to_pod ? t->pod : t->client;
+  std::string& leftover = client_to_pod ? t->client_leftover : t->pod_leftover;
+  beast::error_code ec;
+  if (!leftover.empty()) {
+    co_await asio::async_write(to, asio::buffer(leftover), tok(ec));
+    leftover.clear();
+  }
+  std::vector<char> data(kChunkBytes);
+  while (!ec) {
+    const size_t n = co_await from.async_read_some(asio::buffer(data), tok(ec));
+    if (ec) break;
+    co_await asio::async_write(to, asio::buffer(data.data(), n), tok(ec));
+  }
+  beast::error_code ignored;
+  if (ec == asio::error::eof) {
+    to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close, the other way may go on
+  } else {
+    from.close(ignored);
+    to.close(ignored);
+  }
+}
+
+awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::flat_buffer& buf,
+                                            http1::RequestHead& head, Kind kind, Worker& w,
+                                            const std::string& client_ip) {
+  const MonoTime start = time.monotonic();
+  const unsigned version = head.version;
+  const bool client_keep = head.keep_alive;
+  const bool has_body = head.framing != Framing::kNone;
+  // An answer given before the body was read leaves the connection out of sync.
+  auto reusable = [&] { return client_keep && !has_body; };
+  const ListenerKind lk = kind == Kind::kInternal ? ListenerKind::kInternal : ListenerKind::kExternal;
+
+  const std::string host = head.host;
+  if (host.empty()) {
+    co_return co_await writeLocal(client, version, http::status::bad_request,
+                                  "missing Host header", false);
+  }
+  const std::shared_ptr<const RoutingTable> tbl = snapshot();
+  auto probe = head.fields.find(beast::string_view(kProbeHeader.data(), kProbeHeader.size()));
+  if (probe != head.fields.end()) {
+    std::string value(probe->value());
+    std::string nhost = normalizeHost(host);
+    co_return co_await handleProbe(client, head, std::move(value), std::move(nhost), tbl, kind);
+  }
+  const HostRoute* route = tbl->lookup(host, lk);
+  if (route == nullptr) {
+    countUnrouted();
+    const std::string msg = "no route for host \"" + normalizeHost(host) + "\"";
+    co_return co_await writeLocal(client, version, http::status::not_found, msg, reusable());
+  }
+  const std::string revision = route->pick();
+  std::shared_ptr<RevisionState> state = revisionState(revision);
+  const RevisionConfig cfg = state->config();
+  const MonoTime deadline = start + cfg.timeout;
+  const MonoTime first_byte_deadline =
+      cfg.response_start_timeout > Duration::zero()
+          ? std::min(deadline, start + cfg.response_start_timeout)
+          : deadline;
+  auto guard = std::make_unique<RequestGuard>(this, state, revision, start);
+
+  // 1. A slot on a pod: now, or after waiting in the activator queue.
+  bool cold_start = false;
+  WallTime arrived{};
+  {
+    auto ws = std::make_shared<WaitState>(w.ioc.get_executor());
+    ActivatorQueue::Acquired acq = state->queue.acquire(
+        start, first_byte_deadline, [ws](StatusOr<std::string> g) { ws->deliver(std::move(g)); });
+    if (acq.outcome == ActivatorQueue::Outcome::kRejected) {
+      guard->code = 503;
+      co_return co_await writeLocal(client, version, http::status::service_unavailable,
+                                    acq.status.message(), reusable());
+    }
+    if (acq.outcome == ActivatorQueue::Outcome::kGranted) {
+      guard->endpoint = acq.endpoint;
+    } else {
+      Gauge& queued_gauge = metrics.queued_requests.with({revision});
+      queued_gauge.add(1);
+      cold_start = acq.first_cold;
+      if (cold_start) arrived = time.now() - (time.monotonic() - start);
+      if (acq.cold && on_cold != nullptr && *on_cold) (*on_cold)(revision);
+      ws->timer.expires_at(std::min(start + opts.queue.max_wait, first_byte_deadline));
+      // A client that hangs up while queued must not keep its place (nor
+      // count as concurrency): watch its socket. Only when no body is
+      // pending, since then nothing but EOF is expected from it.
+      const bool watch_client = !has_body;
+      if (watch_client) {
+        const uint64_t waiter = acq.waiter;
+        client.socket().async_wait(
+            tcp::socket::wait_read,
+            [ws, state, waiter, fd = client.socket().native_handle()](beast::error_code wec) {
+              if (wec) return;  // cancelled: the wait is over
+              char byte;
+              const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+              const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+              if (!gone || !state->queue.cancel(waiter)) return;
+              {
+                std::lock_guard<std::mutex> lock(ws->mu);
+                ws->client_gone = true;
+                ws->result.emplace(unavailable("client closed the connection while queued"));
+              }
+              ws->timer.cancel();
+            });
+      }
+      while (!ws->ready()) {
+        beast::error_code ec;
+        co_await ws->timer.async_wait(tok(ec));
+        if (ec) continue;  // cancelled: a result was delivered (or a stale wake-up)
+        state->queue.expire(time.monotonic());
+        if (!ws->ready() && state->queue.cancel(acq.waiter)) {
+          // Timer and TimeSource disagreed by a hair; the timer is the truth.
+          const bool request_first = first_byte_deadline <= start + opts.queue.max_wait;
+          std::lock_guard<std::mutex> lock(ws->mu);
+          ws->result.emplace(request_first
+                                 ? Status(Code::kDeadlineExceeded, "activator request timeout")
+                                 : unavailable("no pod became available within the activator "
+                                               "queue wait limit"));
+        }
+      }
+      queued_gauge.add(-1);
+      if (watch_client) {
+        beast::error_code ignored;
+        client.socket().cancel(ignored);
+      }
+      StatusOr<std::string> grant = [&] {
+        std::lock_guard<std::mutex> lock(ws->mu);
+        return *ws->result;
+      }();
+      if (ws->client_gone) co_return false;  // nobody to answer; code stays 499
+      if (!grant.isOk()) {
+        const bool timeout = grant.status().code() == Code::kDeadlineExceeded;
+        guard->code = timeout ? 504 : 503;
+        co_return co_await writeLocal(
+            client, version, timeout ? http::status::gateway_timeout : http::status::service_unavailable,
+            grant.status().message(), reusable());
+      }
+      guard->endpoint = grant.value();
+      metrics.queue_wait.with({revision}).observe(seconds(time.monotonic() - start));
+    }
+  }
+  const std::string endpoint = guard->endpoint;
+  tcp::endpoint pod_addr;
+  if (!parseEndpointKey(endpoint, &pod_addr)) {
+    guard->code = 502;
+    const std::string msg = "bad pod endpoint " + endpoint;
+    co_return co_await writeLocal(client, version, http::status::bad_gateway, msg, reusable());
+  }
+
+  // 2. The head for the pod, framing re-derived.
+  const bool is_upgrade = isUpgradeRequest(head.fields);
+  const bool head_request = head.method == "HEAD";
+  const bool zero_length = head.framing == Framing::kNone &&
+                           head.fields.find(http::field::content_length) != head.fields.end();
+  rewriteRequestHeaders(head.fields, client_ip, opts.forwarded_proto, is_upgrade);
+  head.fields.erase(http::field::content_length);
+  head.fields.erase(http::field::transfer_encoding);
+  const std::string pod_head = podRequestHead(head, zero_length);
+  if (head.expect_continue && has_body) {
+    // We answer Expect ourselves, now that a pod slot is ours.
+    static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    beast::error_code ec;
+    client.expires_after(opts.client_io_timeout);
+    co_await asio::async_write(client.socket(), asio::buffer(kContinue, sizeof kContinue - 1), tok(ec));
+    if (ec) co_return false;
+  }
+
+  // 3. Send the request (streaming its body) and read the response head.
+  std::unique_ptr<beast::tcp_stream> up;
+  beast::flat_buffer ubuf;
+  http1::ResponseHead rh;
+  Relay req_relay;
+  req_relay.framing = head.framing;
+  req_relay.length = head.content_length;
+  req_relay.chunked_out = head.framing == Framing::kChunked;
+  req_relay.arm_read = [this, first_byte_deadline](beast::tcp_stream& s) {
+    s.expires_at(std::min(first_byte_deadline, time.monotonic() + opts.client_io_timeout));
+  };
+  req_relay.arm_write = [first_byte_deadline](beast::tcp_stream& s) { s.expires_at(first_byte_deadline); };
+  for (int attempt = 0;; ++attempt) {
+    beast::error_code ec;
+    up = attempt == 0 ? w.pool.take(endpoint) : nullptr;
+    const bool reused = up != nullptr;
+    if (!up) {
+      up = std::make_unique<beast::tcp_stream>(w.ioc);
+      up->expires_at(std::min(time.monotonic() + opts.upstream_connect_timeout, first_byte_deadline));
+      co_await up->async_connect(pod_addr, tok(ec));
+      if (ec) {
+        const bool timeout = ec == beast::error::timeout && time.monotonic() >= first_byte_deadline;
+        guard->code = timeout ? 504 : 502;
+        // (Message built outside the co_await: GCC 12 mishandles temporaries
+        // of a ?: inside a co_await expression.)
+        const std::string msg =
+            timeout ? std::string("request timeout") : "cannot connect to pod " + endpoint + ": " + ec.message();
+        co_return co_await writeLocal(client, version,
+                                      timeout ? http::status::gateway_timeout : http::status::bad_gateway, msg,
+                                      reusable());
+      }
+      up->socket().set_option(tcp::no_delay(true), ec);
+    }
+    beast::error_code read_ec;
+    std::string framing_error;
+    const RelayEnd sent = co_await relayBody(client, buf, *up, pod_head, req_relay, read_ec, framing_error);
+    if (sent == RelayEnd::kBadFraming) {
+      // The pod saw a partial request; its connection is dropped with `up`.
+      const std::string msg = "malformed request body: " + framing_error;
+      guard->code = 400;
+      co_await writeLocal(client, version, http::status::bad_request, msg, false);
+      co_return false;
+    }
+    if (sent == RelayEnd::kReadFailed) {
+      // The client stalled or vanished mid-upload.
+      if (read_ec == beast::error::timeout && time.monotonic() >= first_byte_deadline) {
+        guard->code = 504;
+        co_await writeLocal(client, version, http::status::gateway_timeout, "request timeout", false);
+      }
+      co_return false;
+    }
+    http1::Parse p = http1::Parse::kIncomplete;
+    if (sent == RelayEnd::kDone) {
+      p = co_await readResponseHead(*up, ubuf, head_request, rh, first_byte_deadline, ec);
+      if (p == http1::Parse::kDone) break;
+    }
+    // A pooled connection the pod closed meanwhile: retry once on a fresh
+    // one when nothing of the body was consumed and the pod said nothing.
+    if (reused && !has_body && attempt == 0 && ec != beast::error::timeout && ubuf.size() == 0 &&
+        p != http1::Parse::kError) {
+      continue;
+    }
+    const bool timeout = ec == beast::error::timeout;
+    guard->code = timeout ? 504 : 502;
+    std::string msg;
+    if (timeout) {
+      msg = "request timeout";
+    } else if (p == http1::Parse::kError) {
+      msg = "pod " + endpoint + " sent a malformed response: " + rh.error;
+    } else {
+      msg = "pod " + endpoint + " failed: " + (ec ? ec.message() : std::string("write failed"));
+    }
+    co_return co_await writeLocal(client, version,
+                                  timeout ? http::status::gateway_timeout : http::status::bad_gateway, msg,
+                                  timeout && reusable());
+  }
+
+  // 4. The response head for the client, framing re-derived.
+  const int code = rh.status;
+  const bool switching = code == 101 && is_upgrade;
+  if (code == 101 && !switching) {
+    guard->code = 502;
+    const std::string msg = "pod " + endpoint + " switched protocols unasked";
+    co_return co_await writeLocal(client, version, http::status::bad_gateway, msg, false);
+  }
+  rewriteResponseHeaders(rh.fields, switching);
+  rh.fields.erase(http::field::content_length);
+  rh.fields.erase(http::field::transfer_encoding);
+  bool keep = client_keep;
+  bool chunked_out = false;
+  std::string out;
+  out.reserve(512);
+  out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+  out += std::to_string(code);
+  out += ' ';
+  if (!rh.reason.empty()) {
+    out += rh.reason;
+  } else {
+    const auto reason = http::obsolete_reason(static_cast<http::status>(code));
+    out.append(reason.data(), reason.size());
+  }
+  out += "\r\n";
+  http1::appendFields(rh.fields, &out);
+  if (!switching) {
+    switch (rh.framing) {
+      case Framing::kNone:
+        if (rh.has_content_length && (head_request || code == 304)) {
+          out += "Content-Length: " + std::to_string(rh.content_length) + "\r\n";
+        } else if (code >= 200 && code != 204 && code != 304) {
+          out += "Content-Length: 0\r\n";
+        }
+        break;
+      case Framing::kLength:
+        out += "Content-Length: " + std::to_string(rh.content_length) + "\r\n";
+        break;
+      case Framing::kChunked:
+      case Framing::kUntilClose:
+        if (version >= 11) {
+          out += "Transfer-Encoding: chunked\r\n";
+          chunked_out = true;
+        } else {
+          keep = false;  // an HTTP/1.0 client reads until close
+        }
+        break;
+    }
+    if (version >= 11 && !keep) out += "Connection: close\r\n";
+    if (version < 11 && keep) out += "Connection: keep-alive\r\n";
+  }
+  guard->code = code;
+  if (cold_start) {
+    const std::string cold = noteColdStart(*state, revision, arrived, time.monotonic() - start);
+    out += std::string(kColdStartHeader) + ": " + cold + "\r\n";
+  }
+  out += "\r\n";
+  ubuf.consume(rh.head_bytes);
+
+  if (switching) {
+    // 5. Upgrade: splice bytes both ways; the slot stays held until both close.
+    beast::error_code ec;
+    client.expires_after(opts.client_io_timeout);
+    co_await asio::async_write(client, asio::buffer(out), tok(ec));
+    if (ec) co_return false;
+    auto tunnel = std::make_shared<Tunnel>(client.release_socket(), up->release_socket());
+    const std::string_view cb = bufView(buf);
+    tunnel->client_leftover.assign(cb.data(), cb.size());
+    buf.consume(buf.size());
+    const std::string_view pb = bufView(ubuf);
+    tunnel->pod_leftover.assign(pb.data(), pb.size());
+    tunnel->guard = std::move(guard);
+    asio::co_spawn(w.ioc, pump(tunnel, true), asio::detached);
+    asio::co_spawn(w.ioc, pump(tunnel, false), asio::detached);
+    co_return false;
+  }
+
+  // 6. The body; from its first byte on only the idle timeout applies.
+  Relay resp_relay;
+  resp_relay.framing = rh.framing;
+  resp_relay.length = rh.content_length;
+  resp_relay.lenient = true;
+  resp_relay.chunked_out = chunked_out;
+  const Duration idle = cfg.idle_timeout;
+  resp_relay.arm_read = [idle](beast::tcp_stream& s) {
+    if (idle > Duration::zero()) {
+      s.expires_after(idle);
+    } else {
+      s.expires_never();
+    }
+  };
+  resp_relay.arm_write = [this](beast::tcp_stream& s) { s.expires_after(opts.client_io_timeout); };
+  beast::error_code read_ec;
+  std::string framing_error;
+  const RelayEnd relayed = co_await relayBody(*up, ubuf, client, out, resp_relay, read_ec, framing_error);
+  if (relayed != RelayEnd::kDone) co_return false;  // pod failed or went idle mid-stream, or client gone
+
+  // In sync: the pod framed its answer, keeps the connection, and sent
+  // nothing past the end of it.
+  if (rh.keep_alive && rh.reusable_framing && rh.framing != Framing::kUntilClose && ubuf.size() == 0) {
+    w.pool.put(endpoint, std::move(up));
+  }
+  guard.reset();
+  co_return keep;
+}
+
+}  // namespace knap::router

@@ -1,0 +1,208 @@
+// Router internals shared by the stages of router/: router.cc (lifecycle,
+// listeners, the per-connection read loop, admin and probe answers) and
+// proxy.cc (route → activate → proxy of one request). Message framing is
+// router/http1.h, pod connections router/upstream.h.
+// Not part of the router's interface: include only from router/*.cc.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "router/http1.h"
+#include "router/router.h"
+#include "router/upstream.h"
+
+namespace knap::router {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+using asio::awaitable;
+
+inline constexpr size_t kChunkBytes = 64 * 1024;
+inline constexpr size_t kUpstreamHeaderLimit = 64 * 1024;
+
+inline auto tok(beast::error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+
+inline double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+inline std::string_view bufView(const beast::flat_buffer& b) {
+  return {static_cast<const char*>(b.data().data()), b.size()};
+}
+
+enum class Kind { kExternal, kInternal, kAdmin };
+
+struct RevisionState {
+  RevisionState(QueueLimits limits, MonoTime now) : queue(limits), stats(now) {}
+  RevisionConfig config() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return config_;
+  }
+  mutable std::mutex mu;
+  RevisionConfig config_;
+  std::vector<std::string> endpoints;  // under mu
+  uint64_t endpoints_version = 0;      // under mu: newest applied setEndpoints version
+  WakeInfo wake;                       // under mu: how it last woke from zero
+  ActivatorQueue queue;
+  scaler::RequestStats stats;
+};
+
+struct Worker {
+  Worker(size_t i, const TimeSource& time, const RouterOptions& o)
+      : index(i), pool(time, o.upstream_idle_timeout, o.max_idle_upstream_per_endpoint) {}
+  asio::io_context ioc{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+  std::thread thread;
+  size_t index;
+  UpstreamPool pool;  // touched only on this worker's thread
+};
+
+struct Listener {
+  Kind kind;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  int port = -1;
+};
+
+// Wakes a queued request's coroutine from whichever thread grants its slot.
+struct WaitState : std::enable_shared_from_this<WaitState> {
+  explicit WaitState(asio::io_context::executor_type ex) : executor(ex), timer(ex) {}
+  void deliver(StatusOr<std::string> g) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      result.emplace(std::move(g));
+    }
+    // The timer is only touched on its own thread; post the wake-up there.
+    asio::post(executor, [self = shared_from_this()]() { self->timer.cancel(); });
+  }
+  bool ready() {
+    std::lock_guard<std::mutex> lock(mu);
+    return result.has_value();
+  }
+  asio::io_context::executor_type executor;
+  asio::steady_timer timer;
+  std::mutex mu;
+  std::optional<StatusOr<std::string>> result;
+  bool client_gone = false;  // under mu
+};
+
+struct Tunnel;
+
+struct Router::Impl {
+  Impl(RouterOptions o, const TimeSource& t) : opts(std::move(o)), time(t) {
+    table = RoutingTable::empty();
+    if (opts.threads < 1) opts.threads = 1;
+  }
+
+  // Everything a request holds for a revision; released when it is
+  // destroyed (end of the response, or end of an upgraded tunnel).
+  struct RequestGuard {
+    RequestGuard(Impl* i, std::shared_ptr<RevisionState> r, std::string rev, MonoTime s)
+        : impl(i), state(std::move(r)), revision(std::move(rev)), start(s) {
+      state->stats.requestIn(start);
+    }
+    ~RequestGuard() {
+      const MonoTime now = impl->time.monotonic();
+      if (!endpoint.empty()) state->queue.release(endpoint);
+      state->stats.requestOut(now);
+      impl->metrics.requests_total.with({revision, std::to_string(code == 0 ? 499 : code)}).inc();
+      impl->metrics.request_duration.with({revision}).observe(seconds(now - start));
+    }
+    Impl* impl;
+    std::shared_ptr<RevisionState> state;
+    std::string revision;
+    MonoTime start;
+    std::string endpoint;  // slot held
+    int code = 0;          // status sent to the client (0: none)
+  };
+
+  std::shared_ptr<const RoutingTable> snapshot() const {
+    std::lock_guard<std::mutex> lock(table_mu);
+    return table;
+  }
+  std::shared_ptr<RevisionState> revisionState(const std::string& revision);
+  std::shared_ptr<RevisionState> findRevision(const std::string& revision) const;
+  // Runs `fn(pool)` on every worker's thread (pod connections are per worker).
+  void forEachPool(std::function<void(UpstreamPool&)> fn);
+
+  // -- responses written by the router itself (router.cc) ---------------------
+  // (A plain function building the message, then a coroutine sending it:
+  // GCC 12 miscompiles string-literal arguments to coroutine parameters.)
+  using LocalResponse = http::response<http::string_body>;
+  awaitable<bool> writeLocal(beast::tcp_stream& client, unsigned version, http::status status,
+                             const std::string& body, bool keep_alive,
+                             const std::vector<std::pair<std::string, std::string>>& extra = {},
+                             const char* content_type = "text/plain; charset=utf-8");
+  awaitable<bool> sendLocal(beast::tcp_stream& client, std::unique_ptr<LocalResponse> r,
+                            bool keep_alive);
+
+  // Helpers kept out of coroutine bodies (GCC 12 rejects braced lists of
+  // string literals there).
+  void countProbe(const char* kind) { metrics.probes_total.with({kind}).inc(); }
+  std::string noteColdStart(RevisionState& st, const std::string& revision, WallTime arrived, Duration d);
+  void countUnrouted() { metrics.requests_total.with({"", "404"}).inc(); }
+  static std::vector<std::pair<std::string, std::string>> hashHeader(const std::string& v) {
+    return {{std::string(kHashHeader), v}};
+  }
+
+  // -- stages -----------------------------------------------------------------
+  // router.cc: accept, read request heads, admin and probe answers.
+  awaitable<void> acceptLoop(Listener* l);
+  awaitable<void> sweepLoop(Worker* w);
+  awaitable<void> serveConnection(tcp::socket sock, Kind kind, Worker* w);
+  awaitable<bool> handleAdmin(beast::tcp_stream& client, const http1::RequestHead& head);
+  awaitable<bool> handleProbe(beast::tcp_stream& client, const http1::RequestHead& head,
+                              std::string value, std::string host,
+                              std::shared_ptr<const RoutingTable> table, Kind kind);
+  // proxy.cc: route, activate (the activator queue), proxy. Returns whether
+  // the client connection stays usable for another request.
+  awaitable<bool> handleRequest(beast::tcp_stream& client, beast::flat_buffer& buf,
+                                http1::RequestHead& head, Kind kind, Worker& w,
+                                const std::string& client_ip);
+  awaitable<void> pump(std::shared_ptr<Tunnel> t, bool client_to_pod);
+
+  RouterOptions opts;
+  const TimeSource& time;
+  RouterMetrics metrics;
+  std::function<void(const std::string&)>* on_cold = nullptr;
+
+  mutable std::mutex table_mu;
+  std::shared_ptr<const RoutingTable> table;
+  mutable std::mutex rev_mu;
+  std::map<std::string, std::shared_ptr<RevisionState>> revisions;
+
+  // Guards `workers` against setEndpoints() racing stop(); the request path
+  // never takes it (a worker outlives every coroutine running on it).
+  std::mutex lifecycle_mu;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<std::unique_ptr<Listener>> listeners;
+  std::atomic<size_t> next_worker{0};
+  bool started = false;
+  bool stopped = false;
+};
+
+// An upgraded connection: bytes spliced both ways until both sides close.
+struct Tunnel {
+  Tunnel(tcp::socket c, tcp::socket p) : client(std::move(c)), pod(std::move(p)) {}
+  tcp::socket client;
+  tcp::socket pod;
+  std::string client_leftover;  // bytes the client sent after its request header
+  std::string pod_leftover;     // bytes the pod sent after its 101 header
+  std::unique_ptr<Router::Impl::RequestGuard> guard;  // slot and stats held while open
+};
+
+}  // namespace knap::router

@@ -1,0 +1,88 @@
+#include "router/upstream.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+namespace knap::router {
+
+namespace {
+
+// True when an idle connection still looks usable: no EOF and no
+// unexpected bytes waiting.
+bool idleConnectionAlive(boost::asio::ip::tcp::socket& s) {
+  if (!s.is_open()) return false;
+  char byte;
+  const ssize_t n = ::recv(s.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n >= 0) return false;  // 0: peer closed; > 0: garbage on an idle connection
+  return errno == EAGAIN || errno == EWOULDBLOCK;
+}
+
+}  // namespace
+
+UpstreamPool::~UpstreamPool() { *alive_ = false; }
+
+std::unique_ptr<UpstreamPool::Stream> UpstreamPool::take(const std::string& endpoint) {
+  auto it = upstreams_.find(endpoint);
+  if (it == upstreams_.end()) return nullptr;
+  auto& idle = it->second.idle();
+  while (!idle.empty()) {
+    std::unique_ptr<Stream> s = std::move(idle.back().stream);
+    idle.pop_back();
+    boost::system::error_code ignored;
+    s->socket().cancel(ignored);  // the watch; its handler finds the id gone
+    if (idleConnectionAlive(s->socket())) return s;
+  }
+  upstreams_.erase(it);
+  return nullptr;
+}
+
+void UpstreamPool::put(const std::string& endpoint, std::unique_ptr<Stream> stream) {
+  auto& idle = upstreams_[endpoint].idle();
+  if (idle.size() >= max_idle_) return;  // closed by the unique_ptr
+  stream->expires_never();
+  const uint64_t id = next_id_++;
+  watch(endpoint, *stream, id);
+  idle.push_back(Upstream::Idle{std::move(stream), time_.monotonic(), id});
+}
+
+void UpstreamPool::watch(const std::string& endpoint, Stream& stream, uint64_t id) {
+  stream.socket().async_wait(
+      boost::asio::ip::tcp::socket::wait_read,
+      [this, alive = alive_, endpoint, id](const boost::system::error_code& ec) {
+        if (ec || !*alive) return;  // cancelled: taken, dropped or shutting down
+        closeId(endpoint, id);      // EOF or unasked bytes: the connection is finished
+      });
+}
+
+void UpstreamPool::closeId(const std::string& endpoint, uint64_t id) {
+  auto it = upstreams_.find(endpoint);
+  if (it == upstreams_.end()) return;
+  auto& idle = it->second.idle();
+  for (auto i = idle.begin(); i != idle.end(); ++i) {
+    if (i->id == id) {
+      idle.erase(i);
+      break;
+    }
+  }
+  if (idle.empty()) upstreams_.erase(it);
+}
+
+void UpstreamPool::drop(const std::string& endpoint) { upstreams_.erase(endpoint); }
+
+void UpstreamPool::sweep() {
+  const MonoTime cutoff = time_.monotonic() - idle_timeout_;
+  for (auto it = upstreams_.begin(); it != upstreams_.end();) {
+    auto& idle = it->second.idle();
+    while (!idle.empty() && idle.front().since <= cutoff) idle.pop_front();
+    it = idle.empty() ? upstreams_.erase(it) : std::next(it);
+  }
+}
+
+size_t UpstreamPool::idleCount() const {
+  size_t n = 0;
+  for (const auto& [k, u] : upstreams_) n += u.idle().size();
+  return n;
+}
+
+}  // namespace knap::router
