@@ -319,10 +319,11 @@ def test_no_mismatch_under_mixed_load(serving):
     started = time.time()
     jobs = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
-        t = 0
-        while len(jobs) * per_conn < total:
+        t, planned = 0, 0
+        while planned < total:
             kind = t % 5
             jobs.append(pool.submit(uploader if kind == 0 else hostile if kind == 1 else innocent, t))
+            planned += 20 if kind == 1 else per_conn
             t += 1
         for j in jobs:
             j.result()
@@ -330,11 +331,18 @@ def test_no_mismatch_under_mixed_load(serving):
     print(f"mixed load: {count[0]} requests in {elapsed:.1f}s, {len(mismatches)} mismatched, {len(errors)} errors")
     assert mismatches == [], mismatches[:10]
     assert errors == [], errors[:10]
-    assert count[0] >= total * 0.8 - 1, count[0]
+    assert count[0] >= total, count[0]
 
 
 def knapd_fds(k):
     return len(os.listdir(f"/proc/{k.proc.pid}/fd"))
+
+
+def route_gone(k, host):
+    try:
+        return get(k, host, "/", timeout=2)[0] == 404
+    except OSError:  # held while the route still names the deleted revision
+        return False
 
 
 def wait_zero(k, rev):
@@ -379,7 +387,7 @@ def test_fds_back_to_baseline_after_burst_and_rounds(serving):
             assert c.response()[0] == 200
         c.close()
         assert k.http("DELETE", f"/apis/serving.knative.dev/v1/namespaces/default/services/{name}")[0] == 200
-        k.wait_for(lambda: get(k, f"{name}.default.localhost", "/")[0] == 404, timeout=30, what="route removed")
+        k.wait_for(lambda: route_gone(k, f"{name}.default.localhost"), timeout=30, what="route removed")
     k.wait_for(lambda: knapd_fds(k) <= baseline + 2, timeout=60,
                what=f"knapd fds back to baseline {baseline} after {FD_ROUNDS} rounds (now {knapd_fds(k)})")
     print(f"fds: baseline {baseline}, burst peak {peak}, after burst {after_burst}, "
