@@ -51,12 +51,13 @@ class ContainerdImageInventory final : public images::ImageInventory {
 
 class ContainerdRuntime final : public Runtime {
  public:
-  ContainerdRuntime(const Config& config, store::Store& store, TimeSource& clock)
+  ContainerdRuntime(const Config& config, store::Store& store, TimeSource& clock, EventRecorder& events)
       : store_(store),
+        events_(events),
         client_(clientOptions(config, &clock)),
         network_(cniOptions(config), clock),
         driver_(client_, network_, clock, driverOptions(config)),
-        runner_(driver_, clock, runner::optionsFromConfig(config)),
+        runner_(driver_, clock, runnerOptions(config, events)),
         inventory_(client_) {}
   ~ContainerdRuntime() override { stop(); }  // no thread may call into the gate once it is gone
 
@@ -68,7 +69,7 @@ class ContainerdRuntime final : public Runtime {
     pre_puller_ = std::make_unique<images::PrePuller>(
         *puller_, [this](const std::string& ref) { return imagePresent(ref); }, clock,
         images::prePullerOptionsFromConfig(config));
-    gate_ = std::make_unique<runner::ImageGate>(runner_, *pre_puller_);
+    gate_ = std::make_unique<runner::ImageGate>(runner_, *pre_puller_, events_);
     std::string root = ::access(kContainerdRoot, F_OK) == 0 ? kContainerdRoot : config.knap.data_dir;
     gc_ = std::make_unique<images::ImageGc>(
         inventory_, [root] { return images::diskUsageOf(root); }, [this] { return imagesInUse(); }, clock,
@@ -135,6 +136,11 @@ class ContainerdRuntime final : public Runtime {
     if (config.knap.bridge_name != "knap0") o.netns_prefix = "knap-" + config.knap.bridge_name + "+";
     return o;
   }
+  static runner::PodRunnerOptions runnerOptions(const Config& config, EventRecorder& events) {
+    runner::PodRunnerOptions o = runner::optionsFromConfig(config);
+    o.events = &events;
+    return o;
+  }
   static runner::ContainerdPodDriverOptions driverOptions(const Config& config) {
     runner::ContainerdPodDriverOptions o;
     o.data_dir = config.knap.data_dir;
@@ -182,6 +188,7 @@ class ContainerdRuntime final : public Runtime {
   }
 
   store::Store& store_;
+  EventRecorder& events_;
   containerd::ContainerdClient client_;
   runtime::CniNetwork network_;
   runner::ContainerdPodDriver driver_;
@@ -213,8 +220,8 @@ bool containerdAvailable(const Config& config, std::string* why) {
 }
 
 StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config& config, store::Store& store,
-                                                         TimeSource& clock) {
-  auto runtime = std::make_unique<ContainerdRuntime>(config, store, clock);
+                                                         TimeSource& clock, EventRecorder& events) {
+  auto runtime = std::make_unique<ContainerdRuntime>(config, store, clock, events);
   KNAP_RETURN_IF_ERROR(runtime->initImages(config, clock));
   return std::unique_ptr<Runtime>(std::move(runtime));
 }
@@ -228,7 +235,7 @@ bool containerdAvailable(const Config&, std::string* why) {
   return false;
 }
 
-StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config&, store::Store&, TimeSource&) {
+StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config&, store::Store&, TimeSource&, EventRecorder&) {
   return Status(Code::kUnsupported, "--runtime containerd: knapd was built without the containerd client");
 }
 

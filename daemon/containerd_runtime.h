@@ -26,7 +26,8 @@ bool containerdAvailable(const Config& config, std::string* why);
 // kUnsupported when not built; kInvalidArgument when the registry settings
 // are unusable (platform, registry-auth-file, registry-ca-file); otherwise
 // never fails (connections are lazy; start() reports containerd errors).
+// `events` (borrowed) gets the pod runner's and the image gate's Events.
 StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config& config, store::Store& store,
-                                                         TimeSource& clock);
+                                                         TimeSource& clock, EventRecorder& events);
 
 }  // namespace knap::daemon

@@ -63,7 +63,7 @@ StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, c
 }
 
 DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
-                     scaler::ScaleTarget& scale)
+                     scaler::ScaleTarget& scale, EventRecorder& events)
     : config_(config), store_(store), clock_(clock) {
   router::RouterOptions options;
   auto external = splitHostPort(config.knap.router_listen, "knap.router-listen");
@@ -92,7 +92,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     }
   }
   router_ = std::make_unique<router::Router>(options, clock);
-  driver_ = std::make_unique<scaler::ScalerDriver>(router_->metrics(), pods, scale, clock);
+  driver_ = std::make_unique<scaler::ScalerDriver>(router_->metrics(), pods, scale, clock, events);
   // A request that finds its revision at zero pods wakes the autoscaler at once.
   router_->on_cold_request = [this](const std::string& revision) { driver_->poke(revision); };
   ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock, [](MonoTime until) {

@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/event_recorder.h"
 #include "common/status.h"
 #include "router/router.h"
 #include "scaler/driver.h"
@@ -29,8 +30,9 @@ namespace knap::daemon {
 class DataPlane {
  public:
   // pods/scale: the runtime's view of ready pods and where scale decisions go.
+  // `events` (borrowed) gets the autoscaler's scaling Events.
   DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
-            scaler::ScaleTarget& scale);
+            scaler::ScaleTarget& scale, EventRecorder& events);
   ~DataPlane();
 
   // Binds the router's listeners and starts the sync and ticker threads.

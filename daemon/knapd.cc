@@ -24,6 +24,7 @@
 #include "controller/immediate_revision_backend.h"
 #include "daemon/data_plane.h"
 #include "daemon/runtime_wiring.h"
+#include "events/store_event_recorder.h"
 #include "store/sqlite_store.h"
 
 namespace knap::daemon {
@@ -142,13 +143,17 @@ int run(int argc, char** argv) {
     return 1;
   }
 
-  auto runtime = makeRuntime(flags.runtime, config, **store, clock);
+  // Events (core/v1, served at /api/v1/.../events): the runtime, image gate
+  // and autoscaler report through this recorder; retention bounds them.
+  events::StoreEventRecorder event_recorder(**store, clock);
+  event_recorder.start();
+  auto runtime = makeRuntime(flags.runtime, config, **store, clock, event_recorder);
   if (!runtime.isOk()) {
     std::cerr << "knapd: " << runtime.status().message() << "\n";
     return 1;
   }
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
-  DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget());
+  DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(), event_recorder);
   (*runtime)->setEndpointsListener([&data_plane](const std::string& revision,
                                                   const std::vector<router::Endpoint>& endpoints,
                                                   const router::WakeInfo& wake, uint64_t version) {

@@ -30,11 +30,11 @@ class ControlPlaneOnly final : public Runtime, scaler::PodCounter, scaler::Scale
 }  // namespace
 
 StatusOr<std::unique_ptr<Runtime>> makeRuntime(const std::string& mode, const Config& config, store::Store& store,
-                                               TimeSource& clock) {
+                                               TimeSource& clock, EventRecorder& events) {
   if (mode == "none") return std::unique_ptr<Runtime>(new ControlPlaneOnly());
-  if (mode == "containerd") return makeContainerdRuntime(config, store, clock);
+  if (mode == "containerd") return makeContainerdRuntime(config, store, clock, events);
   std::string why;
-  if (containerdAvailable(config, &why)) return makeContainerdRuntime(config, store, clock);
+  if (containerdAvailable(config, &why)) return makeContainerdRuntime(config, store, clock, events);
   LOG(WARNING) << "runtime auto: " << why << "; running the control plane only (revisions report Ready without pods)";
   return std::unique_ptr<Runtime>(new ControlPlaneOnly());
 }

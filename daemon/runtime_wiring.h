@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/event_recorder.h"
 #include "common/status.h"
 #include "controller/revision_backend.h"
 #include "router/router.h"
@@ -43,7 +44,8 @@ class Runtime {
 };
 
 // mode: "none", "containerd" or "auto" (containerd when its socket answers).
+// `events` (borrowed, outlives the runtime) gets the runtime's Events.
 StatusOr<std::unique_ptr<Runtime>> makeRuntime(const std::string& mode, const Config& config, store::Store& store,
-                                               TimeSource& clock);
+                                               TimeSource& clock, EventRecorder& events);
 
 }  // namespace knap::daemon

@@ -1,14 +1,15 @@
 #include "scaler/driver.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/log.h"
 
 namespace knap::scaler {
 
 ScalerDriver::ScalerDriver(MetricsSource& metrics, PodCounter& pods, ScaleTarget& target,
-                           const TimeSource& time)
-    : metrics_(metrics), pods_(pods), target_(target), time_(time) {}
+                           const TimeSource& time, EventRecorder& events)
+    : metrics_(metrics), pods_(pods), target_(target), time_(time), events_(events) {}
 
 Status ScalerDriver::addRevision(const std::string& key, const ScalerSettings& settings,
                                  const RevisionScaleState& adopt) {
@@ -115,6 +116,19 @@ void ScalerDriver::reconcileLocked(const std::string& key, Revision& rev, int re
               << rev.latest.desired_pods << ", stable average " << rev.last_metrics.stable_average
               << ", panic average " << rev.last_metrics.panic_average << ", " << ready << " ready)";
     target_.setDesiredScale(key, outcome.desired_pods);
+    size_t slash = key.find('/');
+    ObjectRef ref{"serving.knative.dev/v1", "Revision", key.substr(0, slash),
+                  slash == std::string::npos ? key : key.substr(slash + 1), ""};
+    char averages[96];
+    std::snprintf(averages, sizeof averages, "stable average concurrency %.2f, panic average %.2f",
+                  rev.last_metrics.stable_average, rev.last_metrics.panic_average);
+    std::string why = outcome.desired_pods == 0 ? "no requests within the stable window and the scale-to-zero grace"
+                      : rev.latest.panicking     ? std::string("panic mode: ") + averages
+                                                 : averages;
+    events_.record(ref, EventType::kNormal, outcome.desired_pods == 0 ? "ScaledToZero" : "SuccessfulRescale",
+                   "Scaled from " + std::to_string(old_scale) + " to " + std::to_string(outcome.desired_pods) +
+                       " pods (" + why + ", " + std::to_string(ready) + " ready)",
+                   "knap-autoscaler");
   }
   if (outcome.condition_changed || outcome.scale_target_initialized != was_initialized) {
     LOG(INFO) << "scaler: revision " << key << " Active=" << conditionStatusName(outcome.active.status) << " "

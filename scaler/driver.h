@@ -19,6 +19,8 @@
 // The driver reads time only from the TimeSource it is given.
 #pragma once
 
+#include "common/event_recorder.h"
+
 #include <atomic>
 #include <functional>
 #include <map>
@@ -82,7 +84,10 @@ struct RevisionScaleStatus {
 
 class ScalerDriver {
  public:
-  ScalerDriver(MetricsSource& metrics, PodCounter& pods, ScaleTarget& target, const TimeSource& time);
+  // `events` gets a scaling decision Event on the Revision whenever the
+  // applied scale changes (SuccessfulRescale, or ScaledToZero for 0).
+  ScalerDriver(MetricsSource& metrics, PodCounter& pods, ScaleTarget& target, const TimeSource& time,
+               EventRecorder& events = nullEventRecorder());
 
   // Starts scaling `revision` (a new revision asks for initial_scale pods at
   // once), or updates the settings of one already known (`adopt` is then
@@ -127,6 +132,7 @@ class ScalerDriver {
   PodCounter& pods_;
   ScaleTarget& target_;
   const TimeSource& time_;
+  EventRecorder& events_;
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Revision>> revisions_;
 };

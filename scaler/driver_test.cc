@@ -1,4 +1,5 @@
 #include "scaler/driver.h"
+#include "tests/fakes/fake_event_recorder.h"
 
 #include <gtest/gtest.h>
 
@@ -107,6 +108,29 @@ TEST_F(DriverTest, IdleRevisionScalesToZeroAfterAboutAStableWindow) {
   EXPECT_GE(secs, 58);
   EXPECT_LE(secs, 64);
   EXPECT_EQ(driver_.status(kRev)->outcome.active.reason, kReasonNoTraffic);
+}
+
+TEST(DriverEventsTest, ScaleChangesAreEventsOnTheRevision) {
+  SimulatedTimeSource clock;
+  FakeRouter router(clock);
+  FakeRuntime runtime;
+  testing::FakeEventRecorder events;
+  ScalerDriver driver(router, runtime, runtime, clock, events);
+  ASSERT_TRUE(driver.addRevision(kRev, ScalerSettings{}).isOk());
+  for (int i = 0; i < 90 && runtime.desired[kRev] != 0; ++i) {
+    clock.advance(1s);
+    driver.tick();
+  }
+  ASSERT_EQ(runtime.desired[kRev], 0);
+  auto all = events.all();
+  ASSERT_FALSE(all.empty());
+  const auto& last = all.back();
+  EXPECT_EQ(last.object.kind, "Revision");
+  EXPECT_EQ(last.object.ns + "/" + last.object.name, kRev);
+  EXPECT_EQ(last.type, EventType::kNormal);
+  EXPECT_EQ(last.reason, "ScaledToZero");
+  EXPECT_NE(last.message.find("Scaled from 1 to 0 pods"), std::string::npos) << last.message;
+  EXPECT_EQ(last.component, "knap-autoscaler");
 }
 
 TEST_F(DriverTest, WithoutBurstCapacityIdleRevisionAlsoWaitsTheGracePeriod) {

@@ -88,8 +88,8 @@ json forInner(const json& object, const std::string& ref, WallTime ready_at, con
 
 }  // namespace
 
-ImageGate::ImageGate(controller::RevisionBackend& inner, images::PrePuller& pre_puller)
-    : inner_(inner), pre_puller_(pre_puller) {
+ImageGate::ImageGate(controller::RevisionBackend& inner, images::PrePuller& pre_puller, EventRecorder& events)
+    : inner_(inner), pre_puller_(pre_puller), events_(events) {
   inner_.setOnChange([this](const std::string& ns, const std::string& name) { notify(ns, name); });
   pre_puller_.setOnChange([this](const std::string& key) { onImageChange(key); });
 }
@@ -141,10 +141,15 @@ void ImageGate::sync(const std::string& key) {
   }
   json obj;
   std::string pinned = r.pinned;
+  std::string phase;  // for Events: "Pending", "Ready" or "Failed"
+  images::ImageStatus st;
   if (r.ungated) {
     obj = r.object;
   } else {
-    images::ImageStatus st = pre_puller_.status(key, r.image, r.pinned);
+    st = pre_puller_.status(key, r.image, r.pinned);
+    phase = st.phase == images::ImagePhase::kReady    ? "Ready"
+            : st.phase == images::ImagePhase::kFailed ? "Failed"
+                                                      : "Pending";
     if (pinned.empty()) pinned = st.digest_ref;
     if (st.phase == images::ImagePhase::kReady) {
       // A Revision adopted after a restart ran from an image that was already
@@ -163,6 +168,24 @@ void ImageGate::sync(const std::string& key) {
     if (it == revs_.end()) return;
     Rev& cur = it->second;
     if (cur.pinned.empty() && !pinned.empty()) cur.pinned = pinned;
+    if (!phase.empty() && phase != cur.event_phase) {
+      cur.event_phase = phase;
+      ObjectRef ref = objectRefOf(cur.object);
+      const std::string image = "image \"" + cur.image + "\"";
+      if (phase == "Pending") {
+        cur.pulling_seen = true;
+        events_.record(ref, EventType::kNormal, "Pulling", "Pulling " + image, "knap-images");
+      } else if (phase == "Ready" && cur.pulling_seen) {
+        events_.record(ref, EventType::kNormal, "Pulled",
+                       "Successfully pulled " + image + (st.ref.empty() ? "" : " as " + st.ref), "knap-images");
+      } else if (phase == "Ready" && !r.early) {
+        events_.record(ref, EventType::kNormal, "Pulled", "Container " + image + " already present on machine",
+                       "knap-images");
+      } else if (phase == "Failed") {
+        events_.record(ref, EventType::kWarning, "Failed",
+                       "Failed to pull " + image + ": " + st.reason + ": " + st.message, "knap-images");
+      }
+    }
     if (!obj.is_null() && obj != cur.last_forwarded) {
       cur.forwarded = true;
       cur.last_forwarded = obj;

@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "common/event_recorder.h"
 #include "controller/revision_backend.h"
 #include "images/pre_puller.h"
 
@@ -50,8 +51,10 @@ std::string formatRfc3339Nano(WallTime t);
 
 class ImageGate final : public controller::RevisionBackend {
  public:
-  // Both must outlive the gate.
-  ImageGate(controller::RevisionBackend& inner, images::PrePuller& pre_puller);
+  // All three must outlive the gate. `events` gets the Revision's image
+  // Events: Pulling, Pulled, Failed (Warning).
+  ImageGate(controller::RevisionBackend& inner, images::PrePuller& pre_puller,
+            EventRecorder& events = nullEventRecorder());
 
   void ensure(const nlohmann::json& revision) override;
   void remove(const std::string& ns, const std::string& name) override;
@@ -75,6 +78,8 @@ class ImageGate final : public controller::RevisionBackend {
     bool early = false;     // was Ready before a restart: forward before the image check
     bool forwarded = false;
     nlohmann::json last_forwarded;
+    std::string event_phase;  // the image phase last reported as an Event
+    bool pulling_seen = false;
   };
 
   void sync(const std::string& key);
@@ -83,6 +88,7 @@ class ImageGate final : public controller::RevisionBackend {
 
   controller::RevisionBackend& inner_;
   images::PrePuller& pre_puller_;
+  EventRecorder& events_;
 
   std::mutex forward_mu_;  // serializes forwarding decisions; taken before mu_
   std::mutex mu_;

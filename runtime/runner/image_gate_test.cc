@@ -7,6 +7,7 @@
 #include "images/fake_puller.h"
 #include "runtime/runner/pod_runner.h"
 #include "tests/fakes/fake_revision_backend.h"
+#include "tests/fakes/fake_event_recorder.h"
 
 namespace knap::runner {
 namespace {
@@ -48,7 +49,7 @@ class ImageGateTest : public ::testing::Test {
     o.retry_max = seconds(8);
     pp_ = std::make_unique<images::PrePuller>(
         puller_, [this](const std::string& ref) { return puller_.isPresent(ref); }, clock_, o);
-    gate_ = std::make_unique<ImageGate>(inner_, *pp_);
+    gate_ = std::make_unique<ImageGate>(inner_, *pp_, events_);
     gate_->setOnChange([this](const std::string& ns, const std::string& name) {
       std::lock_guard<std::mutex> l(mu_);
       ++changes_[ns + "/" + name];
@@ -79,6 +80,7 @@ class ImageGateTest : public ::testing::Test {
   std::deque<std::function<void()>> queue_;
   std::unique_ptr<images::PrePuller> pp_;
   testing::FakeRevisionBackend inner_;
+  testing::FakeEventRecorder events_;
   std::unique_ptr<ImageGate> gate_;
   std::mutex mu_;
   std::map<std::string, int> changes_;
@@ -91,6 +93,25 @@ TEST(FormatRfc3339Nano, TrimsTrailingZeros) {
   EXPECT_EQ(formatRfc3339Nano(t + std::chrono::milliseconds(250)), "2026-01-01T00:00:00.25Z");
   WallTime back;
   ASSERT_TRUE(parseRfc3339(formatRfc3339Nano(t + std::chrono::milliseconds(250)), &back));
+}
+
+TEST_F(ImageGateTest, APullIsReportedAsPullingThenPulledOnTheRevision) {
+  gate_->ensure(revision("app-00001", kTag));
+  clock_.advance(seconds(2));
+  settle();
+  ASSERT_TRUE(gate_->forwarded("default", "app-00001"));
+  EXPECT_EQ(events_.reasons(), (std::vector<std::string>{"Pulling", "Pulled"}));
+  auto pulled = events_.byReason("Pulled");
+  ASSERT_EQ(pulled.size(), 1u);
+  EXPECT_EQ(pulled[0].object.kind, "Revision");
+  EXPECT_EQ(pulled[0].object.name, "app-00001");
+  EXPECT_EQ(pulled[0].type, EventType::kNormal);
+  EXPECT_EQ(pulled[0].component, "knap-images");
+  EXPECT_NE(pulled[0].message.find(std::string("image \"") + kTag + "\""), std::string::npos) << pulled[0].message;
+  // Later syncs of the same phase report nothing new.
+  gate_->ensure(revision("app-00001", kTag));
+  settle();
+  EXPECT_EQ(events_.all().size(), 2u);
 }
 
 TEST_F(ImageGateTest, TheRevisionReachesItsPodsOnlyOnceTheImageIsPresent) {

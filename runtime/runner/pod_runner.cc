@@ -756,6 +756,17 @@ void PodRunner::markReadyLocked(Revision& rev, Pod& pod, MonoTime now) {
   rev.probe_failure_logged.clear();
   LOG(INFO) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " is ready at "
             << pod.handle.ip << ":" << pod.handle.port << " (" << pod.origin << ")";
+  eventLocked(rev, EventType::kNormal, "Started",
+              "Started pod " + pod.handle.pod_id + " (" + pod.origin + "), ready at " + pod.handle.ip + ":" +
+                  std::to_string(pod.handle.port));
+}
+
+void PodRunner::eventLocked(const Revision& rev, EventType type, const std::string& reason,
+                            const std::string& message) {
+  if (!options_.events) return;
+  ObjectRef ref = objectRefOf(rev.object);
+  if (ref.name.empty()) ref = {"serving.knative.dev/v1", "Revision", rev.ns, rev.name, ""};
+  options_.events->record(ref, type, reason, message, "knap-runtime");
 }
 
 void PodRunner::promoteLocked(Revision& rev, Pod& pod, MonoTime now) {
@@ -1004,6 +1015,8 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
             if (!p.liveness->healthy()) {
               LOG(WARNING) << "pod runner: liveness probe of " << pid << " failed (" << r.message
                            << "): restarting";
+              eventLocked(rv, EventType::kWarning, "Unhealthy",
+                          "Liveness probe of pod " + pid + " failed: " + r.message + "; restarting it");
               p.counts_as_crash = true;
               p.stop_requested = true;
               p.state = PodState::kStopping;
@@ -1025,6 +1038,8 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
               markReadyLocked(rv, p, t);
             } else if (!p.readiness->healthy() && p.state == PodState::kReady) {
               p.state = PodState::kStarting;
+              eventLocked(rv, EventType::kWarning, "Unhealthy",
+                          "Readiness probe of pod " + pid + " failed: " + r.message + "; it gets no requests");
             }
           }
           if (p.readiness) {
@@ -1158,6 +1173,14 @@ void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, 
   Duration d = options_.backoff_initial;
   for (int i = 1; i < rev.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
   rev.next_create = now + std::min(d, options_.backoff_max);
+  std::string tail = trimTail(exit.log_tail);
+  std::string what = exit.oom_killed ? "was OOM killed (it exceeded its memory limit)"
+                                     : "exited with code " + std::to_string(exit.exit_code);
+  if (pod.counts_as_crash && pod.liveness && !pod.liveness->healthy()) what += " after its liveness probe failed";
+  eventLocked(rev, EventType::kWarning, exit.oom_killed ? "OOMKilled" : "BackOff",
+              "Pod " + pod.handle.pod_id + " " + what + "; back-off " +
+                  formatSeconds(std::min(d, options_.backoff_max)) + " before the next pod" +
+                  (tail.empty() ? std::string() : ": " + tail));
 }
 
 // ------------------------------------------------------------------ health

@@ -58,6 +58,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/event_recorder.h"
 #include "controller/revision_backend.h"
 #include "runtime/pod/probe.h"
 #include "runtime/runner/pod_driver.h"
@@ -86,6 +87,9 @@ struct PodRunnerOptions {
   int workers = 8;  // stop() holds a worker for up to the grace period
   // Runs blocking work; nullptr = the runner's own pool. Tests: [](auto f) { f(); }.
   std::function<void(std::function<void()>)> executor;
+  // Where pod starts, crashes, OOM kills and probe failures are reported
+  // (Events on the Revision); nullptr = nowhere. Borrowed.
+  EventRecorder* events = nullptr;
 };
 
 // PodRunnerOptions from knapd's config (progress deadline, initial/min/max
@@ -275,6 +279,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void createPodLocked(Revision& rev, bool warm, MonoTime now, std::vector<std::function<void()>>* work);
   void promoteLocked(Revision& rev, Pod& pod, MonoTime now);
   void markReadyLocked(Revision& rev, Pod& pod, MonoTime now);
+  void eventLocked(const Revision& rev, EventType type, const std::string& reason, const std::string& message);
   WarmPoolStatus warmStatusLocked(const Revision& rev) const;
   int warmTargetLocked(const Revision& rev, int serving) const;
   controller::RevisionHealth computeHealthLocked(const Revision& rev, MonoTime now) const;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "runtime/runner/fake_pod_driver.h"
+#include "tests/fakes/fake_event_recorder.h"
 
 namespace knap::runner {
 namespace {
@@ -229,6 +230,36 @@ TEST_F(PodRunnerTest, OomKilledReason) {
   EXPECT_EQ(h.container_healthy.reason, "OOMKilled");
   EXPECT_NE(h.container_healthy.message.find("Container failed with: OOMKilled"), std::string::npos);
   EXPECT_NE(h.container_healthy.message.find("allocating 512 MiB"), std::string::npos);
+}
+
+TEST_F(PodRunnerTest, StartsCrashesAndOomKillsAreEventsOnTheRevision) {
+  testing::FakeEventRecorder events;
+  PodRunnerOptions o = options();
+  o.events = &events;
+  make(o);
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  auto started = events.byReason("Started");
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].type, EventType::kNormal);
+  EXPECT_EQ(started[0].object.kind, "Revision");
+  EXPECT_EQ(started[0].object.name, "r1");
+  EXPECT_EQ(started[0].object.ns, "default");
+  EXPECT_EQ(started[0].component, "knap-runtime");
+  exitPod(driver_.createdPods().back(), 3, false, "bye");
+  auto crash = events.byReason("BackOff");
+  ASSERT_EQ(crash.size(), 1u);
+  EXPECT_EQ(crash[0].type, EventType::kWarning);
+  EXPECT_NE(crash[0].message.find("exited with code 3"), std::string::npos) << crash[0].message;
+  EXPECT_NE(crash[0].message.find("back-off 1s"), std::string::npos) << crash[0].message;
+  EXPECT_NE(crash[0].message.find("bye"), std::string::npos) << crash[0].message;
+  advance(seconds(1));
+  ASSERT_EQ(events.byReason("Started").size(), 2u);
+  exitPod(driver_.createdPods().back(), 137, true, "");
+  auto oom = events.byReason("OOMKilled");
+  ASSERT_EQ(oom.size(), 1u);
+  EXPECT_EQ(oom[0].type, EventType::kWarning);
+  EXPECT_NE(oom[0].message.find("OOM killed"), std::string::npos) << oom[0].message;
 }
 
 TEST_F(PodRunnerTest, MissingImageIsContainerMissingUntilImported) {

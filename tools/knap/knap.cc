@@ -401,6 +401,31 @@ void printConditions(const json& obj, const std::string& indent) {
   for (std::string line; std::getline(lines, line);) std::cout << indent << line << "\n";
 }
 
+// The object's Events, oldest first, selected as kubectl describe does (by
+// involvedObject name, kind and uid).
+void printEvents(HttpClient& client, const std::string& ns, const std::string& kind, const std::string& name,
+                 const std::string& uid) {
+  std::string selector = "involvedObject.name%3D" + name + "%2CinvolvedObject.kind%3D" + kind;
+  if (!uid.empty()) selector += "%2CinvolvedObject.uid%3D" + uid;
+  auto res = client.request("GET", "/api/v1/namespaces/" + ns + "/events?fieldSelector=" + selector);
+  json list = res.isOk() && res->status == 200 ? json::parse(res->body, nullptr, false) : json();
+  const json items = list.is_object() ? list.value("items", json::array()) : json::array();
+  if (!items.is_array() || items.empty()) {
+    std::cout << "\nEvents: <none>\n";
+    return;
+  }
+  std::cout << "\nEvents:\n";
+  Table t;
+  t.header({"TYPE", "REASON", "AGE", "FROM", "COUNT", "MESSAGE"});
+  for (const auto& e : items) {
+    json seen = {{"metadata", {{"creationTimestamp", e.value("lastTimestamp", "")}}}};
+    t.row({e.value("type", ""), e.value("reason", ""), age(seen), str(e, {"source", "component"}),
+           std::to_string(e.value("count", 1)), e.value("message", "")});
+  }
+  std::istringstream lines(t.render());
+  for (std::string line; std::getline(lines, line);) std::cout << "  " << line << "\n";
+}
+
 int cmdDescribe(HttpClient& client, const Options& opt) {
   if (opt.args.size() < 2) {
     std::cerr << "Error: describe needs a kind and a name, e.g. knap describe service hello\n";
@@ -495,6 +520,7 @@ int cmdDescribe(HttpClient& client, const Options& opt) {
   }
   std::cout << "\nConditions:\n";
   printConditions(obj, "  ");
+  printEvents(client, opt.ns, r->kind, name, str(obj, {"metadata", "uid"}));
   return 0;
 }
 
