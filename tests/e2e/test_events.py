@@ -34,6 +34,7 @@ def env(workdir):
             "  metrics-listen: 127.0.0.1:0\n" + extra +
             "autoscaler:\n"
             "  stable-window: 6s\n"
+            "  panic-window-percentage: \"20\"\n"
             "  scale-to-zero-grace-period: 1s\n"))
         return holder["k"].start(timeout=60)
 
