@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "common/log.h"
 
 #ifdef KNAP_HAVE_RUNNER_CONTAINERD
@@ -141,9 +143,26 @@ class ContainerdRuntime final : public Runtime {
     o.events = &events;
     return o;
   }
+  // knap-logdrain: installed in <prefix>/libexec/knap next to <prefix>/bin/knapd,
+  // or in the build tree (build/runtime/logdrain next to build/daemon).
+  static std::string findLogDriver() {
+    std::error_code ec;
+    std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      const std::filesystem::path dir = exe.parent_path();
+      for (const auto& c : {dir / "knap-logdrain", dir / "../libexec/knap/knap-logdrain",
+                            dir / "../runtime/logdrain/knap-logdrain"}) {
+        if (::access(c.c_str(), X_OK) == 0) return std::filesystem::weakly_canonical(c, ec).string();
+      }
+    }
+    LOG(WARNING) << "knap-logdrain not found next to knapd: pod output goes straight into files, and a full "
+                    "disk will block pods that log";
+    return "";
+  }
   static runner::ContainerdPodDriverOptions driverOptions(const Config& config) {
     runner::ContainerdPodDriverOptions o;
     o.data_dir = config.knap.data_dir;
+    o.log_driver = findLogDriver();
     return o;
   }
 

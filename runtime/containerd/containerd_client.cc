@@ -352,6 +352,18 @@ Status ContainerdClient::deleteLease(const std::string& id, bool sync) const {
   return fromGrpc(stubs_->leases->Delete(&ctx, req, &resp), "delete lease " + id);
 }
 
+StatusOr<std::vector<std::pair<std::string, Labels>>> ContainerdClient::listLeases(const std::string& filter) const {
+  KNAP_CD_CTX(ctx);
+  leases::ListRequest req;
+  if (!filter.empty()) req.add_filters(filter);
+  leases::ListResponse resp;
+  grpc::Status s = stubs_->leases->List(&ctx, req, &resp);
+  if (!s.ok()) return fromGrpc(s, "list leases");
+  std::vector<std::pair<std::string, Labels>> out;
+  for (const auto& l : resp.leases()) out.emplace_back(l.id(), labelsOf(l.labels()));
+  return out;
+}
+
 // ------------------------------------------------------------------ content
 
 Status ContainerdClient::writeContent(const Descriptor& desc, const BlobSource& source, const Labels& labels,
@@ -723,8 +735,9 @@ Status ContainerdClient::deleteContainer(const std::string& id) const {
 StatusOr<uint32_t> ContainerdClient::createTask(const TaskCreateRequest& r) const {
   if (r.rootfs.empty()) return invalidArgument("create task " + r.container_id + ": rootfs mounts are required");
   for (const std::string* p : {&r.stdout_path, &r.stderr_path, &r.stdin_path}) {
-    if (!p->empty() && (*p)[0] != '/') {
-      return invalidArgument("create task " + r.container_id + ": stdio path must be absolute: " + *p);
+    // An absolute path (file or FIFO), or a binary:///abs/logger?... log driver URI (§3.2).
+    if (!p->empty() && (*p)[0] != '/' && p->rfind("binary:///", 0) != 0) {
+      return invalidArgument("create task " + r.container_id + ": stdio path must be absolute or binary:///: " + *p);
     }
   }
   KNAP_CD_CTX(ctx);

@@ -222,6 +222,9 @@ class ContainerdClient {
   StatusOr<std::string> createLease(const std::string& id, Duration expire_after, Labels labels = {}) const;
   // `sync` waits for the garbage collection the deletion triggers.
   Status deleteLease(const std::string& id, bool sync = false) const;
+  // Leases matching `filter` (containerd filter syntax, e.g.
+  // `labels."knap.dev/pod"`; "" = all): id and labels.
+  StatusOr<std::vector<std::pair<std::string, Labels>>> listLeases(const std::string& filter = "") const;
 
   // --- content (§2.2) ---
   // Reads `n` bytes at `offset` of the blob being written; may return fewer

@@ -1,5 +1,7 @@
 #include "runtime/runner/containerd_pod_driver.h"
 
+#include <cctype>
+
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -222,8 +224,13 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   containerd::TaskCreateRequest treq;
   treq.container_id = req.pod_id;
   treq.rootfs = *mounts;
-  treq.stdout_path = dir + "/stdout.log";
-  treq.stderr_path = dir + "/stderr.log";
+  if (!options_.log_driver.empty()) {
+    treq.stdout_path = logDriverUri(options_.log_driver, dir, options_.log_rotate_bytes);
+    treq.stderr_path = treq.stdout_path;  // one logger gets both streams (fds 3 and 4)
+  } else {
+    treq.stdout_path = dir + "/stdout.log";
+    treq.stderr_path = dir + "/stderr.log";
+  }
   auto pid = client_.createTask(treq);
   if (!pid.isOk()) return fail(pid.status());
   task = true;
@@ -244,7 +251,21 @@ StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
     std::lock_guard<std::mutex> l(mu_);
     cancellers_[pod.pod_id] = canceller;
   }
+  // containerd restarting (or killed and started again) breaks the Wait
+  // stream, but the pod lives on under its shim: wait for containerd to
+  // answer again and re-issue the Wait, so the pod is adopted, not taken for
+  // crashed. Only when the task is really gone does the wait end.
   StatusOr<containerd::ExitInfo> r = client_.waitTask(pod.pod_id, canceller.get());
+  while (!r.isOk() && r.status().code() == Code::kUnavailable && !canceller->cancelled()) {
+    LOG(WARNING) << "pod driver: waiting for " << pod.pod_id << ": " << r.status().toString()
+                 << "; re-issuing the wait once containerd answers";
+    while (!canceller->cancelled() && !client_.version(std::chrono::seconds(1)).isOk()) {
+    }
+    if (canceller->cancelled()) break;
+    auto t = client_.getTask(pod.pod_id);
+    if (!t.isOk() && t.status().code() == Code::kNotFound) break;  // gone with containerd: report r
+    r = client_.waitTask(pod.pod_id, canceller.get());
+  }
   bool cancelled = canceller->cancelled();
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -352,7 +373,27 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
   return first;
 }
 
+std::string ContainerdPodDriver::logDriverUri(const std::string& driver, const std::string& dir, int64_t max_bytes) {
+  // Query values are percent-decoded by the shim (Go url.ParseQuery, where '+' is a space).
+  auto escape = [](const std::string& v) {
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : v) {
+      if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+        out += static_cast<char>(c);
+      } else {
+        out += '%';
+        out += hex[c >> 4];
+        out += hex[c & 15];
+      }
+    }
+    return out;
+  };
+  return "binary://" + escape(driver) + "?dir=" + escape(dir) + "&max=" + std::to_string(max_bytes);
+}
+
 void ContainerdPodDriver::rotateLogs(const std::string& pod_id) {
+  if (!options_.log_driver.empty()) return;  // knap-logdrain rotates
   for (const char* name : {"stdout.log", "stderr.log"}) {
     std::string path = podDir(pod_id) + "/" + name;
     std::error_code ec;
@@ -515,6 +556,20 @@ Status ContainerdPodDriver::cleanupOrphans(const std::set<std::string>& live_pod
       Status st = client_.removeSnapshot(s.name);
       if (!okOrNotFound(st) && first.isOk()) first = st;
     }
+  }
+  // Leases of pod creations that never finished (knapd killed between
+  // creating the lease and the task): they would hold snapshots and content
+  // until they expire. A finished creation deletes its lease.
+  if (auto leases = client_.listLeases(std::string("labels.\"") + kPodLabel + "\""); leases.isOk()) {
+    for (const auto& [id, labels] : *leases) {
+      auto pod = labels.find(kPodLabel);
+      if (pod == labels.end() || live_pod_ids.count(pod->second)) continue;
+      LOG(INFO) << "pod driver: removing orphaned lease " << id << " of pod " << pod->second;
+      Status st = client_.deleteLease(id);
+      if (!okOrNotFound(st) && first.isOk()) first = st;
+    }
+  } else if (first.isOk()) {
+    first = leases.status();
   }
   // Pod directories without a live pod or container.
   std::error_code ec;

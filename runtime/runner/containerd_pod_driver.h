@@ -48,6 +48,12 @@ struct ContainerdPodDriverOptions {
   std::string data_dir = "/var/lib/knap";  // pod files under <data_dir>/pods/<pod id>/
   std::string host_resolv_conf = "/etc/resolv.conf";
   std::string cgroup_parent = "knap";      // cgroupsPath /<parent>/<pod id>
+  // Absolute path of knap-logdrain (runtime/logdrain): the shim runs it for
+  // each pod (stdio "binary://..."), so output is drained even when the disk
+  // is full or knapd is down, and it rotates at log_rotate_bytes. Empty: the
+  // shim writes straight into stdout.log/stderr.log (a full disk then blocks
+  // the pod) and the driver copy-truncates them at probe time.
+  std::string log_driver;
   int64_t log_rotate_bytes = 10 << 20;
   Duration log_check_interval = std::chrono::seconds(10);
   Duration lease_expiry = std::chrono::hours(1);
@@ -77,12 +83,15 @@ class ContainerdPodDriver final : public PodDriver {
   Status cleanupOrphans(const std::set<std::string>& live_pod_ids) override;
 
   std::string podDir(const std::string& pod_id) const;
-  // Copy-truncate rotation of the pod's logs if larger than the limit.
+  // Copy-truncate rotation of the pod's logs if larger than the limit
+  // (only without a log_driver, which rotates by itself).
   void rotateLogs(const std::string& pod_id);
   // Runs `command` in the pod's container (exec probes); kDeadlineExceeded
   // when it ran longer than `timeout` (it is killed).
   StatusOr<runtime::ExecOutcome> execInPod(const PodHandle& pod, const std::vector<std::string>& command,
                                            Duration timeout);
+  // The Tasks.Create stdio URI for knap-logdrain writing into `dir`.
+  static std::string logDriverUri(const std::string& driver, const std::string& dir, int64_t max_bytes);
 
  private:
   bool waitExited(const std::string& pod_id, Duration timeout);
