@@ -61,6 +61,8 @@ bool skipped(const std::string& image, const std::vector<std::string>& skip) {
   return std::find(skip.begin(), skip.end(), registryOf(image)) != skip.end();
 }
 
+// For the log only: a condition message carries no retry counter, so a
+// Revision whose image keeps failing is not rewritten on every retry.
 std::string retryNote(int attempts, Duration delay) {
   return " (attempt " + std::to_string(attempts) + ", next retry in " +
          formatGoDuration(std::chrono::duration_cast<std::chrono::seconds>(delay)) + ")";
@@ -399,8 +401,8 @@ void PrePuller::resolveJob(const std::string& image) {
       Duration delay = backoff(res.failures);
       res.next_try = time_.monotonic() + delay;
       res.error = r.status();
-      res.error_message = failureMessage(image, r.status()) + retryNote(res.failures, delay);
-      LOG(WARNING) << "images: resolving " << image << ": " << r.status().toString();
+      res.error_message = failureMessage(image, r.status());
+      LOG(WARNING) << "images: resolving " << image << ": " << r.status().toString() << retryNote(res.failures, delay);
       notes.assign(res.waiting.begin(), res.waiting.end());
     }
   }
@@ -498,7 +500,7 @@ void PrePuller::finishRef(const std::string& ref, bool recheck, StatusOr<WallTim
       Duration delay = backoff(e.failures, e.check_only);
       const bool missing = e.check_only && failure->code() == Code::kNotFound;
       LOG(WARNING) << "images: " << (recheck ? "re-checking " : "making present ") << ref << ": "
-                   << failure->toString();
+                   << failure->toString() << retryNote(e.failures, delay);
       if (recheck && e.ready && !missing) {
         // Running pods do not need the image any more; keep serving and try again later.
         e.next_recheck = now + delay;
@@ -510,10 +512,10 @@ void PrePuller::finishRef(const std::string& ref, bool recheck, StatusOr<WallTim
           e.error_reason = "ContainerMissing";
           e.error_message = "image " + ref + " is not in containerd, and images of " + registryOf(ref) +
                             " are not pulled (deployment registries-skipping-tag-resolving): import it with "
-                            "`knap image import FILE`" + retryNote(e.failures, delay);
+                            "`knap image import FILE`";
         } else {
           e.error_reason = pullFailureReason(*failure);
-          e.error_message = failureMessage(ref, *failure) + retryNote(e.failures, delay);
+          e.error_message = failureMessage(ref, *failure);
         }
         notesForRefLocked(ref, &notes);
       }

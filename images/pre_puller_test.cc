@@ -253,8 +253,9 @@ TEST_F(PrePullerTest, FailuresAreRetriedWithExponentialBackoffUpToTheCap) {
   EXPECT_EQ(s.phase, ImagePhase::kFailed);
   EXPECT_EQ(s.reason, "RegistryUnreachable");
   EXPECT_NE(s.message.find("reg.example:5000"), std::string::npos) << s.message;
-  EXPECT_NE(s.message.find("attempt 1, next retry in 1s"), std::string::npos) << s.message;
+  EXPECT_EQ(s.message.find("attempt"), std::string::npos) << "no retry counter in a condition message: " << s.message;
   EXPECT_EQ(puller_.pulls, 1);
+  const ImageStatus first = s;
 
   const std::vector<int> gaps_ms = {1000, 2000, 4000, 8000, 8000};
   for (size_t i = 0; i < gaps_ms.size(); ++i) {
@@ -265,7 +266,7 @@ TEST_F(PrePullerTest, FailuresAreRetriedWithExponentialBackoffUpToTheCap) {
     clock_.advance(milliseconds(1));
     settle();
     EXPECT_EQ(puller_.pulls, static_cast<int>(i) + 2) << i;
-    EXPECT_EQ(pp.status("ns/rev-1", kTag).phase, ImagePhase::kFailed);
+    EXPECT_EQ(pp.status("ns/rev-1", kTag), first) << "a retry that fails the same way changes nothing, step " << i;
   }
   // The registry comes back: the next retry makes it Ready by itself.
   puller_.pull_error.clear();
