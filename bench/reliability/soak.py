@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Churn soak: create, serve, scale to zero and back, delete — for a while —
+then count what is left over.
+
+Starts its own knapd (--runtime containerd, its own containerd namespace,
+bridge and subnet, data dir in a temporary directory) with a short
+scale-to-zero window, imports the test app, runs one warm-up cycle, takes
+counts, runs cycles until --duration passes, deletes everything, waits for
+the pods to go and counts again:
+
+  containers, tasks, snapshots, leases (containerd, the instance's namespace),
+  netns (named after the bridge), veths on the bridge, host-local IPs
+  (files in <data-dir>/cni), knapd open fds and RSS.
+
+Prints before/after and exits non-zero when anything leaked (RSS is
+reported, with its growth; it is judged by the reader, not asserted).
+
+    python3 bench/reliability/soak.py [--build build] [--duration 1800]
+
+Not run yet (see docs/reliability.md); no CI test runs it.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+API = "/apis/serving.knative.dev/v1/namespaces/default/services"
+IMAGE = "dev.local/knap-soak:v1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sh(*args):
+    return subprocess.run(list(args), capture_output=True, text=True).stdout
+
+
+class Soak:
+    def __init__(self, build, tag):
+        self.build = build
+        self.work = tempfile.mkdtemp(prefix="knap-soak-")
+        self.data = os.path.join(self.work, "data")
+        self.ns = f"knap-soak-{tag}"
+        self.bridge = f"knaps{tag}"
+        self.api, self.router = free_port(), free_port()
+        cfg = os.path.join(self.work, "config.yaml")
+        with open(cfg, "w") as f:
+            f.write("knap:\n"
+                    f"  data-dir: {self.data}\n  api-listen: 127.0.0.1:{self.api}\n"
+                    f"  router-listen: 127.0.0.1:{self.router}\n  containerd-namespace: {self.ns}\n"
+                    f"  bridge-name: {self.bridge}\n  pod-subnet: 10.216.{tag}.0/24\n"
+                    "autoscaler:\n  stable-window: 6s\n  scale-to-zero-grace-period: 1s\n")
+        testapp = os.path.join(build, "tests", "apps", "knap-testapp")
+        tar = os.path.join(self.work, "app.tar")
+        subprocess.run([os.path.join(build, "tools", "mkimage", "knap-mkimage"), "--out", tar, "--name", IMAGE,
+                        "--file", f"{testapp}:/app/knap-testapp", "--entrypoint", "/app/knap-testapp",
+                        "--user", "app", "--workdir", "/app", "--expose", "8080"], check=True, capture_output=True)
+        subprocess.run([os.path.join(build, "tools", "knap"), "image", "import", tar, "--namespace", self.ns],
+                       check=True, capture_output=True)
+        self.log = open(os.path.join(self.work, "knapd.log"), "a")
+        self.proc = subprocess.Popen([os.path.join(build, "daemon", "knapd"), "--config", cfg, "--runtime",
+                                      "containerd"], stdout=self.log, stderr=subprocess.STDOUT)
+        self.wait(lambda: self.req("GET", "/readyz")[0] == 200, 60, "knapd ready")
+
+    def req(self, method, path, body=None, host=None, port=None, timeout=30):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port or self.api, timeout=timeout)
+            headers = {"Content-Type": "application/json"}
+            if host:
+                headers["Host"] = host
+            c.request(method, path, body=body, headers=headers)
+            r = c.getresponse()
+            out = r.status, r.read().decode(errors="replace")
+            c.close()
+            return out
+        except OSError as e:
+            return 0, repr(e)
+
+    def wait(self, pred, timeout, what):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if pred():
+                return
+            time.sleep(0.2)
+        raise SystemExit(f"timed out: {what}\n" + open(self.log.name).read()[-3000:])
+
+    def pods(self):
+        return len(sh("ctr", "-n", self.ns, "tasks", "ls", "-q").split())
+
+    def ready(self, name):
+        code, body = self.req("GET", f"{API}/{name}")
+        if code != 200:
+            return False
+        return any(c["type"] == "Ready" and c["status"] == "True"
+                   for c in json.loads(body).get("status", {}).get("conditions", []))
+
+    def cycle(self, name):
+        doc = json.dumps({"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": name},
+                          "spec": {"template": {"spec": {"containers": [{"image": IMAGE}]}}}})
+        code, body = self.req("POST", API, doc)
+        assert code == 201, (code, body)
+        self.wait(lambda: self.ready(name), 60, f"{name} Ready")
+        host = f"{name}.default.localhost"
+        self.wait(lambda: self.req("GET", "/", host=host, port=self.router)[0] == 200, 30, f"{name} serves")
+        self.wait(lambda: self.pods() == 0, 60, f"{name} scaled to zero")
+        code, _ = self.req("GET", "/", host=host, port=self.router, timeout=60)  # from zero
+        assert code == 200, code
+        code, _ = self.req("DELETE", f"{API}/{name}")
+        assert code == 200, code
+        self.wait(lambda: self.pods() == 0, 60, f"{name} pods gone")
+
+    def counts(self):
+        def lines(*a):
+            return len([x for x in sh(*a).splitlines() if x.strip()])
+        cni = 0
+        for root, _, files in os.walk(os.path.join(self.data, "cni")):
+            cni += len([f for f in files if f.count(".") == 3])  # host-local: one file per allocated IPv4
+        pid = self.proc.pid
+        rss = 0
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+        return {
+            "containers": lines("ctr", "-n", self.ns, "containers", "ls", "-q"),
+            "tasks": lines("ctr", "-n", self.ns, "tasks", "ls", "-q"),
+            "snapshots": max(0, lines("ctr", "-n", self.ns, "snapshots", "ls") - 1),
+            "leases": lines("ctr", "-n", self.ns, "leases", "ls", "-q"),
+            "netns": len([n for n in sh("ip", "netns", "list").split() if n.startswith(f"knap-{self.bridge}+")]),
+            "veths": lines("ip", "-o", "link", "show", "master", self.bridge),
+            "host_local_ips": cni,
+            "knapd_fds": len(os.listdir(f"/proc/{pid}/fd")),
+            "knapd_rss_kib": rss,
+        }
+
+    def close(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        sh("ctr", "-n", self.ns, "images", "rm", IMAGE)
+        sh("ip", "link", "del", self.bridge)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.environ.get("KNAP_BUILD_DIR", "build"))
+    ap.add_argument("--duration", type=float, default=1800)
+    args = ap.parse_args(argv)
+    s = Soak(args.build, (os.getpid() + 11) % 150 + 60)
+    try:
+        s.cycle("warmup")
+        time.sleep(2)
+        before = s.counts()
+        t0, n = time.time(), 0
+        while time.time() - t0 < args.duration:
+            s.cycle(f"churn-{n % 3}")
+            n += 1
+        time.sleep(3)
+        after = s.counts()
+        print(f"soak: {n} cycles (create, serve, scale to zero, serve from zero, delete) in "
+              f"{time.time() - t0:.0f}s")
+        leaked = []
+        for k in before:
+            print(f"  {k:16s} before {before[k]:8d}  after {after[k]:8d}")
+            if k != "knapd_rss_kib" and after[k] > before[k]:
+                leaked.append(k)
+        print(f"  RSS growth: {after['knapd_rss_kib'] - before['knapd_rss_kib']} KiB")
+        if leaked:
+            print("LEAKED: " + ", ".join(leaked))
+            return 1
+        print("leaked: nothing")
+        return 0
+    finally:
+        s.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
