@@ -1325,7 +1325,7 @@ TEST_F(ApiServerTest, CreateRejectsInvalidNamespaceName) {
 
 TEST_F(ApiServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   RawConn conn(server_->tcpPort());
-  ASSERT_TRUE(conn.send("GET /version HTTP/1.1\r\nHost: x\r\n\r\nGET /apis HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  ASSERT_TRUE(conn.send("GET /version HTTP/1.1\r\nHost: localhost\r\n\r\nGET /apis HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"));
   std::string got = conn.readAll();
   EXPECT_NE(got.find("\"minor\":\"30\""), std::string::npos);
   EXPECT_NE(got.find("APIGroupList"), std::string::npos);
@@ -1345,7 +1345,7 @@ TEST_F(ApiServerTest, UnixSocketIsOwnerOnlyAndServes) {
   addr.sun_family = AF_UNIX;
   std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  std::string req = "GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  std::string req = "GET /version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
   ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
   std::string got;
   char buf[4096];
