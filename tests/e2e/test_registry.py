@@ -445,11 +445,19 @@ def test_knapd_two_services_of_one_image_share_one_pull(registry, testapp_image,
             assert len(proxy.blob_gets(d)) == 1, f"{d} fetched more than once:\n{proxy.describe()}"
             assert registry.blob_gets("team/shared", d) == 1, registry.requests()
         for name in ("one", "two"):
-            c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=60)
-            c.request("GET", "/", headers={"Host": f"{name}.default.localhost"})
-            r = c.getresponse()
-            body = r.read().decode()
-            c.close()
+            # A Revision is Ready before its Route reaches the router (the
+            # Route's IngressReady is not yet confirmed by the router): wait
+            # for the host to be routed, bounded, before judging the answer.
+            deadline = time.monotonic() + 30
+            while True:
+                c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=60)
+                c.request("GET", "/", headers={"Host": f"{name}.default.localhost"})
+                r = c.getresponse()
+                body = r.read().decode()
+                c.close()
+                if r.status != 404 or "no route for host" not in body or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             assert r.status == 200 and json.loads(body)["revision"] == f"{name}-rev", body
     finally:
         for name in ("one", "two"):
