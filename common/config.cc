@@ -814,6 +814,22 @@ SectionSpec knapSpec(KnapConfig& c) {
   };
   s.keys["image-gc-high-threshold-percent"] = intIn(&c.image_gc_high_percent, 1, 100);
   s.keys["image-gc-low-threshold-percent"] = intIn(&c.image_gc_low_percent, 0, 100);
+  s.keys["router-max-connections"] = intIn(&c.router_max_connections, 0, 1000000);
+  s.keys["router-keepalive-idle-timeout"] = positiveSeconds(&c.router_keepalive_idle_timeout);
+  s.keys["router-tunnel-idle-timeout"] = [&c](const std::string& v) {
+    Seconds d{};
+    std::string err = parseSeconds(v, &d);
+    if (err.empty() && d < Seconds(0)) err = "must be >= 0s (0s = never), got " + quoted(v);
+    if (err.empty()) c.router_tunnel_idle_timeout = d;
+    return err;
+  };
+  s.keys["router-drain-timeout"] = [&c](const std::string& v) {
+    Seconds d{};
+    std::string err = parseSeconds(v, &d);
+    if (err.empty() && (d < Seconds(0) || d > Seconds(3600))) err = "must be between 0s and 1h, got " + quoted(v);
+    if (err.empty()) c.router_drain_timeout = d;
+    return err;
+  };
   s.keys["warm-pool-size"] = intIn(&c.warm_pool_size, 0, 100);
   s.keys["warm-pool-mode"] = str(&c.warm_pool_mode, [](const std::string& v) -> std::string {
     if (v != "frozen" && v != "created") return "must be \"frozen\" or \"created\", got " + quoted(v);

@@ -118,6 +118,11 @@ struct KnapConfig {
   std::string bridge_name = "knap0";
   size_t max_request_body_bytes = 3 * 1024 * 1024;
   int64_t watch_history_events = 10000;       // events kept for watch replay before 410 Gone
+  // --- router limits (router/, issue 8) ---
+  int64_t router_max_connections = 10000;     // per router listener, tunnels included; 0 = no limit; over it: 503
+  Seconds router_keepalive_idle_timeout{60};  // a kept-alive client connection idle this long is closed
+  Seconds router_tunnel_idle_timeout{300};    // an Upgrade tunnel with no byte either way this long is closed; 0 = never
+  Seconds router_drain_timeout{30};           // SIGTERM: in-flight requests get this long to finish
 
   // --- images (images/, issue 5) ---
   std::string platform;                       // "os/arch[/variant]" to pull; empty = this machine's

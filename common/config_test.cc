@@ -282,6 +282,22 @@ INSTANTIATE_TEST_SUITE_P(
                    EXPECT_EQ(c.knap.warm_pool_size, 2);
                    EXPECT_EQ(c.knap.warm_pool_mode, "created");
                  }},
+        GoodCase{"RouterLimits",
+                 "knap:\n  router-max-connections: 500\n  router-keepalive-idle-timeout: 15s\n"
+                 "  router-tunnel-idle-timeout: 0s\n  router-drain-timeout: 1m",
+                 [](const Config& c) {
+                   EXPECT_EQ(c.knap.router_max_connections, 500);
+                   EXPECT_EQ(c.knap.router_keepalive_idle_timeout, Seconds(15));
+                   EXPECT_EQ(c.knap.router_tunnel_idle_timeout, Seconds(0));
+                   EXPECT_EQ(c.knap.router_drain_timeout, Seconds(60));
+                 }},
+        GoodCase{"RouterLimitDefaults", "knap:\n  data-dir: /tmp/x",
+                 [](const Config& c) {
+                   EXPECT_EQ(c.knap.router_max_connections, 10000);
+                   EXPECT_EQ(c.knap.router_keepalive_idle_timeout, Seconds(60));
+                   EXPECT_EQ(c.knap.router_tunnel_idle_timeout, Seconds(300));
+                   EXPECT_EQ(c.knap.router_drain_timeout, Seconds(30));
+                 }},
         GoodCase{"ExampleKeyIgnoredEverywhere", "autoscaler:\n  _example: |\n    stable-window: \"60s\"\n",
                  CHECK(c.autoscaler.stable_window == Seconds(60))}),
     [](const testing::TestParamInfo<GoodCase>& info) { return std::string(info.param.name); });
@@ -570,6 +586,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"WarmPoolNegative", "knap:\n  warm-pool-size: -1", "knap.warm-pool-size: must be in [0, 100]"},
         BadCase{"WarmPoolModeBad", "knap:\n  warm-pool-mode: hot",
                 "knap.warm-pool-mode: must be \"frozen\" or \"created\""},
+        BadCase{"RouterMaxConnectionsNegative", "knap:\n  router-max-connections: -1",
+                "knap.router-max-connections: must be in [0, 1000000]"},
+        BadCase{"RouterKeepAliveZero", "knap:\n  router-keepalive-idle-timeout: 0s",
+                "knap.router-keepalive-idle-timeout: must be greater than 0s"},
+        BadCase{"RouterTunnelIdleBad", "knap:\n  router-tunnel-idle-timeout: soon",
+                "knap.router-tunnel-idle-timeout:"},
+        BadCase{"RouterDrainTooLong", "knap:\n  router-drain-timeout: 2h",
+                "knap.router-drain-timeout: must be between 0s and 1h"},
         BadCase{"CaFileRelative", "knap:\n  registry-ca-file: ca.pem", "knap.registry-ca-file:"},
         BadCase{"KnapUnknown", "knap:\n  datadir: /x", "knap.datadir: unknown key"}),
     [](const testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });

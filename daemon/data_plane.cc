@@ -63,9 +63,16 @@ StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, c
 }
 
 DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
-                     scaler::ScaleTarget& scale, EventRecorder& events)
-    : config_(config), store_(store), clock_(clock) {
+                     scaler::ScaleTarget& scale, EventRecorder& events, int router_fd)
+    : config_(config), store_(store), clock_(clock), router_fd_(router_fd) {
   router::RouterOptions options;
+  options.external_fd = router_fd;
+  options.max_connections = static_cast<int>(config.knap.router_max_connections);
+  options.keepalive_idle_timeout = config.knap.router_keepalive_idle_timeout;
+  options.tunnel_idle_timeout = config.knap.router_tunnel_idle_timeout;
+  // Requests that arrive before the first route sync wait for it (a
+  // restarted knapd has not loaded its routes yet), never 404.
+  options.startup_hold = std::chrono::seconds(30);
   auto external = splitHostPort(config.knap.router_listen, "knap.router-listen");
   if (!external.isOk()) {
     init_status_ = external.status();
@@ -108,8 +115,20 @@ Status DataPlane::start() {
   listener_id_ = store_.addListener([this](const store::Event& e) { onStoreEvent(e); });
   sync_thread_ = std::thread([this] { syncLoop(); });
   ticker_->start();
-  LOG(INFO) << "router listening on " << config_.knap.router_listen << " (port " << router_->port() << ")";
+  if (router_fd_ >= 0) {
+    LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port() << ")";
+  } else {
+    LOG(INFO) << "router listening on " << config_.knap.router_listen << " (port " << router_->port() << ")";
+  }
   return Status::ok();
+}
+
+void DataPlane::drain() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+  }
+  router_->drain(config_.knap.router_drain_timeout);
 }
 
 void DataPlane::stop() {

@@ -30,14 +30,20 @@ namespace knap::daemon {
 class DataPlane {
  public:
   // pods/scale: the runtime's view of ready pods and where scale decisions go.
-  // `events` (borrowed) gets the autoscaler's scaling Events.
+  // `events` (borrowed) gets the autoscaler's scaling Events. `router_fd` >= 0:
+  // an already-listening socket (socket activation, common/listen_fds.h)
+  // the router serves instead of binding knap.router-listen; owned from here on.
   DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
-            scaler::ScaleTarget& scale, EventRecorder& events);
+            scaler::ScaleTarget& scale, EventRecorder& events, int router_fd = -1);
   ~DataPlane();
 
   // Binds the router's listeners and starts the sync and ticker threads.
   // kInvalidArgument for a bad listen address, kUnavailable when a port is taken.
   Status start();
+  // SIGTERM: the router stops accepting and lets in-flight requests (held
+  // ones too: the scaler and runtime keep running meanwhile) finish, up to
+  // knap.router-drain-timeout (Router::drain). Call before stop().
+  void drain();
   void stop();  // idempotent
 
   router::Router& router() { return *router_; }
@@ -66,6 +72,7 @@ class DataPlane {
   std::unique_ptr<scaler::ScalerTicker> ticker_;
   Status init_status_;  // a bad listen address found in the constructor, reported by start()
   int listener_id_ = -1;
+  int router_fd_ = -1;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -176,7 +176,16 @@ RouterMetrics::RouterMetrics()
       warm_pool_pods("knap_warm_pool_pods", "Warm pods kept for a revision that scales to zero, by pool mode.",
                      {"revision", "mode"}),
       warm_pool_memory("knap_warm_pool_memory_bytes", "Memory held by a revision's warm pods (cgroup usage).",
-                       {"revision"}) {}
+                       {"revision"}),
+      open_connections("knap_router_open_connections", "Client connections open on a router listener.",
+                       {"listener"}),
+      rejected_connections("knap_router_rejected_connections_total",
+                           "Client connections answered 503 and closed because the listener was at its "
+                           "connection limit.",
+                           {"listener"}),
+      accept_errors("knap_router_accept_errors_total",
+                    "accept() failures on a router listener (out of file descriptors and the like).",
+                    {"listener"}) {}
 
 std::string RouterMetrics::render() const {
   std::string out;
@@ -189,6 +198,9 @@ std::string RouterMetrics::render() const {
   probes_total.render(out);
   warm_pool_pods.render(out);
   warm_pool_memory.render(out);
+  open_connections.render(out);
+  rejected_connections.render(out);
+  accept_errors.render(out);
   return out;
 }
 

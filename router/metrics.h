@@ -108,6 +108,9 @@ class RouterMetrics {
   CounterFamily probes_total;          // {kind}
   GaugeFamily warm_pool_pods;          // {revision, mode}
   GaugeFamily warm_pool_memory;        // {revision}
+  GaugeFamily open_connections;        // {listener="external|internal|admin"}
+  CounterFamily rejected_connections;  // {listener}: over router max-connections, answered 503
+  CounterFamily accept_errors;         // {listener}: accept() failures (EMFILE, ENFILE, ...)
 };
 
 }  // namespace knap::router

@@ -188,6 +188,7 @@ awaitable<void> Router::Impl::pump(std::shared_ptr<Tunnel> t, bool client_to_pod
   while (!ec) {
     const size_t n = co_await from.async_read_some(asio::buffer(data), tok(ec));
     if (ec) break;
+    t->last_io = std::chrono::steady_clock::now();
     co_await asio::async_write(to, asio::buffer(data.data(), n), tok(ec));
   }
   beast::error_code ignored;
@@ -197,11 +198,50 @@ awaitable<void> Router::Impl::pump(std::shared_ptr<Tunnel> t, bool client_to_pod
     from.close(ignored);
     to.close(ignored);
   }
+  if (--t->pumps_open == 0) t->idle_timer.cancel();
+}
+
+// Closes a tunnel in which no byte moved either way for tunnel_idle_timeout.
+awaitable<void> Router::Impl::tunnelWatchdog(std::shared_ptr<Tunnel> t) {
+  const Duration idle = opts.tunnel_idle_timeout;
+  while (t->pumps_open > 0) {
+    t->idle_timer.expires_at(t->last_io + idle);
+    beast::error_code ec;
+    co_await t->idle_timer.async_wait(tok(ec));
+    if (t->pumps_open == 0) break;
+    if (!ec && std::chrono::steady_clock::now() >= t->last_io + idle) {
+      beast::error_code ignored;
+      t->client.close(ignored);  // both pumps fail and finish
+      t->pod.close(ignored);
+      break;
+    }
+  }
+}
+
+awaitable<std::shared_ptr<const RoutingTable>> Router::Impl::awaitFirstTable(Worker& w, MonoTime start) {
+  auto ws = std::make_shared<WaitState>(w.ioc.get_executor());
+  {
+    std::lock_guard<std::mutex> lock(table_mu);
+    if (table_set) co_return table;
+    table_waiters.push_back(ws);
+  }
+  ws->timer.expires_at(start + opts.startup_hold);
+  while (!ws->ready()) {
+    beast::error_code ec;
+    co_await ws->timer.async_wait(tok(ec));
+    if (!ec) break;  // the hold expired; the table as it is
+  }
+  {
+    std::lock_guard<std::mutex> lock(table_mu);
+    auto& v = table_waiters;
+    v.erase(std::remove(v.begin(), v.end(), ws), v.end());
+  }
+  co_return snapshot();
 }
 
 awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::flat_buffer& buf,
                                             http1::RequestHead& head, Kind kind, Worker& w,
-                                            const std::string& client_ip) {
+                                            const std::string& client_ip, std::shared_ptr<ClientConn>& conn) {
   const MonoTime start = time.monotonic();
   const unsigned version = head.version;
   const bool client_keep = head.keep_alive;
@@ -215,7 +255,7 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     co_return co_await writeLocal(client, version, http::status::bad_request,
                                   "missing Host header", false);
   }
-  const std::shared_ptr<const RoutingTable> tbl = snapshot();
+  std::shared_ptr<const RoutingTable> tbl = snapshot();
   auto probe = head.fields.find(beast::string_view(kProbeHeader.data(), kProbeHeader.size()));
   if (probe != head.fields.end()) {
     std::string value(probe->value());
@@ -223,6 +263,11 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     co_return co_await handleProbe(client, head, std::move(value), std::move(nhost), tbl, kind);
   }
   const HostRoute* route = tbl->lookup(host, lk);
+  if (route == nullptr && opts.startup_hold > Duration::zero()) {
+    // Just started: the routes may not be loaded yet. Hold, not 404.
+    tbl = co_await awaitFirstTable(w, start);
+    route = tbl->lookup(host, lk);
+  }
   if (route == nullptr) {
     countUnrouted();
     const std::string msg = "no route for host \"" + normalizeHost(host) + "\"";
@@ -431,7 +476,7 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
   rewriteResponseHeaders(rh.fields, switching);
   rh.fields.erase(http::field::content_length);
   rh.fields.erase(http::field::transfer_encoding);
-  bool keep = client_keep;
+  bool keep = client_keep && !draining.load();
   bool chunked_out = false;
   std::string out;
   out.reserve(512);
@@ -492,8 +537,13 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     const std::string_view pb = bufView(ubuf);
     tunnel->pod_leftover.assign(pb.data(), pb.size());
     tunnel->guard = std::move(guard);
+    conn->socket = &tunnel->client;
+    tunnel->conn = std::move(conn);
     asio::co_spawn(w.ioc, pump(tunnel, true), asio::detached);
     asio::co_spawn(w.ioc, pump(tunnel, false), asio::detached);
+    if (opts.tunnel_idle_timeout > Duration::zero()) {
+      asio::co_spawn(w.ioc, tunnelWatchdog(tunnel), asio::detached);
+    }
     co_return false;
   }
 

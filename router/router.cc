@@ -4,13 +4,20 @@
 // upstream.cc. docs: router/README.md walks through one request.
 #include "router/router.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <future>
 #include <set>
+#include <thread>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 
+#include "common/listen_fds.h"
 #include "common/log.h"
 #include "router/headers.h"
 #include "router/router_impl.h"
@@ -32,9 +39,29 @@ std::string peerIp(const tcp::socket& s) {
 
 struct ListenerSpec {
   Kind kind;
+  const char* name;
   std::string address;
   int port;
+  int fd;  // adopt this listening socket instead of binding (-1: bind)
 };
+
+// Adopts an already-listening TCP socket (socket activation); checks that it
+// is one, so a wrong fd is a clear error, not a silent hang.
+Status adoptListener(tcp::acceptor& acceptor, int fd, const char* name) {
+  const std::string what = std::string("router: the ") + name + " listener's inherited socket: ";
+  int family = 0;
+  if (Status st = checkListeningTcp(fd, &family); !st.isOk()) return invalidArgument(what + st.message());
+  beast::error_code ec;
+  acceptor.assign(family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
+  if (ec) return invalidArgument(what + ec.message());
+  return Status::ok();
+}
+
+bool outOfDescriptors(const beast::error_code& ec) {
+  return ec == boost::system::errc::too_many_files_open ||
+         ec == boost::system::errc::too_many_files_open_in_system ||
+         ec == boost::system::errc::no_buffer_space || ec == boost::system::errc::not_enough_memory;
+}
 
 }  // namespace
 
@@ -56,6 +83,24 @@ std::shared_ptr<RevisionState> Router::Impl::findRevision(const std::string& rev
   return it == revisions.end() ? nullptr : it->second;
 }
 
+ClientConn::ClientConn(Router::Impl* i, Listener* l, Worker* w) : impl(i), listener(l), worker(w) {
+  worker->conns.insert(this);
+}
+
+ClientConn::~ClientConn() {
+  worker->conns.erase(this);
+  listener->open.fetch_sub(1);
+  listener->open_gauge->add(-1);
+}
+
+void Router::Impl::forEachWorker(std::function<void(Worker&)> fn) {
+  std::lock_guard<std::mutex> lock(lifecycle_mu);
+  for (auto& w : workers) {
+    Worker* wp = w.get();
+    asio::post(wp->ioc, [wp, fn] { fn(*wp); });
+  }
+}
+
 void Router::Impl::forEachPool(std::function<void(UpstreamPool&)> fn) {
   std::lock_guard<std::mutex> lock(lifecycle_mu);
   for (auto& w : workers) {
@@ -69,6 +114,7 @@ awaitable<bool> Router::Impl::writeLocal(beast::tcp_stream& client, unsigned ver
                                          bool keep_alive,
                                          const std::vector<std::pair<std::string, std::string>>& extra,
                                          const char* content_type) {
+  keep_alive = keep_alive && !draining.load();
   auto r = std::make_unique<LocalResponse>(status, version < 10 ? 11 : version);
   r->set(http::field::server, "knap");
   for (const auto& [k, v] : extra) r->set(k, v);
@@ -108,19 +154,70 @@ std::string Router::Impl::noteColdStart(RevisionState& st, const std::string& re
 
 awaitable<void> Router::Impl::acceptLoop(Listener* l) {
   asio::steady_timer backoff(workers[0]->ioc);
+  // Failed accepts (EMFILE and ENFILE above all: the pending connection
+  // stays in the backlog, so an immediate retry fails again) back off
+  // exponentially, 5 ms up to 1 s, and are logged at most every 10 s.
+  Duration delay{0};
+  std::chrono::steady_clock::time_point last_log{};
   for (;;) {
     Worker& w = *workers[next_worker.fetch_add(1) % workers.size()];
     beast::error_code ec;
     tcp::socket sock = co_await l->acceptor->async_accept(w.ioc, tok(ec));
     if (ec == asio::error::operation_aborted || !l->acceptor->is_open()) co_return;
     if (ec) {
-      LOG(WARNING) << "router: accept: " << ec.message();
-      backoff.expires_after(std::chrono::milliseconds(50));
+      metrics.accept_errors.with({l->name}).inc();
+      if (ec == asio::error::connection_aborted) continue;  // that client is gone; the next one may wait
+      delay = std::clamp<Duration>(delay * 2, std::chrono::milliseconds(5), std::chrono::seconds(1));
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_log >= std::chrono::seconds(10)) {
+        last_log = now;
+        LOG(WARNING) << "router: accept on the " << l->name << " listener failed: " << ec.message()
+                     << (outOfDescriptors(ec) ? " (out of file descriptors or memory; raise LimitNOFILE or "
+                                                "lower knap.router-max-connections)"
+                                              : "")
+                     << "; retrying with back-off";
+      }
+      backoff.expires_after(delay);
       co_await backoff.async_wait(tok(ec));
+      if (!l->acceptor->is_open()) co_return;
       continue;
     }
+    delay = Duration::zero();
     sock.set_option(tcp::no_delay(true), ec);
-    asio::co_spawn(w.ioc, serveConnection(std::move(sock), l->kind, &w), asio::detached);
+    if (opts.max_connections > 0 && l->open.load() >= opts.max_connections) {
+      metrics.rejected_connections.with({l->name}).inc();
+      asio::co_spawn(w.ioc, rejectConnection(std::move(sock)), asio::detached);
+      continue;
+    }
+    l->open.fetch_add(1);
+    l->open_gauge->add(1);
+    asio::co_spawn(w.ioc, serveConnection(std::move(sock), l, &w), asio::detached);
+  }
+}
+
+// A connection over the listener's limit: a 503 that says so, then close.
+// The request is not read (beyond draining what arrived, so that the close
+// does not turn into a reset that destroys the answer); at most a second.
+awaitable<void> Router::Impl::rejectConnection(tcp::socket sock) {
+  struct Count {
+    std::atomic<int>& n;
+    ~Count() { n.fetch_sub(1); }
+  } count{rejecting};
+  if (rejecting.fetch_add(1) >= std::max(opts.max_connections, 64)) co_return;  // a flood: just close
+  beast::tcp_stream s(std::move(sock));
+  const std::string body = "router connection limit reached (" + std::to_string(opts.max_connections) +
+                           " connections on this listener); retry later\n";
+  const std::string msg = "HTTP/1.1 503 Service Unavailable\r\nServer: knap\r\nContent-Type: text/plain; "
+                          "charset=utf-8\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
+  beast::error_code ec;
+  s.expires_after(std::chrono::seconds(1));
+  co_await asio::async_write(s, asio::buffer(msg), tok(ec));
+  if (ec) co_return;
+  s.socket().shutdown(tcp::socket::shutdown_send, ec);
+  char sink[4096];
+  for (size_t total = 0; !ec && total < 64 * 1024;) {
+    total += co_await s.async_read_some(asio::buffer(sink), tok(ec));
   }
 }
 
@@ -140,12 +237,17 @@ awaitable<void> Router::Impl::sweepLoop(Worker* w) {
 
 // Reads request heads (strict, http1::parseRequestHead) and hands each
 // request to its stage; a framing error is answered and closes the connection.
-awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Kind kind, Worker* w) {
+awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Worker* w) {
+  const Kind kind = l->kind;
+  auto conn = std::make_shared<ClientConn>(this, l, w);
   beast::tcp_stream client(std::move(sock));
+  conn->socket = &client.socket();
   const std::string client_ip = peerIp(client.socket());
   beast::flat_buffer buf;
   bool first = true;
   for (;;) {
+    // Draining: a kept-alive connection gets no further request.
+    if (!first && buf.size() == 0 && draining.load()) break;
     beast::error_code ec;
     http1::RequestHead head;
     http1::Parse p = http1::Parse::kIncomplete;
@@ -165,7 +267,9 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Kind kind, Worke
       } else {
         client.expires_after(opts.keepalive_idle_timeout);
       }
+      conn->idle = !first && buf.size() == 0;
       const size_t n = co_await client.async_read_some(buf.prepare(16 * 1024), tok(ec));
+      conn->idle = false;
       if (ec) break;
       buf.commit(n);
       if (!head_deadline) head_deadline = std::chrono::steady_clock::now() + opts.header_read_timeout;
@@ -189,11 +293,12 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Kind kind, Worke
     if (kind == Kind::kAdmin) {
       keep = co_await handleAdmin(client, head);
     } else {
-      keep = co_await handleRequest(client, buf, head, kind, *w, client_ip);
+      keep = co_await handleRequest(client, buf, head, kind, *w, client_ip, conn);
     }
-    if (!keep) break;
+    if (!keep || draining.load()) break;
     if (buf.size() == 0) buf.shrink_to_fit();  // idle connections hold no big buffer
   }
+  if (conn) conn->socket = nullptr;  // (null: the connection went on as a tunnel)
   if (client.socket().is_open()) {
     beast::error_code ec;
     client.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -268,14 +373,25 @@ Status Router::start() {
     im.workers.push_back(std::make_unique<Worker>(i, im.time, im.opts));
   }
   const std::vector<ListenerSpec> specs = {
-      {Kind::kExternal, im.opts.address, im.opts.port},
-      {Kind::kInternal, im.opts.internal_address, im.opts.internal_port},
-      {Kind::kAdmin, im.opts.admin_address, im.opts.admin_port},
+      {Kind::kExternal, "external", im.opts.address, im.opts.port, im.opts.external_fd},
+      {Kind::kInternal, "internal", im.opts.internal_address, im.opts.internal_port, -1},
+      {Kind::kAdmin, "admin", im.opts.admin_address, im.opts.admin_port, -1},
   };
   for (const ListenerSpec& spec : specs) {
     auto l = std::make_unique<Listener>();
     l->kind = spec.kind;
-    if (spec.port >= 0) {
+    l->name = spec.name;
+    l->open_gauge = &im.metrics.open_connections.with({spec.name});
+    if (spec.fd >= 0) {
+      l->acceptor = std::make_unique<tcp::acceptor>(im.workers[0]->ioc);
+      if (Status st = adoptListener(*l->acceptor, spec.fd, spec.name); !st.isOk()) {
+        im.listeners.clear();
+        im.workers.clear();
+        return st;
+      }
+      beast::error_code ec;
+      l->port = l->acceptor->local_endpoint(ec).port();
+    } else if (spec.port >= 0) {
       beast::error_code ec;
       const asio::ip::address addr = asio::ip::make_address(spec.address, ec);
       if (ec) return invalidArgument("router: bad listen address \"" + spec.address + "\"");
@@ -309,6 +425,47 @@ Status Router::start() {
   return Status::ok();
 }
 
+size_t Router::drain(Duration deadline) {
+  Impl& im = *impl_;
+  if (!im.started || im.stopped || im.workers.empty()) return 0;
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  im.draining = true;
+  // Stop accepting: the acceptors live on worker 0's thread. (A socket
+  // handed over by socket activation stays open in its owner, so clients
+  // that connect now wait in its backlog for the next daemon.)
+  std::promise<void> closed;
+  asio::post(im.workers[0]->ioc, [&im, &closed] {
+    for (auto& l : im.listeners) {
+      beast::error_code ignored;
+      if (l->acceptor) l->acceptor->close(ignored);
+    }
+    closed.set_value();
+  });
+  closed.get_future().wait();
+  // Kept-alive connections waiting for their next request are closed now;
+  // busy ones close after their response (Connection: close).
+  im.forEachWorker([](Worker& w) {
+    for (ClientConn* c : w.conns) {
+      beast::error_code ignored;
+      if (c->idle && c->socket != nullptr) c->socket->close(ignored);
+    }
+  });
+  size_t open = openConnections();
+  while (open > 0 && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    open = openConnections();
+  }
+  LOG(INFO) << "router: drained" << (open == 0 ? "" : "; " + std::to_string(open) +
+                                                          " connections still open at the drain deadline");
+  return open;
+}
+
+size_t Router::openConnections() const {
+  size_t n = 0;
+  for (const auto& l : impl_->listeners) n += static_cast<size_t>(std::max(0, l->open.load()));
+  return n;
+}
+
 void Router::stop() {
   Impl& im = *impl_;
   if (!im.started || im.stopped) return;
@@ -327,8 +484,11 @@ void Router::stop() {
   }
   shutdownQueues();  // requests queued while the loops were stopping
   std::lock_guard<std::mutex> lock(im.lifecycle_mu);
-  im.listeners.clear();
+  // Acceptors before the io_context they use; listeners after the
+  // connections (coroutine frames) that count themselves in them.
+  for (auto& l : im.listeners) l->acceptor.reset();
   im.workers.clear();  // destroys pending handlers and coroutine frames
+  im.listeners.clear();
 }
 
 int Router::port() const {
@@ -343,8 +503,14 @@ int Router::adminPort() const {
 
 void Router::setRoutingTable(std::shared_ptr<const RoutingTable> table) {
   if (!table) table = RoutingTable::empty();
-  std::lock_guard<std::mutex> lock(impl_->table_mu);
-  impl_->table = std::move(table);
+  std::vector<std::shared_ptr<WaitState>> waiters;
+  {
+    std::lock_guard<std::mutex> lock(impl_->table_mu);
+    impl_->table = std::move(table);
+    impl_->table_set = true;
+    waiters.swap(impl_->table_waiters);
+  }
+  for (auto& ws : waiters) ws->deliver(std::string());  // requests held for the first table
 }
 
 bool Router::setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,

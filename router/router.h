@@ -93,13 +93,30 @@ struct RouterOptions {
   int threads = 2;
   size_t max_header_bytes = 32 * 1024;             // larger request headers get 431
   Duration header_read_timeout = std::chrono::seconds(10);
-  Duration keepalive_idle_timeout = std::chrono::seconds(60);
+  Duration keepalive_idle_timeout = std::chrono::seconds(60);   // a kept-alive client connection idle this long is closed
   Duration client_io_timeout = std::chrono::seconds(60);  // a client that stalls a read/write this long is dropped
   Duration upstream_connect_timeout = std::chrono::seconds(5);
   size_t max_idle_upstream_per_endpoint = 64;     // per worker
   Duration upstream_idle_timeout = std::chrono::seconds(30);  // idle pod connections closed after this
   QueueLimits queue;                               // activator queue depth / max wait
   std::string forwarded_proto = "http";
+  // Client connections open at once per listener, upgraded tunnels included;
+  // 0 = no limit. A connection accepted over the limit is answered
+  // `503 Service Unavailable` (`Connection: close`, `Retry-After: 1`) and
+  // closed, so a client learns why instead of hanging in the backlog.
+  int max_connections = 10000;
+  // An Upgrade tunnel (WebSocket) with no byte in either direction for this
+  // long is closed, releasing its pod slot; 0 = never.
+  Duration tunnel_idle_timeout = std::chrono::minutes(5);
+  // Until the first setRoutingTable() after start(), a request for a host
+  // that is not in the (empty) table waits up to this long for the table
+  // instead of getting 404 at once (a restarted daemon has not synced its
+  // routes yet). 0 = no hold.
+  Duration startup_hold{0};
+  // An already-listening TCP socket (socket activation, a restart that keeps
+  // the socket) to serve as the external listener instead of binding
+  // `address:port`. The router owns it from start() on.
+  int external_fd = -1;
 };
 
 class Router final : public scaler::MetricsSource {
@@ -112,9 +129,19 @@ class Router final : public scaler::MetricsSource {
   // Binds the listeners and starts the worker threads. Returns Unavailable
   // when an address cannot be bound, FailedPrecondition if already started.
   Status start();
+  // Graceful drain (SIGTERM): stops accepting on every listener, closes
+  // kept-alive connections that are idle between requests, and from now on
+  // answers every response with `Connection: close` and closes the
+  // connection after it. In-flight requests, queued (activator) ones
+  // included, go on. Blocks until no client connection is open or `deadline`
+  // passed; returns the connections still open then (0 = drained). Call
+  // stop() afterwards. Call from the owner's thread, after start().
+  size_t drain(Duration deadline);
   // Closes listeners and connections, fails queued requests, joins threads.
   // Idempotent.
   void stop();
+  // Client connections open on all listeners (tunnels included).
+  size_t openConnections() const;
   // Bound ports (after start()); -1 for a disabled listener.
   int port() const;
   int internalPort() const;

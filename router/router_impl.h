@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -62,9 +63,15 @@ struct RevisionState {
   scaler::RequestStats stats;
 };
 
+struct ClientConn;
+
 struct Worker {
   Worker(size_t i, const TimeSource& time, const RouterOptions& o)
       : index(i), pool(time, o.upstream_idle_timeout, o.max_idle_upstream_per_endpoint) {}
+  // Open client connections served here; touched only on this worker's
+  // thread. Declared before `ioc` so it outlives the coroutine frames the
+  // io_context destroys.
+  std::set<ClientConn*> conns;
   asio::io_context ioc{1};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread thread;
@@ -74,8 +81,27 @@ struct Worker {
 
 struct Listener {
   Kind kind;
+  const char* name = "";  // metrics label: external, internal, admin
   std::unique_ptr<tcp::acceptor> acceptor;
   int port = -1;
+  std::atomic<int> open{0};    // client connections accepted and not yet closed
+  Gauge* open_gauge = nullptr;  // knap_router_open_connections{listener}
+};
+
+// One accepted client connection, from accept until its socket is closed
+// (an upgraded one is owned by its Tunnel). Counted in its Listener (the
+// connection limit, drain) and registered with its worker (drain closes the
+// idle ones). Created and destroyed on its worker's thread.
+struct ClientConn {
+  ClientConn(Router::Impl* i, Listener* l, Worker* w);
+  ~ClientConn();
+  ClientConn(const ClientConn&) = delete;
+  ClientConn& operator=(const ClientConn&) = delete;
+  Router::Impl* impl;
+  Listener* listener;
+  Worker* worker;
+  tcp::socket* socket = nullptr;  // the client socket, wherever it lives now
+  bool idle = false;              // kept alive between requests, nothing received yet
 };
 
 // Wakes a queued request's coroutine from whichever thread grants its slot.
@@ -163,7 +189,8 @@ struct Router::Impl {
   // router.cc: accept, read request heads, admin and probe answers.
   awaitable<void> acceptLoop(Listener* l);
   awaitable<void> sweepLoop(Worker* w);
-  awaitable<void> serveConnection(tcp::socket sock, Kind kind, Worker* w);
+  awaitable<void> serveConnection(tcp::socket sock, Listener* l, Worker* w);
+  awaitable<void> rejectConnection(tcp::socket sock);
   awaitable<bool> handleAdmin(beast::tcp_stream& client, const http1::RequestHead& head);
   awaitable<bool> handleProbe(beast::tcp_stream& client, const http1::RequestHead& head,
                               std::string value, std::string host,
@@ -172,8 +199,13 @@ struct Router::Impl {
   // the client connection stays usable for another request.
   awaitable<bool> handleRequest(beast::tcp_stream& client, beast::flat_buffer& buf,
                                 http1::RequestHead& head, Kind kind, Worker& w,
-                                const std::string& client_ip);
+                                const std::string& client_ip, std::shared_ptr<ClientConn>& conn);
+  // Waits (bounded by startup_hold) for the first routing table; the table then.
+  awaitable<std::shared_ptr<const RoutingTable>> awaitFirstTable(Worker& w, MonoTime start);
   awaitable<void> pump(std::shared_ptr<Tunnel> t, bool client_to_pod);
+  awaitable<void> tunnelWatchdog(std::shared_ptr<Tunnel> t);
+  // Runs `fn` on every worker's thread (not waiting for it).
+  void forEachWorker(std::function<void(Worker&)> fn);
 
   RouterOptions opts;
   const TimeSource& time;
@@ -182,6 +214,8 @@ struct Router::Impl {
 
   mutable std::mutex table_mu;
   std::shared_ptr<const RoutingTable> table;
+  bool table_set = false;                                  // under table_mu: setRoutingTable() was called
+  std::vector<std::shared_ptr<WaitState>> table_waiters;  // under table_mu: requests held for it
   mutable std::mutex rev_mu;
   std::map<std::string, std::shared_ptr<RevisionState>> revisions;
 
@@ -191,15 +225,23 @@ struct Router::Impl {
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<Listener>> listeners;
   std::atomic<size_t> next_worker{0};
+  std::atomic<bool> draining{false};
+  std::atomic<int> rejecting{0};  // connections being answered 503 over the limit
   bool started = false;
   bool stopped = false;
 };
 
-// An upgraded connection: bytes spliced both ways until both sides close.
+// An upgraded connection: bytes spliced both ways until both sides close
+// (or no byte moved for tunnel_idle_timeout).
 struct Tunnel {
-  Tunnel(tcp::socket c, tcp::socket p) : client(std::move(c)), pod(std::move(p)) {}
+  Tunnel(tcp::socket c, tcp::socket p)
+      : client(std::move(c)), pod(std::move(p)), idle_timer(client.get_executor()) {}
   tcp::socket client;
   tcp::socket pod;
+  asio::steady_timer idle_timer;
+  std::chrono::steady_clock::time_point last_io = std::chrono::steady_clock::now();
+  int pumps_open = 2;
+  std::shared_ptr<ClientConn> conn;  // counted as the listener's connection while open
   std::string client_leftover;  // bytes the client sent after its request header
   std::string pod_leftover;     // bytes the pod sent after its 101 header
   std::unique_ptr<Router::Impl::RequestGuard> guard;  // slot and stats held while open

@@ -4,6 +4,10 @@
 #include "router/router.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -1076,6 +1080,267 @@ TEST_F(RouterTest, PodConnectionsClosedWhenThePodLeavesTheEndpoints) {
   EXPECT_EQ(get(router_->port(), kHost, "/k").body(), "saw /k ");
   router_->removeRevision(kRev);
   EXPECT_TRUE(eventually([&] { return socketsTo(b.pod.port(), "01") == 0; }, 1000ms));
+}
+
+
+// -- limits, drain, restart continuity (issue 8) --------------------------------
+
+// The value of a metric series in Prometheus text ("name{labels}"), -1 if absent.
+double metricValue(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+StringRequest helloGet(const std::string& target = "/") {
+  StringRequest req{http::verb::get, target, 11};
+  req.set(http::field::host, kHost);
+  return req;
+}
+
+// A pod that answers an Upgrade with 101 and then echoes bytes ("echo:" + data).
+TestBackend::ConnHandler echoTunnelPod() {
+  return [](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    asio::write(sock, asio::buffer(std::string(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")), ec);
+    char data[1024];
+    for (;;) {
+      const size_t n = sock.read_some(asio::buffer(data), ec);
+      if (ec) return;
+      asio::write(sock, asio::buffer("echo:" + std::string(data, n)), ec);
+    }
+  };
+}
+
+TEST_F(RouterTest, ConnectionsOverTheLimitGet503AndTheSlotFreesOnClose) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  RouterOptions o = defaultOptions();
+  o.max_connections = 2;
+  startRouter(o); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  auto a = std::make_unique<TestClient>(router_->port());
+  TestClient b(router_->port());
+  ASSERT_EQ(a->send(helloGet()).result_int(), 200);
+  ASSERT_EQ(b.send(helloGet()).result_int(), 200);
+  EXPECT_EQ(router_->openConnections(), 2u);
+
+  TestClient c(router_->port());
+  c.writeRaw("GET / HTTP/1.1\r\nHost: " + std::string(kHost) + "\r\n\r\n");
+  const std::string refused = c.readAll();
+  EXPECT_EQ(refused.rfind("HTTP/1.1 503 ", 0), 0u) << refused;
+  EXPECT_NE(refused.find("Connection: close"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("connection limit reached (2 connections"), std::string::npos) << refused;
+  EXPECT_EQ(metricValue(router_->renderMetrics(), "knap_router_rejected_connections_total{listener=\"external\"}"), 1);
+  EXPECT_EQ(metricValue(router_->renderMetrics(), "knap_router_open_connections{listener=\"external\"}"), 2);
+
+  // A closed connection frees its place; the limit is per listener.
+  a.reset();
+  ASSERT_TRUE(eventually([&] { return router_->openConnections() == 1; }));
+  EXPECT_EQ(get(router_->port(), kHost).result_int(), 200);
+  EXPECT_EQ(b.send(helloGet()).result_int(), 200);
+}
+
+TEST_F(RouterTest, AcceptBacksOffWhileOutOfFileDescriptors) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  // The client socket is made first; then every free descriptor is taken.
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  timeval tv{20, 0};
+  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 4096);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;
+  for (int fd; (fd = ::dup(client)) >= 0;) filler.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(router_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);  // in the backlog
+  const std::string req = "GET / HTTP/1.1\r\nHost: " + std::string(kHost) + "\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(client, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::this_thread::sleep_for(1500ms);
+  const double errors =
+      metricValue(router_->renderMetrics(), "knap_router_accept_errors_total{listener=\"external\"}");
+  // Backing off (5 ms doubling to 1 s) makes about 9 attempts in 1.5 s; a
+  // busy loop would make tens of thousands.
+  EXPECT_GE(errors, 1);
+  EXPECT_LE(errors, 40);
+  for (int fd : filler) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  // Descriptors are back: the waiting connection is served.
+  std::string got;
+  char data[4096];
+  for (ssize_t n; (n = ::recv(client, data, sizeof data, 0)) > 0;) got.append(data, static_cast<size_t>(n));
+  ::close(client);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << got;
+}
+
+TEST_F(RouterTest, IdleTunnelIsClosedAndReleasesItsSlot) {
+  TestBackend pod(echoTunnelPod());
+  RouterOptions o = defaultOptions();
+  o.tunnel_idle_timeout = 1s;
+  startRouter(o); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  c.writeRaw("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
+             "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+  http::response_parser<http::empty_body> p;
+  beast::error_code ec;
+  http::read_header(c.socket(), c.buffer(), p, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  ASSERT_EQ(p.get().result_int(), 101);
+  // Traffic keeps it open past the idle timeout...
+  char data[256];
+  auto last_io = std::chrono::steady_clock::now();
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(250ms);
+    c.writeRaw("p");
+    size_t got = 0;
+    while (got < 6) {
+      got += c.socket().read_some(asio::buffer(data), ec);
+      ASSERT_FALSE(ec) << "tunnel closed while busy (round " << i << "): " << ec.message();
+    }
+    last_io = std::chrono::steady_clock::now();
+  }
+  // ...silence closes it, and its connection and pod slot are released.
+  c.socket().read_some(asio::buffer(data), ec);
+  EXPECT_TRUE(ec) << "the tunnel should have been closed";
+  EXPECT_GE(std::chrono::steady_clock::now() - last_io, 800ms);
+  EXPECT_TRUE(eventually([&] { return router_->openConnections() == 0; }));
+  EXPECT_TRUE(eventually([&] {
+    return router_->renderMetrics().find("knap_router_requests_total{revision=\"default/hello-00001\",code=\"101\"} 1") !=
+           std::string::npos;
+  }));
+}
+
+TEST_F(RouterTest, DrainFinishesInFlightAndHeldRequestsAndClosesIdleOnes) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
+    if (req.target() == "/slow") std::this_thread::sleep_for(700ms);
+    resp.body() = std::string(req.target());
+  }));
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  const int port = router_->port();
+  TestClient idle(port);
+  ASSERT_EQ(idle.send(helloGet()).result_int(), 200);  // kept alive, now idle
+  auto slow = std::async(std::launch::async, [&] { return get(port, kHost, "/slow"); });
+  ASSERT_TRUE(eventually([&] { return router_->openConnections() == 2; }));
+  // A request held in the activator queue (its revision has no pod yet).
+  RouteSpec other = helloRoute({{"default/other-00001", 100, ""}});
+  other.name = "other";
+  other.hosts = {"other.default.example.com"};
+  other.internal_hosts = {};
+  setRoutes({helloRoute(), other});
+  auto held = std::async(std::launch::async, [&] { return get(port, "other.default.example.com", "/held"); });
+  ASSERT_TRUE(eventually([&] { return router_->queued("default/other-00001") == 1; }));
+
+  auto drained = std::async(std::launch::async, [&] { return router_->drain(10s); });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(idle.readAll(), "");  // the idle connection is closed at once...
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);  // ...not at its 5 s idle timeout
+  // No new connections.
+  ASSERT_TRUE(eventually([&] {
+    TestClient late(port);
+    return late.error().failed();
+  }));
+  auto s = slow.get();
+  EXPECT_EQ(s.result_int(), 200);
+  EXPECT_EQ(s.body(), "/slow");
+  EXPECT_EQ(s[http::field::connection], "close");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(drained.wait_for(0s), std::future_status::timeout) << "drain must wait for the held request";
+  router_->setEndpoints("default/other-00001", {pod.endpoint()});
+  auto h = held.get();
+  EXPECT_EQ(h.result_int(), 200);
+  EXPECT_EQ(h.body(), "/held");
+  EXPECT_EQ(h[http::field::connection], "close");
+  ASSERT_EQ(drained.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(drained.get(), 0u);
+}
+
+TEST_F(RouterTest, DrainGivesUpAtItsDeadline) {
+  TestBackend pod(echoTunnelPod());
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  c.writeRaw("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
+             "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+  http::response_parser<http::empty_body> p;
+  beast::error_code ec;
+  http::read_header(c.socket(), c.buffer(), p, ec);
+  ASSERT_EQ(p.get().result_int(), 101);
+  EXPECT_EQ(router_->drain(300ms), 1u);  // the tunnel is still open
+  router_->stop();
+  EXPECT_EQ(c.readAll(), "");
+}
+
+TEST_F(RouterTest, RequestsBeforeTheFirstRoutingTableAreHeldNot404) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  RouterOptions o = defaultOptions();
+  o.startup_hold = 10s;
+  startRouter(o);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  auto early = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(early.wait_for(0s), std::future_status::timeout) << "answered before the routes were loaded";
+  setRoutes({helloRoute()});
+  auto r = early.get();
+  EXPECT_EQ(r.result_int(), 200) << r.body();
+  // Once loaded, an unknown host is 404 at once.
+  EXPECT_EQ(get(router_->port(), "nope.example.com").result_int(), 404);
+}
+
+TEST_F(RouterTest, StartupHoldIsBounded) {
+  RouterOptions o = defaultOptions();
+  o.startup_hold = 300ms;
+  startRouter(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = get(router_->port(), kHost);
+  EXPECT_EQ(r.result_int(), 404) << r.body();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
+}
+
+TEST_F(RouterTest, ServesAnInheritedListeningSocket) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  RouterOptions o = defaultOptions();
+  o.external_fd = fd;
+  startRouter(o); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  EXPECT_EQ(router_->port(), ntohs(addr.sin_port));
+  EXPECT_EQ(get(router_->port(), kHost).result_int(), 200);
+}
+
+TEST_F(RouterTest, AnInheritedFdThatIsNotAListenerIsRefused) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  RouterOptions o = defaultOptions();
+  o.external_fd = p[0];
+  Router r(o, RealTimeSource::instance());
+  Status st = r.start();
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("not a socket"), std::string::npos) << st.toString();
+  ::close(p[0]);
+  ::close(p[1]);
 }
 
 }  // namespace

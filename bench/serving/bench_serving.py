@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Serving benchmark, side by side in one run on the same test app (root):
 
-1. requests/s and latency p50/p99 with wrk: direct to the pod, through nginx
-   as a keep-alive reverse proxy, and through knap's router;
+1. requests/s and latency p50/p99 with wrk -c32: direct to the pod, through
+   nginx as a keep-alive reverse proxy, and through knap's router; and the
+   latency each proxy adds over direct at one connection (wrk -c1). The three
+   paths are measured in turn, --rounds times, and the medians printed, so
+   a noisy neighbour on the machine hits all three alike;
 2. cold start (request at zero pods -> first byte) p50/p99 over N trials,
    next to `ctr run --rm` of the same image, with no warm pool
    (bench_coldstart.py compares the pool modes).
 
-    python3 bench/serving/bench_serving.py [--build build] [--trials 20] [--duration 5]
+    python3 bench/serving/bench_serving.py [--build build] [--trials 20] [--duration 5] [--rounds 3] [--no-cold]
 """
 import argparse
 import http.client
@@ -61,6 +64,8 @@ def main():
     ap.add_argument("--build", default=os.environ.get("KNAP_BUILD_DIR", os.path.join(ROOT, "build")))
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold-start part")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     conftest.BUILD, conftest.KNAPD, conftest.KNAP = build, f"{build}/daemon/knapd", f"{build}/tools/knap"
@@ -102,13 +107,27 @@ http {{ access_log off; upstream pod {{ server {pod_ip}:8080; keepalive 64; }}
         nginx = subprocess.Popen(["nginx", "-c", conf, "-p", work], stderr=subprocess.DEVNULL)
         time.sleep(0.5)
         host = "bench.default.localhost"
-        print(f"serving benchmark: knap-testapp, wrk -t1 -c32 -d{args.duration}s, same run")
-        print(f"{'path':28} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
-        for name, url, h in (("direct to pod", f"http://{pod_ip}:8080/", None),
-                             ("nginx reverse proxy", f"http://127.0.0.1:{nport}/", host),
-                             ("knap router", f"http://127.0.0.1:{k.router_port}/", host)):
-            rps, p50, p99 = wrk(url, h, args.duration)
-            print(f"{name:28} {rps:10.0f} {p50:8.2f} {p99:8.2f}")
+        paths = (("direct to pod", f"http://{pod_ip}:8080/", None),
+                 ("nginx reverse proxy", f"http://127.0.0.1:{nport}/", host),
+                 ("knap router", f"http://127.0.0.1:{k.router_port}/", host))
+        runs = {name: {"c32": [], "c1": []} for name, _, _ in paths}
+        for _ in range(args.rounds):
+            for name, url, h in paths:
+                runs[name]["c32"].append(wrk(url, h, args.duration, 32))
+                runs[name]["c1"].append(wrk(url, h, args.duration, 1))
+
+        def med(name, conns, i):
+            return pct([r[i] for r in runs[name][conns]], 50)
+        print(f"serving benchmark: knap-testapp, wrk -t1 -d{args.duration}s, median of {args.rounds} rounds, "
+              "same run, same pod")
+        print(f"{'path':22} {'c32 req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'c1 p50 ms':>10} {'c1 added ms':>12}")
+        direct_c1 = med("direct to pod", "c1", 1)
+        for name, _, _ in paths:
+            c1 = med(name, "c1", 1)
+            print(f"{name:22} {med(name, 'c32', 0):10.0f} {med(name, 'c32', 1):8.2f} {med(name, 'c32', 2):8.2f} "
+                  f"{c1:10.3f} {c1 - direct_c1:12.3f}")
+        if args.no_cold:
+            return
 
         # Cold start: a revision that scales to zero, woken by one request each trial.
         cold = dict(svc, metadata={"name": "cold"})
