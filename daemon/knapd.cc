@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/duration.h"
+#include "common/listen_fds.h"
 #include "common/log.h"
 #include "controller/controller.h"
 #include "controller/immediate_revision_backend.h"
@@ -60,6 +61,25 @@ int usageError(const std::string& message) {
   return 2;
 }
 
+// Listening sockets handed over by a service manager (systemd .socket units
+// with FileDescriptorName=router / api) or by a parent that keeps them across
+// restarts, so no connection is refused while knapd restarts.
+Status inheritSockets(int* router_fd, int* api_fd) {
+  auto fds = takeListenFds();
+  if (!fds.isOk()) return fds.status();
+  for (const ListenFd& f : *fds) {
+    int* slot = f.name == "router" ? router_fd : f.name == "api" ? api_fd : nullptr;
+    if (slot == nullptr || *slot >= 0) {
+      LOG(WARNING) << "ignoring inherited socket fd " << f.fd << " named \"" << f.name
+                   << "\" (knapd takes one \"router\" and one \"api\")";
+      ::close(f.fd);
+      continue;
+    }
+    *slot = f.fd;
+  }
+  return Status::ok();
+}
+
 int run(int argc, char** argv) {
   Flags flags;
   for (int i = 1; i < argc; ++i) {
@@ -90,6 +110,11 @@ int run(int argc, char** argv) {
   if (flags.runtime != "auto" && flags.runtime != "containerd" && flags.runtime != "none")
     return usageError("--runtime must be auto, containerd or none, got \"" + flags.runtime + "\"");
 
+  int router_fd = -1, api_fd = -1;
+  if (Status st = inheritSockets(&router_fd, &api_fd); !st.isOk()) {
+    std::cerr << "knapd: refusing to start: inherited sockets: " << st.message() << "\n";
+    return 1;
+  }
   if (flags.config_path.empty() && std::filesystem::exists("/etc/knap/config.yaml"))
     flags.config_path = "/etc/knap/config.yaml";
   Config config = defaultConfig();
@@ -153,7 +178,8 @@ int run(int argc, char** argv) {
     return 1;
   }
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
-  DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(), event_recorder);
+  DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(), event_recorder,
+                       router_fd);
   (*runtime)->setEndpointsListener([&data_plane](const std::string& revision,
                                                   const std::vector<router::Endpoint>& endpoints,
                                                   const router::WakeInfo& wake, uint64_t version) {
@@ -165,6 +191,7 @@ int run(int argc, char** argv) {
 
   api::ApiServerOptions options;
   options.tcp_listen = config.knap.api_listen;
+  options.tcp_listen_fd = api_fd;
   options.unix_socket_path = config.knap.api_socket;
   options.max_body_bytes = config.knap.max_request_body_bytes;
   options.policy = flags.policy;
@@ -209,6 +236,7 @@ int run(int argc, char** argv) {
     sig = sigtimedwait(&signals, nullptr, &wait);
   }
   LOG(INFO) << "received " << strsignal(sig) << ", shutting down";
+  data_plane.drain();  // in-flight requests finish first (the runtime still serves them)
   server.stop();
   data_plane.stop();
   controller.stop();

@@ -1,5 +1,6 @@
 #include "api/server/api_server.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 
 #include "api/server/k8s_status.h"
 #include "api/server/rest_handler.h"
+#include "common/listen_fds.h"
 #include "common/log.h"
 
 namespace knap::api {
@@ -498,7 +500,15 @@ void ApiServer::Impl::accept(typename Protocol::acceptor& acceptor) {
 Status ApiServer::Impl::start() {
   if (started_) return failedPrecondition("ApiServer already started");
   beast::error_code ec;
-  if (!options_.tcp_listen.empty()) {
+  if (options_.tcp_listen_fd >= 0) {  // inherited (socket activation)
+    int family = 0;
+    if (Status st = checkListeningTcp(options_.tcp_listen_fd, &family); !st.isOk())
+      return invalidArgument("inherited API socket: " + st.message());
+    tcp_acceptor_.emplace(ioc_);
+    tcp_acceptor_->assign(family == AF_INET ? net::ip::tcp::v4() : net::ip::tcp::v6(), options_.tcp_listen_fd, ec);
+    if (ec) return invalidArgument("inherited API socket: " + ec.message());
+    tcp_port_ = tcp_acceptor_->local_endpoint(ec).port();
+  } else if (!options_.tcp_listen.empty()) {
     std::string addr = options_.tcp_listen;
     size_t colon = addr.rfind(':');
     if (colon == std::string::npos) return invalidArgument("tcp listen address \"" + addr + "\" must be host:port");

@@ -30,6 +30,9 @@ namespace knap::api {
 struct ApiServerOptions {
   // "host:port" for TCP ("127.0.0.1:0" picks a free port); empty = no TCP listener.
   std::string tcp_listen = "127.0.0.1:0";
+  // An already-listening TCP socket (socket activation, common/listen_fds.h)
+  // served instead of binding tcp_listen; owned by the server from start().
+  int tcp_listen_fd = -1;
   // Path of a unix socket (created with mode 0600); empty = none.
   std::string unix_socket_path;
   size_t max_body_bytes = 3 * 1024 * 1024;  // larger bodies get 413
