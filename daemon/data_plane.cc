@@ -1,5 +1,6 @@
 #include "daemon/data_plane.h"
 
+#include <algorithm>
 #include <set>
 
 #include "api/effective_config.h"
@@ -67,6 +68,11 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     : config_(config), store_(store), clock_(clock), router_fd_(router_fd) {
   router::RouterOptions options;
   options.external_fd = router_fd;
+  // Half the cores for the router's event loops (at least one): on a small
+  // machine the pods, and the clients, need the rest. On 2 cores one loop
+  // gave a p99 close to nginx's (one worker) where two loops tripled it
+  // (docs/benchmarks.md).
+  options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 2));
   options.max_connections = static_cast<int>(config.knap.router_max_connections);
   options.keepalive_idle_timeout = config.knap.router_keepalive_idle_timeout;
   options.tunnel_idle_timeout = config.knap.router_tunnel_idle_timeout;
