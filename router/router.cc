@@ -163,7 +163,11 @@ awaitable<void> Router::Impl::acceptLoop(Listener* l) {
     Worker& w = *workers[next_worker.fetch_add(1) % workers.size()];
     beast::error_code ec;
     tcp::socket sock = co_await l->acceptor->async_accept(w.ioc, tok(ec));
-    if (ec == asio::error::operation_aborted || !l->acceptor->is_open()) co_return;
+    if (ec == asio::error::operation_aborted) co_return;
+    // An accept that completed just as drain() closed the acceptor still
+    // delivers its connection: serve it (dropping it would reset a client
+    // whose request is already sent).
+    if (ec && !l->acceptor->is_open()) co_return;
     if (ec) {
       metrics.accept_errors.with({l->name}).inc();
       if (ec == asio::error::connection_aborted) continue;  // that client is gone; the next one may wait
@@ -192,6 +196,7 @@ awaitable<void> Router::Impl::acceptLoop(Listener* l) {
     l->open.fetch_add(1);
     l->open_gauge->add(1);
     asio::co_spawn(w.ioc, serveConnection(std::move(sock), l, &w), asio::detached);
+    if (!l->acceptor->is_open()) co_return;
   }
 }
 
@@ -442,6 +447,11 @@ size_t Router::drain(Duration deadline) {
     closed.set_value();
   });
   closed.get_future().wait();
+  // An accept that completed before the close may still have its handler
+  // queued on worker 0: one more round trip, and its connection is counted.
+  std::promise<void> settled;
+  asio::post(im.workers[0]->ioc, [&settled] { settled.set_value(); });
+  settled.get_future().wait();
   // Kept-alive connections waiting for their next request are closed now;
   // busy ones close after their response (Connection: close).
   im.forEachWorker([](Worker& w) {
