@@ -2,7 +2,8 @@
 
 The test process plays the service manager: it holds the router's listening
 socket and hands it to each knapd through systemd's socket-activation
-protocol (LISTEN_PID / LISTEN_FDS / LISTEN_FDNAMES=router, fd 3). While one
+protocol (LISTEN_PID / LISTEN_FDS / LISTEN_FDNAMES=router:api, fds 3 and
+4; the API socket too, so kubectl's address never changes). While one
 knapd drains (SIGTERM) and the next starts, new connections wait in the
 socket's backlog; the new knapd holds requests until its routes are loaded
 and the pod it adopted is reported. The pod is adopted, never restarted: its
@@ -10,10 +11,12 @@ container id is the same before and after.
 
 Needs root and a running containerd (the real-pod setup of test_serving.py).
 """
+import fcntl
 import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -31,24 +34,39 @@ RESTARTS = 5
 CLIENTS = 4
 
 
-class SocketKnapd(Knapd):
-    """A knapd that serves the router socket this test holds (socket activation)."""
+def listener():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(4096)
+    return s
 
-    def __init__(self, workdir, sock, **kw):
+
+class SocketKnapd(Knapd):
+    """A knapd that serves the router and API sockets this test holds (socket activation)."""
+
+    def __init__(self, workdir, router_sock, api_sock, **kw):
         super().__init__(workdir, **kw)
-        self.sock = sock
-        self.router_port = sock.getsockname()[1]
+        self.socks = (router_sock, api_sock)
+        self.router_port = router_sock.getsockname()[1]
+        self.api_port = api_sock.getsockname()[1]  # (self.url follows)
 
     def start(self, timeout=60):
         log = open(self.log_path, "a")
-        fd = self.sock.fileno()
-        # The shell moves the socket to fd 3 and execs knapd, so LISTEN_PID
-        # ($$, the shell's pid) is knapd's pid.
-        script = (f'exec 3<&{fd} {fd}<&-; export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=router; '
-                  'exec "$@"')
-        self.proc = subprocess.Popen(
-            ["sh", "-c", script, "sh", KNAPD, "--config", self.config_path, "--runtime", self.runtime],
-            stdout=log, stderr=subprocess.STDOUT, pass_fds=(fd,))
+        # Copies at fds >= 20, so that moving them to 3 and 4 overwrites nothing.
+        hi = [fcntl.fcntl(s.fileno(), fcntl.F_DUPFD_CLOEXEC, 20) for s in self.socks]
+        # A tiny exec wrapper moves the sockets to fds 3 and 4 and execs
+        # knapd, so LISTEN_PID (the wrapper's pid) is knapd's pid.
+        wrapper = ("import os, sys\n"
+                   f"os.dup2({hi[0]}, 3); os.dup2({hi[1]}, 4); os.close({hi[0]}); os.close({hi[1]})\n"
+                   "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='2', LISTEN_FDNAMES='router:api')\n"
+                   "os.execv(sys.argv[1], sys.argv[1:])\n")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", wrapper, KNAPD, "--config", self.config_path, "--runtime", self.runtime],
+                stdout=log, stderr=subprocess.STDOUT, pass_fds=hi)
+        finally:
+            for fd in hi:
+                os.close(fd)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -68,10 +86,8 @@ class SocketKnapd(Knapd):
 def steady(workdir):
     tag = os.getpid() % 150 + 60
     ns = f"knap-e2e-{tag}"
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(4096)
-    k = SocketKnapd(workdir, sock, runtime="containerd", extra_config=(
+    router_sock, api_sock = listener(), listener()
+    k = SocketKnapd(workdir, router_sock, api_sock, runtime="containerd", extra_config=(
         f"  containerd-namespace: {ns}\n"
         f"  bridge-name: knape2e{tag}\n"
         f"  pod-subnet: 10.217.{tag}.0/24\n"
@@ -90,7 +106,8 @@ def steady(workdir):
     k.http("DELETE", "/apis/serving.knative.dev/v1/namespaces/default/services/steady")
     time.sleep(3)  # let the runner stop and destroy the pod
     k.stop()
-    sock.close()
+    router_sock.close()
+    api_sock.close()
     subprocess.run(["ctr", "-n", ns, "images", "rm", IMAGE], capture_output=True)
 
 
