@@ -275,6 +275,7 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
       conn->idle = !first && buf.size() == 0;
       const size_t n = co_await client.async_read_some(buf.prepare(16 * 1024), tok(ec));
       conn->idle = false;
+      conn->fresh = false;
       if (ec) break;
       buf.commit(n);
       if (!head_deadline) head_deadline = std::chrono::steady_clock::now() + opts.header_read_timeout;
@@ -454,11 +455,21 @@ size_t Router::drain(Duration deadline) {
   settled.get_future().wait();
   // Kept-alive connections waiting for their next request are closed now;
   // busy ones close after their response (Connection: close).
+  // A new connection that has sent nothing yet gets two seconds to send its
+  // request (a client that just connected), not the whole header timeout.
   im.forEachWorker([](Worker& w) {
     for (ClientConn* c : w.conns) {
       beast::error_code ignored;
       if (c->idle && c->socket != nullptr) c->socket->close(ignored);
     }
+    auto grace = std::make_shared<asio::steady_timer>(w.ioc, std::chrono::seconds(2));
+    grace->async_wait([grace, &w](const beast::error_code& ec) {
+      if (ec) return;
+      for (ClientConn* c : w.conns) {
+        beast::error_code ignored;
+        if (c->fresh && c->socket != nullptr) c->socket->close(ignored);
+      }
+    });
   });
   size_t open = openConnections();
   while (open > 0 && std::chrono::steady_clock::now() < end) {

@@ -102,6 +102,7 @@ struct ClientConn {
   Worker* worker;
   tcp::socket* socket = nullptr;  // the client socket, wherever it lives now
   bool idle = false;              // kept alive between requests, nothing received yet
+  bool fresh = true;              // no byte received on this connection yet
 };
 
 // Wakes a queued request's coroutine from whichever thread grants its slot.

@@ -1270,6 +1270,34 @@ TEST_F(RouterTest, DrainFinishesInFlightAndHeldRequestsAndClosesIdleOnes) {
   EXPECT_EQ(drained.get(), 0u);
 }
 
+TEST_F(RouterTest, DrainGivesASilentNewConnectionTwoSeconds) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  RouterOptions o = defaultOptions();
+  o.header_read_timeout = 30s;
+  startRouter(o); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient silent(router_->port());  // connected, sends nothing
+  ASSERT_TRUE(eventually([&] { return router_->openConnections() == 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(router_->drain(20s), 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s);  // not the 30 s header timeout
+  EXPECT_EQ(silent.readAll(), "");
+}
+
+TEST_F(RouterTest, DrainServesANewConnectionThatSendsWithinTheGrace) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  startRouter(); setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  ASSERT_TRUE(eventually([&] { return router_->openConnections() == 1; }));
+  auto drained = std::async(std::launch::async, [&] { return router_->drain(20s); });
+  std::this_thread::sleep_for(200ms);
+  auto r = c.send(helloGet());
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r[http::field::connection], "close");
+  EXPECT_EQ(drained.get(), 0u);
+}
+
 TEST_F(RouterTest, DrainGivesUpAtItsDeadline) {
   TestBackend pod(echoTunnelPod());
   startRouter(); setRoutes({helloRoute()});
