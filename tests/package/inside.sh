@@ -71,6 +71,15 @@ until_ok 60 ksvc_ready || fail "hello not Ready after restart"
 [[ "$(ksvc_uid)" == "$uid" ]] || fail "hello's uid changed across restart"
 journalctl -u knapd --no-pager | grep -q "shutting down" || fail "no shutdown line in the journal"
 ok "systemctl restart knapd: new pid, hello kept (uid $uid)"
+if [[ -f /lib/systemd/system/knapd-router.socket ]]; then
+  # Socket activation: the listening sockets are systemd's, and the new knapd serves on them.
+  for port in 8080 6443; do
+    users=$(ss -Hltnp "sport = :$port")
+    [[ "$users" == *'"systemd"'* && "$users" == *'"knapd"'* ]] ||
+      fail "127.0.0.1:$port is not shared by systemd and knapd after the restart: $users"
+  done
+  ok "after the restart knapd serves on the sockets systemd holds (ss: 8080 and 6443 held by systemd and knapd)"
+fi
 
 # --- upgrade old -> new -------------------------------------------------------------------
 pid_before=$(knapd_pid)
