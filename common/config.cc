@@ -1018,6 +1018,23 @@ StatusOr<Config> parseConfig(const std::string& yaml_text) {
   return c;
 }
 
+std::vector<std::string> configKeys() {
+  Config c;
+  std::vector<std::string> keys;
+  auto add = [&keys](const std::string& section, const SectionSpec& spec) {
+    for (const auto& [key, handler] : spec.keys) keys.push_back(section + "." + key);
+    for (const std::string& key : spec.ignored) keys.push_back(section + "." + key);
+  };
+  add("autoscaler", autoscalerSpec(c.autoscaler));
+  add("defaults", defaultsSpec(c.defaults));
+  add("network", networkSpec(c.network));
+  add("gc", gcSpec(c.gc));
+  add("deployment", deploymentSpec(c.deployment));
+  add("knap", knapSpec(c.knap));
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
 StatusOr<Config> loadConfigFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return notFound("config file " + path + ": cannot open: " + std::strerror(errno));

@@ -44,6 +44,7 @@ struct AutoscalerConfig {
   int max_scale = 0;
   Seconds scale_down_delay{0};
   int max_scale_limit = 0;
+  bool operator==(const AutoscalerConfig&) const = default;
   double targetUtilizationFraction() const {
     return container_concurrency_target_percentage > 1 ? container_concurrency_target_percentage / 100
                                                        : container_concurrency_target_percentage;
@@ -64,6 +65,7 @@ struct DefaultsConfig {
   std::string init_container_name_template = "init-container";
   // revision-{cpu,memory,ephemeral-storage}-{request,limit}: Kubernetes quantities, empty = unset.
   std::map<std::string, std::string> resource_defaults;
+  bool operator==(const DefaultsConfig&) const = default;
 };
 
 // config-network (KNATIVE-CONTRACT §5.11); only the keys that mean something on one box are used,
@@ -76,15 +78,18 @@ struct NetworkConfig {
   Seconds rollout_duration{0};
   std::string ingress_class = "knap";
   std::map<std::string, std::string> other;  // accepted Knative keys knap does not act on
+  bool operator==(const NetworkConfig&) const = default;
 };
 
 // config-domain: domain -> label selector. An entry with an empty selector is the default.
 struct DomainEntry {
   std::string domain;
   std::map<std::string, std::string> selector;
+  bool operator==(const DomainEntry&) const = default;
 };
 struct DomainConfig {
   std::vector<DomainEntry> domains;  // knap default: {"localhost", {}} (curl resolves *.localhost)
+  bool operator==(const DomainConfig&) const = default;
 };
 
 // config-gc (KNATIVE-CONTRACT §6). nullopt = "disabled".
@@ -93,6 +98,7 @@ struct GcConfig {
   std::optional<Seconds> retain_since_last_active_time = Seconds(15 * 3600);
   int64_t min_non_active_revisions = 20;
   std::optional<int64_t> max_non_active_revisions = 1000;
+  bool operator==(const GcConfig&) const = default;
 };
 
 // config-deployment.
@@ -101,6 +107,7 @@ struct DeploymentConfig {
   std::vector<std::string> registries_skipping_tag_resolving = {"kind.local", "ko.local", "dev.local"};
   std::string digest_resolution_timeout = "10s";
   std::string queue_sidecar_image;  // accepted, unused: knap has no sidecar
+  bool operator==(const DeploymentConfig&) const = default;
 };
 
 // knap's own section.
@@ -139,6 +146,7 @@ struct KnapConfig {
   // --- warm pool (runtime/runner, issue 5) ---
   int64_t warm_pool_size = 1;                 // ready-to-serve pods kept for revisions at zero
   std::string warm_pool_mode = "frozen";      // "frozen" (started, paused) or "created" (not started)
+  bool operator==(const KnapConfig&) const = default;
 };
 
 struct Config {
@@ -149,6 +157,7 @@ struct Config {
   GcConfig gc;
   DeploymentConfig deployment;
   KnapConfig knap;
+  bool operator==(const Config&) const = default;
 };
 
 // The embedded defaults knapd runs with when no file is given.
@@ -159,5 +168,10 @@ Config defaultConfig();
 // `autoscaler.stable-window: invalid duration "6x": unknown unit "x"`.
 StatusOr<Config> parseConfig(const std::string& yaml_text);
 StatusOr<Config> loadConfigFile(const std::string& path);
+
+// Every key parseConfig() accepts, as "section.key" (including former names and the
+// Knative keys accepted with no effect), sorted. The packaged /etc/knap/config.yaml
+// (systemd/config.yaml) is checked against this list and defaultConfig() so it cannot drift.
+std::vector<std::string> configKeys();
 
 }  // namespace knap

@@ -1,5 +1,10 @@
 // Minimal structured logging to stderr: `LOG(INFO) << "pod started " << id;`
 // Thread-safe: each statement is written with one write(2).
+//
+// Under systemd (stderr is the journal stream named by $JOURNAL_STREAM, see
+// systemd.exec(5)) each line starts with its syslog priority, `<7>` debug,
+// `<6>` info, `<4>` warning, `<3>` error, so that journald stores the level
+// (`journalctl -p warning`) and strips the prefix from the text.
 #pragma once
 
 #include <sstream>
@@ -10,6 +15,12 @@ enum class Level { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
 void setMinLevel(Level level);
 Level minLevel();
+
+// True when $JOURNAL_STREAM ("DEVICE:INODE") names the file open on `fd`.
+bool isJournalStream(const char* journal_stream, int fd);
+// Re-reads $JOURNAL_STREAM against stderr (done once, lazily, by the first line;
+// call again after redirecting fd 2).
+void detectJournal();
 
 class Line {
  public:

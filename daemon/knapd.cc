@@ -21,6 +21,7 @@
 #include "common/duration.h"
 #include "common/listen_fds.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
 #include "controller/controller.h"
 #include "controller/immediate_revision_backend.h"
 #include "daemon/data_plane.h"
@@ -81,6 +82,11 @@ Status inheritSockets(int* router_fd, int* api_fd) {
 }
 
 int run(int argc, char** argv) {
+  // systemd (Type=notify): read and unset NOTIFY_SOCKET/WATCHDOG_* before any thread starts.
+  const sd::Notifier systemd = sd::Notifier::fromEnvironment();
+  auto notify = [&systemd](const Status& st) {
+    if (!st.isOk()) LOG(WARNING) << "systemd notification: " << st.message();
+  };
   Flags flags;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -162,6 +168,7 @@ int run(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   TimeSource& clock = RealTimeSource::instance();
+  notify(systemd.status("opening the store"));
   auto store = store::SqliteStore::open(dir + "/knap.db", clock, config.knap.watch_history_events);
   if (!store.isOk()) {
     std::cerr << "knapd: cannot open the store: " << store.status().message() << "\n";
@@ -172,6 +179,7 @@ int run(int argc, char** argv) {
   // and autoscaler report through this recorder; retention bounds them.
   events::StoreEventRecorder event_recorder(**store, clock);
   event_recorder.start();
+  notify(systemd.status("starting the API server, router and runtime (adopting running pods)"));
   auto runtime = makeRuntime(flags.runtime, config, **store, clock, event_recorder);
   if (!runtime.isOk()) {
     std::cerr << "knapd: " << runtime.status().message() << "\n";
@@ -215,9 +223,14 @@ int run(int argc, char** argv) {
   controller.enqueueAll();
   LOG(INFO) << "knapd ready: api " << server.url() << " and unix://" << config.knap.api_socket
             << ", kubeconfig " << config.knap.kubeconfig_path << ", runtime " << (*runtime)->name();
+  // READY only now: the API and router serve, and the runtime has adopted the pods a
+  // previous knapd left running, so systemd orders dependants after a usable knapd.
+  notify(systemd.ready("serving: api " + server.url() + ", router " + config.knap.router_listen + ", runtime " +
+                       (*runtime)->name()));
 
   // Wait for SIGTERM/SIGINT; once an hour, resync every object so that
   // time-based decisions (revision GC by age) are re-evaluated without events.
+  // Under a systemd watchdog, wake at its interval to send WATCHDOG=1.
   // The hour is a deadline on the monotonic clock: an interrupted wait
   // (SIGSTOP/SIGCONT, a debugger) just waits for the rest of it, it is not
   // taken for the timer.
@@ -231,11 +244,16 @@ int run(int argc, char** argv) {
       next_resync = clock.monotonic() + kResyncEvery;
       continue;
     }
+    if (auto wd = systemd.watchdogInterval()) {
+      notify(systemd.watchdog());
+      left = std::min<Duration>(left, *wd);
+    }
     auto secs = std::chrono::duration_cast<std::chrono::seconds>(left);
     timespec wait{static_cast<time_t>(secs.count()), static_cast<long>((left - secs).count())};
     sig = sigtimedwait(&signals, nullptr, &wait);
   }
   LOG(INFO) << "received " << strsignal(sig) << ", shutting down";
+  notify(systemd.stopping(std::string("received ") + strsignal(sig) + ", shutting down (pods keep running)"));
   data_plane.drain();  // in-flight requests finish first (the runtime still serves them)
   server.stop();
   data_plane.stop();
