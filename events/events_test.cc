@@ -92,6 +92,51 @@ TEST_F(RecorderTest, RepeatsWithinTheWindowBumpCountAndLastTimestamp) {
   EXPECT_EQ(stored().size(), 3u);
 }
 
+// A Revision failing the same way every 30 s: the first occurrences are written
+// as they happen, then the count is written about once per interval, and what
+// is held in memory is written by flushRepeats() (stop() calls it).
+TEST_F(RecorderTest, RepeatsBeyondTheFirstFewAreWrittenOncePerInterval) {
+  RetentionOptions o;
+  o.repeats_written_at_once = 4;
+  o.repeat_write_interval = std::chrono::minutes(15);
+  StoreEventRecorder r(*store_, clock_, o);
+  auto count = [&] {
+    auto all = stored();
+    return all.size() == 1 ? all[0].body["count"].get<int>() : -1;
+  };
+  int64_t rv0 = store_->currentResourceVersion();
+  for (int i = 0; i < 20; ++i) {  // 10 minutes of repeats
+    r.record(rev(), EventType::kWarning, "Failed", "image not found", "knap-images");
+    r.flush();
+    clock_.advance(std::chrono::seconds(30));
+  }
+  EXPECT_EQ(count(), 4);
+  EXPECT_EQ(store_->currentResourceVersion() - rv0, 4);  // one create, three updates
+  for (int i = 0; i < 20; ++i) {  // ten more minutes: 15 minutes after the last write passes once
+    r.record(rev(), EventType::kWarning, "Failed", "image not found", "knap-images");
+    r.flush();
+    clock_.advance(std::chrono::seconds(30));
+  }
+  EXPECT_EQ(store_->currentResourceVersion() - rv0, 5);
+  EXPECT_EQ(count(), 34);  // written at 16:30, 15 minutes after the write at 1:30
+  EXPECT_EQ(r.flushRepeats(), 1u);
+  EXPECT_EQ(count(), 40);
+  EXPECT_EQ(stored()[0].body["lastTimestamp"], "2026-01-01T00:19:30Z");
+  EXPECT_EQ(r.flushRepeats(), 0u);  // nothing more is owed
+}
+
+TEST_F(RecorderTest, StopWritesTheRepeatsHeldInMemory) {
+  {
+    StoreEventRecorder r(*store_, clock_);
+    r.start();
+    for (int i = 0; i < 10; ++i) r.record(rev(), EventType::kWarning, "BackOff", "crashed", "knap-runtime");
+    r.stop();
+  }
+  auto all = stored();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].body["count"], 10);
+}
+
 TEST_F(RecorderTest, ExpiredEventsAreRemoved) {
   RetentionOptions o;
   o.ttl = std::chrono::minutes(30);

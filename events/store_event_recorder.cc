@@ -29,7 +29,7 @@ void StoreEventRecorder::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  flush();
+  flushRepeats();
 }
 
 void StoreEventRecorder::record(const ObjectRef& object, EventType type, const std::string& reason,
@@ -107,17 +107,18 @@ void StoreEventRecorder::writeOne(const Pending& in) {
                     eventTypeName(p.type) + "|" + p.reason + "|" + p.message;
   auto it = recent_.find(key);
   if (it != recent_.end() && p.at - it->second.last <= options_.dedupe_window) {
-    store::Key k{kStoreKind, p.object.ns, it->second.name};
-    auto live = store_.get(k);
-    if (live.isOk()) {
-      json body = live->body;
-      body["count"] = body.value("count", 1) + 1;
-      body["lastTimestamp"] = formatRfc3339(p.at);
-      if (store_.update(k, body, live->resource_version).isOk()) {
-        it->second.last = p.at;
-        return;
-      }
+    Recent& r = it->second;
+    r.last = p.at;
+    ++r.unwritten;
+    ++r.occurrences;
+    if (r.occurrences <= options_.repeats_written_at_once || p.at - r.written_at >= options_.repeat_write_interval) {
+      if (writeRepeat(r)) return;
+      recent_.erase(it);  // the stored Event is gone: start a new one
+    } else {
+      return;
     }
+  } else if (it != recent_.end()) {
+    writeRepeat(it->second);  // what the old Event still owes, before it is forgotten
     recent_.erase(it);
   }
   json ev = makeEvent(p.object, p.type, p.reason, p.message, p.component, p.at, suffix());
@@ -128,9 +129,37 @@ void StoreEventRecorder::writeOne(const Pending& in) {
                  << p.object.name << ": " << created.status().toString();
     return;
   }
-  recent_[key] = {name, p.at};
+  recent_[key] = Recent{p.object.ns, name, p.at, p.at};
   // Retention runs every kPruneEvery creates or prune_interval, whichever first.
   if (++creates_since_prune_ >= kPruneEvery || clock_.now() - last_prune_ >= options_.prune_interval) pruneLocked();
+}
+
+// Brings the stored Event's count and lastTimestamp up to date with what is
+// held in memory. False when the stored Event is gone (or cannot be written).
+bool StoreEventRecorder::writeRepeat(Recent& r) {
+  if (r.unwritten == 0) return true;
+  store::Key k{kStoreKind, r.ns, r.name};
+  auto live = store_.get(k);
+  if (!live.isOk()) return false;
+  json body = live->body;
+  body["count"] = body.value("count", int64_t{1}) + r.unwritten;
+  body["lastTimestamp"] = formatRfc3339(r.last);
+  if (!store_.update(k, body, live->resource_version).isOk()) return false;
+  r.unwritten = 0;
+  r.written_at = clock_.now();
+  return true;
+}
+
+size_t StoreEventRecorder::flushRepeats() {
+  flush();
+  std::lock_guard<std::mutex> w(write_mu_);
+  size_t written = 0;
+  for (auto& [key, r] : recent_) {
+    (void)key;
+    if (r.unwritten == 0) continue;
+    if (writeRepeat(r)) ++written;
+  }
+  return written;
 }
 
 size_t StoreEventRecorder::prune() {
@@ -142,8 +171,12 @@ size_t StoreEventRecorder::pruneLocked() {
   creates_since_prune_ = 0;
   last_prune_ = clock_.now();
   for (auto r = recent_.begin(); r != recent_.end();) {
-    if (last_prune_ - r->second.last > options_.dedupe_window) r = recent_.erase(r);
-    else ++r;
+    if (last_prune_ - r->second.last > options_.dedupe_window) {
+      writeRepeat(r->second);
+      r = recent_.erase(r);
+    } else {
+      ++r;
+    }
   }
   auto all = store_.list(kStoreKind, "");
   if (!all.isOk()) return 0;

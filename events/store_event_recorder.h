@@ -10,6 +10,15 @@
 // `prune_interval` (so the store holds at most max_events + 64 Events); the
 // REST server also hides expired Events that are not removed yet.
 //
+// Repeats cost little: the first `repeats_written_at_once` occurrences of an
+// Event are written as they happen; after that a repeat is counted in memory
+// and the stored count and lastTimestamp are brought up to date at most once
+// per `repeat_write_interval` (and by flushRepeats(), stop(), and before the
+// dedupe entry is forgotten). A Revision that fails the same way every few
+// seconds therefore writes its Event a handful of times, then about once per
+// interval, instead of on every retry (client-go's correlator bounds the same
+// spam with a token bucket per object).
+//
 // Thread safety: every method may be called from any thread. The store and
 // clock are borrowed and must outlive the recorder.
 #pragma once
@@ -36,6 +45,8 @@ struct RetentionOptions {
   Duration dedupe_window = std::chrono::minutes(10);
   Duration prune_interval = std::chrono::seconds(30);
   size_t queue_limit = 4096;
+  int repeats_written_at_once = 4;  // occurrences written immediately, the first included
+  Duration repeat_write_interval = std::chrono::minutes(15);
 };
 
 class StoreEventRecorder final : public EventRecorder {
@@ -53,6 +64,8 @@ class StoreEventRecorder final : public EventRecorder {
 
   // Writes everything queued so far before returning.
   void flush();
+  // Writes the counts of repeats held in memory (see above); returns how many Events were updated.
+  size_t flushRepeats();
   // Removes expired Events and the oldest beyond max_events; returns how many.
   size_t prune();
   uint64_t dropped() const;
@@ -66,12 +79,16 @@ class StoreEventRecorder final : public EventRecorder {
     WallTime at;
   };
   struct Recent {
-    std::string name;
-    WallTime last;
+    std::string ns, name;     // the stored Event
+    WallTime last;            // last occurrence
+    WallTime written_at;      // last time the stored Event was written
+    int occurrences = 1;      // seen within the dedupe window
+    int64_t unwritten = 0;    // occurrences not yet in the stored count
   };
   static constexpr int kPruneEvery = 64;
   void writeOne(const Pending& in);
   size_t pruneLocked();
+  bool writeRepeat(Recent& r);
   void drain(std::unique_lock<std::mutex>& lock);
   void loop();
   std::string suffix();

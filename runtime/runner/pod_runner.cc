@@ -1177,10 +1177,12 @@ void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, 
   std::string what = exit.oom_killed ? "was OOM killed (it exceeded its memory limit)"
                                      : "exited with code " + std::to_string(exit.exit_code);
   if (pod.counts_as_crash && pod.liveness && !pod.liveness->healthy()) what += " after its liveness probe failed";
+  LOG(WARNING) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " " << what
+               << "; back-off " << formatSeconds(std::min(d, options_.backoff_max)) << " before the next pod";
+  // The message names no pod and no back-off, so that a crash loop repeats one
+  // Event (its count grows) instead of storing a new one per crash.
   eventLocked(rev, EventType::kWarning, exit.oom_killed ? "OOMKilled" : "BackOff",
-              "Pod " + pod.handle.pod_id + " " + what + "; back-off " +
-                  formatSeconds(std::min(d, options_.backoff_max)) + " before the next pod" +
-                  (tail.empty() ? std::string() : ": " + tail));
+              "Back-off restarting failed container: it " + what + (tail.empty() ? std::string() : ": " + tail));
 }
 
 // ------------------------------------------------------------------ health
