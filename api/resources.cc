@@ -22,4 +22,35 @@ const ResourceInfo* findResource(std::string_view name) {
   return nullptr;
 }
 
+const std::vector<ResourceInfo>& coreResources() {
+  static const std::vector<ResourceInfo> kCore = [] {
+    std::vector<ResourceInfo> v = {
+        {"Namespace", "namespaces", "namespace", {"ns"}, true},
+        {"Secret", "secrets", "secret", {}, true},
+        {"ConfigMap", "configmaps", "configmap", {"cm"}, true},
+    };
+    for (ResourceInfo& r : v) {
+      r.group = "";
+      r.has_status = r.kind == "Namespace";
+    }
+    v[0].namespaced = false;
+    return v;
+  }();
+  return kCore;
+}
+
+const ResourceInfo* findCoreResource(std::string_view plural) {
+  for (const auto& r : coreResources())
+    if (r.plural == plural) return &r;
+  return nullptr;
+}
+
+std::vector<const ResourceInfo*> namespacedResources() {
+  std::vector<const ResourceInfo*> out;
+  for (const auto& r : resources()) out.push_back(&r);
+  for (const auto& r : coreResources())
+    if (r.namespaced) out.push_back(&r);
+  return out;
+}
+
 }  // namespace knap::api

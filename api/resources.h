@@ -1,5 +1,6 @@
-// The four serving.knative.dev/v1 resource kinds knapd serves, and the
-// well-known label and annotation keys. Plain data; thread-safe.
+// The resource kinds knapd serves: the four serving.knative.dev/v1 kinds and
+// the core/v1 Namespaces, Secrets and ConfigMaps; and the well-known label and
+// annotation keys. Plain data; thread-safe.
 #pragma once
 
 #include <string>
@@ -18,12 +19,26 @@ struct ResourceInfo {
   std::string singular;   // "service"
   std::vector<std::string> short_names;  // {"ksvc"}
   bool user_creatable;    // Revisions are created only by the Configuration controller
+  std::string group = std::string(kGroup);  // "" for core/v1
+  std::string version = std::string(kVersion);
+  bool namespaced = true;   // false: Namespaces
+  bool has_status = true;   // a /status subresource
+  // "serving.knative.dev/v1", or "v1" for the core group.
+  std::string apiVersion() const { return group.empty() ? version : group + "/" + version; }
+  bool core() const { return group.empty(); }
 };
 
 // Service, Configuration, Revision, Route (in that order).
 const std::vector<ResourceInfo>& resources();
 // By plural ("services"), kind ("Service"), singular or short name; nullptr if unknown.
 const ResourceInfo* findResource(std::string_view name);
+
+// The core/v1 kinds: Namespace, Secret, ConfigMap (in that order).
+const std::vector<ResourceInfo>& coreResources();
+// A core kind by plural ("secrets"); nullptr if unknown.
+const ResourceInfo* findCoreResource(std::string_view plural);
+// Every kind above that is namespaced (the kinds a namespace holds, besides Events).
+std::vector<const ResourceInfo*> namespacedResources();
 
 namespace labels {
 inline constexpr const char* kService = "serving.knative.dev/service";

@@ -398,6 +398,15 @@ const std::map<std::string, Node>& kinds() {
                                                      {"desiredReplicas", integer()}}));
     m["Route"] = topLevel(obj({{"traffic", traffic}}),
                           status({{"url", str()}, {"address", addressable()}, {"traffic", traffic}}));
+    // core/v1 (api/core_objects.h validates them).
+    Node meta_fields = objectMeta();
+    m["Secret"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", meta_fields}, {"data", stringMap()},
+                       {"stringData", stringMap()}, {"type", str()}, {"immutable", boolean()}});
+    m["ConfigMap"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", meta_fields}, {"data", stringMap()},
+                          {"binaryData", stringMap()}, {"immutable", boolean()}});
+    m["Namespace"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", meta_fields},
+                          {"spec", obj({{"finalizers", strings()}})},
+                          {"status", obj({{"phase", str()}, {"conditions", arr(any())}})}});
     return m;
   }();
   return k;
@@ -546,8 +555,9 @@ json openApiSchema(const std::string& kind) {
   const SchemaNode* node = schemaForKind(kind);
   if (node == nullptr) return json();
   json schema = toOpenApi(*node);
+  bool core = kind == "Secret" || kind == "ConfigMap" || kind == "Namespace";
   schema["x-kubernetes-group-version-kind"] =
-      json::array({{{"group", "serving.knative.dev"}, {"version", "v1"}, {"kind", kind}}});
+      json::array({{{"group", core ? "" : "serving.knative.dev"}, {"version", "v1"}, {"kind", kind}}});
   return schema;
 }
 

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "api/pod_objects.h"
 #include "common/log.h"
 
 #ifdef KNAP_HAVE_RUNNER_CONTAINERD
@@ -59,7 +60,7 @@ class ContainerdRuntime final : public Runtime {
         client_(clientOptions(config, &clock)),
         network_(cniOptions(config), clock),
         driver_(client_, network_, clock, driverOptions(config)),
-        runner_(driver_, clock, runnerOptions(config, events)),
+        runner_(driver_, clock, runnerOptions(config, events, store)),
         inventory_(client_) {}
   ~ContainerdRuntime() override { stop(); }  // no thread may call into the gate once it is gone
 
@@ -138,10 +139,48 @@ class ContainerdRuntime final : public Runtime {
     if (config.knap.bridge_name != "knap0") o.netns_prefix = "knap-" + config.knap.bridge_name + "+";
     return o;
   }
-  static runner::PodRunnerOptions runnerOptions(const Config& config, EventRecorder& events) {
+  static runner::PodRunnerOptions runnerOptions(const Config& config, EventRecorder& events, store::Store& store) {
     runner::PodRunnerOptions o = runner::optionsFromConfig(config);
     o.events = &events;
+    o.resolve_objects = objectsResolver(store);
     return o;
+  }
+  // Secrets and ConfigMaps for a Revision's pods: api/pod_objects.h over the
+  // store, for the serving container (spec.containers[0]).
+  static runner::PodObjectsResolver objectsResolver(store::Store& store) {
+    return [&store](const nlohmann::json& revision, const std::string& ns,
+                    runner::PodObjectsFailure* failure) -> std::optional<runner::PodObjectValues> {
+      const nlohmann::json& spec = revision.contains("spec") ? revision["spec"] : revision;
+      if (!api::readsObjects(spec)) return runner::PodObjectValues{};
+      api::ObjectLookup lookup = [&store, &ns](const std::string& kind,
+                                               const std::string& name) -> std::optional<nlohmann::json> {
+        auto got = store.get({kind, ns, name});
+        if (!got.isOk()) return std::nullopt;
+        return std::move(got->body);
+      };
+      api::PodObjectsError error;
+      auto resolved = api::resolvePodObjects(spec, ns, lookup, &error);
+      if (!resolved) {
+        failure->reason = error.reason;
+        failure->message = error.message;
+        return std::nullopt;
+      }
+      runner::PodObjectValues out;
+      std::string container;
+      if (spec.contains("containers") && spec["containers"].is_array() && !spec["containers"].empty() &&
+          spec["containers"][0].is_object())
+        container = spec["containers"][0].value("name", "");
+      auto env = resolved->env.find(container);
+      if (env != resolved->env.end()) {
+        out.env_from = env->second.from_env_from;
+        out.env_refs = env->second.from_refs;
+      }
+      for (auto& [volume, files] : resolved->volumes) {
+        auto& dst = out.volumes[volume];
+        for (auto& f : files) dst.push_back({f.path, f.data, f.mode});
+      }
+      return out;
+    };
   }
   // knap-logdrain: installed in <prefix>/libexec/knap next to <prefix>/bin/knapd,
   // or in the build tree (build/runtime/logdrain next to build/daemon).

@@ -174,6 +174,19 @@ int run(int argc, char** argv) {
     std::cerr << "knapd: cannot open the store: " << store.status().message() << "\n";
     return 1;
   }
+  // Secrets are encrypted at rest (AES-256-GCM) with the keys in <data-dir>/keys
+  // (created 0600 at first start; docs/user-guide.md describes rotation).
+  {
+    auto cipher = store::KeyringCipher::openDir(dir + "/keys");
+    if (!cipher.isOk()) {
+      std::cerr << "knapd: cannot load the encryption keys: " << cipher.status().message() << "\n";
+      return 1;
+    }
+    if (Status st = (*store)->setCipher(std::shared_ptr<store::BodyCipher>(std::move(*cipher))); !st.isOk()) {
+      std::cerr << "knapd: cannot encrypt stored Secrets: " << st.message() << "\n";
+      return 1;
+    }
+  }
 
   // Events (core/v1, served at /api/v1/.../events): the runtime, image gate
   // and autoscaler report through this recorder; retention bounds them.

@@ -11,8 +11,8 @@
 // the key id and the object's kind/namespace/name, so a ciphertext cannot be
 // moved to another object's row. Reading a body sealed with any key in the
 // directory works, so rotation is: add a key, make it current, reseal every
-// body with it, then delete the old key file. (The SqliteStore integration
-// that seals Secret bodies is not on main yet.)
+// body with it, then delete the old key file. SqliteStore::setCipher seals
+// Secret bodies with it and reseals old ones with the current key at start.
 //
 // Thread safety: seal()/open() may be called from any thread.
 #pragma once
@@ -26,6 +26,9 @@
 #include "store/store.h"
 
 namespace knap::store {
+
+// Every sealed text starts with this (whatever the algorithm).
+inline constexpr std::string_view kSealedPrefix = "knap:enc:";
 
 class BodyCipher {
  public:

@@ -2,6 +2,9 @@
 // foreign object key and readable key files fail.
 #include "store/body_cipher.h"
 
+#include "common/clock.h"
+#include "store/sqlite_store.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -67,6 +70,82 @@ TEST_F(CipherDir, RefusesAKeyOthersCanRead) {
   auto c = KeyringCipher::openDir(keys());
   ASSERT_FALSE(c.isOk());
   EXPECT_NE(c.status().message().find("chmod 0600"), std::string::npos) << c.status().message();
+}
+
+json secretBody(const std::string& value) {
+  return {{"apiVersion", "v1"}, {"kind", "Secret"}, {"type", "Opaque"}, {"data", {{"password", value}}}};
+}
+
+// The SqliteStore integration: Secret bodies are sealed in the objects table
+// and in the watch history; other kinds stay JSON; reads, lists and watch
+// replays see plaintext.
+TEST_F(CipherDir, StoreSealsSecretsInEveryTable) {
+  SimulatedTimeSource clock;
+  auto store = SqliteStore::open(db(), clock);
+  ASSERT_TRUE(store.isOk());
+  auto cipher = KeyringCipher::openDir(keys());
+  ASSERT_TRUE(cipher.isOk());
+  Status set = (*store)->setCipher(std::shared_ptr<BodyCipher>(std::move(*cipher)));
+  ASSERT_TRUE(set.isOk()) << set.toString();
+  Key k{"Secret", "default", "db"};
+  ASSERT_TRUE((*store)->create(k, secretBody("plaintext-canary-1")).isOk());
+  ASSERT_TRUE((*store)->update(k, secretBody("plaintext-canary-2"), 0).isOk());
+  ASSERT_TRUE((*store)->create({"ConfigMap", "default", "cm"}, {{"data", {{"k", "visible-config"}}}}).isOk());
+  auto got = (*store)->get(k);
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(got->body["data"]["password"], "plaintext-canary-2");
+  auto listed = (*store)->list("Secret", "");
+  ASSERT_TRUE(listed.isOk());
+  ASSERT_EQ(listed->size(), 1u);
+  auto events = (*store)->eventsSince(0, "Secret");
+  ASSERT_TRUE(events.isOk());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].object.body["data"]["password"], "plaintext-canary-1");
+  ASSERT_TRUE((*store)->remove(k).isOk());
+  store->reset();
+  std::string bytes = fileBytes();
+  EXPECT_EQ(bytes.find("plaintext-canary"), std::string::npos);
+  EXPECT_NE(bytes.find("visible-config"), std::string::npos) << "the test must read the real file";
+  // Without the key the sealed rows do not read.
+  auto again = SqliteStore::open(db(), clock);
+  ASSERT_TRUE(again.isOk());
+  auto history = (*again)->eventsSince(0, "Secret");
+  ASSERT_FALSE(history.isOk());
+  EXPECT_NE(history.status().message().find("encrypted"), std::string::npos) << history.status().message();
+}
+
+// Rotation: a new current key; setCipher reseals plaintext rows (written
+// before encryption) and rows sealed with the old key.
+TEST_F(CipherDir, SetCipherResealsOldRowsWithTheCurrentKey) {
+  SimulatedTimeSource clock;
+  Key plain{"Secret", "default", "old-plain"}, sealed_old{"Secret", "default", "old-key"};
+  std::string key1(32, '\x01'), key2(32, '\x02');
+  {
+    auto store = SqliteStore::open(db(), clock);
+    ASSERT_TRUE(store.isOk());
+    ASSERT_TRUE((*store)->create(plain, secretBody("canary-before-encryption")).isOk());
+    ASSERT_TRUE((*store)->setCipher(std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"1", key1}},
+                                                                     "1"))
+                    .isOk());
+    ASSERT_TRUE((*store)->create(sealed_old, secretBody("canary-key-one")).isOk());
+  }
+  EXPECT_EQ(fileBytes().find("canary-before-encryption"), std::string::npos);
+  auto store = SqliteStore::open(db(), clock);
+  ASSERT_TRUE(store.isOk());
+  auto rotated = std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"1", key1}, {"2", key2}}, "2");
+  ASSERT_TRUE((*store)->setCipher(rotated).isOk());
+  EXPECT_EQ((*store)->get(plain)->body["data"]["password"], "canary-before-encryption");
+  EXPECT_EQ((*store)->get(sealed_old)->body["data"]["password"], "canary-key-one");
+  store->reset();
+  // Every row now opens with key 2 alone.
+  auto only2 = SqliteStore::open(db(), clock);
+  ASSERT_TRUE(only2.isOk());
+  ASSERT_TRUE(
+      (*only2)->setCipher(std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"2", key2}}, "2")).isOk());
+  EXPECT_EQ((*only2)->get(sealed_old)->body["data"]["password"], "canary-key-one");
+  auto history = (*only2)->eventsSince(0, "Secret");
+  ASSERT_TRUE(history.isOk()) << history.status().toString();
+  EXPECT_EQ(history->size(), 2u);
 }
 
 }  // namespace

@@ -173,6 +173,20 @@ class SqliteStore::Conn {
   };
 
   explicit Conn(sqlite3* db) : db_(db) {}
+
+  // Encryption at rest of some kinds' bodies (set once by SqliteStore::setCipher).
+  std::shared_ptr<BodyCipher> cipher;
+  // The text stored for `key`'s body: sealed when the cipher seals its kind.
+  StatusOr<std::string> encode(const Key& key, std::string text) {
+    if (!cipher || !cipher->seals(key.kind)) return text;
+    return cipher->seal(key, text);
+  }
+  // The JSON text of a stored body (opened when sealed).
+  StatusOr<std::string> decode(const Key& key, std::string text) {
+    if (text.rfind(kSealedPrefix, 0) != 0) return text;
+    if (!cipher) return internalError("stored body of " + key.toString() + " is encrypted and knapd has no key");
+    return cipher->open(key, text);
+  }
   ~Conn() {
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
     sqlite3_close_v2(db_);
@@ -310,7 +324,9 @@ class SqliteStore::TxnImpl final : public Txn {
     meta["generation"] = 1;
     meta["creationTimestamp"] = formatRfc3339(clock_.now());
     meta["resourceVersion"] = std::to_string(rv);
-    std::string text = dumpJson(body);
+    auto sealed = conn_.encode(key, dumpJson(body));
+    KNAP_RETURN_IF_ERROR(track(sealed.status()));
+    std::string text = std::move(*sealed);
     KNAP_ASSIGN_OR_RETURN(
         auto stmt,
         prepare("INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) "
@@ -353,7 +369,9 @@ class SqliteStore::TxnImpl final : public Txn {
     }
     meta["generation"] = generation;
     meta["resourceVersion"] = std::to_string(rv);
-    std::string text = dumpJson(body);
+    auto sealed = conn_.encode(key, dumpJson(body));
+    KNAP_RETURN_IF_ERROR(track(sealed.status()));
+    std::string text = std::move(*sealed);
     KNAP_ASSIGN_OR_RETURN(auto stmt,
                           prepare("UPDATE objects SET resource_version = ?, generation = ?, body = ? "
                                   "WHERE kind = ? AND namespace = ? AND name = ?"));
@@ -378,7 +396,9 @@ class SqliteStore::TxnImpl final : public Txn {
     if (!obj.body["metadata"].is_object()) obj.body["metadata"] = nlohmann::json::object();
     obj.body["metadata"]["resourceVersion"] = std::to_string(rv);
     obj.resource_version = rv;
-    KNAP_RETURN_IF_ERROR(record(EventType::kDeleted, obj, dumpJson(obj.body)));
+    auto sealed = conn_.encode(key, dumpJson(obj.body));
+    KNAP_RETURN_IF_ERROR(track(sealed.status()));
+    KNAP_RETURN_IF_ERROR(record(EventType::kDeleted, obj, *sealed));
     return obj;
   }
 
@@ -398,7 +418,7 @@ class SqliteStore::TxnImpl final : public Txn {
       Object obj;
       obj.key = {kind, stmt->text(0), stmt->text(1)};
       obj.resource_version = stmt->i64(2);
-      KNAP_ASSIGN_OR_RETURN(obj.body, parseBody(obj.key, stmt->text(3)));
+      KNAP_ASSIGN_OR_RETURN(obj.body, parseBody(conn, obj.key, stmt->text(3)));
       out.push_back(std::move(obj));
     }
     return out;
@@ -422,11 +442,12 @@ class SqliteStore::TxnImpl final : public Txn {
     s.object.key = key;
     s.object.resource_version = stmt->i64(1);
     s.generation = stmt->i64(2);
-    KNAP_ASSIGN_OR_RETURN(s.object.body, parseBody(key, stmt->text(3)));
+    KNAP_ASSIGN_OR_RETURN(s.object.body, parseBody(conn, key, stmt->text(3)));
     return std::optional<Stored>(std::move(s));
   }
 
-  static StatusOr<nlohmann::json> parseBody(const Key& key, const std::string& text) {
+  static StatusOr<nlohmann::json> parseBody(Conn& conn, const Key& key, const std::string& stored) {
+    KNAP_ASSIGN_OR_RETURN(std::string text, conn.decode(key, stored));
     nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return internalError("stored body of " + key.toString() + " is not valid JSON");
     return j;
@@ -532,6 +553,8 @@ StatusOr<std::unique_ptr<SqliteStore::Conn>> SqliteStore::openConn(const std::st
   }
   KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA synchronous = FULL").annotate("opening database " + path));
   KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA foreign_keys = ON").annotate("opening database " + path));
+  // Deleted and overwritten content (a Secret resealed at start) is zeroed, not left in free pages.
+  KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA secure_delete = ON").annotate("opening database " + path));
   return conn;
 }
 
@@ -733,10 +756,57 @@ Status SqliteStore::readEventsSince(Conn& conn, int64_t since_rv, const std::str
     KNAP_ASSIGN_OR_RETURN(e.type, parseType(stmt->text(1)));
     e.object.key = {stmt->text(2), stmt->text(3), stmt->text(4)};
     e.object.resource_version = e.resource_version;
-    KNAP_ASSIGN_OR_RETURN(e.object.body, TxnImpl::parseBody(e.object.key, stmt->text(5)));
+    KNAP_ASSIGN_OR_RETURN(e.object.body, TxnImpl::parseBody(conn, e.object.key, stmt->text(5)));
     out->push_back(std::move(e));
   }
   return Status::ok();
+}
+
+Status SqliteStore::setCipher(std::shared_ptr<BodyCipher> cipher) {
+  return withConnection([&](Conn& conn) -> Status {
+    conn.cipher = std::move(cipher);
+    if (!conn.cipher) return Status::ok();
+    // Reseal every row of a sealed kind that is plaintext (written before
+    // encryption was on) or sealed with an older key, in objects and in the
+    // watch history: one transaction, resourceVersions unchanged.
+    KNAP_RETURN_IF_ERROR(conn.exec("BEGIN IMMEDIATE"));
+    int resealed = 0;
+    Status st = [&]() -> Status {
+      for (const char* table : {"objects", "events"}) {
+        // resource_version is unique per row (one global counter).
+        std::string id = std::string(table) == "objects" ? "resource_version" : "rv";
+        std::vector<std::pair<int64_t, std::string>> updates;
+        {
+          KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare("SELECT " + id + ", kind, namespace, name, body FROM " +
+                                                        table));
+          for (;;) {
+            KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+            if (!row) break;
+            Key key{stmt->text(1), stmt->text(2), stmt->text(3)};
+            std::string stored = stmt->text(4);
+            if (!conn.cipher->seals(key.kind) || conn.cipher->isCurrent(stored)) continue;
+            KNAP_ASSIGN_OR_RETURN(std::string plain, conn.decode(key, stored));
+            KNAP_ASSIGN_OR_RETURN(std::string sealed, conn.cipher->seal(key, plain));
+            updates.emplace_back(stmt->i64(0), std::move(sealed));
+          }
+        }
+        for (auto& [rowid, text] : updates) {
+          KNAP_ASSIGN_OR_RETURN(auto up, conn.prepare("UPDATE " + std::string(table) + " SET body = ? WHERE " + id +
+                                                      " = ?"));
+          up->bind(1, text).bind(2, rowid);
+          KNAP_RETURN_IF_ERROR(up->run());
+          ++resealed;
+        }
+      }
+      return conn.exec("COMMIT");
+    }();
+    if (!st.isOk()) {
+      conn.rollbackIfOpen();
+      return st.annotate("sealing stored bodies");
+    }
+    if (resealed > 0) LOG(INFO) << "store: sealed " << resealed << " stored bodies with the current key";
+    return Status::ok();
+  });
 }
 
 int SqliteStore::addListener(std::function<void(const Event&)> fn) {

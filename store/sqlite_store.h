@@ -12,6 +12,8 @@
 //                                      primary key (kind, namespace, name); body is JSON
 //   events(rv, type, kind, namespace, name, body)
 //                                      watch history, the newest watch_history_events kept
+// With a BodyCipher (setCipher), the body column of sealed kinds (Secrets)
+// holds the sealed text (store/body_cipher.h) in both tables, never JSON.
 //
 // Threading: one SQLite connection guarded by a mutex; every method may be
 // called from any thread. transact() holds the connection for the whole of fn,
@@ -43,6 +45,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "store/body_cipher.h"
 #include "store/store.h"
 
 struct sqlite3;
@@ -78,6 +81,14 @@ class SqliteStore final : public Store {
   StatusOr<std::vector<Event>> eventsSince(int64_t since_rv, const std::string& kind) override;
   int addListener(std::function<void(const Event&)> fn) override;
   void removeListener(int id) override;
+
+  // Encrypts the bodies of the kinds `cipher` seals (knapd: Secrets), in the
+  // objects table and in the watch history, from now on; and reseals, in one
+  // transaction, every stored body of those kinds that is plaintext or sealed
+  // with a key other than the cipher's current one (key rotation). Call once,
+  // right after open(), before other use. Reading a sealed body without a
+  // cipher is kInternal.
+  Status setCipher(std::shared_ptr<BodyCipher> cipher);
 
   // The schema version recorded in the open database (kLatestSchemaVersion after open()).
   StatusOr<int> schemaVersion();

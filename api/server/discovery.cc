@@ -17,7 +17,10 @@ namespace {
 std::vector<std::string> verbsOf(const ResourceInfo& r) {
   std::vector<std::string> v;
   if (r.user_creatable) v.push_back("create");
-  for (const char* verb : {"delete", "deletecollection", "get", "list", "patch", "update", "watch"}) v.push_back(verb);
+  for (const char* verb : {"delete", "deletecollection", "get", "list", "patch", "update", "watch"}) {
+    if (!r.namespaced && std::string(verb) == "deletecollection") continue;  // as Kubernetes' namespaces
+    v.push_back(verb);
+  }
   return v;
 }
 const std::vector<std::string> kStatusVerbs = {"get", "patch", "update"};
@@ -26,9 +29,10 @@ json groupVersionEntry() {
   return {{"groupVersion", std::string(kApiVersion)}, {"version", std::string(kVersion)}};
 }
 
-json gvk(const std::string& kind) {
-  return {{"group", std::string(kGroup)}, {"version", std::string(kVersion)}, {"kind", kind}};
-}
+json gvk(const ResourceInfo& r) { return {{"group", r.group}, {"version", r.version}, {"kind", r.kind}}; }
+
+// The OpenAPI schema name prefix of a kind's group.
+std::string schemaPrefix(const ResourceInfo& r) { return r.core() ? "io.k8s.api.core.v1." : "dev.knative.serving.v1."; }
 
 json queryParam(const std::string& name, const std::string& description) {
   return {{"name", name},
@@ -41,8 +45,8 @@ json pathParam(const std::string& name) {
   return {{"name", name}, {"in", "path"}, {"required", true}, {"schema", {{"type", "string"}}}};
 }
 
-json okResponse(const std::string& kind) {
-  json schemaRef = {{"$ref", "#/components/schemas/dev.knative.serving.v1." + kind}};
+json okResponse(const ResourceInfo& r, const std::string& suffix = "") {
+  json schemaRef = {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind + suffix}};
   return {{"200",
            {{"description", "OK"}, {"content", {{"application/json", {{"schema", schemaRef}}}}}}}};
 }
@@ -50,10 +54,12 @@ json okResponse(const std::string& kind) {
 // The kind's structural schema from the one schema model (api/schema.cc), as
 // deep as decoding checks it, so `kubectl explain ksvc.spec.template.spec.containers`
 // works.
-json resourceSchema(const std::string& kind) {
+json resourceSchema(const ResourceInfo& r) {
+  const std::string& kind = r.kind;
   json full = openApiSchema(kind);
   if (!full.is_null()) {
-    full["description"] = kind + " is a Knative serving.knative.dev/v1 resource.";
+    full["description"] = r.core() ? kind + " is a Kubernetes core/v1 resource."
+                                   : kind + " is a Knative serving.knative.dev/v1 resource.";
     return full;
   }
   json s = {{"type", "object"},
@@ -64,20 +70,20 @@ json resourceSchema(const std::string& kind) {
               {"metadata", {{"type", "object"}}},
               {"spec", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}},
               {"status", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}},
-            {"x-kubernetes-group-version-kind", json::array({gvk(kind)})}};
+            {"x-kubernetes-group-version-kind", json::array({gvk(r)})}};
   return s;
 }
 
 json itemOperations(const ResourceInfo& r, bool status) {
   std::string suffix = status ? "Status" : "";
-  std::string base = "Namespaced" + r.kind + suffix;
-  json params = json::array({pathParam("name"), pathParam("namespace")});
+  std::string base = (r.namespaced ? "Namespaced" : "") + r.kind + suffix;
+  json params = r.namespaced ? json::array({pathParam("name"), pathParam("namespace")}) : json::array({pathParam("name")});
   json ops;
   ops["parameters"] = params;
   ops["get"] = {{"operationId", "read" + base},
-                {"responses", okResponse(r.kind)},
+                {"responses", okResponse(r)},
                 {"x-kubernetes-action", "get"},
-                {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+                {"x-kubernetes-group-version-kind", gvk(r)}};
   ops["put"] = {{"operationId", "replace" + base},
                 {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
                                             queryParam("fieldManager", "Name of the actor."),
@@ -86,10 +92,10 @@ json itemOperations(const ResourceInfo& r, bool status) {
                 {"requestBody",
                  {{"content",
                    {{"application/json",
-                     {{"schema", {{"$ref", "#/components/schemas/dev.knative.serving.v1." + r.kind}}}}}}}}},
-                {"responses", okResponse(r.kind)},
+                     {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
+                {"responses", okResponse(r)},
                 {"x-kubernetes-action", "put"},
-                {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+                {"x-kubernetes-group-version-kind", gvk(r)}};
   json patchSchema = {{"schema", {{"type", "object"}}}};
   // No application/strategic-merge-patch+json here: kubectl would then try to
   // compute strategic patches from the schema (KUBECTL-WIRE §5).
@@ -105,31 +111,31 @@ json itemOperations(const ResourceInfo& r, bool status) {
          {{"application/json-patch+json", patchSchema},
           {"application/merge-patch+json", patchSchema},
           {"application/apply-patch+yaml", patchSchema}}}}},
-      {"responses", okResponse(r.kind)},
+      {"responses", okResponse(r)},
       {"x-kubernetes-action", "patch"},
-      {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+      {"x-kubernetes-group-version-kind", gvk(r)}};
   if (!status) {
     ops["delete"] = {{"operationId", "delete" + base},
                      {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
                                                  queryParam("propagationPolicy", "Orphan, Background or Foreground.")})},
                      {"responses", {{"200", {{"description", "OK"}}}}},
                      {"x-kubernetes-action", "delete"},
-                     {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+                     {"x-kubernetes-group-version-kind", gvk(r)}};
   }
   return ops;
 }
 
 json collectionOperations(const ResourceInfo& r) {
   json ops;
-  ops["parameters"] = json::array({pathParam("namespace")});
+  ops["parameters"] = r.namespaced ? json::array({pathParam("namespace")}) : json::array();
   ops["get"] = {{"operationId", "list" + r.kind},
                 {"parameters", json::array({queryParam("labelSelector", "Label selector."),
                                             queryParam("fieldSelector", "Field selector."),
                                             queryParam("watch", "Watch for changes."),
                                             queryParam("resourceVersion", "Resource version.")})},
-                {"responses", okResponse(r.kind + "List")},
+                {"responses", okResponse(r, "List")},
                 {"x-kubernetes-action", "list"},
-                {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+                {"x-kubernetes-group-version-kind", gvk(r)}};
   if (!r.user_creatable) return ops;
   ops["post"] = {{"operationId", "create" + r.kind},
                  {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
@@ -139,10 +145,10 @@ json collectionOperations(const ResourceInfo& r) {
                  {"requestBody",
                   {{"content",
                     {{"application/json",
-                      {{"schema", {{"$ref", "#/components/schemas/dev.knative.serving.v1." + r.kind}}}}}}}}},
-                 {"responses", okResponse(r.kind)},
+                      {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
+                 {"responses", okResponse(r)},
                  {"x-kubernetes-action", "post"},
-                 {"x-kubernetes-group-version-kind", gvk(r.kind)}};
+                 {"x-kubernetes-group-version-kind", gvk(r)}};
   return ops;
 }
 
@@ -220,27 +226,71 @@ const json& apiResourceListDocument() {
   return doc;
 }
 
+namespace {
+
+json openApiDocument(const std::vector<ResourceInfo>& kinds, const std::string& prefix) {
+  json paths = json::object();
+  json schemas = json::object();
+  for (const ResourceInfo& r : kinds) {
+    std::string base = r.namespaced ? prefix + "/namespaces/{namespace}/" + r.plural : prefix + "/" + r.plural;
+    paths[base] = collectionOperations(r);
+    paths[base + "/{name}"] = itemOperations(r, false);
+    if (r.has_status) paths[base + "/{name}/status"] = itemOperations(r, true);
+    std::string name = schemaPrefix(r) + r.kind;
+    schemas[name] = resourceSchema(r);
+    json item_ref = {{"$ref", "#/components/schemas/" + name}};
+    json items = {{"type", "array"}, {"items", item_ref}};
+    schemas[name + "List"] = {{"type", "object"}, {"properties", {{"items", items}}}};
+  }
+  return json{{"openapi", "3.0.0"},
+              {"info", {{"title", "knap"}, {"version", kServerGitVersion}}},
+              {"paths", paths},
+              {"components", {{"schemas", schemas}}}};
+}
+
+std::string hashOf(const json& doc) {
+  size_t h = std::hash<std::string>{}(doc.dump());
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016zX", h);
+  return std::string(buf);
+}
+
+}  // namespace
+
 const json& openApiV3GroupVersionDocument() {
-  static const json doc = [] {
-    json paths = json::object();
-    json schemas = json::object();
-    std::string prefix = "/apis/" + std::string(kApiVersion);
-    for (const ResourceInfo& r : resources()) {
-      paths[prefix + "/namespaces/{namespace}/" + r.plural] = collectionOperations(r);
-      paths[prefix + "/namespaces/{namespace}/" + r.plural + "/{name}"] = itemOperations(r, false);
-      paths[prefix + "/namespaces/{namespace}/" + r.plural + "/{name}/status"] = itemOperations(r, true);
-      schemas["dev.knative.serving.v1." + r.kind] = resourceSchema(r.kind);
-      json item_ref = {{"$ref", "#/components/schemas/dev.knative.serving.v1." + r.kind}};
-      json items = {{"type", "array"}, {"items", item_ref}};
-      schemas["dev.knative.serving.v1." + r.kind + "List"] = {{"type", "object"},
-                                                             {"properties", {{"items", items}}}};
-    }
-    return json{{"openapi", "3.0.0"},
-                {"info", {{"title", "knap"}, {"version", kServerGitVersion}}},
-                {"paths", paths},
-                {"components", {{"schemas", schemas}}}};
-  }();
+  static const json doc = openApiDocument(resources(), "/apis/" + std::string(kApiVersion));
   return doc;
+}
+
+const json& openApiV3CoreDocument() {
+  static const json doc = openApiDocument(coreResources(), "/api/v1");
+  return doc;
+}
+
+const std::string& openApiV3CoreHash() {
+  static const std::string hash = hashOf(openApiV3CoreDocument());
+  return hash;
+}
+
+json coreApiResources() {
+  json list = json::array();
+  for (const ResourceInfo& r : coreResources()) {
+    json e = {{"name", r.plural},
+              {"singularName", r.singular},
+              {"namespaced", r.namespaced},
+              {"kind", r.kind},
+              {"verbs", verbsOf(r)}};
+    if (!r.short_names.empty()) e["shortNames"] = r.short_names;
+    list.push_back(e);
+    if (r.has_status) {
+      list.push_back({{"name", r.plural + "/status"},
+                      {"singularName", ""},
+                      {"namespaced", r.namespaced},
+                      {"kind", r.kind},
+                      {"verbs", kStatusVerbs}});
+    }
+  }
+  return list;
 }
 
 const std::string& openApiV3Hash() {
@@ -257,7 +307,8 @@ const json& openApiV3RootDocument() {
   static const json doc = {
       {"paths",
        {{"apis/" + std::string(kApiVersion),
-         {{"serverRelativeURL", "/openapi/v3/apis/" + std::string(kApiVersion) + "?hash=" + openApiV3Hash()}}}}}};
+         {{"serverRelativeURL", "/openapi/v3/apis/" + std::string(kApiVersion) + "?hash=" + openApiV3Hash()}}},
+        {"api/v1", {{"serverRelativeURL", "/openapi/v3/api/v1?hash=" + openApiV3CoreHash()}}}}}};
   return doc;
 }
 

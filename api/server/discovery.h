@@ -1,4 +1,5 @@
-// Discovery and OpenAPI documents for serving.knative.dev/v1, shaped as
+// Discovery and OpenAPI documents for serving.knative.dev/v1 (and core/v1's
+// Namespaces, Secrets and ConfigMaps), shaped as
 // KUBECTL-WIRE §2, §3 and §5 require: /version, /apis, the group, the
 // APIResourceList, and the /openapi/v3 root and group-version documents.
 // Pure functions (documents are built once and cached); thread-safe.
@@ -22,5 +23,10 @@ const nlohmann::json& openApiV3RootDocument();    // /openapi/v3
 const nlohmann::json& openApiV3GroupVersionDocument();  // /openapi/v3/apis/serving.knative.dev/v1
 // The content hash used in the v3 root's serverRelativeURL and as the GV document's ETag.
 const std::string& openApiV3Hash();
+// The same for core/v1 (Namespaces, Secrets, ConfigMaps): /openapi/v3/api/v1.
+const nlohmann::json& openApiV3CoreDocument();
+const std::string& openApiV3CoreHash();
+// The /api/v1 APIResourceList entries of namespaces, namespaces/status, secrets, configmaps.
+nlohmann::json coreApiResources();
 
 }  // namespace knap::api

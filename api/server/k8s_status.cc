@@ -14,12 +14,12 @@ ApiError makeApiError(int code, const std::string& reason, const std::string& me
 }
 
 std::string qualifiedResource(const ResourceInfo& info) {
-  return info.plural + "." + std::string(kGroup);
+  return info.core() ? info.plural : info.plural + "." + info.group;
 }
 
 namespace {
 json details(const ResourceInfo& info, const std::string& name, const std::string& kind) {
-  json d = {{"group", std::string(kGroup)}, {"kind", kind}};
+  json d = {{"group", info.group}, {"kind", kind}};
   if (!name.empty()) d["name"] = name;
   return d;
 }
@@ -61,7 +61,7 @@ ApiError invalidError(const ResourceInfo& info, const std::string& name, const S
   }
   json d = details(info, name, info.kind);
   d["causes"] = std::move(causes);
-  std::string message = info.kind + "." + std::string(kGroup) + " \"" + name + "\" is invalid: " +
+  std::string message = (info.core() ? info.kind : info.kind + "." + info.group) + " \"" + name + "\" is invalid: " +
                         (status.fieldErrors().size() > 1 ? "[" + summary + "]" : summary);
   return makeApiError(422, "Invalid", message, std::move(d));
 }

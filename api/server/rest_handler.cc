@@ -6,6 +6,7 @@
 
 #include "api/admission.h"
 #include "api/codec.h"
+#include "api/core_objects.h"
 #include "api/effective_config.h"
 #include "api/naming.h"
 #include "api/server/discovery.h"
@@ -113,7 +114,8 @@ StatusOr<json> parseBody(const std::string& body, bool yaml) {
 json withTypeMeta(json obj, const ResourceInfo& info) {
   if (obj.is_object()) {
     obj["kind"] = info.kind;
-    obj["apiVersion"] = std::string(kApiVersion);
+    obj["apiVersion"] = info.apiVersion();
+    if (!info.namespaced && obj.contains("metadata") && obj["metadata"].is_object()) obj["metadata"].erase("namespace");
   }
   return obj;
 }
@@ -164,8 +166,8 @@ Status cascadeDelete(store::Txn& txn, const store::Key& key, bool orphan,
   bool progress = true;
   while (progress) {
     progress = false;
-    for (const ResourceInfo& r : resources()) {
-      KNAP_ASSIGN_OR_RETURN(auto objs, txn.list(r.kind, key.ns));
+    for (const ResourceInfo* r : namespacedResources()) {
+      KNAP_ASSIGN_OR_RETURN(auto objs, txn.list(r->kind, key.ns));
       for (store::Object& o : objs) {
         if (!hasOwnerUid(o.body, uids)) continue;
         if (orphan) {
@@ -190,6 +192,40 @@ Status cascadeDelete(store::Txn& txn, const store::Key& key, bool orphan,
     }
   }
   return Status::ok();
+}
+
+// Deleting a Namespace deletes everything in it first: every namespaced kind
+// and its Events (Kubernetes' namespace controller, done at once here).
+Status removeNamespaceContents(store::Txn& txn, const std::string& ns, std::vector<store::Object>* removed) {
+  std::vector<std::string> kinds;
+  for (const ResourceInfo* r : namespacedResources()) kinds.push_back(r->kind);
+  kinds.push_back(events::kStoreKind);
+  for (const std::string& kind : kinds) {
+    KNAP_ASSIGN_OR_RETURN(auto objs, txn.list(kind, ns));
+    for (store::Object& o : objs) {
+      KNAP_ASSIGN_OR_RETURN(store::Object gone, txn.remove(o.key));
+      removed->push_back(std::move(gone));
+    }
+  }
+  return Status::ok();
+}
+
+// Strategic merge patch directives ("$patch", "$retainKeys",
+// "$setElementOrder/..."), dropped: the core kinds knap serves have no list
+// with a merge key, so for them a strategic merge patch is a JSON merge patch.
+void dropPatchDirectives(json& j) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end();) {
+      if (!it.key().empty() && it.key()[0] == '$') {
+        it = j.erase(it);
+      } else {
+        dropPatchDirectives(*it);
+        ++it;
+      }
+    }
+  } else if (j.is_array()) {
+    for (json& e : j) dropPatchDirectives(e);
+  }
 }
 
 // A list continue token: base64 of {"rv":N,"ns":"...","name":"..."}, the
@@ -291,6 +327,28 @@ struct RestHandler::Target {
           if (s.size() == 8 && s[7] == "status") t.kind = Kind::kStatus;
         }
       }
+    } else if (s.size() >= 3 && s[0] == "api" && s[1] == "v1") {
+      // core/v1: /api/v1/namespaces[/NAME[/status]], /api/v1/{secrets,configmaps},
+      // /api/v1/namespaces/NS/{secrets,configmaps}[/NAME]. Events and the
+      // placeholder services are served elsewhere (kind stays kOther).
+      const ResourceInfo* ns_info = findCoreResource("namespaces");
+      if (s[2] == "namespaces" && s.size() <= 5 && (s.size() != 5 || s[4] == "status")) {
+        t.info = ns_info;
+        if (s.size() == 3) t.kind = Kind::kCollection;
+        if (s.size() >= 4) t.name = s[3];
+        if (s.size() == 4) t.kind = Kind::kItem;
+        if (s.size() == 5) t.kind = Kind::kStatus;
+      } else if (s.size() == 3 && findCoreResource(s[2]) && findCoreResource(s[2])->namespaced) {
+        t.info = findCoreResource(s[2]);
+        t.kind = Kind::kCollection;
+      } else if (s[2] == "namespaces" && (s.size() == 5 || s.size() == 6) && findCoreResource(s[4]) &&
+                 findCoreResource(s[4])->namespaced) {
+        t.info = findCoreResource(s[4]);
+        t.ns = s[3];
+        if (s.size() == 5) t.kind = Kind::kCollection;
+        if (s.size() == 6) t.name = s[5];
+        if (s.size() == 6) t.kind = Kind::kItem;
+      }
     } else if (s.size() == 8 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" &&
                s[3] == "namespaces" && s[5] == "revisions" && s[7] == "autoscaling") {
       t.kind = Kind::kAutoscaling;
@@ -325,7 +383,7 @@ struct RestHandler::WriteCtx {
       else obj["metadata"]["managedFields"] = *apply_managed;
       return;
     }
-    obj = recordUpdate(old, std::move(obj), manager, std::string(kApiVersion), now);
+    obj = recordUpdate(old, std::move(obj), manager, info->apiVersion(), now);
   }
 
   HttpResponse finish(int code, const json& obj) {
@@ -336,7 +394,20 @@ struct RestHandler::WriteCtx {
 };
 
 RestHandler::RestHandler(store::Store& store, const Config& config, TimeSource& clock, RequestPolicy policy)
-    : store_(store), config_(config), clock_(clock), policy_(std::move(policy)), rng_(std::random_device{}()) {}
+    : store_(store), config_(config), clock_(clock), policy_(std::move(policy)), rng_(std::random_device{}()) {
+  ensureSystemNamespaces();
+}
+
+void RestHandler::ensureSystemNamespaces() {
+  for (const char* name : kSystemNamespaces) {
+    if (store_.get({"Namespace", "", name}).isOk()) continue;
+    json ns = {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}};
+    (void)setCoreDefaults("Namespace", ns);
+    auto created = store_.create({"Namespace", "", name}, ns);
+    if (!created.isOk() && created.status().code() != Code::kAlreadyExists)
+      LOG(ERROR) << "api: creating namespace " << name << ": " << created.status().toString();
+  }
+}
 
 std::string RestHandler::newName(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(rng_mu_);
@@ -373,7 +444,7 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
   switch (t.kind) {
     case K::kCollection:
       if (get) return listObjects(req, t);
-      if (t.ns.empty()) return methodNotAllowed(m);
+      if (t.ns.empty() && t.info->namespaced) return methodNotAllowed(m);
       if (m == "POST") return createObject(req, t);
       if (m == "DELETE") return deleteCollection(req, t);
       return methodNotAllowed(m);
@@ -383,6 +454,7 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
       if (m == "PUT") return replaceObject(req, t);
       if (m == "PATCH") return patchObject(req, t);
       if (m == "DELETE" && t.kind == K::kItem) return deleteObject(req, t);
+      if (m == "DELETE" && t.kind == K::kStatus) return methodNotAllowed(m);
       return methodNotAllowed(m);
     case K::kAutoscaling:
       if (get) return autoscalingView(t);
@@ -422,8 +494,11 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
                                json::array({{{"clientCIDR", "0.0.0.0/0"}, {"serverAddress", "127.0.0.1"}}})}});
   }
   if (s.size() == 2 && s[0] == "api" && s[1] == "v1") {
+    json list = coreApiResources();
+    list.push_back(eventsApiResource());
+    list.push_back(coreServicesApiResource());
     return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", "v1"},
-                              {"resources", json::array({eventsApiResource(), coreServicesApiResource()})}});
+                              {"resources", list}});
   }
   // Core v1 Services: knapd has none (Knative's placeholder Services do not
   // exist here), but `kubectl cluster-info` lists them in kube-system.
@@ -445,6 +520,11 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
                               {"resources", json::array({eventsApiResource()})}});
   }
   if (s.size() == 2 && s[0] == "openapi" && s[1] == "v3") return jsonResponse(200, openApiV3RootDocument());
+  if (s.size() == 4 && s[0] == "openapi" && s[1] == "v3" && s[2] == "api" && s[3] == "v1") {
+    HttpResponse r = jsonResponse(200, openApiV3CoreDocument());
+    r.headers["ETag"] = "\"" + openApiV3CoreHash() + "\"";
+    return r;
+  }
   if (s.size() == 5 && s[0] == "openapi" && s[1] == "v3" && s[2] == "apis" && s[3] == kGroup &&
       s[4] == kVersion) {
     HttpResponse r = jsonResponse(200, openApiV3GroupVersionDocument());
@@ -541,7 +621,7 @@ HttpResponse RestHandler::listObjects(const HttpRequest& req, const Target& t) {
     return jsonResponse(200, table);
   }
   json list = {{"kind", t.info->kind + "List"},
-               {"apiVersion", std::string(kApiVersion)},
+               {"apiVersion", t.info->apiVersion()},
                {"metadata", list_meta},
                {"items", json::array()}};
   for (json& i : items) list["items"].push_back(std::move(i));
@@ -592,7 +672,7 @@ bool patchSetsResourceVersion(const json& body, const std::string& type) {
 }
 
 std::string cannotHandle(const ResourceInfo& info) {
-  return info.kind + " in version \"" + std::string(kVersion) + "\" cannot be handled as a " + info.kind + ": ";
+  return info.kind + " in version \"" + info.version + "\" cannot be handled as a " + info.kind + ": ";
 }
 
 // Checks apiVersion/kind of a decoded object and makes sure metadata is an object.
@@ -603,12 +683,12 @@ std::optional<HttpResponse> checkTypeMeta(const ResourceInfo& info, json& obj) {
     return errorResponse(badRequestError(cannotHandle(info) + "kind " + toJsonText(obj["kind"]) +
                                          " does not match the resource's kind \"" + info.kind + "\""));
   }
-  if (obj.contains("apiVersion") && !(obj["apiVersion"].is_string() && obj["apiVersion"] == kApiVersion)) {
+  if (obj.contains("apiVersion") && !(obj["apiVersion"].is_string() && obj["apiVersion"] == info.apiVersion())) {
     return errorResponse(badRequestError("the API version in the data (" +
                                          (obj["apiVersion"].is_string() ? obj["apiVersion"].get<std::string>()
                                                                         : toJsonText(obj["apiVersion"])) +
                                          ") does not match the expected API version (" +
-                                         std::string(kApiVersion) + ")"));
+                                         info.apiVersion() + ")"));
   }
   if (!obj.contains("metadata") || obj["metadata"].is_null()) obj["metadata"] = json::object();
   if (!obj["metadata"].is_object())
@@ -757,6 +837,13 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
     for (const char* f : kServerOwnedOnUpdate) obj["metadata"].erase(f);
     obj["metadata"].erase("resourceVersion");
   }
+  if (info.core()) {
+    // core/v1 Namespaces, Secrets, ConfigMaps: kube-apiserver's rules (api/core_objects.h).
+    Status st = setCoreDefaults(info.kind, obj);
+    if (st.isOk()) st = validateCore(info.kind, obj, live ? &live->body : nullptr);
+    if (!st.isOk()) return errorResponse(invalidError(info, metaString(obj, "name"), st));
+    return std::nullopt;
+  }
   setDefaults(info.kind, obj, config);
   // The stored object seen through the same defaulting, so that defaults added
   // since it was written do not count as user changes.
@@ -808,8 +895,12 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
             "spec.template changes; create or update a Service or Configuration instead",
         {{"group", std::string(kGroup)}, {"kind", info.plural}}));
   }
-  if (auto err = checkNamespace(obj, ctx.ns)) return *err;
-  if (!isDns1123Label(ctx.ns)) {
+  if (!info.namespaced) {
+    obj["metadata"].erase("namespace");
+  } else if (auto err = checkNamespace(obj, ctx.ns)) {
+    return *err;
+  }
+  if (info.namespaced && !isDns1123Label(ctx.ns)) {
     Status st = invalidArgument("invalid namespace");
     st.withFieldErrors({{"metadata.namespace", "Invalid value: \"" + ctx.ns +
                                                    "\": a namespace must be a DNS-1123 label (lower-case letters, digits and '-')"}});
@@ -821,6 +912,11 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
     Status st = invalidArgument("name or generateName is required");
     st.withFieldErrors({{"metadata.name", "Required value: name or generateName is required", "FieldValueRequired"}});
     return errorResponse(invalidError(info, "", st));
+  }
+  // As in Kubernetes, a namespaced object needs its Namespace.
+  if (info.namespaced && !store_.get({"Namespace", "", ctx.ns}).isOk()) {
+    return errorResponse(makeApiError(404, "NotFound", "namespaces \"" + ctx.ns + "\" not found",
+                                      {{"name", ctx.ns}, {"kind", "namespaces"}}));
   }
   for (int attempt = 0; attempt < 8; ++attempt) {
     json candidate = obj;
@@ -837,7 +933,22 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
       }
       return ctx.finish(create_code, candidate);
     }
-    auto created = store_.create({info.kind, ctx.ns, cname}, withTypeMeta(candidate, info));
+    StatusOr<store::Object> created = notFound("");
+    if (info.namespaced) {
+      // Created in one transaction with a check of the namespace, so an object
+      // cannot outlive a namespace deleted at the same moment.
+      Status st = store_.transact([&](store::Txn& txn) -> Status {
+        if (!txn.get({"Namespace", "", ctx.ns}).isOk())
+          return Status(Code::kNotFound, "namespaces \"" + ctx.ns + "\" not found");
+        created = txn.create({info.kind, ctx.ns, cname}, withTypeMeta(candidate, info));
+        return created.status();
+      });
+      if (!st.isOk() && st.code() == Code::kNotFound)
+        return errorResponse(makeApiError(404, "NotFound", st.message(), {{"name", ctx.ns}, {"kind", "namespaces"}}));
+      if (!st.isOk()) created = st;
+    } else {
+      created = store_.create({info.kind, ctx.ns, cname}, withTypeMeta(candidate, info));
+    }
     if (created.isOk()) return ctx.finish(create_code, created->body);
     if (created.status().code() == Code::kAlreadyExists && name.empty()) continue;
     if (created.status().code() == Code::kAlreadyExists) ctx.raced = true;
@@ -851,7 +962,8 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
 HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* live, int create_code) {
   if (!live) return doCreate(ctx, std::move(obj), create_code);
   const ResourceInfo& info = *ctx.info;
-  if (auto err = checkNamespace(obj, ctx.ns)) return *err;
+  if (!info.namespaced) obj["metadata"].erase("namespace");
+  else if (auto err = checkNamespace(obj, ctx.ns)) return *err;
   if (auto err = checkName(obj, ctx.name)) return *err;
   if (auto err = admit(config_, info, ctx.status_sub, ctx.validation, &ctx.warnings, obj, live)) return *err;
   ctx.manage(obj, live->body, clock_.now());
@@ -929,6 +1041,8 @@ HttpResponse RestHandler::patchObject(const HttpRequest& req, const Target& t) {
   if (!t.query.get("fieldManager").empty()) ctx.manager = t.query.get("fieldManager");
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   std::string type = mediaType(req.content_type);
+  bool strategic = type == "application/strategic-merge-patch+json" && t.info->core();
+  if (strategic) type = "application/merge-patch+json";
   if (type == "application/strategic-merge-patch+json") {
     return errorResponse(makeApiError(
         415, "UnsupportedMediaType",
@@ -947,6 +1061,7 @@ HttpResponse RestHandler::patchObject(const HttpRequest& req, const Target& t) {
   }
   auto body = parseBody(req.body, apply);
   if (!body.isOk()) return errorResponse(badRequestError("error decoding patch: " + body.status().message()));
+  if (strategic) dropPatchDirectives(*body);
   // Like kube-apiserver's GuaranteedUpdate: a patch that sets no
   // resourceVersion precondition is re-applied to the newest object when a
   // concurrent write (a controller's status update) wins the race, so it never
@@ -989,17 +1104,17 @@ HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::s
       }
       bool force = parseBool(t.query.get("force")).value_or(false);
       ApplyResult ar = serverSideApply(live.isOk() ? live->body : json(), applied, ctx.manager, force,
-                                       std::string(kApiVersion), clock_.now());
+                                       t.info->apiVersion(), clock_.now());
       if (!ar.conflicts.empty()) {
         json causes = json::array();
         for (const ApplyConflict& c : ar.conflicts) {
           causes.push_back({{"reason", "FieldManagerConflict"},
-                            {"message", "conflict with \"" + c.manager + "\" using " + std::string(kApiVersion)},
+                            {"message", "conflict with \"" + c.manager + "\" using " + t.info->apiVersion()},
                             {"field", fieldPathString(c.path)}});
         }
-        return errorResponse(makeApiError(409, "Conflict", conflictMessage(ar.conflicts, std::string(kApiVersion)),
+        return errorResponse(makeApiError(409, "Conflict", conflictMessage(ar.conflicts, t.info->apiVersion()),
                                           {{"name", t.name},
-                                           {"group", std::string(kGroup)},
+                                           {"group", t.info->group},
                                            {"kind", t.info->plural},
                                            {"causes", causes}}));
       }
@@ -1106,8 +1221,14 @@ HttpResponse RestHandler::deleteObject(const HttpRequest& req, const Target& t) 
                   {"apiVersion", "v1"},
                   {"metadata", json::object()},
                   {"status", "Success"},
-                  {"details", {{"name", t.name}, {"group", std::string(kGroup)}, {"kind", t.info->plural}, {"uid", uid}}}};
+                  {"details", {{"name", t.name}, {"group", t.info->group}, {"kind", t.info->plural}, {"uid", uid}}}};
   if (opts.dry_run) return jsonResponse(200, success);
+  bool is_namespace = t.info->kind == "Namespace";
+  if (is_namespace && isSystemNamespace(t.name)) {
+    return errorResponse(makeApiError(403, "Forbidden",
+                                      "namespaces \"" + t.name + "\" is forbidden: this namespace may not be deleted",
+                                      {{"name", t.name}, {"kind", "namespaces"}}));
+  }
   std::vector<store::Object> removed;
   Status st = store_.transact([&](store::Txn& txn) {
     removed.clear();
@@ -1115,6 +1236,7 @@ HttpResponse RestHandler::deleteObject(const HttpRequest& req, const Target& t) 
       KNAP_ASSIGN_OR_RETURN(store::Object cur, txn.get(key));
       if (cur.resource_version != live->resource_version) return conflict("object changed during delete");
     }
+    if (is_namespace) KNAP_RETURN_IF_ERROR(removeNamespaceContents(txn, t.name, &removed));
     return cascadeDelete(txn, key, opts.orphan, &removed);
   });
   if (!st.isOk()) return errorResponse(errorFromStatus(st, t.info, t.name));
@@ -1122,6 +1244,7 @@ HttpResponse RestHandler::deleteObject(const HttpRequest& req, const Target& t) 
 }
 
 HttpResponse RestHandler::deleteCollection(const HttpRequest& req, const Target& t) {
+  if (!t.info->namespaced) return methodNotAllowed(req.method);  // no deletecollection on namespaces, as in Kubernetes
   DeleteOptions opts;
   if (auto err = readDeleteOptions(req, t.query.params, &opts)) return *err;
   auto labels = LabelSelector::parse(t.query.get("labelSelector"));
@@ -1146,7 +1269,7 @@ HttpResponse RestHandler::deleteCollection(const HttpRequest& req, const Target&
   });
   if (!st.isOk()) return errorResponse(errorFromStatus(st, nullptr, ""));
   return jsonResponse(200, {{"kind", t.info->kind + "List"},
-                            {"apiVersion", std::string(kApiVersion)},
+                            {"apiVersion", t.info->apiVersion()},
                             {"metadata", {{"resourceVersion", std::to_string(store_.currentResourceVersion())}}},
                             {"items", items}});
 }
@@ -1296,7 +1419,7 @@ std::string RestHandler::watchEventLine(const WatchRequest& w, const char* type,
 
 std::string RestHandler::watchBookmarkLine(const WatchRequest& w, int64_t rv) {
   json obj = {{"kind", w.info->kind},
-              {"apiVersion", std::string(kApiVersion)},
+              {"apiVersion", w.info->apiVersion()},
               {"metadata", {{"resourceVersion", std::to_string(rv)}}}};
   return toJsonText(json{{"type", "BOOKMARK"}, {"object", std::move(obj)}}) + "\n";
 }

@@ -1,6 +1,8 @@
 // RestHandler: the Kubernetes-style REST semantics of knapd's API, independent
 // of the network. It turns one parsed HTTP request into one response (discovery,
-// OpenAPI, GET/LIST/POST/PUT/PATCH/DELETE on serving.knative.dev/v1 objects,
+// OpenAPI, GET/LIST/POST/PUT/PATCH/DELETE on serving.knative.dev/v1 objects and
+// on core/v1 Namespaces, Secrets and ConfigMaps (the namespaces default,
+// kube-system and kube-public are created by the constructor when missing),
 // the knap.dev autoscaling view) and prepares WATCH requests, whose streaming
 // the ApiServer does. Follows /work/shared/docs/KUBECTL-WIRE.md.
 //
@@ -143,6 +145,8 @@ class RestHandler {
   HttpResponse doCreate(WriteCtx& ctx, nlohmann::json obj, int create_code);
 
   std::string newName(const std::string& prefix);
+  // Creates the namespaces that always exist (api/core_objects.h kSystemNamespaces) when missing.
+  void ensureSystemNamespaces();
 
   store::Store& store_;
   const Config& config_;

@@ -1,5 +1,8 @@
 #include "api/server/tables.h"
 
+#include "api/server/event_handler.h"
+#include "common/clock.h"
+
 namespace knap::api {
 
 using nlohmann::json;
@@ -66,9 +69,43 @@ json intCell(const json& obj, std::initializer_list<const char*> path) {
   return "";
 }
 
+// kubectl's AGE: the time since metadata.creationTimestamp ("<unknown>" without one).
+std::string age(const json& obj) {
+  WallTime created;
+  if (!parseRfc3339(str(obj, {"metadata", "creationTimestamp"}), &created)) return "<unknown>";
+  return humanDuration(std::chrono::system_clock::now() - created);
+}
+
+size_t mapSize(const json& obj, const char* field) {
+  if (!obj.is_object() || !obj.contains(field) || !obj[field].is_object()) return 0;
+  return obj[field].size();
+}
+
+// The columns kube-apiserver prints for the core kinds.
+json coreColumns(const std::string& k) {
+  json cols = json::array();
+  cols.push_back(column("Name", "string", "Name must be unique within a namespace.", "name"));
+  if (k == "Namespace") cols.push_back(column("Status", "string", "The status of the namespace"));
+  if (k == "Secret") cols.push_back(column("Type", "string", "The type of the secret"));
+  if (k != "Namespace") cols.push_back(column("Data", "string", "The number of keys in the data"));
+  cols.push_back(column("Age", "string", "Time since the object was created"));
+  return cols;
+}
+
+json coreCells(const std::string& k, const json& obj) {
+  json cells = json::array();
+  cells.push_back(str(obj, {"metadata", "name"}));
+  if (k == "Namespace") cells.push_back(str(obj, {"status", "phase"}));
+  if (k == "Secret") cells.push_back(str(obj, {"type"}));
+  if (k != "Namespace") cells.push_back(static_cast<int64_t>(mapSize(obj, "data") + mapSize(obj, "binaryData")));
+  cells.push_back(age(obj));
+  return cells;
+}
+
 }  // namespace
 
 json tableColumns(const ResourceInfo& info) {
+  if (info.core()) return coreColumns(info.kind);
   json cols = json::array();
   cols.push_back(column("Name", "string", "Name must be unique within a namespace.", "name"));
   const std::string& k = info.kind;
@@ -93,22 +130,26 @@ json tableColumns(const ResourceInfo& info) {
 
 json tableRow(const ResourceInfo& info, const json& obj, IncludeObject include) {
   json cells = json::array();
-  cells.push_back(str(obj, {"metadata", "name"}));
   const std::string& k = info.kind;
-  if (k == "Service" || k == "Route") cells.push_back(cell(obj, {"status", "url"}));
-  if (k == "Service" || k == "Configuration") {
-    cells.push_back(cell(obj, {"status", "latestCreatedRevisionName"}));
-    cells.push_back(cell(obj, {"status", "latestReadyRevisionName"}));
-  }
-  if (k == "Revision") {
-    cells.push_back(str(obj, {"metadata", "labels", labels::kConfiguration}));
-    cells.push_back(str(obj, {"metadata", "labels", labels::kConfigurationGeneration}));
-  }
-  cells.push_back(condField(obj, "status"));
-  cells.push_back(condField(obj, "reason"));
-  if (k == "Revision") {
-    cells.push_back(intCell(obj, {"status", "actualReplicas"}));
-    cells.push_back(intCell(obj, {"status", "desiredReplicas"}));
+  if (info.core()) {
+    cells = coreCells(k, obj);
+  } else {
+    cells.push_back(str(obj, {"metadata", "name"}));
+    if (k == "Service" || k == "Route") cells.push_back(cell(obj, {"status", "url"}));
+    if (k == "Service" || k == "Configuration") {
+      cells.push_back(cell(obj, {"status", "latestCreatedRevisionName"}));
+      cells.push_back(cell(obj, {"status", "latestReadyRevisionName"}));
+    }
+    if (k == "Revision") {
+      cells.push_back(str(obj, {"metadata", "labels", labels::kConfiguration}));
+      cells.push_back(str(obj, {"metadata", "labels", labels::kConfigurationGeneration}));
+    }
+    cells.push_back(condField(obj, "status"));
+    cells.push_back(condField(obj, "reason"));
+    if (k == "Revision") {
+      cells.push_back(intCell(obj, {"status", "actualReplicas"}));
+      cells.push_back(intCell(obj, {"status", "desiredReplicas"}));
+    }
   }
   json row = {{"cells", std::move(cells)}};
   switch (include) {

@@ -335,23 +335,23 @@ struct EnvVar {
 StatusOr<std::vector<EnvVar>> containerEnv(const json& container, const PodSpecInput& in,
                                            const std::string& namespace_name) {
   std::vector<EnvVar> out;
+  std::vector<std::pair<std::string, std::string>> defined;
   if (const json* ef = member(container, "envFrom")) {
     if (!ef->is_array()) return invalidArgument("envFrom: must be a list");
     for (size_t i = 0; i < ef->size(); ++i) {
       const std::string path = "envFrom[" + std::to_string(i) + "]";
-      if (member((*ef)[i], "secretRef")) {
-        return invalidArgument(path + ".secretRef: secrets are not supported by knap yet");
-      }
-      if (member((*ef)[i], "configMapRef")) {
-        return invalidArgument(path + ".configMapRef: config maps are not supported by knap yet");
-      }
-      return invalidArgument(path + ": needs secretRef or configMapRef");
+      if (!member((*ef)[i], "secretRef") && !member((*ef)[i], "configMapRef"))
+        return invalidArgument(path + ": needs secretRef or configMapRef");
+    }
+    // Resolved by the caller, in order, prefixes applied.
+    for (const auto& [k, v] : in.env_from) {
+      defined.emplace_back(k, v);
+      out.push_back({k, v});
     }
   }
   const json* env = member(container, "env");
   if (env == nullptr) return out;
   if (!env->is_array()) return invalidArgument("env: must be a list");
-  std::vector<std::pair<std::string, std::string>> defined;
   for (size_t i = 0; i < env->size(); ++i) {
     const json& e = (*env)[i];
     const std::string path = "env[" + std::to_string(i) + "]";
@@ -368,14 +368,17 @@ StatusOr<std::vector<EnvVar>> containerEnv(const json& container, const PodSpecI
       if (!v->is_string()) return invalidArgument(path + ".value: must be a string");
       value = expandVars(v->get<std::string>(), defined);
     } else if (const json* vf = member(e, "valueFrom")) {
-      if (member(*vf, "secretKeyRef")) {
-        return invalidArgument(path + ".valueFrom.secretKeyRef: secrets are not supported by knap yet");
-      }
-      if (member(*vf, "configMapKeyRef")) {
-        return invalidArgument(path +
-                               ".valueFrom.configMapKeyRef: config maps are not supported by knap yet");
-      }
-      if (const json* fr = member(*vf, "fieldRef")) {
+      const char* ref_kind = member(*vf, "secretKeyRef") ? "secretKeyRef"
+                             : member(*vf, "configMapKeyRef") ? "configMapKeyRef" : nullptr;
+      if (ref_kind) {
+        auto it = in.env_refs.find(name->get<std::string>());
+        if (it == in.env_refs.end()) {
+          const json* opt = member(*member(*vf, ref_kind), "optional");
+          if (opt && opt->is_boolean() && opt->get<bool>()) continue;  // optional and missing: not defined
+          return invalidArgument(path + ".valueFrom." + ref_kind + ": the value was not resolved");
+        }
+        value = it->second;
+      } else if (const json* fr = member(*vf, "fieldRef")) {
         const json* fp = member(*fr, "fieldPath");
         const std::string field = fp && fp->is_string() ? fp->get<std::string>() : "";
         if (field == "metadata.name")
@@ -402,7 +405,7 @@ StatusOr<std::vector<EnvVar>> containerEnv(const json& container, const PodSpecI
 // volumeMounts -> mounts. emptyDir volumes become tmpfs (memory-backed, so
 // they count against the memory limit, like medium: Memory in Kubernetes);
 // other volume sources need Secrets/ConfigMaps/PVCs, which knap does not have.
-StatusOr<json> volumeMounts(const json& spec, const json& container) {
+StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSpecInput& in) {
   json out = json::array();
   const json* mounts = member(container, "volumeMounts");
   if (mounts == nullptr) return out;
@@ -437,8 +440,14 @@ StatusOr<json> volumeMounts(const json& spec, const json& container) {
       return invalidArgument(path + ".name: no volume named \"" + name->get<std::string>() + "\"");
     }
     const std::string vpath = "spec.volumes[" + std::to_string(vi) + "]";
-    for (const char* kind : {"secret", "configMap", "projected", "persistentVolumeClaim", "hostPath", "csi",
-                             "ephemeral", "image"}) {
+    if (member(*volume, "secret") || member(*volume, "configMap") || member(*volume, "projected")) {
+      auto dir = in.volume_dirs.find(name->get<std::string>());
+      if (dir == in.volume_dirs.end())
+        return invalidArgument(vpath + ": the files of volume \"" + name->get<std::string>() + "\" were not resolved");
+      out.push_back(mount(dest->get<std::string>(), "bind", dir->second, {"rbind", "ro", "nosuid", "nodev"}));
+      continue;
+    }
+    for (const char* kind : {"persistentVolumeClaim", "hostPath", "csi", "ephemeral", "image"}) {
       if (member(*volume, kind)) {
         return invalidArgument(vpath + "." + kind + ": " + kind + " volumes are not supported by knap yet");
       }
@@ -852,7 +861,7 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     mounts.push_back(mount(dest, "bind", *src, {"rbind", "rprivate", "ro"}));
   }
 
-  KNAP_ASSIGN_OR_RETURN(json volume_mounts, volumeMounts(*spec, c));
+  KNAP_ASSIGN_OR_RETURN(json volume_mounts, volumeMounts(*spec, c, in));
   for (auto& m : volume_mounts) mounts.push_back(std::move(m));
 
   json namespaces =

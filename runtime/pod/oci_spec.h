@@ -10,9 +10,11 @@
 // - args: like Kubernetes: `command` replaces the image Entrypoint (and drops
 //   its Cmd); `args` replaces the Cmd; $(VAR) references to container env vars
 //   are expanded, $$ is a literal $.
-// - env: image Env, then the container's env (same names replace in place),
-//   then PORT, K_SERVICE, K_CONFIGURATION, K_REVISION. PATH is added when the
-//   image has none.
+// - env: image Env, then the container's envFrom variables (resolved by the
+//   caller: env_from), then its env (same names replace in place; a
+//   secretKeyRef/configMapKeyRef value comes from env_refs, and an optional
+//   reference that resolved to nothing defines nothing), then PORT,
+//   K_SERVICE, K_CONFIGURATION, K_REVISION. PATH is added when the image has none.
 // - user: securityContext runAsUser/runAsGroup (container over pod) > image
 //   USER resolved via the rootfs passwd/group > root. additionalGids = the
 //   primary gid, the groups listing the user in /etc/group, then the pod's
@@ -25,11 +27,15 @@
 // - RLIMIT_NOFILE soft = hard = PodSpecInput::nofile_limit (default 1024, as
 //   containerd's default spec; the runner may pass maxNofileForPods()).
 // - volumeMounts of emptyDir volumes become tmpfs mounts (mode 1777, size =
-//   sizeLimit); other volume sources are kInvalidArgument "not supported".
+//   sizeLimit; medium "" and Memory alike); secret, configMap and projected
+//   volumes are read-only bind mounts of the host directories in volume_dirs
+//   (runtime/pod/volume_files.h); other volume sources are kInvalidArgument
+//   "not supported".
 // - No seccomp profile (Kubernetes' default is Unconfined); no /dev/console.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -67,6 +73,16 @@ struct PodSpecInput {
   // ("error setting rlimit type 7: operation not permitted") when this exceeds
   // the shim's hard limit and CAP_SYS_RESOURCE is missing, as in some sandboxes.
   uint64_t nofile_limit = 1024;
+  // What the serving container reads from Secrets and ConfigMaps, resolved by
+  // the caller (api/pod_objects.h through the pod runner's resolver):
+  // envFrom variables in order, and env[].valueFrom secretKeyRef /
+  // configMapKeyRef values by env name (absent: an optional reference to
+  // something missing). A reference without a value here and not optional in
+  // the spec is kInvalidArgument.
+  std::vector<std::pair<std::string, std::string>> env_from;
+  std::map<std::string, std::string> env_refs;
+  // Host directories with the files of secret/configMap/projected volumes, by volume name.
+  std::map<std::string, std::string> volume_dirs;
 };
 
 // Contents of the per-pod files the runner writes (mode 0644) and passes as

@@ -185,11 +185,11 @@ INSTANTIATE_TEST_SUITE_P(
             "secret",
             json::array({{{"name", "A"}, {"value", "1"}},
                          {{"name", "B"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "k"}}}}}}}),
-            "env[1].valueFrom.secretKeyRef: secrets are not supported by knap yet"},
+            "env[1].valueFrom.secretKeyRef: the value was not resolved"},
         EnvErrorCase{"configmap",
                      json::array({{{"name", "B"},
                                    {"valueFrom", {{"configMapKeyRef", {{"name", "c"}, {"key", "k"}}}}}}}),
-                     "env[0].valueFrom.configMapKeyRef: config maps are not supported by knap yet"},
+                     "env[0].valueFrom.configMapKeyRef: the value was not resolved"},
         EnvErrorCase{"missing_name", json::array({{{"value", "1"}}}), "env[0].name: required"}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -202,11 +202,28 @@ TEST(OciSpecTest, EnvFieldRefPodName) {
   EXPECT_NE(std::find(e.begin(), e.end(), "NS=default"), e.end());
 }
 
-TEST(OciSpecTest, EnvFromSecretRejected) {
-  auto spec = buildOciSpec(baseInput({{"envFrom", json::array({{{"secretRef", {{"name", "s"}}}}})}}));
-  ASSERT_FALSE(spec.isOk());
-  EXPECT_EQ(spec.status().message(), "envFrom[0].secretRef: secrets are not supported by knap yet");
+// Secret/ConfigMap values come resolved from the caller: envFrom first, then
+// env (a valueFrom ref takes its value from env_refs; an optional one that
+// resolved to nothing is not defined), and $(VAR) sees both.
+TEST(OciSpecTest, EnvFromAndValueFromUseResolvedValues) {
+  json env = json::array({{{"name", "PW"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "pw"}}}}}},
+                          {{"name", "OPT"}, {"valueFrom", {{"configMapKeyRef",
+                                                             {{"name", "c"}, {"key", "x"}, {"optional", true}}}}}},
+                          {{"name", "GREETING"}, {"value", "hi $(CM_NAME)"}}});
+  PodSpecInput in = baseInput({{"env", env}, {"envFrom", json::array({{{"configMapRef", {{"name", "c"}}}}})}});
+  in.env_from = {{"CM_NAME", "world"}, {"GREETING", "from-cm"}};
+  in.env_refs = {{"PW", "s3cr3t"}};
+  auto e = envOf(mustBuild(in));
+  EXPECT_NE(std::find(e.begin(), e.end(), "CM_NAME=world"), e.end());
+  EXPECT_NE(std::find(e.begin(), e.end(), "PW=s3cr3t"), e.end());
+  EXPECT_NE(std::find(e.begin(), e.end(), "GREETING=hi world"), e.end());  // env replaces envFrom in place
+  EXPECT_EQ(std::find(e.begin(), e.end(), "GREETING=from-cm"), e.end());
+  for (const auto& v : e) EXPECT_NE(v.rfind("OPT=", 0), 0u) << v;
+  auto bad = buildOciSpec(baseInput({{"envFrom", json::array({json::object()})}}));
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().message(), "envFrom[0]: needs secretRef or configMapRef");
 }
+
 
 // --- working directory ----------------------------------------------------
 
@@ -491,6 +508,22 @@ const json* findMount(const json& spec, const std::string& dest) {
   return nullptr;
 }
 
+TEST(OciSpecTest, ObjectVolumesAreReadOnlyBindMounts) {
+  PodSpecInput in = baseInput({{"volumeMounts", json::array({{{"name", "creds"}, {"mountPath", "/etc/creds"}},
+                                                             {{"name", "conf"}, {"mountPath", "/etc/conf"}}})}});
+  in.revision["spec"]["volumes"] =
+      json::array({{{"name", "creds"}, {"secret", {{"secretName", "s"}}}},
+                   {{"name", "conf"}, {"projected", {{"sources", json::array()}}}}});
+  in.volume_dirs = {{"creds", "/var/lib/knap/pods/p/volumes/creds"}, {"conf", "/var/lib/knap/pods/p/volumes/conf"}};
+  json spec = mustBuild(in);
+  const json* creds = findMount(spec, "/etc/creds");
+  ASSERT_NE(creds, nullptr);
+  EXPECT_EQ((*creds)["type"], "bind");
+  EXPECT_EQ((*creds)["source"], "/var/lib/knap/pods/p/volumes/creds");
+  EXPECT_EQ((*creds)["options"], json({"rbind", "ro", "nosuid", "nodev"}));
+  ASSERT_NE(findMount(spec, "/etc/conf"), nullptr);
+}
+
 TEST(OciSpecTest, MountsPresent) {
   json spec = mustBuild(baseInput());
   struct Want {
@@ -571,10 +604,10 @@ TEST(OciSpecTest, UnsupportedVolumesAreClearErrors) {
   for (const Case& c :
        std::vector<Case>{{{{"name", "v"}, {"secret", {{"secretName", "s"}}}},
                           {{"name", "v"}, {"mountPath", "/s"}},
-                          "spec.volumes[0].secret: secret volumes are not supported by knap yet"},
+                          "spec.volumes[0]: the files of volume \"v\" were not resolved"},
                          {{{"name", "v"}, {"configMap", {{"name", "c"}}}},
                           {{"name", "v"}, {"mountPath", "/c"}},
-                          "spec.volumes[0].configMap: configMap volumes are not supported by knap yet"},
+                          "spec.volumes[0]: the files of volume \"v\" were not resolved"},
                          {{{"name", "v"}, {"emptyDir", json::object()}},
                           {{"name", "w"}, {"mountPath", "/c"}},
                           "volumeMounts[0].name: no volume named \"w\""},

@@ -168,6 +168,16 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   if (Status s = containerd::prepareLogFile(dir + "/stdout.log", true); !s.isOk()) return fail(s);
   if (Status s = containerd::prepareLogFile(dir + "/stderr.log", true); !s.isOk()) return fail(s);
 
+  // Secret/ConfigMap volumes: <pod dir>/volumes/<name>, the kubelet's ..data layout.
+  std::map<std::string, std::string> volume_dirs;
+  for (const auto& [name, files] : req.objects.volumes) {
+    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.')
+      return fail(invalidArgument("volume name \"" + name + "\" cannot name a directory"));
+    std::string vdir = dir + "/volumes/" + name;
+    if (Status s = runtime::writeVolumeAtomically(vdir, files); !s.isOk()) return fail(s.annotate("volume " + name));
+    volume_dirs[name] = vdir;
+  }
+
   auto mounts = leased.prepareSnapshot(req.pod_id, image->chain_id, {{kPodLabel, req.pod_id}});
   if (!mounts.isOk()) return fail(mounts.status());
   snap = true;
@@ -189,6 +199,9 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   in.cgroups_path = "/" + options_.cgroup_parent + "/" + req.pod_id;
   in.pod_ip = h.ip;
   in.nofile_limit = runtime::maxNofileForPods();
+  in.env_from = req.objects.env_from;
+  in.env_refs = req.objects.env_refs;
+  in.volume_dirs = volume_dirs;
   auto spec = runtime::buildOciSpec(in);
   if (!spec.isOk()) return fail(spec.status());
   try {
@@ -241,6 +254,21 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     exited_.erase(req.pod_id);
   }
   return h;
+}
+
+Status ContainerdPodDriver::updateVolumes(const PodHandle& pod,
+                                          const std::map<std::string, std::vector<runtime::VolumeFile>>& volumes) {
+  for (const auto& [name, files] : volumes) {
+    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') continue;
+    std::string vdir = podDir(pod.pod_id) + "/volumes/" + name;
+    std::error_code ec;
+    // Only volumes the pod was created with (a destroyed pod's directory is not recreated).
+    if (!fs::is_symlink(vdir + "/..data", ec)) continue;
+    if (runtime::volumeMatches(vdir, files)) continue;
+    KNAP_RETURN_IF_ERROR(runtime::writeVolumeAtomically(vdir, files).annotate("volume " + name));
+    LOG(INFO) << "pod driver: updated volume " << name << " of " << pod.pod_id;
+  }
+  return Status::ok();
 }
 
 StatusOr<uint32_t> ContainerdPodDriver::start(const PodHandle& pod) { return client_.startTask(pod.pod_id); }

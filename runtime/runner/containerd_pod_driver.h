@@ -71,6 +71,8 @@ class ContainerdPodDriver final : public PodDriver {
 
   StatusOr<PodHandle> create(const PodRequest& request) override;
   StatusOr<uint32_t> start(const PodHandle& pod) override;
+  Status updateVolumes(const PodHandle& pod,
+                       const std::map<std::string, std::vector<runtime::VolumeFile>>& volumes) override;
   StatusOr<PodExit> wait(const PodHandle& pod) override;
   void cancelWait(const PodHandle& pod) override;
   Status stop(const PodHandle& pod, Duration grace) override;

@@ -10,6 +10,8 @@ StatusOr<PodHandle> FakePodDriver::create(const PodRequest& request) {
     return notFound("image " + request.image + " not found: import it with `knap image import FILE`");
   }
   FakePod p;
+  p.objects = request.objects;
+  p.volumes = request.objects.volumes;
   p.handle.pod_id = request.pod_id;
   p.handle.ns = request.ns;
   p.handle.revision_name = request.revision_name;
@@ -157,6 +159,18 @@ std::vector<std::string> FakePodDriver::livePods() {
 std::vector<std::string> FakePodDriver::createdPods() {
   std::lock_guard<std::mutex> l(mu_);
   return order_;
+}
+
+Status FakePodDriver::updateVolumes(const PodHandle& pod,
+                                    const std::map<std::string, std::vector<runtime::VolumeFile>>& volumes) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pods_.find(pod.pod_id);
+  if (it == pods_.end()) return notFound("no pod " + pod.pod_id);
+  if (it->second.volumes != volumes) {
+    calls_.push_back("updateVolumes " + pod.pod_id);
+    it->second.volumes = volumes;
+  }
+  return Status::ok();
 }
 
 }  // namespace knap::runner

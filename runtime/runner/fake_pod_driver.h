@@ -30,6 +30,8 @@ class FakePodDriver final : public PodDriver {
     int pauses = 0, resumes = 0;
     PodExit exit;
     int probes = 0;
+    PodObjectValues objects;  // as created
+    std::map<std::string, std::vector<runtime::VolumeFile>> volumes;  // as last created/updated
   };
 
   StatusOr<PodHandle> create(const PodRequest& request) override;
@@ -44,6 +46,8 @@ class FakePodDriver final : public PodDriver {
   StatusOr<int64_t> memoryBytes(const PodHandle& pod) override;
   StatusOr<std::vector<AdoptedPod>> listExisting() override;
   Status cleanupOrphans(const std::set<std::string>& live_pod_ids) override;
+  Status updateVolumes(const PodHandle& pod,
+                       const std::map<std::string, std::vector<runtime::VolumeFile>>& volumes) override;
 
   // --- test controls ---
   void setMissingImage(const std::string& image) { std::lock_guard<std::mutex> l(mu_); missing_.insert(image); }

@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "runtime/pod/probe.h"
+#include "runtime/pod/volume_files.h"
 
 namespace knap::runner {
 
@@ -31,6 +32,16 @@ inline constexpr char kNamespaceLabel[] = "knap.dev/namespace";
 inline constexpr char kPodLabel[] = "knap.dev/pod";
 inline constexpr char kIpLabel[] = "knap.dev/ip";
 
+// What one pod reads from Secrets and ConfigMaps, resolved just before it is
+// created (PodRunnerOptions::resolve_objects): envFrom variables in order,
+// env[].valueFrom secretKeyRef/configMapKeyRef values by env name, and the
+// files of secret/configMap/projected volumes by volume name.
+struct PodObjectValues {
+  std::vector<std::pair<std::string, std::string>> env_from;
+  std::map<std::string, std::string> env_refs;
+  std::map<std::string, std::vector<runtime::VolumeFile>> volumes;
+};
+
 struct PodRequest {
   nlohmann::json revision;  // the full defaulted Revision object
   std::string ns;           // revision namespace
@@ -38,6 +49,7 @@ struct PodRequest {
   std::string image;        // spec.containers[0].image
   std::string pod_id;       // unique container id, e.g. "<ns>_<rev>-<random>"
   std::map<std::string, std::string> labels;  // added to the knap labels
+  PodObjectValues objects;
 };
 
 struct PodHandle {
@@ -96,6 +108,16 @@ class PodDriver {
   // Memory charged to the pod's cgroup now (cgroup v1 memory.usage_in_bytes),
   // in bytes. kNotFound when the pod has no cgroup (no task).
   virtual StatusOr<int64_t> memoryBytes(const PodHandle& pod) = 0;
+  // Brings the files of the pod's secret/configMap/projected volumes up to
+  // date (an atomic swap per changed volume, as the kubelet does); volumes
+  // whose files are unchanged are left alone. Drivers without such volumes
+  // need not override it.
+  virtual Status updateVolumes(const PodHandle& pod,
+                               const std::map<std::string, std::vector<runtime::VolumeFile>>& volumes) {
+    (void)pod;
+    (void)volumes;
+    return Status::ok();
+  }
   // Every pod container knap created (by labels), with its task state.
   virtual StatusOr<std::vector<AdoptedPod>> listExisting() = 0;
   // Removes network namespaces, IP leases, snapshots and files of pods not

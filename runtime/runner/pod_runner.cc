@@ -70,6 +70,17 @@ const json& firstContainer(const json& rev) {
   return spec["containers"][0];
 }
 
+// Whether the Revision mounts a secret, configMap or projected volume.
+bool hasObjectVolumes(const json& rev) {
+  if (!rev.contains("spec") || !rev["spec"].is_object()) return false;
+  const json& spec = rev["spec"];
+  if (!spec.contains("volumes") || !spec["volumes"].is_array()) return false;
+  for (const json& v : spec["volumes"]) {
+    if (v.is_object() && (v.contains("secret") || v.contains("configMap") || v.contains("projected"))) return true;
+  }
+  return false;
+}
+
 // The serving port: the first containerPort, else 8080.
 int servingPort(const json& container) {
   if (container.contains("ports") && container["ports"].is_array()) {
@@ -627,6 +638,10 @@ void PodRunner::runOnce() {
     }
     finished_waiters_.clear();
     MonoTime now = time_.monotonic();
+    if (options_.resolve_objects && now >= next_objects_refresh_) {
+      next_objects_refresh_ = now + options_.objects_refresh_interval;
+      refreshVolumesLocked(&work);
+    }
     for (auto it = revisions_.begin(); it != revisions_.end();) {
       Revision& rev = *it->second;
       stepRevisionLocked(rev, now, &work);
@@ -648,6 +663,32 @@ void PodRunner::runOnce() {
   }
   notifyAll(std::move(notes));
   for (auto& w : work) post(std::move(w));
+}
+
+// Running pods see updated Secrets/ConfigMaps in their volumes: resolve again,
+// and let the driver swap the volumes whose files changed. A failed resolve
+// (the object was deleted) keeps the last files, as the kubelet does.
+void PodRunner::refreshVolumesLocked(std::vector<std::function<void()>>* work) {
+  for (auto& [k, rev_ptr] : revisions_) {
+    Revision& rev = *rev_ptr;
+    if (rev.removed || rev.object.is_null() || !hasObjectVolumes(rev.object)) continue;
+    std::vector<PodHandle> pods;
+    for (auto& [id, pod] : rev.pods) {
+      if (pod.started && !pod.stop_requested && !pod.exited) pods.push_back(pod.handle);
+    }
+    if (pods.empty()) continue;
+    json object = rev.object;
+    std::string ns = rev.ns;
+    work->push_back([this, object, ns, pods] {
+      PodObjectsFailure failure;
+      auto values = options_.resolve_objects(object, ns, &failure);
+      if (!values) return;
+      for (const PodHandle& h : pods) {
+        Status s = driver_.updateVolumes(h, values->volumes);
+        if (!s.isOk()) LOG(WARNING) << "pod runner: updating the volumes of " << h.pod_id << ": " << s.toString();
+      }
+    });
+  }
 }
 
 void PodRunner::requestStopLocked(Revision& rev, Pod& pod, std::vector<std::function<void()>>* work) {
@@ -690,7 +731,22 @@ void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vec
     std::string id = pod.handle.pod_id;
     rev.pods.emplace(id, std::move(pod));
     work->push_back([this, k, id, req] {
-      StatusOr<PodHandle> r = driver_.create(req);
+      // Secrets and ConfigMaps are read just before the create, so a pod
+      // created after a fix sees it; a missing one fails like the kubelet.
+      PodRequest request = req;
+      PodObjectsFailure objects_failure;
+      StatusOr<PodHandle> r = failedPrecondition("not created");
+      bool resolved = true;
+      if (options_.resolve_objects) {
+        auto values = options_.resolve_objects(req.revision, req.ns, &objects_failure);
+        if (values) {
+          request.objects = std::move(*values);
+        } else {
+          resolved = false;
+          r = failedPrecondition(objects_failure.message);
+        }
+      }
+      if (resolved) r = driver_.create(request);
       Notes notes;
       {
         std::lock_guard<std::mutex> l(mu_);
@@ -704,7 +760,9 @@ void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vec
           LOG(WARNING) << "pod runner: create " << id << " of " << k << ": " << r.status().toString();
           controller::ConditionState f;
           f.status = "False";
-          if (r.status().code() == Code::kNotFound) {
+          if (!resolved) {
+            f.reason = objects_failure.reason.empty() ? "CreateContainerConfigError" : objects_failure.reason;
+          } else if (r.status().code() == Code::kNotFound) {
             f.reason = "ContainerMissing";
           } else if (r.status().code() == Code::kInvalidArgument) {
             f.reason = "InvalidSpec";
@@ -712,12 +770,18 @@ void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vec
             f.reason = "CreateContainerError";
           }
           f.message = r.status().message();
-          if (!rv.ever_ready || f.reason == "ContainerMissing") rv.failure = f;
+          if (!rv.ever_ready || f.reason == "ContainerMissing" || !resolved) {
+            if (!resolved && (!rv.failure || rv.failure->message != f.message))
+              eventLocked(rv, EventType::kWarning, "Failed", "Error: " + f.message);
+            rv.failure = f;
+          }
           rv.pods.erase(id);
           ++rv.consecutive_crashes;
           Duration d = options_.backoff_initial;
           for (int i = 1; i < rv.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
-          rv.next_create = t + std::min(d, options_.backoff_max);
+          // A missing Secret/ConfigMap is retried soon: creating it should not wait minutes.
+          Duration cap = resolved ? options_.backoff_max : std::min(options_.backoff_max, options_.objects_retry_max);
+          rv.next_create = t + std::min(d, cap);
         } else {
           PodHandle h = *r;
           h.pod_id = id;
@@ -726,7 +790,9 @@ void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vec
           if (h.port == 0) h.port = rv.port;
           p.handle = h;
           if (!h.image_digest.empty()) rv.image_digest = h.image_digest;
-          if (rv.failure && rv.failure->reason == "ContainerMissing") rv.failure.reset();
+          if (rv.failure && (rv.failure->reason == "ContainerMissing" || rv.failure->reason == "CreateContainerConfigError" ||
+                             rv.failure->reason == "FailedMount"))
+            rv.failure.reset();
           if (!shutting_down_) spawnWaiterLocked(rv, p);
           if (p.warm && rv.warm_mode == WarmPoolMode::kCreated && p.state == PodState::kCreating) {
             p.state = PodState::kWarm;  // created, not started: one start() from serving

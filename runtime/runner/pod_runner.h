@@ -69,6 +69,17 @@ namespace knap::runner {
 enum class WarmPoolMode { kCreated, kFrozen };
 const char* warmPoolModeName(WarmPoolMode m);  // "created" / "frozen"
 
+// Why a pod's Secrets/ConfigMaps could not be resolved (kubelet reasons:
+// CreateContainerConfigError for env, FailedMount for volumes).
+struct PodObjectsFailure {
+  std::string reason;
+  std::string message;  // names the object and key
+};
+// Resolves what a Revision's pods read from Secrets and ConfigMaps; nullopt
+// (and *failure filled) when a non-optional object or key is missing.
+using PodObjectsResolver = std::function<std::optional<PodObjectValues>(
+    const nlohmann::json& revision, const std::string& ns, PodObjectsFailure* failure)>;
+
 struct PodRunnerOptions {
   Duration backoff_initial = std::chrono::seconds(1);
   Duration backoff_max = std::chrono::minutes(5);
@@ -90,6 +101,16 @@ struct PodRunnerOptions {
   // Where pod starts, crashes, OOM kills and probe failures are reported
   // (Events on the Revision); nullptr = nowhere. Borrowed.
   EventRecorder* events = nullptr;
+  // Secrets/ConfigMaps for env and volumes (daemon: api/pod_objects.h over
+  // the store), called on an executor thread before each pod create; a
+  // failure leaves the revision ContainerHealthy False with the resolver's
+  // reason and message and retries after at most objects_retry_max.
+  // nullptr = pods read none.
+  PodObjectsResolver resolve_objects;
+  Duration objects_retry_max = std::chrono::seconds(5);
+  // How often running pods' secret/configMap/projected volumes are refreshed
+  // from the current objects (the kubelet's sync period is about a minute).
+  Duration objects_refresh_interval = std::chrono::seconds(2);
 };
 
 // PodRunnerOptions from knapd's config (progress deadline, initial/min/max
@@ -276,6 +297,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit);
   void handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, MonoTime now);
   void requestStopLocked(Revision& rev, Pod& pod, std::vector<std::function<void()>>* work);
+  void refreshVolumesLocked(std::vector<std::function<void()>>* work);
   void createPodLocked(Revision& rev, bool warm, MonoTime now, std::vector<std::function<void()>>* work);
   void promoteLocked(Revision& rev, Pod& pod, MonoTime now);
   void markReadyLocked(Revision& rev, Pod& pod, MonoTime now);
@@ -304,6 +326,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   uint64_t endpoints_version_ = 0;  // under mu_: readyEndpoints() reads, in order
   std::atomic<int> exits_received_{0};
   bool shutting_down_ = false;
+  MonoTime next_objects_refresh_{};
   std::map<std::string, int> pending_scale_;  // setDesiredScale() before ensure()  // stop(): waits are being abandoned
 
   // Wait threads, by pod id; finished ones are joined by runOnce().

@@ -283,6 +283,79 @@ TEST_F(PodRunnerTest, MissingImageIsContainerMissingUntilImported) {
   EXPECT_EQ(driver_.createCount(), 2);
 }
 
+// Secrets/ConfigMaps: resolved before each create; a missing one is
+// ContainerHealthy False with the resolver's reason and message (an Event
+// too), retried within objects_retry_max; running pods' volumes follow changes.
+TEST_F(PodRunnerTest, PodObjectsAreResolvedBeforeCreateAndVolumesFollowChanges) {
+  std::mutex m;
+  bool present = false;
+  std::string file = "v1";
+  int resolves = 0;
+  testing::FakeEventRecorder events;
+  PodRunnerOptions o = options();
+  o.events = &events;
+  o.backoff_max = seconds(60);
+  o.objects_retry_max = seconds(2);
+  o.objects_refresh_interval = seconds(1);
+  o.resolve_objects = [&](const json& rev, const std::string& ns, PodObjectsFailure* failure)
+      -> std::optional<PodObjectValues> {
+    std::lock_guard<std::mutex> l(m);
+    ++resolves;
+    EXPECT_EQ(ns, "default");
+    EXPECT_EQ(rev["metadata"]["name"], "r1");
+    if (!present) {
+      failure->reason = "CreateContainerConfigError";
+      failure->message = "couldn't find key password in Secret default/db";
+      return std::nullopt;
+    }
+    PodObjectValues v;
+    v.env_refs = {{"PW", "s3cr3t"}};
+    v.volumes["conf"] = {{"app.yaml", file, 0644}};
+    return v;
+  };
+  make(o);
+  json rev = makeRevision("r1");
+  rev["spec"]["volumes"] = json::array({{{"name", "conf"}, {"configMap", {{"name", "app"}}}}});
+  runner_->ensure(rev);
+  settle();
+  auto h = health();
+  EXPECT_EQ(h.container_healthy.status, "False");
+  EXPECT_EQ(h.container_healthy.reason, "CreateContainerConfigError");
+  EXPECT_EQ(h.container_healthy.message, "couldn't find key password in Secret default/db");
+  EXPECT_EQ(driver_.createCount(), 0);
+  // Repeated failures back off, but never longer than objects_retry_max.
+  for (int i = 0; i < 6; ++i) advance(seconds(2));
+  EXPECT_EQ(driver_.createCount(), 0);
+  EXPECT_EQ(health().container_healthy.reason, "CreateContainerConfigError");
+  {
+    std::lock_guard<std::mutex> l(m);
+    EXPECT_GE(resolves, 5);
+    present = true;
+  }
+  advance(seconds(2));
+  h = health();
+  EXPECT_EQ(h.container_healthy.status, "True") << h.container_healthy.reason << ": " << h.container_healthy.message;
+  ASSERT_EQ(driver_.livePods().size(), 1u);
+  std::string id = driver_.livePods()[0];
+  EXPECT_EQ(driver_.pod(id).objects.env_refs.at("PW"), "s3cr3t");
+  bool warned = false;
+  for (const auto& e : events.byReason("Failed")) warned |= e.message.find("key password") != std::string::npos;
+  EXPECT_TRUE(warned);
+  // A change reaches the running pod's volume; no change, no update.
+  advance(seconds(1));
+  auto calls = driver_.calls();
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "updateVolumes " + id), 0);
+  {
+    std::lock_guard<std::mutex> l(m);
+    file = "v2";
+  }
+  advance(seconds(1));
+  calls = driver_.calls();
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "updateVolumes " + id), 1);
+  EXPECT_EQ(driver_.pod(id).volumes.at("conf")[0].data, "v2");
+  runner_.reset();  // before the locals its resolver and recorder use
+}
+
 TEST_F(PodRunnerTest, ProgressDeadlineExceededWithoutReadyPod) {
   driver_.setProbe([](const FakePodDriver::FakePod&, const runtime::ProbeSpec&) { return false; });
   runner_->ensure(makeRevision("r1"));

@@ -128,7 +128,6 @@ def _objects_available(cl):
     return code == 200
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 10 (Secrets, ConfigMaps and env valueFrom/envFrom in pods)")
 def test_secrets_via_env(cl):
     assert _objects_available(cl), "no core/v1 Secrets API"
     code, body, _ = cl.k.http("POST", "/api/v1/namespaces/default/secrets", json.dumps({
@@ -145,7 +144,6 @@ def test_secrets_via_env(cl):
     assert ri.get("TEST_ENV") == "testValue"
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 10 (Secrets, ConfigMaps and env valueFrom/envFrom in pods)")
 def test_configs_via_env(cl):
     code, body, _ = cl.k.http("POST", "/api/v1/namespaces/default/configmaps", json.dumps({
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "conformance-cm"},
