@@ -104,6 +104,16 @@ struct DeploymentConfig {
 };
 
 // knap's own section.
+// One role granted to a user or group (knap.api-role-bindings), in a namespace or
+// cluster-wide. Written "ROLE user:NAME [NAMESPACE]" or "ROLE group:NAME [NAMESPACE]";
+// ROLE is admin, edit or view; no NAMESPACE (or "*") = every namespace.
+struct ApiRoleBinding {
+  std::string role;
+  bool group = false;  // the subject is a group (else a user)
+  std::string subject;
+  std::string ns;      // "" = cluster-wide
+};
+
 struct KnapConfig {
   std::string data_dir = "/var/lib/knap";
   std::string api_socket;                     // default <data_dir>/knapd.sock
@@ -118,6 +128,12 @@ struct KnapConfig {
   std::string bridge_name = "knap0";
   size_t max_request_body_bytes = 3 * 1024 * 1024;
   int64_t watch_history_events = 10000;       // events kept for watch replay before 410 Gone
+  // --- API access (api/server, issue 9) ---
+  int64_t api_threads = 4;                    // threads serving API requests (watches hold none)
+  int64_t api_max_connections = 1024;         // open API connections; more wait in the listen backlog
+  bool api_insecure_loopback = false;         // plain HTTP, no authentication, loopback only
+  std::string api_token_file;                 // static bearer tokens: token,user,uid,"group1,group2"
+  std::vector<ApiRoleBinding> api_role_bindings;  // who may do what (system:masters is always admin)
 
   // --- images (images/, issue 5) ---
   std::string platform;                       // "os/arch[/variant]" to pull; empty = this machine's
