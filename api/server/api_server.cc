@@ -171,6 +171,8 @@ class ApiServer::Impl {
   std::string url_;
 
   Status makeSslContext();
+  Status bindTcp();
+  Status prepareTcp();
 
   net::io_context ioc_;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
@@ -625,47 +627,68 @@ void ApiServer::Impl::accept(typename Protocol::acceptor& acceptor, AcceptState&
   });
 }
 
+// Binds the TCP listener named by options_.tcp_listen.
+Status ApiServer::Impl::bindTcp() {
+  beast::error_code ec;
+  std::string addr = options_.tcp_listen;
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) return invalidArgument("tcp listen address \"" + addr + "\" must be host:port");
+  std::string host = addr.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(addr.substr(colon + 1));
+  } catch (const std::exception&) {
+    return invalidArgument("tcp listen address \"" + addr + "\" has a bad port");
+  }
+  auto ip = net::ip::make_address(host, ec);
+  if (ec || port < 0 || port > 65535) return invalidArgument("tcp listen address \"" + addr + "\" is not ip:port");
+  net::ip::tcp::endpoint ep(ip, static_cast<unsigned short>(port));
+  tcp_acceptor_.emplace(ioc_);
+  tcp_acceptor_->open(ep.protocol(), ec);
+  if (!ec) tcp_acceptor_->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) tcp_acceptor_->bind(ep, ec);
+  if (!ec) tcp_acceptor_->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    tcp_acceptor_.reset();
+    return unavailable("cannot listen on " + addr + ": " + ec.message());
+  }
+  return Status::ok();
+}
+
+// Checks the bound TCP listener's address against the security options,
+// prepares TLS and the URL. Independent of how the acceptor was obtained.
+Status ApiServer::Impl::prepareTcp() {
+  beast::error_code ec;
+  auto local = tcp_acceptor_->local_endpoint(ec);
+  if (ec) return unavailable("the API's TCP listener has no address: " + ec.message());
+  std::string shown = (local.address().is_v6() ? "[" + local.address().to_string() + "]" : local.address().to_string()) +
+                      ":" + std::to_string(local.port());
+  if (!local.address().is_loopback() && (!options_.tls || !options_.policy.access)) {
+    return failedPrecondition("refusing to serve the API on " + shown +
+                              " without TLS and authentication: plain HTTP (knap.api-insecure-loopback) is "
+                              "allowed only on a loopback address such as 127.0.0.1");
+  }
+  if (options_.tls) KNAP_RETURN_IF_ERROR(makeSslContext());
+  tcp_port_ = local.port();
+  auto bound = local.address();
+  if (bound.is_unspecified()) bound = bound.is_v4() ? net::ip::address(net::ip::address_v4::loopback())
+                                                    : net::ip::address(net::ip::address_v6::loopback());
+  url_ = std::string(options_.tls ? "https://" : "http://") +
+         (bound.is_v6() ? "[" + bound.to_string() + "]" : bound.to_string()) + ":" + std::to_string(tcp_port_);
+  return Status::ok();
+}
+
 Status ApiServer::Impl::start() {
   if (started_) return failedPrecondition("ApiServer already started");
   beast::error_code ec;
-  if (!options_.tcp_listen.empty()) {
-    std::string addr = options_.tcp_listen;
-    size_t colon = addr.rfind(':');
-    if (colon == std::string::npos) return invalidArgument("tcp listen address \"" + addr + "\" must be host:port");
-    std::string host = addr.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    int port = 0;
-    try {
-      port = std::stoi(addr.substr(colon + 1));
-    } catch (const std::exception&) {
-      return invalidArgument("tcp listen address \"" + addr + "\" has a bad port");
-    }
-    auto ip = net::ip::make_address(host, ec);
-    if (ec || port < 0 || port > 65535) return invalidArgument("tcp listen address \"" + addr + "\" is not ip:port");
-    if (!ip.is_loopback() && (!options_.tls || !options_.policy.access)) {
-      return failedPrecondition("refusing to serve the API on " + addr +
-                                " without TLS and authentication: plain HTTP (knap.api-insecure-loopback) is "
-                                "allowed only on a loopback address such as 127.0.0.1");
-    }
-    if (options_.tls) {
-      KNAP_RETURN_IF_ERROR(makeSslContext());
-    }
-    net::ip::tcp::endpoint ep(ip, static_cast<unsigned short>(port));
-    tcp_acceptor_.emplace(ioc_);
-    tcp_acceptor_->open(ep.protocol(), ec);
-    if (!ec) tcp_acceptor_->set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec) tcp_acceptor_->bind(ep, ec);
-    if (!ec) tcp_acceptor_->listen(net::socket_base::max_listen_connections, ec);
-    if (ec) {
+  if (!options_.tcp_listen.empty()) KNAP_RETURN_IF_ERROR(bindTcp());
+  if (tcp_acceptor_) {
+    if (Status st = prepareTcp(); !st.isOk()) {
+      tcp_acceptor_->close(ec);
       tcp_acceptor_.reset();
-      return unavailable("cannot listen on " + addr + ": " + ec.message());
+      return st;
     }
-    tcp_port_ = tcp_acceptor_->local_endpoint().port();
-    auto bound = tcp_acceptor_->local_endpoint().address();
-    if (bound.is_unspecified()) bound = bound.is_v4() ? net::ip::address(net::ip::address_v4::loopback())
-                                                      : net::ip::address(net::ip::address_v6::loopback());
-    url_ = std::string(options_.tls ? "https://" : "http://") +
-           (bound.is_v6() ? "[" + bound.to_string() + "]" : bound.to_string()) + ":" + std::to_string(tcp_port_);
   }
   if (!options_.unix_socket_path.empty()) {
     const std::string& path = options_.unix_socket_path;
