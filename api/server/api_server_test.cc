@@ -6,12 +6,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <set>
 #include <fstream>
 #include <thread>
@@ -1554,6 +1556,48 @@ TEST_F(ApiServerTest, ConnectionCapHoldsNewClientsUntilOneCloses) {
   first.reset();  // frees a slot: the third client is served
   third.setTimeout(20);
   EXPECT_NE(third.readSome().find("200 OK"), std::string::npos);
+}
+
+TEST_F(ApiServerTest, AcceptBacksOffAtFdExhaustionInsteadOfSpinning) {
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  int open_fds = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) (void)e, ++open_fds;
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_fds + 8);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;
+  for (int fd; (fd = ::dup(client)) >= 0;) filler.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->tcpPort()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);  // waits in the backlog
+  std::string ping = "GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(client, ping.data(), ping.size(), MSG_NOSIGNAL), static_cast<ssize_t>(ping.size()));
+  auto cpu = [] {
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  };
+  double before = cpu();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  double used = cpu() - before;
+  for (int fd : filler) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_LT(used, 0.5) << "the accept loop spun while accept() failed with EMFILE";
+  // Once descriptors are free again the waiting client is served (the back-off is at most 1 s).
+  timeval tv{20, 0};
+  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(client, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(client);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
 }
 
 }  // namespace
