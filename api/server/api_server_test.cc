@@ -1600,5 +1600,25 @@ TEST_F(ApiServerTest, AcceptBacksOffAtFdExhaustionInsteadOfSpinning) {
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
 }
 
+TEST_F(ApiServerTest, WatchesHoldNoWorkerThread) {
+  ApiServerOptions opts;
+  opts.threads = 1;
+  startServer(opts);
+  std::vector<std::unique_ptr<RawConn>> watches;
+  for (int i = 0; i < 16; ++i) {
+    watches.push_back(std::make_unique<RawConn>(server_->tcpPort()));
+    ASSERT_TRUE(watches.back()->send("GET " + path("services") + "?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    EXPECT_EQ(watches.back()->readSome().rfind("HTTP/1.1 200", 0), 0u);
+  }
+  // One thread, sixteen open watches: ordinary requests and writes are still served, and every watch sees the write.
+  EXPECT_EQ(request("GET", "/readyz").code, 200);
+  ASSERT_EQ(create(helloService()).code, 201);
+  for (auto& w : watches) {
+    auto events = w->readEvents(1);
+    ASSERT_EQ(events.size(), 1u) << w->data();
+    EXPECT_EQ(events[0]["type"], "ADDED");
+  }
+}
+
 }  // namespace
 }  // namespace knap::api
