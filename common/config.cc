@@ -830,6 +830,40 @@ SectionSpec knapSpec(KnapConfig& c) {
     if (err.empty()) c.router_drain_timeout = d;
     return err;
   };
+  s.keys["api-threads"] = intIn(&c.api_threads, 1, 64);
+  s.keys["api-max-connections"] = intIn(&c.api_max_connections, 2, 1000000);
+  s.keys["api-insecure-loopback"] = [&c](const std::string& v) { return parseBool(v, &c.api_insecure_loopback); };
+  s.keys["api-token-file"] = str(&c.api_token_file, [](const std::string& v) {
+    return v.empty() ? std::string() : checkAbsolutePath(v, false);
+  });
+  s.keys["api-role-bindings"] = [&c](const std::string& v) -> std::string {
+    std::vector<ApiRoleBinding> out;
+    std::istringstream in(v);
+    for (std::string item; std::getline(in, item, ',');) {
+      item = trim(item);
+      if (item.empty()) continue;
+      std::istringstream words(item);
+      std::vector<std::string> w;
+      for (std::string x; words >> x;) w.push_back(x);
+      ApiRoleBinding b;
+      if (w.size() < 2 || w.size() > 3)
+        return "binding " + quoted(item) + " must be \"ROLE user:NAME|group:NAME [NAMESPACE]\"";
+      if (w[0] != "admin" && w[0] != "edit" && w[0] != "view")
+        return "binding " + quoted(item) + ": the role must be admin, edit or view, got " + quoted(w[0]);
+      b.role = w[0];
+      if (w[1].rfind("user:", 0) == 0) b.subject = w[1].substr(5);
+      else if (w[1].rfind("group:", 0) == 0) b.group = true, b.subject = w[1].substr(6);
+      else return "binding " + quoted(item) + ": the subject must be user:NAME or group:NAME, got " + quoted(w[1]);
+      if (b.subject.empty()) return "binding " + quoted(item) + ": the subject has no name";
+      if (w.size() == 3 && w[2] != "*") {
+        if (!isDnsLabel(w[2])) return "binding " + quoted(item) + ": " + quoted(w[2]) + " is not a namespace name";
+        b.ns = w[2];
+      }
+      out.push_back(std::move(b));
+    }
+    c.api_role_bindings = std::move(out);
+    return "";
+  };
   s.keys["warm-pool-size"] = intIn(&c.warm_pool_size, 0, 100);
   s.keys["warm-pool-mode"] = str(&c.warm_pool_mode, [](const std::string& v) -> std::string {
     if (v != "frozen" && v != "created") return "must be \"frozen\" or \"created\", got " + quoted(v);
@@ -850,7 +884,7 @@ bool scalarText(const YAML::Node& node, const std::string& key, std::string* out
   }
   // A YAML list for the one list-valued key, as a convenience.
   if (node.IsSequence() && (key == "registries-skipping-tag-resolving" || key == "insecure-registries" ||
-                            key == "pre-pull-images")) {
+                            key == "pre-pull-images" || key == "api-role-bindings")) {
     out->clear();
     for (const YAML::Node& item : node) {
       if (!item.IsScalar()) return false;

@@ -111,6 +111,17 @@ struct DeploymentConfig {
 };
 
 // knap's own section.
+// One role granted to a user or group (knap.api-role-bindings), in a namespace or
+// cluster-wide. Written "ROLE user:NAME [NAMESPACE]" or "ROLE group:NAME [NAMESPACE]";
+// ROLE is admin, edit or view; no NAMESPACE (or "*") = every namespace.
+struct ApiRoleBinding {
+  std::string role;
+  bool group = false;  // the subject is a group (else a user)
+  std::string subject;
+  std::string ns;      // "" = cluster-wide
+  bool operator==(const ApiRoleBinding&) const = default;
+};
+
 struct KnapConfig {
   std::string data_dir = "/var/lib/knap";
   std::string api_socket;                     // default <data_dir>/knapd.sock
@@ -130,6 +141,12 @@ struct KnapConfig {
   Seconds router_keepalive_idle_timeout{60};  // a kept-alive client connection idle this long is closed
   Seconds router_tunnel_idle_timeout{300};    // an Upgrade tunnel with no byte either way this long is closed; 0 = never
   Seconds router_drain_timeout{30};           // SIGTERM: in-flight requests get this long to finish
+  // --- API access (api/server, issue 9) ---
+  int64_t api_threads = 4;                    // threads serving API requests (watches hold none)
+  int64_t api_max_connections = 1024;         // open API connections; more wait in the listen backlog
+  bool api_insecure_loopback = false;         // plain HTTP, no authentication, loopback only
+  std::string api_token_file;                 // static bearer tokens: token,user,uid,"group1,group2"
+  std::vector<ApiRoleBinding> api_role_bindings;  // who may do what (system:masters is always admin)
 
   // --- images (images/, issue 5) ---
   std::string platform;                       // "os/arch[/variant]" to pull; empty = this machine's

@@ -549,6 +549,15 @@ INSTANTIATE_TEST_SUITE_P(
                 "knap.kubeconfig-path: must be an absolute path"},
         BadCase{"ContainerdSocketEmpty", "knap:\n  containerd-socket: \"\"",
                 "knap.containerd-socket: must be an absolute path"},
+        BadCase{"RoleBindingBadRole", "knap:\n  api-role-bindings: [\"owner user:bob\"]",
+                "knap.api-role-bindings: binding \"owner user:bob\": the role must be admin, edit or view"},
+        BadCase{"RoleBindingBadSubject", "knap:\n  api-role-bindings: [\"view bob\"]",
+                "the subject must be user:NAME or group:NAME"},
+        BadCase{"RoleBindingBadNamespace", "knap:\n  api-role-bindings: [\"view user:bob Team_A\"]",
+                "is not a namespace name"},
+        BadCase{"ApiThreadsZero", "knap:\n  api-threads: 0", "knap.api-threads: must be in [1, 64]"},
+        BadCase{"TokenFileRelative", "knap:\n  api-token-file: tokens.csv", "knap.api-token-file: must be an absolute path"},
+        BadCase{"InsecureNotBool", "knap:\n  api-insecure-loopback: maybe", "knap.api-insecure-loopback"},
         BadCase{"ApiListenNoPort", "knap:\n  api-listen: localhost", "knap.api-listen: must be host:port"},
         BadCase{"ApiListenBadPort", "knap:\n  api-listen: \"127.0.0.1:70000\"",
                 "knap.api-listen: port must be 0..65535"},
@@ -597,6 +606,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"CaFileRelative", "knap:\n  registry-ca-file: ca.pem", "knap.registry-ca-file:"},
         BadCase{"KnapUnknown", "knap:\n  datadir: /x", "knap.datadir: unknown key"}),
     [](const testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+TEST(ParseConfig, ApiAccessKeys) {
+  auto c = parseConfig(
+      "knap:\n  api-threads: 8\n  api-max-connections: 50\n  api-insecure-loopback: \"true\"\n"
+      "  api-token-file: /etc/knap/tokens.csv\n"
+      "  api-role-bindings:\n  - admin user:alice\n  - edit group:system:devs default\n  - view user:bob *\n");
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->knap.api_threads, 8);
+  EXPECT_EQ(c->knap.api_max_connections, 50);
+  EXPECT_TRUE(c->knap.api_insecure_loopback);
+  EXPECT_EQ(c->knap.api_token_file, "/etc/knap/tokens.csv");
+  ASSERT_EQ(c->knap.api_role_bindings.size(), 3u);
+  EXPECT_EQ(c->knap.api_role_bindings[0].role, "admin");
+  EXPECT_FALSE(c->knap.api_role_bindings[0].group);
+  EXPECT_EQ(c->knap.api_role_bindings[0].subject, "alice");
+  EXPECT_EQ(c->knap.api_role_bindings[0].ns, "");
+  EXPECT_TRUE(c->knap.api_role_bindings[1].group);
+  EXPECT_EQ(c->knap.api_role_bindings[1].subject, "system:devs");
+  EXPECT_EQ(c->knap.api_role_bindings[1].ns, "default");
+  EXPECT_EQ(c->knap.api_role_bindings[2].ns, "");
+  Config d = defaultConfig();
+  EXPECT_EQ(d.knap.api_threads, 4);
+  EXPECT_FALSE(d.knap.api_insecure_loopback);
+  EXPECT_TRUE(d.knap.api_role_bindings.empty());
+}
 
 TEST(ParseConfig, ReportsEveryBadKeyWithFieldErrors) {
   auto c = parseConfig(

@@ -216,12 +216,20 @@ int run(int argc, char** argv) {
   options.unix_socket_path = config.knap.api_socket;
   options.max_body_bytes = config.knap.max_request_body_bytes;
   options.policy = flags.policy;
+  options.threads = static_cast<int>(config.knap.api_threads);
+  options.max_connections = static_cast<size_t>(config.knap.api_max_connections);
+  api::KubeconfigCredentials credentials;
+  if (Status st = api::configureApiSecurity(config, dir, flags.policy.allowed_hosts, &options, &credentials);
+      !st.isOk()) {
+    std::cerr << "knapd: refusing to start: " << st.message() << "\n";
+    return 1;
+  }
   api::ApiServer server(options, config, **store, clock);
   if (Status st = server.start(); !st.isOk()) {
     std::cerr << "knapd: cannot start the API server: " << st.message() << "\n";
     return 1;
   }
-  if (Status st = api::writeKubeconfig(config.knap.kubeconfig_path, server.url()); !st.isOk()) {
+  if (Status st = api::writeKubeconfig(config.knap.kubeconfig_path, server.url(), credentials); !st.isOk()) {
     LOG(WARNING) << "cannot write kubeconfig: " << st.message();
   }
   if (Status st = data_plane.start(); !st.isOk()) {

@@ -15,11 +15,13 @@ ninja -C "$BUILD" daemon/knapd tools/knap tools/mkimage/knap-mkimage tests/apps/
 
 RUNTIME=${KNAP_RUNTIME:-auto}
 mkdir -p /var/lib/knap /var/log/knap
-if ! curl -sf http://127.0.0.1:6443/readyz >/dev/null; then
+# The API speaks TLS with the CA knapd creates under /var/lib/knap/pki; /readyz is open without credentials.
+ready() { [[ -f /var/lib/knap/pki/ca.crt ]] && curl -sf --cacert /var/lib/knap/pki/ca.crt https://127.0.0.1:6443/readyz >/dev/null; }
+if ! ready; then
   nohup "$BUILD/daemon/knapd" --runtime "$RUNTIME" >/var/log/knap/knapd.log 2>&1 &
-  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:6443/readyz >/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 100); do ready && break; sleep 0.1; done
 fi
-curl -sf http://127.0.0.1:6443/readyz >/dev/null || { echo "knapd did not start; see /var/log/knap/knapd.log"; exit 1; }
+ready || { echo "knapd did not start; see /var/log/knap/knapd.log"; exit 1; }
 
 # The demo image: the project's own test app, packed as an OCI image and imported.
 if [[ -x "$BUILD/tools/mkimage/knap-mkimage" && -x "$BUILD/tests/apps/knap-testapp" ]]; then

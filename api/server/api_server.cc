@@ -14,11 +14,17 @@
 #include <thread>
 #include <vector>
 
+#include <openssl/ssl.h>
+
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include "api/server/k8s_status.h"
+#include "api/server/pki.h"
+#include "common/base64.h"
 #include "api/server/rest_handler.h"
 #include "common/listen_fds.h"
 #include "common/log.h"
@@ -111,50 +117,127 @@ class ApiServer::Impl {
   Status start();
   void stop();
 
-  template <typename Protocol>
+  template <typename Protocol, bool kTls>
   class Session;
 
+  // Accept back-off state of one listener.
+  struct AcceptState {
+    std::optional<net::steady_timer> timer;
+    std::chrono::milliseconds delay{0};
+  };
+
   template <typename Protocol>
-  void accept(typename Protocol::acceptor& acceptor);
+  void accept(typename Protocol::acceptor& acceptor, AcceptState& state);
+  template <typename Protocol>
+  void startSession(typename Protocol::socket socket);
+
+  // Connection accounting: a session holds a slot for its lifetime; at the cap
+  // the listeners park a resume callback that the next freed slot runs.
+  void acquireSlot() {
+    std::lock_guard<std::mutex> lock(conn_mu_);
+    ++connections_;
+  }
+  void releaseSlot() {
+    std::vector<std::function<void()>> resume;
+    {
+      std::lock_guard<std::mutex> lock(conn_mu_);
+      --connections_;
+      if (connections_ < options_.max_connections && !stopping_) resume.swap(parked_);
+    }
+    for (auto& f : resume) net::post(ioc_, std::move(f));
+  }
+  // True when the caller may accept again now; otherwise `resume` is parked.
+  bool mayAcceptOrPark(std::function<void()> resume) {
+    std::lock_guard<std::mutex> lock(conn_mu_);
+    if (connections_ < options_.max_connections) return true;
+    if (parked_.empty()) {
+      LOG(WARNING) << "api: " << connections_ << " open connections (knap.api-max-connections): new clients wait";
+    }
+    parked_.push_back(std::move(resume));
+    return false;
+  }
 
   ApiServerOptions options_;
   store::Store& store_;
   RestHandler handler_;
   std::shared_ptr<WatchRegistry> registry_;  // declared before ioc_: sessions unregister on destruction
+  std::mutex conn_mu_;  // declared before ioc_: sessions release their slot on destruction
+  size_t connections_ = 0;
+  bool stopping_ = false;
+  std::vector<std::function<void()>> parked_;
+  std::optional<net::ssl::context> ssl_ctx_;
   int listener_id_ = 0;
   bool started_ = false;
   bool stopped_ = false;
   int tcp_port_ = 0;
+  std::string url_;
+
+  Status makeSslContext();
+  Status bindTcp();
+  Status prepareTcp();
 
   net::io_context ioc_;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
   std::optional<net::ip::tcp::acceptor> tcp_acceptor_;
   std::optional<net::local::stream_protocol::acceptor> unix_acceptor_;
+  AcceptState tcp_accept_state_;
+  AcceptState unix_accept_state_;
   std::vector<std::thread> threads_;
 };
 
 // One HTTP/1.1 connection: read request, handle, write response, repeat; or
 // switch to streaming a watch until it ends, then close.
-template <typename Protocol>
-class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Protocol>> {
+template <typename Protocol, bool kTls>
+class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Protocol, kTls>> {
  public:
-  using Stream = beast::basic_stream<Protocol>;
-  Session(typename Protocol::socket socket, Impl& server) : stream_(std::move(socket)), server_(server) {}
+  using Plain = beast::basic_stream<Protocol>;
+  using Stream = std::conditional_t<kTls, beast::ssl_stream<Plain>, Plain>;
+
+  Session(typename Protocol::socket socket, Impl& server) : stream_(makeStream(std::move(socket), server)), server_(server) {
+    server_.acquireSlot();
+  }
 
   ~Session() {
     if (watch_id_) server_.registry_->remove(watch_id_);
+    server_.releaseSlot();
   }
 
   void run() {
-    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] { self->doRead(); });
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (kTls) {
+        // The handshake has the read timeout too: a client that never finishes it is dropped.
+        self->lowest().expires_after(self->server_.options_.read_timeout);
+        self->stream_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+          if (ec) {
+            self->close();
+            return;
+          }
+          std::string cn;
+          std::vector<std::string> orgs;
+          if (verifiedPeerNames(self->stream_.native_handle(), &cn, &orgs)) {
+            self->peer_user_ = userFromCertificate(cn, orgs);
+          }
+          self->doRead();
+        });
+      } else {
+        self->doRead();
+      }
+    });
   }
 
  private:
+  static Stream makeStream(typename Protocol::socket socket, Impl& server) {
+    if constexpr (kTls) return Stream(std::move(socket), *server.ssl_ctx_);
+    else return Stream(std::move(socket));
+  }
+
+  Plain& lowest() { return beast::get_lowest_layer(stream_); }
+
   void doRead() {
     parser_.emplace();
     parser_->body_limit(server_.options_.max_body_bytes);
     parser_->header_limit(static_cast<std::uint32_t>(server_.options_.max_header_bytes));
-    stream_.expires_after(server_.options_.read_timeout);
+    lowest().expires_after(server_.options_.read_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->onRead(ec); });
   }
@@ -197,6 +280,9 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     r.accept = std::string(req[http::field::accept]);
     r.host = std::string(req[http::field::host]);
     r.origin = std::string(req[http::field::origin]);
+    r.authorization = std::string(req[http::field::authorization]);
+    r.local_admin = std::is_same_v<Protocol, net::local::stream_protocol>;
+    r.cert_user = peer_user_;
     r.body = std::move(req.body());
     keep_alive_ = req.keep_alive();
     version_ = req.version();
@@ -226,11 +312,15 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     res->keep_alive(keep_alive_);
     res->body() = resp.body;
     res->prepare_payload();
-    stream_.expires_after(server_.options_.read_timeout);
+    lowest().expires_after(server_.options_.read_timeout);
     http::async_write(stream_, *res,
                       [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
-                        if (ec || !res->keep_alive()) {
+                        if (ec) {
                           self->close();
+                          return;
+                        }
+                        if (!res->keep_alive()) {
+                          self->closeGracefully();
                           return;
                         }
                         self->doRead();
@@ -247,20 +337,20 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     res->keep_alive(false);
     res->body() = toJsonText(err.body);
     res->prepare_payload();
-    stream_.expires_after(std::chrono::seconds(5));
+    lowest().expires_after(std::chrono::seconds(5));
     http::async_write(stream_, *res, [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
       if (ec) {
         self->close();
         return;
       }
       beast::error_code ignored;
-      self->stream_.socket().shutdown(Protocol::socket::shutdown_send, ignored);
+      self->lowest().socket().shutdown(Protocol::socket::shutdown_send, ignored);
       self->drainThenClose();
     });
   }
 
   void drainThenClose() {
-    stream_.expires_after(std::chrono::seconds(2));
+    lowest().expires_after(std::chrono::seconds(2));
     stream_.async_read_some(net::buffer(scratch_), [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) {
         self->close();
@@ -270,17 +360,28 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     });
   }
 
+  // Ends the connection; over TLS with a close_notify first, so that clients
+  // see a clean end of stream (bounded by a short timeout).
+  void closeGracefully() {
+    if constexpr (kTls) {
+      lowest().expires_after(std::chrono::seconds(1));
+      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) { self->close(); });
+    } else {
+      close();
+    }
+  }
+
   void close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(Protocol::socket::shutdown_both, ignored);
-    stream_.close();
+    lowest().socket().shutdown(Protocol::socket::shutdown_both, ignored);
+    lowest().close();
   }
 
   // ---- watch ----
 
   void startWatch(WatchRequest w) {
     watch_ = std::move(w);
-    stream_.expires_never();
+    lowest().expires_never();
     queue_ = std::make_shared<WatchQueue>();
     queue_->limit = server_.options_.watch_buffer_events;
     queue_->kind = watch_.info->kind;
@@ -362,7 +463,9 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
       scheduleBookmark();
     }
     // The client sends nothing during a watch: any read completion means it went away.
-    stream_.socket().async_read_some(net::buffer(scratch_), [self = this->shared_from_this()](beast::error_code, std::size_t) {
+    // (A wait, not a read: the TLS layer must stay free for the closing handshake.)
+    lowest().socket().async_wait(net::socket_base::wait_read, [self = this->shared_from_this()](beast::error_code ec) {
+      if (ec == net::error::operation_aborted && self->ending_) return;
       self->abortWatch();
     });
     drainWatch();
@@ -450,11 +553,11 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
 
   void pump() {
     if (out_.empty()) {
-      if (close_after_flush_) close();
+      if (close_after_flush_) closeGracefully();
       return;
     }
     writing_ = true;
-    net::async_write(stream_.socket(), net::buffer(out_.front()),
+    net::async_write(stream_, net::buffer(out_.front()),
                      [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
                        self->writing_ = false;
                        if (ec) {
@@ -473,6 +576,7 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
   bool keep_alive_ = true;
   unsigned version_ = 11;
   std::array<char, 4096> scratch_;
+  std::optional<UserInfo> peer_user_;  // from a verified client certificate
 
   WatchRequest watch_;
   WatchState watch_state_;
@@ -489,12 +593,92 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
 };
 
 template <typename Protocol>
-void ApiServer::Impl::accept(typename Protocol::acceptor& acceptor) {
-  acceptor.async_accept(net::make_strand(ioc_), [this, &acceptor](beast::error_code ec, typename Protocol::socket socket) {
+void ApiServer::Impl::startSession(typename Protocol::socket socket) {
+  if constexpr (std::is_same_v<Protocol, net::ip::tcp>) {
+    if (ssl_ctx_) {
+      std::make_shared<Session<Protocol, true>>(std::move(socket), *this)->run();
+      return;
+    }
+  }
+  std::make_shared<Session<Protocol, false>>(std::move(socket), *this)->run();
+}
+
+template <typename Protocol>
+void ApiServer::Impl::accept(typename Protocol::acceptor& acceptor, AcceptState& state) {
+  acceptor.async_accept(net::make_strand(ioc_), [this, &acceptor, &state](beast::error_code ec,
+                                                                         typename Protocol::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-    if (!ec) std::make_shared<Session<Protocol>>(std::move(socket), *this)->run();
-    accept<Protocol>(acceptor);
+    if (ec && ec != net::error::connection_aborted) {
+      // EMFILE, ENFILE, ENOBUFS, ENOMEM...: retrying at once would spin. Back off.
+      auto next = state.delay.count() == 0 ? std::chrono::milliseconds(10) : std::min(state.delay * 2, std::chrono::milliseconds(1000));
+      if (state.delay.count() == 0) LOG(WARNING) << "api: accept failed (" << ec.message() << "): backing off";
+      state.delay = next;
+      if (!state.timer) state.timer.emplace(ioc_);
+      state.timer->expires_after(state.delay);
+      state.timer->async_wait([this, &acceptor, &state](beast::error_code tec) {
+        if (!tec && acceptor.is_open()) accept<Protocol>(acceptor, state);
+      });
+      return;
+    }
+    state.delay = std::chrono::milliseconds(0);
+    if (!ec) startSession<Protocol>(std::move(socket));
+    if (mayAcceptOrPark([this, &acceptor, &state] {
+          if (acceptor.is_open()) accept<Protocol>(acceptor, state);
+        }))
+      accept<Protocol>(acceptor, state);
   });
+}
+
+// Binds the TCP listener named by options_.tcp_listen.
+Status ApiServer::Impl::bindTcp() {
+  beast::error_code ec;
+  std::string addr = options_.tcp_listen;
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) return invalidArgument("tcp listen address \"" + addr + "\" must be host:port");
+  std::string host = addr.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(addr.substr(colon + 1));
+  } catch (const std::exception&) {
+    return invalidArgument("tcp listen address \"" + addr + "\" has a bad port");
+  }
+  auto ip = net::ip::make_address(host, ec);
+  if (ec || port < 0 || port > 65535) return invalidArgument("tcp listen address \"" + addr + "\" is not ip:port");
+  net::ip::tcp::endpoint ep(ip, static_cast<unsigned short>(port));
+  tcp_acceptor_.emplace(ioc_);
+  tcp_acceptor_->open(ep.protocol(), ec);
+  if (!ec) tcp_acceptor_->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) tcp_acceptor_->bind(ep, ec);
+  if (!ec) tcp_acceptor_->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    tcp_acceptor_.reset();
+    return unavailable("cannot listen on " + addr + ": " + ec.message());
+  }
+  return Status::ok();
+}
+
+// Checks the bound TCP listener's address against the security options,
+// prepares TLS and the URL. Independent of how the acceptor was obtained.
+Status ApiServer::Impl::prepareTcp() {
+  beast::error_code ec;
+  auto local = tcp_acceptor_->local_endpoint(ec);
+  if (ec) return unavailable("the API's TCP listener has no address: " + ec.message());
+  std::string shown = (local.address().is_v6() ? "[" + local.address().to_string() + "]" : local.address().to_string()) +
+                      ":" + std::to_string(local.port());
+  if (!local.address().is_loopback() && (!options_.tls || !options_.policy.access)) {
+    return failedPrecondition("refusing to serve the API on " + shown +
+                              " without TLS and authentication: plain HTTP (knap.api-insecure-loopback) is "
+                              "allowed only on a loopback address such as 127.0.0.1");
+  }
+  if (options_.tls) KNAP_RETURN_IF_ERROR(makeSslContext());
+  tcp_port_ = local.port();
+  auto bound = local.address();
+  if (bound.is_unspecified()) bound = bound.is_v4() ? net::ip::address(net::ip::address_v4::loopback())
+                                                    : net::ip::address(net::ip::address_v6::loopback());
+  url_ = std::string(options_.tls ? "https://" : "http://") +
+         (bound.is_v6() ? "[" + bound.to_string() + "]" : bound.to_string()) + ":" + std::to_string(tcp_port_);
+  return Status::ok();
 }
 
 Status ApiServer::Impl::start() {
@@ -506,33 +690,19 @@ Status ApiServer::Impl::start() {
       return invalidArgument("inherited API socket: " + st.message());
     tcp_acceptor_.emplace(ioc_);
     tcp_acceptor_->assign(family == AF_INET ? net::ip::tcp::v4() : net::ip::tcp::v6(), options_.tcp_listen_fd, ec);
-    if (ec) return invalidArgument("inherited API socket: " + ec.message());
-    tcp_port_ = tcp_acceptor_->local_endpoint(ec).port();
-  } else if (!options_.tcp_listen.empty()) {
-    std::string addr = options_.tcp_listen;
-    size_t colon = addr.rfind(':');
-    if (colon == std::string::npos) return invalidArgument("tcp listen address \"" + addr + "\" must be host:port");
-    std::string host = addr.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    int port = 0;
-    try {
-      port = std::stoi(addr.substr(colon + 1));
-    } catch (const std::exception&) {
-      return invalidArgument("tcp listen address \"" + addr + "\" has a bad port");
-    }
-    auto ip = net::ip::make_address(host, ec);
-    if (ec || port < 0 || port > 65535) return invalidArgument("tcp listen address \"" + addr + "\" is not ip:port");
-    net::ip::tcp::endpoint ep(ip, static_cast<unsigned short>(port));
-    tcp_acceptor_.emplace(ioc_);
-    tcp_acceptor_->open(ep.protocol(), ec);
-    if (!ec) tcp_acceptor_->set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec) tcp_acceptor_->bind(ep, ec);
-    if (!ec) tcp_acceptor_->listen(net::socket_base::max_listen_connections, ec);
     if (ec) {
       tcp_acceptor_.reset();
-      return unavailable("cannot listen on " + addr + ": " + ec.message());
+      return invalidArgument("inherited API socket: " + ec.message());
     }
-    tcp_port_ = tcp_acceptor_->local_endpoint().port();
+  } else if (!options_.tcp_listen.empty()) {
+    KNAP_RETURN_IF_ERROR(bindTcp());
+  }
+  if (tcp_acceptor_) {
+    if (Status st = prepareTcp(); !st.isOk()) {
+      tcp_acceptor_->close(ec);
+      tcp_acceptor_.reset();
+      return st;
+    }
   }
   if (!options_.unix_socket_path.empty()) {
     const std::string& path = options_.unix_socket_path;
@@ -557,19 +727,26 @@ Status ApiServer::Impl::start() {
   listener_id_ = store_.addListener([weak](const store::Event& ev) {
     if (auto r = weak.lock()) r->deliver(ev);
   });
-  if (tcp_acceptor_) accept<net::ip::tcp>(*tcp_acceptor_);
-  if (unix_acceptor_) accept<net::local::stream_protocol>(*unix_acceptor_);
+  if (tcp_acceptor_) accept<net::ip::tcp>(*tcp_acceptor_, tcp_accept_state_);
+  if (unix_acceptor_) accept<net::local::stream_protocol>(*unix_acceptor_, unix_accept_state_);
   work_.emplace(net::make_work_guard(ioc_));
   for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { ioc_.run(); });
   started_ = true;
-  LOG(INFO) << "api: serving Kubernetes-style REST" << (tcp_port_ ? " on 127.0.0.1:" + std::to_string(tcp_port_) : "")
-            << (options_.unix_socket_path.empty() ? "" : " and unix:" + options_.unix_socket_path);
+  LOG(INFO) << "api: serving Kubernetes-style REST" << (url_.empty() ? "" : " on " + url_)
+            << (options_.unix_socket_path.empty() ? "" : " and unix:" + options_.unix_socket_path) << " with "
+            << std::max(1, options_.threads) << " threads"
+            << (options_.policy.access ? ", authentication on" : ", no authentication (every caller is admin)");
   return Status::ok();
 }
 
 void ApiServer::Impl::stop() {
   if (!started_ || stopped_) return;
   stopped_ = true;
+  {
+    std::lock_guard<std::mutex> lock(conn_mu_);
+    stopping_ = true;
+    parked_.clear();
+  }
   store_.removeListener(listener_id_);
   work_.reset();
   ioc_.stop();
@@ -590,15 +767,91 @@ ApiServer::~ApiServer() = default;
 Status ApiServer::start() { return impl_->start(); }
 void ApiServer::stop() { impl_->stop(); }
 int ApiServer::tcpPort() const { return impl_->tcp_port_; }
-std::string ApiServer::url() const { return "http://127.0.0.1:" + std::to_string(impl_->tcp_port_); }
+std::string ApiServer::url() const { return impl_->url_; }
 
-Status writeKubeconfig(const std::string& path, const std::string& server_url) {
+Status ApiServer::Impl::makeSslContext() {
+  const ApiServerOptions::Tls& tls = *options_.tls;
+  ssl_ctx_.emplace(net::ssl::context::tls_server);
+  beast::error_code ec;
+  ssl_ctx_->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                            net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                            net::ssl::context::single_dh_use,
+                        ec);
+  SSL_CTX_set_min_proto_version(ssl_ctx_->native_handle(), TLS1_2_VERSION);
+  if (!ec) ssl_ctx_->use_certificate_chain(net::buffer(tls.cert_chain_pem), ec);
+  if (ec) return invalidArgument("the API serving certificate cannot be used: " + ec.message());
+  ssl_ctx_->use_private_key(net::buffer(tls.key_pem), net::ssl::context::pem, ec);
+  if (ec) return invalidArgument("the API serving key cannot be used: " + ec.message());
+  if (!tls.client_ca_pem.empty()) {
+    ssl_ctx_->add_certificate_authority(net::buffer(tls.client_ca_pem), ec);
+    if (ec) return invalidArgument("the API client CA cannot be used: " + ec.message());
+    // Ask for a client certificate; a request without one may still bring a token.
+    ssl_ctx_->set_verify_mode(net::ssl::verify_peer, ec);
+    BIO* bio = BIO_new_mem_buf(tls.client_ca_pem.data(), static_cast<int>(tls.client_ca_pem.size()));
+    if (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      SSL_CTX_add_client_CA(ssl_ctx_->native_handle(), ca);
+      X509_free(ca);
+    }
+    BIO_free(bio);
+  }
+  return Status::ok();
+}
+
+Status configureApiSecurity(const Config& config, const std::string& data_dir,
+                            const std::vector<std::string>& extra_hosts, ApiServerOptions* options,
+                            KubeconfigCredentials* credentials) {
+  *credentials = {};
+  if (config.knap.api_insecure_loopback) {
+    options->tls.reset();
+    options->policy.access.reset();
+    LOG(WARNING) << "api: knap.api-insecure-loopback is set: plain HTTP without authentication, every local "
+                    "user is admin";
+    return Status::ok();
+  }
+  std::vector<std::string> hosts = extra_hosts;
+  // A specific listen address must be in the serving certificate too.
+  std::string listen = options->tcp_listen;
+  size_t colon = listen.rfind(':');
+  if (colon != std::string::npos) {
+    std::string host = listen.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    beast::error_code ec;
+    auto ip = net::ip::make_address(host, ec);
+    if (!ec && !ip.is_unspecified()) hosts.push_back(ip.to_string());
+  }
+  auto pki = ensurePki(data_dir + "/pki", hosts);
+  if (!pki.isOk()) return Status(pki.status().code(), "the API certificates: " + pki.status().message());
+  options->tls = ApiServerOptions::Tls{pki->server_cert_pem, pki->server_key_pem, pki->ca_cert_pem};
+  auto access = std::make_shared<AccessControl>();
+  if (!config.knap.api_token_file.empty()) {
+    auto tokens = TokenFile::load(config.knap.api_token_file);
+    if (!tokens.isOk()) return invalidArgument("knap.api-token-file: " + tokens.status().message());
+    LOG(INFO) << "api: " << tokens->size() << " bearer tokens from " << config.knap.api_token_file;
+    access->tokens = std::move(*tokens);
+  }
+  access->bindings = config.knap.api_role_bindings;
+  options->policy.access = std::move(access);
+  *credentials = {pki->ca_cert_pem, pki->admin_cert_pem, pki->admin_key_pem};
+  return Status::ok();
+}
+
+Status writeKubeconfig(const std::string& path, const std::string& server_url,
+                       const KubeconfigCredentials& credentials) {
+  std::string ca = credentials.ca_pem.empty()
+                       ? ""
+                       : "    certificate-authority-data: " + base64Encode(credentials.ca_pem) + "\n";
+  std::string user = "  user: {}\n";
+  if (!credentials.client_cert_pem.empty()) {
+    user = "  user:\n"
+           "    client-certificate-data: " + base64Encode(credentials.client_cert_pem) + "\n"
+           "    client-key-data: " + base64Encode(credentials.client_key_pem) + "\n";
+  }
   std::string text =
       "apiVersion: v1\n"
       "kind: Config\n"
       "clusters:\n"
       "- name: knap\n"
-      "  cluster:\n"
+      "  cluster:\n" + ca +
       "    server: " + server_url + "\n"
       "contexts:\n"
       "- name: knap\n"
@@ -609,8 +862,7 @@ Status writeKubeconfig(const std::string& path, const std::string& server_url) {
       "current-context: knap\n"
       "preferences: {}\n"
       "users:\n"
-      "- name: knap\n"
-      "  user: {}\n";
+      "- name: knap\n" + user;
   std::string tmp = path + ".tmp";
   mode_t old_mask = ::umask(0077);
   {

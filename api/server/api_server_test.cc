@@ -6,12 +6,15 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <set>
 #include <fstream>
 #include <thread>
 #include <sstream>
@@ -118,6 +121,17 @@ class RawConn {
     }
     return out;
   }
+  // One recv (up to the timeout); what arrived.
+  std::string readSome() {
+    char buf[8192];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n > 0) data_.append(buf, static_cast<size_t>(n));
+    return data_;
+  }
+  void setTimeout(int seconds) {
+    timeval tv{seconds, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
   const std::string& data() const { return data_; }
   bool closed() const { return closed_; }
 
@@ -159,6 +173,7 @@ class ApiServerTest : public ::testing::Test {
     http::request<http::string_body> req(http::string_to_verb(method), target, 11);
     req.set(http::field::host, "127.0.0.1");
     req.set(http::field::accept, accept);
+    if (!bearer_.empty()) req.set(http::field::authorization, "Bearer " + bearer_);
     if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH") {
       req.set(http::field::content_type, content_type);
       req.body() = body;
@@ -200,6 +215,7 @@ class ApiServerTest : public ::testing::Test {
   }
   std::string rvOf(const json& obj) { return obj["metadata"]["resourceVersion"].get<std::string>(); }
 
+  std::string bearer_;  // sent as a bearer token by request() when set
   SimulatedTimeSource clock_;
   Config config_ = defaultConfig();
   std::unique_ptr<store::SqliteStore> store_;
@@ -1517,6 +1533,222 @@ TEST_F(ApiServerTest, WriteKubeconfig) {
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ::unlink(path.c_str());
+}
+
+// ---------------------------------------------------------------- access control (issue 9)
+
+class AccessTest : public ApiServerTest {
+ protected:
+  void SetUp() override {
+    auto tokens = TokenFile::parse("view-tok,viewer,1\nedit-tok,dev,2,\"devs,other\"\n", "tokens");
+    ASSERT_TRUE(tokens.isOk()) << tokens.status().message();
+    auto access = std::make_shared<AccessControl>();
+    access->tokens = std::move(*tokens);
+    access->bindings = {{"view", false, "viewer", "default"}, {"edit", true, "devs", "default"}};
+    ApiServerOptions opts;
+    opts.policy.access = access;
+    startServer(opts);
+  }
+  Resp ssar(const std::string& verb, const std::string& ns) {
+    json review = {{"apiVersion", "authorization.k8s.io/v1"},
+                   {"kind", "SelfSubjectAccessReview"},
+                   {"spec",
+                    {{"resourceAttributes",
+                      {{"namespace", ns}, {"verb", verb}, {"group", "serving.knative.dev"}, {"resource", "services"}}}}}};
+    return request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review.dump());
+  }
+};
+
+TEST_F(AccessTest, NoCredentialsIs401ExceptHealthAndVersion) {
+  Resp r = request("GET", path("services"));
+  expectStatus(r, 401, "Unauthorized");
+  EXPECT_EQ(r.j["message"], "Unauthorized");
+  for (const char* open : {"/healthz", "/readyz", "/livez", "/version"}) EXPECT_EQ(request("GET", open).code, 200) << open;
+  expectStatus(request("GET", "/apis"), 401, "Unauthorized");
+  expectStatus(request("POST", path("services"), helloService().dump()), 401, "Unauthorized");
+  bearer_ = "wrong";
+  expectStatus(request("GET", "/version"), 401, "Unauthorized");  // a wrong credential is never anonymous
+  bearer_ = "view-to";
+  expectStatus(request("GET", path("services")), 401, "Unauthorized");
+}
+
+TEST_F(AccessTest, ViewerReadsButCannotWriteAndEditorWrites) {
+  bearer_ = "view-tok";
+  EXPECT_EQ(request("GET", path("services")).code, 200);
+  EXPECT_EQ(request("GET", "/apis/serving.knative.dev/v1").code, 200);  // discovery
+  Resp denied = create(helloService());
+  expectStatus(denied, 403, "Forbidden");
+  EXPECT_EQ(denied.j["message"],
+            "services.serving.knative.dev is forbidden: User \"viewer\" cannot create resource \"services\" in API "
+            "group \"serving.knative.dev\" in the namespace \"default\"");
+  expectStatus(request("GET", "/apis/serving.knative.dev/v1/namespaces/other/services"), 403, "Forbidden");
+  expectStatus(request("GET", "/apis/serving.knative.dev/v1/services"), 403, "Forbidden");  // -A
+  RawConn watch(server_->tcpPort());
+  watch.send("GET " + path("services") + "?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             "Authorization: Bearer view-tok\r\n\r\n");
+  EXPECT_EQ(watch.readSome().rfind("HTTP/1.1 200", 0), 0u) << watch.data();
+  RawConn other(server_->tcpPort());
+  other.send("GET /apis/serving.knative.dev/v1/namespaces/other/services?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             "Authorization: Bearer view-tok\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(other.readAll().rfind("HTTP/1.1 403", 0), 0u) << other.data();
+
+  bearer_ = "edit-tok";
+  Resp made = create(helloService());
+  ASSERT_EQ(made.code, 201) << made.body;
+  EXPECT_EQ(made.j["metadata"]["annotations"]["serving.knative.dev/creator"], "dev");
+  json st = {{"status", {{"observedGeneration", 1}}}};
+  Resp status = request("PATCH", path("services", "hello") + "/status", st.dump(), "application/merge-patch+json");
+  expectStatus(status, 403, "Forbidden");
+  EXPECT_NE(status.j["message"].get<std::string>().find("resource \"services/status\""), std::string::npos);
+}
+
+TEST_F(AccessTest, SelfSubjectAccessReviewAndSelfSubjectReview) {
+  bearer_ = "view-tok";
+  Resp r = ssar("get", "default");
+  ASSERT_EQ(r.code, 201) << r.body;
+  EXPECT_EQ(r.j["kind"], "SelfSubjectAccessReview");
+  EXPECT_EQ(r.j["status"]["allowed"], true);
+  EXPECT_EQ(ssar("create", "default").j["status"]["allowed"], false);
+  bearer_ = "edit-tok";
+  EXPECT_EQ(ssar("create", "default").j["status"]["allowed"], true);
+  EXPECT_EQ(ssar("create", "other").j["status"]["allowed"], false);
+  Resp who = request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                     R"({"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"})");
+  ASSERT_EQ(who.code, 201) << who.body;
+  EXPECT_EQ(who.j["status"]["userInfo"]["username"], "dev");
+  EXPECT_EQ(who.j["status"]["userInfo"]["uid"], "2");
+  EXPECT_EQ(who.j["status"]["userInfo"]["groups"], json::array({"devs", "other", "system:authenticated"}));
+  // Discovery advertises both groups and serves their resource lists (kubectl api-resources reads them all).
+  Resp apis = request("GET", "/apis");
+  std::set<std::string> groups;
+  for (const json& g : apis.j["groups"]) groups.insert(g["name"].get<std::string>());
+  EXPECT_TRUE(groups.count("authorization.k8s.io") && groups.count("authentication.k8s.io")) << apis.body;
+  for (const json& g : apis.j["groups"]) {
+    std::string gv = g["preferredVersion"]["groupVersion"];
+    Resp list = request("GET", "/apis/" + gv);
+    EXPECT_EQ(list.code, 200) << gv;
+    EXPECT_EQ(list.j["kind"], "APIResourceList") << gv;
+    EXPECT_EQ(list.j["groupVersion"], gv);
+  }
+  bearer_ = "";
+  expectStatus(ssar("get", "default"), 401, "Unauthorized");
+}
+
+TEST_F(AccessTest, UnixSocketIsTheLocalAdmin) {
+  std::string sock = ::testing::TempDir() + "knap-api-access-" + std::to_string(::getpid()) + ".sock";
+  ApiServerOptions opts;
+  opts.unix_socket_path = sock;
+  opts.policy.access = std::make_shared<AccessControl>();
+  startServer(opts);
+  expectStatus(request("GET", path("services")), 401, "Unauthorized");
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string body = helloService().dump();
+  std::string req = "POST " + path("services") + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                    "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 201", 0), 0u) << got;
+  EXPECT_NE(got.find("\"serving.knative.dev/creator\":\"knap-admin\""), std::string::npos) << got;
+}
+
+TEST_F(ApiServerTest, ListeningBeyondLoopbackNeedsTlsAndAuthentication) {
+  ApiServerOptions opts;
+  opts.tcp_listen = "0.0.0.0:0";
+  ApiServer plain(opts, config_, *store_, clock_);
+  Status st = plain.start();
+  ASSERT_FALSE(st.isOk());
+  EXPECT_EQ(st.code(), Code::kFailedPrecondition);
+  EXPECT_NE(st.message().find("without TLS and authentication"), std::string::npos) << st.message();
+}
+
+TEST_F(ApiServerTest, ConnectionCapHoldsNewClientsUntilOneCloses) {
+  ApiServerOptions opts;
+  opts.max_connections = 2;
+  startServer(opts);
+  const std::string ping = "GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  auto first = std::make_unique<RawConn>(server_->tcpPort());
+  RawConn second(server_->tcpPort());
+  ASSERT_TRUE(first->send(ping) && second.send(ping));
+  EXPECT_NE(first->readSome().find("200 OK"), std::string::npos);
+  EXPECT_NE(second.readSome().find("200 OK"), std::string::npos);
+  RawConn third(server_->tcpPort());  // connects (the kernel's backlog) but is not served
+  ASSERT_TRUE(third.ok());
+  ASSERT_TRUE(third.send(ping));
+  third.setTimeout(1);
+  EXPECT_EQ(third.readSome(), "");
+  first.reset();  // frees a slot: the third client is served
+  third.setTimeout(20);
+  EXPECT_NE(third.readSome().find("200 OK"), std::string::npos);
+}
+
+TEST_F(ApiServerTest, AcceptBacksOffAtFdExhaustionInsteadOfSpinning) {
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  int open_fds = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) (void)e, ++open_fds;
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_fds + 8);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;
+  for (int fd; (fd = ::dup(client)) >= 0;) filler.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->tcpPort()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);  // waits in the backlog
+  std::string ping = "GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(client, ping.data(), ping.size(), MSG_NOSIGNAL), static_cast<ssize_t>(ping.size()));
+  auto cpu = [] {
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  };
+  double before = cpu();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  double used = cpu() - before;
+  for (int fd : filler) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_LT(used, 0.5) << "the accept loop spun while accept() failed with EMFILE";
+  // Once descriptors are free again the waiting client is served (the back-off is at most 1 s).
+  timeval tv{20, 0};
+  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(client, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(client);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+}
+
+TEST_F(ApiServerTest, WatchesHoldNoWorkerThread) {
+  ApiServerOptions opts;
+  opts.threads = 1;
+  startServer(opts);
+  std::vector<std::unique_ptr<RawConn>> watches;
+  for (int i = 0; i < 16; ++i) {
+    watches.push_back(std::make_unique<RawConn>(server_->tcpPort()));
+    ASSERT_TRUE(watches.back()->send("GET " + path("services") + "?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    EXPECT_EQ(watches.back()->readSome().rfind("HTTP/1.1 200", 0), 0u);
+  }
+  // One thread, sixteen open watches: ordinary requests and writes are still served, and every watch sees the write.
+  EXPECT_EQ(request("GET", "/readyz").code, 200);
+  ASSERT_EQ(create(helloService()).code, 201);
+  for (auto& w : watches) {
+    auto events = w->readEvents(1);
+    ASSERT_EQ(events.size(), 1u) << w->data();
+    EXPECT_EQ(events[0]["type"], "ADDED");
+  }
 }
 
 }  // namespace

@@ -184,7 +184,14 @@ const json& apiGroupListDocument() {
     json e = eventsGroupDocument();
     e.erase("kind");
     e.erase("apiVersion");
-    return json{{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", json::array({g, e})}};
+    json groups = json::array({g, e});
+    for (const char* name : {"authentication.k8s.io", "authorization.k8s.io"}) {
+      json r = *reviewGroupDocument(name);
+      r.erase("kind");
+      r.erase("apiVersion");
+      groups.push_back(r);
+    }
+    return json{{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", groups}};
   }();
   return doc;
 }
@@ -199,6 +206,36 @@ const json& eventsGroupDocument() {
                 {"preferredVersion", v}};
   }();
   return doc;
+}
+
+const json* reviewGroupDocument(const std::string& group) {
+  static const json authn = [] {
+    json v = {{"groupVersion", "authentication.k8s.io/v1"}, {"version", "v1"}};
+    return json{{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", "authentication.k8s.io"},
+                {"versions", json::array({v})}, {"preferredVersion", v}};
+  }();
+  static const json authz = [] {
+    json v = {{"groupVersion", "authorization.k8s.io/v1"}, {"version", "v1"}};
+    return json{{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", "authorization.k8s.io"},
+                {"versions", json::array({v})}, {"preferredVersion", v}};
+  }();
+  if (group == "authentication.k8s.io") return &authn;
+  if (group == "authorization.k8s.io") return &authz;
+  return nullptr;
+}
+
+const json* reviewResourceListDocument(const std::string& group) {
+  auto list = [](const std::string& gv, const std::string& plural, const std::string& kind) {
+    json r = {{"name", plural}, {"singularName", ""}, {"namespaced", false}, {"kind", kind},
+              {"verbs", json::array({"create"})}};
+    return json{{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", gv},
+                {"resources", json::array({r})}};
+  };
+  static const json authn = list("authentication.k8s.io/v1", "selfsubjectreviews", "SelfSubjectReview");
+  static const json authz = list("authorization.k8s.io/v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview");
+  if (group == "authentication.k8s.io") return &authn;
+  if (group == "authorization.k8s.io") return &authz;
+  return nullptr;
 }
 
 const json& apiResourceListDocument() {

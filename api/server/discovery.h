@@ -19,6 +19,11 @@ const nlohmann::json& apiGroupListDocument();  // /apis
 const nlohmann::json& apiGroupDocument();      // /apis/serving.knative.dev
 const nlohmann::json& eventsGroupDocument();   // /apis/events.k8s.io
 const nlohmann::json& apiResourceListDocument();  // /apis/serving.knative.dev/v1
+// authorization.k8s.io and authentication.k8s.io (SelfSubjectAccessReview and
+// SelfSubjectReview only, for `kubectl auth can-i` and `kubectl auth whoami`):
+// the APIGroup of `group`, and its v1 APIResourceList; null for other groups.
+const nlohmann::json* reviewGroupDocument(const std::string& group);
+const nlohmann::json* reviewResourceListDocument(const std::string& group);
 const nlohmann::json& openApiV3RootDocument();    // /openapi/v3
 const nlohmann::json& openApiV3GroupVersionDocument();  // /openapi/v3/apis/serving.knative.dev/v1
 // The content hash used in the v3 root's serverRelativeURL and as the GV document's ETag.

@@ -26,9 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-// The user recorded in serving.knative.dev/creator and lastModifier. knapd's
-// API has no authentication (loopback TCP or a root-only unix socket).
-constexpr const char* kUserName = "knap-admin";
 // How often a patch or update without a resourceVersion is re-applied after
 // losing a race. kube-apiserver's GuaranteedUpdate retries until it wins; a
 // bound this high only stops a pathological loop, it is not reached by a
@@ -370,6 +367,7 @@ struct RestHandler::WriteCtx {
   std::vector<std::string> warnings;
   bool raced = false;  // set by write(): the object changed since it was read (409)
   std::string manager = "unknown";  // ?fieldManager=, for metadata.managedFields
+  std::string user;  // the caller, recorded in serving.knative.dev/creator and lastModifier
   // Server-side apply: the managedFields the apply computed (null: none);
   // unset for every other write, whose changes are recorded as an Update.
   std::optional<json> apply_managed;
@@ -424,11 +422,146 @@ std::optional<HttpResponse> guard(const HttpRequest& req, const RequestPolicy& p
 
 }  // namespace
 
+// ---- authentication and authorization ----
+
+namespace {
+
+// What kube-apiserver answers without a valid credential.
+HttpResponse unauthorized() {
+  HttpResponse r = errorResponse(makeApiError(401, "Unauthorized", "Unauthorized"));
+  return r;
+}
+
+// Paths kube-apiserver's system:public-info-viewer role opens to anonymous callers.
+bool openToAnonymous(const std::string& method, const std::vector<std::string>& segs) {
+  if (method != "GET" && method != "HEAD") return false;
+  if (segs.empty()) return false;
+  const std::string& p = segs[0];
+  if (p == "healthz" || p == "readyz" || p == "livez") return true;
+  return p == "version" && segs.size() == 1;
+}
+
+// "Bearer TOKEN" (the scheme is case-insensitive); "" otherwise.
+std::string bearerToken(const std::string& header) {
+  if (header.size() < 7) return "";
+  std::string scheme = lower(header.substr(0, 7));
+  if (scheme != "bearer ") return "";
+  std::string token = header.substr(7);
+  size_t b = token.find_first_not_of(' ');
+  if (b == std::string::npos) return "";
+  token = token.substr(b);
+  while (!token.empty() && token.back() == ' ') token.pop_back();
+  return token;
+}
+
+}  // namespace
+
+std::optional<HttpResponse> RestHandler::checkAccess(const HttpRequest& req, const Target& t, bool watch,
+                                                     UserInfo* user) {
+  const AccessControl* access = policy_.access.get();
+  if (!access || req.local_admin) {
+    *user = localAdmin();
+    return std::nullopt;
+  }
+  bool authenticated = false;
+  if (req.cert_user) {
+    *user = *req.cert_user;
+    authenticated = true;
+  } else if (!req.authorization.empty()) {
+    std::string token = bearerToken(req.authorization);
+    std::optional<UserInfo> found;
+    if (!token.empty() && access->tokens) found = access->tokens->lookup(token);
+    // A credential that is sent and wrong is 401 everywhere, as in kube-apiserver.
+    if (!found) return unauthorized();
+    *user = std::move(*found);
+    authenticated = true;
+  }
+  if (!authenticated) {
+    if (openToAnonymous(req.method, t.segs)) {
+      *user = UserInfo{"system:anonymous", "", {"system:unauthenticated"}};
+      return std::nullopt;
+    }
+    return unauthorized();
+  }
+  std::string path = req.target.substr(0, req.target.find('?'));
+  RequestAttributes attrs = requestAttributes(req.method, path, t.segs, watch);
+  if (authorize(*user, attrs, access->bindings)) return std::nullopt;
+  json details = json::object();
+  if (attrs.resource_request) {
+    if (!attrs.name.empty()) details["name"] = attrs.name;
+    details["group"] = attrs.api_group;
+    details["kind"] = attrs.resource;
+  }
+  return errorResponse(makeApiError(403, "Forbidden", forbiddenMessage(*user, attrs), details));
+}
+
+HttpResponse RestHandler::selfSubjectAccessReview(const HttpRequest& req, const UserInfo& user) {
+  auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
+  if (!body.isOk()) return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
+  json review = std::move(*body);
+  if (!review.is_object() || !review.contains("spec") || !review["spec"].is_object())
+    return errorResponse(badRequestError("a SelfSubjectAccessReview needs a spec"));
+  const json& spec = review["spec"];
+  auto field = [](const json& o, const char* k) -> std::string {
+    auto it = o.find(k);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : "";
+  };
+  RequestAttributes attrs;
+  if (spec.contains("resourceAttributes") && spec["resourceAttributes"].is_object()) {
+    const json& ra = spec["resourceAttributes"];
+    attrs.verb = field(ra, "verb");
+    attrs.api_group = field(ra, "group");
+    attrs.resource = field(ra, "resource");
+    attrs.subresource = field(ra, "subresource");
+    attrs.ns = field(ra, "namespace");
+    attrs.name = field(ra, "name");
+  } else if (spec.contains("nonResourceAttributes") && spec["nonResourceAttributes"].is_object()) {
+    attrs.resource_request = false;
+    attrs.verb = field(spec["nonResourceAttributes"], "verb");
+    attrs.path = field(spec["nonResourceAttributes"], "path");
+  } else {
+    Status st = invalidArgument("exactly one of nonResourceAttributes or resourceAttributes must be specified");
+    st.withFieldErrors({{"spec.resourceAttributes", "Required value: exactly one of nonResourceAttributes or "
+                                                    "resourceAttributes must be specified",
+                         "FieldValueRequired"}});
+    return errorResponse(makeApiError(422, "Invalid", st.message(),
+                                      {{"group", "authorization.k8s.io"}, {"kind", "SelfSubjectAccessReview"}}));
+  }
+  std::string reason;
+  bool allowed = !policy_.access || authorize(user, attrs, policy_.access->bindings, &reason);
+  if (!policy_.access) reason = "access control is off: every caller is admin";
+  json status = {{"allowed", allowed}};
+  if (!reason.empty()) status["reason"] = reason;
+  json out = {{"kind", "SelfSubjectAccessReview"},
+              {"apiVersion", "authorization.k8s.io/v1"},
+              {"metadata", {{"creationTimestamp", nullptr}}},
+              {"spec", spec},
+              {"status", status}};
+  return jsonResponse(201, out);
+}
+
+HttpResponse RestHandler::selfSubjectReview(const UserInfo& user) {
+  json info = {{"username", user.name}, {"groups", user.groups}};
+  if (!user.uid.empty()) info["uid"] = user.uid;
+  return jsonResponse(201, {{"kind", "SelfSubjectReview"},
+                            {"apiVersion", "authentication.k8s.io/v1"},
+                            {"metadata", {{"creationTimestamp", nullptr}}},
+                            {"status", {{"userInfo", info}}}});
+}
+
 HttpResponse RestHandler::handle(const HttpRequest& req) {
   if (auto refused = guard(req, policy_)) return *refused;
   try {
     Target t = Target::parse(req.target);
-    return dispatch(req, t);
+    UserInfo user;
+    if (auto refused = checkAccess(req, t, false, &user)) return *refused;
+    const auto& s = t.segs;
+    if (req.method == "POST" && s.size() == 4 && s[0] == "apis" && s[2] == "v1") {
+      if (s[1] == "authorization.k8s.io" && s[3] == "selfsubjectaccessreviews")
+        return selfSubjectAccessReview(req, user);
+      if (s[1] == "authentication.k8s.io" && s[3] == "selfsubjectreviews") return selfSubjectReview(user);
+    }
+    return dispatch(req, t, user);
   } catch (const std::exception& e) {
     // A bug or a foreign exception: never let it reach the connection.
     LOG(ERROR) << "api: " << req.method << " " << req.target << " failed: " << e.what();
@@ -436,7 +569,7 @@ HttpResponse RestHandler::handle(const HttpRequest& req) {
   }
 }
 
-HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
+HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, const UserInfo& user) {
   const auto& s = t.segs;
   const std::string& m = req.method;
   bool get = m == "GET" || m == "HEAD";
@@ -445,14 +578,14 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
     case K::kCollection:
       if (get) return listObjects(req, t);
       if (t.ns.empty() && t.info->namespaced) return methodNotAllowed(m);
-      if (m == "POST") return createObject(req, t);
+      if (m == "POST") return createObject(req, t, user.name);
       if (m == "DELETE") return deleteCollection(req, t);
       return methodNotAllowed(m);
     case K::kItem:
     case K::kStatus:
       if (get) return getObject(req, t);
-      if (m == "PUT") return replaceObject(req, t);
-      if (m == "PATCH") return patchObject(req, t);
+      if (m == "PUT") return replaceObject(req, t, user.name);
+      if (m == "PATCH") return patchObject(req, t, user.name);
       if (m == "DELETE" && t.kind == K::kItem) return deleteObject(req, t);
       if (m == "DELETE" && t.kind == K::kStatus) return methodNotAllowed(m);
       return methodNotAllowed(m);
@@ -513,6 +646,9 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t) {
     return errorResponse(makeApiError(404, "NotFound", "services \"" + s[5] + "\" not found",
                                       {{"name", s[5]}, {"kind", "services"}}));
   }
+  if (s.size() == 2 && s[0] == "apis" && reviewGroupDocument(s[1])) return jsonResponse(200, *reviewGroupDocument(s[1]));
+  if (s.size() == 3 && s[0] == "apis" && s[2] == "v1" && reviewResourceListDocument(s[1]))
+    return jsonResponse(200, *reviewResourceListDocument(s[1]));
   if (s.size() == 2 && s[0] == "apis" && s[1] == kEventsGroup) return jsonResponse(200, eventsGroupDocument());
   if (s.size() == 3 && s[0] == "apis" && s[1] == kEventsGroup && s[2] == "v1") {
     return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"},
@@ -783,7 +919,7 @@ std::optional<HttpResponse> checkServerOwnedMetadata(const ResourceInfo& info, c
 // applies defaults and validation. On success `obj` is ready to store.
 static std::optional<HttpResponse> admit(const Config& config, const ResourceInfo& info, bool status_sub,
                                          const std::string& validation, std::vector<std::string>* warnings,
-                                         json& obj, const store::Object* live) {
+                                         json& obj, const store::Object* live, const std::string& user) {
   json& md = obj["metadata"];
   // Server-owned: whatever the client sent, the write's managedFields are the
   // server's (RestHandler::WriteCtx::manage).
@@ -855,14 +991,14 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
   if (info.kind != "Revision") {
     // Like Knative's webhook: creator is set once, lastModifier on spec changes.
     if (!live) {
-      setAnnotation(obj, annotations::kCreator, kUserName);
-      setAnnotation(obj, annotations::kLastModifier, kUserName);
+      setAnnotation(obj, annotations::kCreator, user);
+      setAnnotation(obj, annotations::kLastModifier, user);
     } else {
       std::string creator = annotation(live->body, annotations::kCreator);
       if (!creator.empty()) setAnnotation(obj, annotations::kCreator, creator);
       bool spec_changed = obj.value("spec", json()) != old.value("spec", json());
       if (spec_changed) {
-        setAnnotation(obj, annotations::kLastModifier, kUserName);
+        setAnnotation(obj, annotations::kLastModifier, user);
       } else {
         std::string last = annotation(live->body, annotations::kLastModifier);
         if (!last.empty()) setAnnotation(obj, annotations::kLastModifier, last);
@@ -922,7 +1058,7 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
     json candidate = obj;
     if (name.empty()) candidate["metadata"]["name"] = newName(generate);
     std::vector<std::string> warnings = ctx.warnings;
-    if (auto err = admit(config_, info, false, ctx.validation, &warnings, candidate, nullptr)) return *err;
+    if (auto err = admit(config_, info, false, ctx.validation, &warnings, candidate, nullptr, ctx.user)) return *err;
     ctx.manage(candidate, json(), clock_.now());
     std::string cname = metaString(candidate, "name");
     ctx.warnings = warnings;
@@ -965,7 +1101,7 @@ HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* li
   if (!info.namespaced) obj["metadata"].erase("namespace");
   else if (auto err = checkNamespace(obj, ctx.ns)) return *err;
   if (auto err = checkName(obj, ctx.name)) return *err;
-  if (auto err = admit(config_, info, ctx.status_sub, ctx.validation, &ctx.warnings, obj, live)) return *err;
+  if (auto err = admit(config_, info, ctx.status_sub, ctx.validation, &ctx.warnings, obj, live, ctx.user)) return *err;
   ctx.manage(obj, live->body, clock_.now());
   obj = withTypeMeta(std::move(obj), info);
   int64_t expected_rv = 0;
@@ -1003,8 +1139,9 @@ HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* li
   return ctx.finish(200, updated->body);
 }
 
-HttpResponse RestHandler::createObject(const HttpRequest& req, const Target& t) {
+HttpResponse RestHandler::createObject(const HttpRequest& req, const Target& t, const std::string& user) {
   WriteCtx ctx{t.info, t.ns, "", false, "Strict", false, {}};
+  ctx.user = user;
   if (!t.query.get("fieldManager").empty()) ctx.manager = t.query.get("fieldManager");
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   if (!t.info->user_creatable) return doCreate(ctx, json::object(), 201);
@@ -1015,8 +1152,9 @@ HttpResponse RestHandler::createObject(const HttpRequest& req, const Target& t) 
   return doCreate(ctx, std::move(obj), 201);
 }
 
-HttpResponse RestHandler::replaceObject(const HttpRequest& req, const Target& t) {
+HttpResponse RestHandler::replaceObject(const HttpRequest& req, const Target& t, const std::string& user) {
   WriteCtx ctx{t.info, t.ns, t.name, false, "Strict", t.kind == Target::Kind::kStatus, {}};
+  ctx.user = user;
   if (!t.query.get("fieldManager").empty()) ctx.manager = t.query.get("fieldManager");
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
@@ -1036,8 +1174,9 @@ HttpResponse RestHandler::replaceObject(const HttpRequest& req, const Target& t)
   }
 }
 
-HttpResponse RestHandler::patchObject(const HttpRequest& req, const Target& t) {
+HttpResponse RestHandler::patchObject(const HttpRequest& req, const Target& t, const std::string& user) {
   WriteCtx ctx{t.info, t.ns, t.name, false, "Strict", t.kind == Target::Kind::kStatus, {}};
+  ctx.user = user;
   if (!t.query.get("fieldManager").empty()) ctx.manager = t.query.get("fieldManager");
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   std::string type = mediaType(req.content_type);
@@ -1307,6 +1446,11 @@ bool RestHandler::parseWatch(const HttpRequest& req, WatchRequest* out, std::opt
   }
   if (!*w) return false;
   if (auto refused = guard(req, policy_)) {
+    *error = std::move(refused);
+    return true;
+  }
+  UserInfo user;
+  if (auto refused = checkAccess(req, t, true, &user)) {
     *error = std::move(refused);
     return true;
   }

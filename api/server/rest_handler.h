@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/resources.h"
+#include "api/server/access.h"
 #include "api/server/selectors.h"
 #include "api/server/tables.h"
 #include "common/clock.h"
@@ -39,6 +41,11 @@ struct HttpRequest {
   std::string body;
   std::string host;    // Host header ("" when absent)
   std::string origin;  // Origin header ("" when absent)
+  std::string authorization;  // Authorization header ("" when absent)
+  // Set by the transport: the caller is the local admin (the root-only unix
+  // socket), or a verified client certificate named this user.
+  bool local_admin = false;
+  std::optional<UserInfo> cert_user;
 };
 
 struct HttpResponse {
@@ -74,6 +81,9 @@ struct RequestPolicy {
   std::chrono::milliseconds min_request_timeout{std::chrono::seconds(1800)};
   // BOOKMARK events for watches with allowWatchBookmarks=true.
   std::chrono::milliseconds bookmark_interval{std::chrono::seconds(60)};
+  // Authentication and authorization (api/server/access.h); null = every
+  // caller is the local admin (unit tests, knap.api-insecure-loopback).
+  std::shared_ptr<const AccessControl> access;
 };
 
 // What one watch has told its client: which objects the client holds (they
@@ -102,11 +112,15 @@ class RestHandler {
 
   // Handles any non-watch request. Never throws; malformed input gives a
   // Kubernetes Status with code 4xx, unexpected failures 500. Requests the
-  // browser defences refuse (api/server/request_guard.h) get 403/415.
+  // browser defences refuse (api/server/request_guard.h) get 403/415; a
+  // caller without a valid credential gets 401 (but /healthz, /readyz,
+  // /livez and /version are open, as in kube-apiserver), one whose roles do
+  // not allow the request 403.
   HttpResponse handle(const HttpRequest& req);
 
   // If `req` is a watch, fills `out` and returns true. If it is a watch with
-  // bad parameters, sets `error` and returns true. Otherwise returns false.
+  // bad parameters or one the caller may not make, sets `error` and returns
+  // true. Otherwise returns false.
   bool parseWatch(const HttpRequest& req, WatchRequest* out, std::optional<HttpResponse>* error);
 
   // Whether the watcher wants this object (kind, namespace, selectors).
@@ -128,12 +142,17 @@ class RestHandler {
   struct Target;
   struct WriteCtx;
 
-  HttpResponse dispatch(const HttpRequest& req, const Target& t);
+  // The caller, or the 401/403 to answer instead.
+  std::optional<HttpResponse> checkAccess(const HttpRequest& req, const Target& t, bool watch, UserInfo* user);
+  HttpResponse selfSubjectAccessReview(const HttpRequest& req, const UserInfo& user);
+  HttpResponse selfSubjectReview(const UserInfo& user);
+
+  HttpResponse dispatch(const HttpRequest& req, const Target& t, const UserInfo& user);
   HttpResponse getObject(const HttpRequest& req, const Target& t);
   HttpResponse listObjects(const HttpRequest& req, const Target& t);
-  HttpResponse createObject(const HttpRequest& req, const Target& t);
-  HttpResponse replaceObject(const HttpRequest& req, const Target& t);
-  HttpResponse patchObject(const HttpRequest& req, const Target& t);
+  HttpResponse createObject(const HttpRequest& req, const Target& t, const std::string& user);
+  HttpResponse replaceObject(const HttpRequest& req, const Target& t, const std::string& user);
+  HttpResponse patchObject(const HttpRequest& req, const Target& t, const std::string& user);
   HttpResponse patchOnce(WriteCtx& ctx, const Target& t, const std::string& type, const nlohmann::json& body);
   HttpResponse deleteObject(const HttpRequest& req, const Target& t);
   HttpResponse deleteCollection(const HttpRequest& req, const Target& t);

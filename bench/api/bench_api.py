@@ -9,6 +9,7 @@ latency and knapd's resident memory before and after.
 """
 import argparse
 import http.client
+import ssl
 import json
 import os
 import shutil
@@ -40,6 +41,17 @@ def pct(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
+def api_connection(data_dir, port, timeout):
+    """HTTPS to knapd's API as its admin (the CA and client certificate knapd created under data/pki);
+    None until knapd has created them."""
+    pki = os.path.join(data_dir, "pki")
+    if not os.path.exists(os.path.join(pki, "admin.key")):
+        return None
+    ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+    ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+    return http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.environ.get("KNAP_BUILD_DIR", "build"))
@@ -63,7 +75,10 @@ def main():
             if proc.poll() is not None or time.time() > deadline:
                 log.flush()
                 raise SystemExit("knapd did not become ready:\n" + open(log_path).read()[-4000:])
-            probe = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            probe = api_connection(f"{work}/data", port, 5)
+            if probe is None:
+                time.sleep(0.05)
+                continue
             try:
                 probe.request("GET", "/readyz")
                 if probe.getresponse().status == 200:
@@ -73,7 +88,7 @@ def main():
             finally:
                 probe.close()
             time.sleep(0.05)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn = api_connection(f"{work}/data", port, 30)
         rss_start = rss_kib(proc.pid)
 
         def call(method, path, body=None, ctype="application/json"):

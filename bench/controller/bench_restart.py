@@ -20,6 +20,7 @@ restarts knapd (SIGTERM, start again) and measures:
 """
 import argparse
 import http.client
+import ssl
 import json
 import os
 import re
@@ -57,6 +58,13 @@ class Knapd:
         self.proc = None
         self.conn = None
 
+    def connect(self):
+        """HTTPS as knapd's admin (CA and client certificate from data/pki); OSError until they exist."""
+        pki = os.path.join(self.work, "data", "pki")
+        ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+        return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=60, context=ctx)
+
     def start(self):
         self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         self.started = time.time()
@@ -65,7 +73,7 @@ class Knapd:
                                      stderr=open(self.log_path, "a"), stdout=subprocess.DEVNULL)
         while True:
             try:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                self.conn = self.connect()
                 self.conn.request("GET", "/readyz")
                 if self.conn.getresponse().read() is not None:
                     return time.time()
@@ -85,7 +93,7 @@ class Knapd:
                 r = self.conn.getresponse()
                 return r.status, r.read()
             except (OSError, http.client.HTTPException):
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                self.conn = self.connect()
         raise SystemExit(f"{method} {path} failed")
 
     def rv(self):

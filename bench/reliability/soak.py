@@ -21,6 +21,7 @@ Not run yet (see docs/reliability.md); no CI test runs it.
 """
 import argparse
 import http.client
+import ssl
 import json
 import os
 import shutil
@@ -74,7 +75,13 @@ class Soak:
 
     def req(self, method, path, body=None, host=None, port=None, timeout=30):
         try:
-            c = http.client.HTTPConnection("127.0.0.1", port or self.api, timeout=timeout)
+            if port:  # the router
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+            else:  # the API: HTTPS as knapd's admin (CA and client certificate from data/pki)
+                pki = os.path.join(self.data, "pki")
+                ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+                ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+                c = http.client.HTTPSConnection("127.0.0.1", self.api, timeout=timeout, context=ctx)
             headers = {"Content-Type": "application/json"}
             if host:
                 headers["Host"] = host

@@ -124,7 +124,7 @@ def main():
             svc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": name},
                    "spec": {"template": {"metadata": {"annotations": dict(ann, **{
                        "autoscaling.knative.dev/min-scale": "0"})}, "spec": {"containers": [container]}}}}
-            subprocess.run([knap, "--server", k.url, "apply", "-f", "-", "--wait", "--timeout", "120"],
+            subprocess.run([knap, "--kubeconfig", k.kubeconfig, "apply", "-f", "-", "--wait", "--timeout", "120"],
                            input=json.dumps(svc), text=True, check=True, capture_output=True)
 
         def quiet(name, ann):
@@ -205,7 +205,7 @@ def main():
     finally:
         if reg is not None:
             reg.stop()
-        subprocess.run([knap, "--server", k.url, "delete", "service"] + [n for n, *_ in CASES], capture_output=True)
+        subprocess.run([knap, "--kubeconfig", k.kubeconfig, "delete", "service"] + [n for n, *_ in CASES], capture_output=True)
         time.sleep(3)
         k.stop()
         subprocess.run(["ctr", "-n", NS, "images", "rm", IMAGE], capture_output=True)
@@ -233,7 +233,7 @@ def bench_pulled(k, knap, reg, trials):
         svc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": "pulled"},
                "spec": {"template": {"spec": {"containers": [{"image": image}]}}}}
         t0 = time.perf_counter()
-        subprocess.run([knap, "--server", k.url, "apply", "-f", "-"], input=json.dumps(svc), text=True,
+        subprocess.run([knap, "--kubeconfig", k.kubeconfig, "apply", "-f", "-"], input=json.dumps(svc), text=True,
                        check=True, capture_output=True)
         while True:
             try:
@@ -246,7 +246,7 @@ def bench_pulled(k, knap, reg, trials):
                 raise SystemExit(f"pulled: no 200 within 120 s; knapd log: {k.log_path}")
             time.sleep(0.005)
         times.append(time.perf_counter() - t0)
-        subprocess.run([knap, "--server", k.url, "delete", "service", "pulled"], check=True, capture_output=True)
+        subprocess.run([knap, "--kubeconfig", k.kubeconfig, "delete", "service", "pulled"], check=True, capture_output=True)
         k.wait_for(lambda: k.http("GET", "/apis/serving.knative.dev/v1/namespaces/default/revisions/pulled-00001")[0]
                    == 404, timeout=60, what="pulled revision gone")
         k.wait_for(lambda: not [l for l in subprocess.run(["ctr", "-n", NS, "containers", "ls", "-q"],

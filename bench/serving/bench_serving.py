@@ -87,7 +87,7 @@ def main():
         svc = {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": "bench"},
                "spec": {"template": {"metadata": {"annotations": {"autoscaling.knative.dev/min-scale": "1"}},
                                      "spec": {"containers": [{"image": IMAGE}]}}}}
-        subprocess.run([k_cli, "--server", k.url, "apply", "-f", "-", "--wait"], input=json.dumps(svc), text=True,
+        subprocess.run([k_cli, "--kubeconfig", k.kubeconfig, "apply", "-f", "-", "--wait"], input=json.dumps(svc), text=True,
                        check=True, capture_output=True)
         pods = []
         for meta in os.listdir(os.path.join(k.data_dir, "pods")):
@@ -133,7 +133,7 @@ http {{ access_log off; upstream pod {{ server {pod_ip}:8080; keepalive 64; }}
         cold = dict(svc, metadata={"name": "cold"})
         cold["spec"] = {"template": {"metadata": {"annotations": {"autoscaling.knative.dev/min-scale": "0"}},
                                      "spec": {"containers": [{"image": IMAGE}]}}}
-        subprocess.run([k_cli, "--server", k.url, "apply", "-f", "-", "--wait"], input=json.dumps(cold), text=True,
+        subprocess.run([k_cli, "--kubeconfig", k.kubeconfig, "apply", "-f", "-", "--wait"], input=json.dumps(cold), text=True,
                        check=True, capture_output=True)
         api = "/apis/serving.knative.dev/v1/namespaces/default/revisions/cold-00001"
         times = []
@@ -156,7 +156,7 @@ http {{ access_log off; upstream pod {{ server {pod_ip}:8080; keepalive 64; }}
     finally:
         if nginx:
             nginx.terminate()
-        subprocess.run([f"{build}/tools/knap", "--server", k.url, "delete", "service", "bench", "cold"],
+        subprocess.run([f"{build}/tools/knap", "--kubeconfig", k.kubeconfig, "delete", "service", "bench", "cold"],
                        capture_output=True)
         time.sleep(3)
         k.stop()

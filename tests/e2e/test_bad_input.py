@@ -81,10 +81,10 @@ def test_oversized_body_is_refused(knapd):
 def test_garbage_and_slow_clients_do_not_stall_the_server(knapd):
     k = knapd
     # A client that sends half a request and goes quiet.
-    slow = socket.create_connection(("127.0.0.1", k.api_port))
+    slow = k.api_socket()
     slow.sendall(b"GET /version HTTP/1.1\r\nHost: x\r\n")
     # A client that sends garbage.
-    junk = socket.create_connection(("127.0.0.1", k.api_port))
+    junk = k.api_socket()
     junk.sendall(b"\x00\x01\x02 not http at all\r\n\r\n")
     junk.settimeout(5)
     try:

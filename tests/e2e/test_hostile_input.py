@@ -196,7 +196,7 @@ def test_server_owned_metadata_cannot_be_set(k):
 
 def watch_lines(k, query, seconds):
     """Raw watch over a socket: (lines received, whether the server ended the stream, elapsed)."""
-    s = socket.create_connection(("127.0.0.1", k.api_port), timeout=seconds)
+    s = k.api_socket(timeout=seconds)
     s.sendall(f"GET {API}/services?watch=true&{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     t0 = time.monotonic()
     data = b""

@@ -85,7 +85,7 @@ def get(k, host, path="/", timeout=60):
 
 
 def apply(k, doc):
-    p = subprocess.run([KNAP, "--server", k.url, "apply", "-f", "-", "--wait", "--timeout", "90"], input=doc,
+    p = subprocess.run([KNAP, "--kubeconfig", k.kubeconfig, "apply", "-f", "-", "--wait", "--timeout", "90"], input=doc,
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr + k.log()
     return p.stdout

@@ -1,5 +1,7 @@
 // A small blocking HTTP/1.1 client for the knap CLI: talks to knapd's API over
-// its unix socket (unix:///path) or loopback TCP (http://host:port).
+// its unix socket (unix:///path), plain loopback TCP (http://host:port, with
+// knap.api-insecure-loopback) or TLS (https://host:port) with the server's CA
+// and a client certificate and/or a bearer token, as a kubeconfig gives them.
 // Not thread-safe; one request at a time per client.
 #pragma once
 
@@ -17,10 +19,24 @@ struct HttpResponse {
   std::map<std::string, std::string> headers;  // lower-case names
 };
 
+// How to reach and authenticate to knapd (PEM texts).
+struct Credentials {
+  std::string ca_pem;           // trusted for https (empty: the system's CAs)
+  std::string client_cert_pem;  // client certificate (with client_key_pem)
+  std::string client_key_pem;
+  std::string token;            // sent as "Authorization: Bearer TOKEN"
+};
+
+// The server and credentials of a kubeconfig's current context
+// (certificate-authority[-data], client-certificate[-data], client-key[-data],
+// token[-file]; relative file paths are relative to the kubeconfig).
+Status loadKubeconfig(const std::string& path, std::string* server, Credentials* credentials);
+
 class HttpClient {
  public:
-  // server: "unix:///var/lib/knap/knapd.sock" or "http://127.0.0.1:6443".
-  explicit HttpClient(std::string server) : server_(std::move(server)) {}
+  // server: "unix:///var/lib/knap/knapd.sock", "https://127.0.0.1:6443" or "http://127.0.0.1:6443".
+  explicit HttpClient(std::string server, Credentials credentials = {})
+      : server_(std::move(server)), credentials_(std::move(credentials)) {}
 
   // Returns kUnavailable when knapd cannot be reached (with the address in the message).
   StatusOr<HttpResponse> request(const std::string& method, const std::string& target,
@@ -34,6 +50,7 @@ class HttpClient {
 
  private:
   std::string server_;
+  Credentials credentials_;
 };
 
 }  // namespace knap::cli

@@ -9,8 +9,11 @@
 //   knap image pull IMAGE               from its registry into containerd (root; tools/knap/image_pull_cmd.h)
 //
 // KIND: services|ksvc, configurations|config, revisions|rev, routes|rt.
-// The server is found from --server, $KNAP_SERVER, or knapd's default unix
-// socket (/var/lib/knap/knapd.sock), else http://127.0.0.1:6443.
+// The server and credentials: --kubeconfig FILE (server, CA, client
+// certificate, token of its current context), else --server URL or
+// $KNAP_SERVER, else knapd's kubeconfig /var/lib/knap/kubeconfig when it is
+// readable, else knapd's unix socket /var/lib/knap/knapd.sock. --token adds a
+// bearer token to any of them.
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +38,8 @@ using nlohmann::json;
 
 struct Options {
   std::string server;
+  std::string kubeconfig;
+  std::string token;
   std::string ns = "default";
   bool all_namespaces = false;
   std::string output;  // "", "yaml", "json"
@@ -57,13 +62,29 @@ const char* kUsage =
     "  knap image pull IMAGE [--config FILE] [--platform os/arch] [--containerd-socket PATH] [--namespace NS]\n"
     "\n"
     "Global flags:\n"
-    "  --server URL   knapd API (unix:///var/lib/knap/knapd.sock or http://127.0.0.1:6443); env KNAP_SERVER\n"
+    "  --kubeconfig FILE  server and credentials (default /var/lib/knap/kubeconfig when readable,\n"
+    "                 else the unix socket /var/lib/knap/knapd.sock)\n"
+    "  --server URL   knapd API (unix:///var/lib/knap/knapd.sock or https://127.0.0.1:6443); env KNAP_SERVER\n"
+    "  --token TOKEN  bearer token (a line of knapd's knap.api-token-file)\n"
     "  -n, --namespace NS (default \"default\")\n";
 
-std::string defaultServer() {
-  if (const char* env = std::getenv("KNAP_SERVER"); env && *env) return env;
-  if (access("/var/lib/knap/knapd.sock", W_OK) == 0) return "unix:///var/lib/knap/knapd.sock";
-  return "http://127.0.0.1:6443";
+constexpr const char* kDefaultKubeconfig = "/var/lib/knap/kubeconfig";
+constexpr const char* kDefaultSocket = "unix:///var/lib/knap/knapd.sock";
+
+// Resolves the server and credentials from the flags (see the header comment).
+Status resolveServer(const Options& opt, std::string* server, Credentials* creds) {
+  std::string explicit_server = opt.server;
+  if (explicit_server.empty()) {
+    if (const char* env = std::getenv("KNAP_SERVER"); env && *env) explicit_server = env;
+  }
+  std::string kubeconfig = opt.kubeconfig;
+  if (kubeconfig.empty() && explicit_server.empty() && access(kDefaultKubeconfig, R_OK) == 0)
+    kubeconfig = kDefaultKubeconfig;
+  if (!kubeconfig.empty()) KNAP_RETURN_IF_ERROR(loadKubeconfig(kubeconfig, server, creds));
+  if (!explicit_server.empty()) *server = explicit_server;
+  if (server->empty()) *server = kDefaultSocket;
+  if (!opt.token.empty()) creds->token = opt.token;
+  return Status::ok();
 }
 
 // Prints a Kubernetes Status error the way a person wants to read it.
@@ -528,14 +549,13 @@ int cmdDescribe(HttpClient& client, const Options& opt) {
 
 int run(int argc, char** argv) {
   Options opt;
-  opt.server = defaultServer();
   std::vector<std::string> raw(argv + 1, argv + argc);
   // Local commands with their own flags (`-f` means follow for logs).
   if (!raw.empty() && raw[0] == "logs") return cmdLogs({raw.begin() + 1, raw.end()});
   {
     // `knap [--server URL] image pull ...` (--server is irrelevant to a pull).
     size_t i = 0;
-    while (i + 1 < raw.size() && raw[i] == "--server") i += 2;
+    while (i + 1 < raw.size() && (raw[i] == "--server" || raw[i] == "--kubeconfig" || raw[i] == "--token")) i += 2;
     if (i + 1 < raw.size() && raw[i] == "image" && raw[i + 1] == "pull") {
       return cmdImagePull({raw.begin() + static_cast<long>(i) + 2, raw.end()});
     }
@@ -555,6 +575,8 @@ int run(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     } else if (a == "--server") opt.server = next("--server");
+    else if (a == "--kubeconfig") opt.kubeconfig = next("--kubeconfig");
+    else if (a == "--token") opt.token = next("--token");
     else if (a == "-n" || a == "--namespace") opt.ns = next("--namespace");
     else if (a == "-A" || a == "--all-namespaces") opt.all_namespaces = true;
     else if (a == "-o" || a == "--output") opt.output = next("--output");
@@ -572,7 +594,10 @@ int run(int argc, char** argv) {
     std::cerr << kUsage;
     return 2;
   }
-  HttpClient client(opt.server);
+  std::string server;
+  Credentials creds;
+  if (Status st = resolveServer(opt, &server, &creds); !st.isOk()) return reportStatus(st);
+  HttpClient client(server, creds);
   if (command == "apply") return cmdApply(client, opt);
   if (command == "get" || command == "list") return cmdGet(client, opt);
   if (command == "describe") return cmdDescribe(client, opt);
