@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.request
 
 from conftest import KNAPD, Knapd
 
@@ -49,10 +48,10 @@ def test_notify_ready_watchdog_stopping_and_journal_levels(workdir):
         ready = got[-1].split("\n")
         assert ready[0] == "READY=1", got
         assert f"MAINPID={proc.pid}" in ready, ready
-        assert any(line.startswith("STATUS=serving: api http://127.0.0.1:") for line in ready), ready
-        # READY=1 is sent only once the API serves: it answers right away.
-        with urllib.request.urlopen(k.url + "/readyz", timeout=5) as r:
-            assert r.status == 200
+        assert any(line.startswith("STATUS=serving: api https://127.0.0.1:") for line in ready), ready
+        # READY=1 is sent only once the API serves: it answers right away (over TLS, as the admin).
+        code, _, _ = k.http("GET", "/readyz", timeout=5)
+        assert code == 200
 
         # WATCHDOG_USEC=1s: pings every 0.5 s; two within a generous 20 s.
         pings = 0
