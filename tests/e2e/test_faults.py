@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import KNAP, Knapd
-from test_serving import IMAGE, MKIMAGE, TESTAPP, containerd_ok, get
+from test_serving import import_testapp, IMAGE, MKIMAGE, TESTAPP, containerd_ok, get
 
 pytestmark = pytest.mark.skipif(
     not containerd_ok() or not os.path.exists(TESTAPP) or not os.path.exists(MKIMAGE),
@@ -91,11 +91,7 @@ def faulty(workdir):
         f"  bridge-name: knapf{tag}\n"
         f"  pod-subnet: 10.218.{tag}.0/24\n"
         f"  metrics-listen: 127.0.0.1:0\n"))
-    tar = os.path.join(workdir, "app.tar")
-    subprocess.run([MKIMAGE, "--out", tar, "--name", IMAGE, "--file", f"{TESTAPP}:/app/knap-testapp",
-                    "--entrypoint", "/app/knap-testapp", "--user", "app", "--workdir", "/app", "--expose", "8080"],
-                   check=True, capture_output=True)
-    subprocess.run([KNAP, "image", "import", tar, "--namespace", ns], check=True, capture_output=True)
+    import_testapp(workdir, ns)
     k.start(timeout=60)
     yield k
     subprocess.run(["mount", "-o", "remount,rw", data], capture_output=True)

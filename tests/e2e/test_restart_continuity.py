@@ -23,7 +23,7 @@ import time
 import pytest
 
 from conftest import KNAP, KNAPD, Knapd
-from test_serving import IMAGE, MKIMAGE, TESTAPP, apply, containerd_ok, service
+from test_serving import import_testapp, IMAGE, MKIMAGE, TESTAPP, apply, containerd_ok, service
 
 pytestmark = pytest.mark.skipif(
     not containerd_ok() or not os.path.exists(TESTAPP) or not os.path.exists(MKIMAGE),
@@ -94,11 +94,7 @@ def steady(workdir):
         "  metrics-listen: \"\"\n"
         "  warm-pool-size: 0\n"))
     k.ns = ns
-    tar = os.path.join(workdir, "app.tar")
-    subprocess.run([MKIMAGE, "--out", tar, "--name", IMAGE, "--file", f"{TESTAPP}:/app/knap-testapp",
-                    "--entrypoint", "/app/knap-testapp", "--user", "app", "--workdir", "/app", "--expose", "8080"],
-                   check=True, capture_output=True)
-    subprocess.run([KNAP, "image", "import", tar, "--namespace", ns], check=True, capture_output=True)
+    import_testapp(workdir, ns)
     k.start(timeout=60)
     yield k
     if not k.alive():

@@ -22,6 +22,15 @@ MKIMAGE = os.path.join(BUILD, "tools", "mkimage", "knap-mkimage")
 IMAGE = "dev.local/knap-e2e:v1"
 
 
+def import_testapp(workdir, ns):
+    """Builds the test app's OCI image (IMAGE) and imports it into containerd namespace `ns`."""
+    tar = os.path.join(workdir, "app.tar")
+    subprocess.run([MKIMAGE, "--out", tar, "--name", IMAGE, "--file", f"{TESTAPP}:/app/knap-testapp",
+                    "--entrypoint", "/app/knap-testapp", "--user", "app", "--workdir", "/app", "--expose", "8080"],
+                   check=True, capture_output=True)
+    subprocess.run([KNAP, "image", "import", tar, "--namespace", ns], check=True, capture_output=True)
+
+
 def containerd_ok():
     return os.geteuid() == 0 and shutil.which("ctr") and subprocess.run(
         ["ctr", "version"], capture_output=True).returncode == 0
@@ -45,11 +54,7 @@ def serving(workdir):
         "  stable-window: 6s\n"
         "  panic-window-percentage: \"20\"\n"
         "  scale-to-zero-grace-period: 1s\n"))
-    tar = os.path.join(workdir, "app.tar")
-    subprocess.run([MKIMAGE, "--out", tar, "--name", IMAGE, "--file", f"{TESTAPP}:/app/knap-testapp",
-                    "--entrypoint", "/app/knap-testapp", "--user", "app", "--workdir", "/app", "--expose", "8080"],
-                   check=True, capture_output=True)
-    subprocess.run([KNAP, "image", "import", tar, "--namespace", ns], check=True, capture_output=True)
+    import_testapp(workdir, ns)
     k.start(timeout=60)
     yield k
     for svc in json.loads(k.http("GET", "/apis/serving.knative.dev/v1/namespaces/default/services")[1])["items"]:

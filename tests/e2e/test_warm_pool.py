@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from conftest import Knapd, free_port
-from test_serving import IMAGE, KNAP, MKIMAGE, TESTAPP, apply, containerd_ok, service
+from test_serving import import_testapp, IMAGE, KNAP, MKIMAGE, TESTAPP, apply, containerd_ok, service
 
 pytestmark = pytest.mark.skipif(
     not containerd_ok() or not os.path.exists(TESTAPP) or not os.path.exists(MKIMAGE),
@@ -46,11 +46,7 @@ def warm(workdir):
         "  scale-to-zero-grace-period: 1s\n"))
     k.ns = ns
     k.metrics_port = metrics_port
-    tar = os.path.join(workdir, "app.tar")
-    subprocess.run([MKIMAGE, "--out", tar, "--name", IMAGE, "--file", f"{TESTAPP}:/app/knap-testapp",
-                    "--entrypoint", "/app/knap-testapp", "--user", "app", "--workdir", "/app", "--expose", "8080"],
-                   check=True, capture_output=True)
-    subprocess.run([KNAP, "image", "import", tar, "--namespace", ns], check=True, capture_output=True)
+    import_testapp(workdir, ns)
     k.start(timeout=60)
     yield k
     if not k.alive():
