@@ -663,7 +663,8 @@ TEST(OciSpecTest, NamespacesUseTheNetnsPath) {
 
   PodSpecInput in = baseInput();
   in.netns_path.clear();
-  for (const auto& ns : mustBuild(in)["linux"]["namespaces"]) EXPECT_FALSE(ns.contains("path"));
+  json without_netns = mustBuild(in);  // a named value: a range-for over a temporary's member dangles
+  for (const auto& ns : without_netns["linux"]["namespaces"]) EXPECT_FALSE(ns.contains("path"));
 }
 
 TEST(OciSpecTest, MalformedInputIsInvalidArgumentNotAnException) {
