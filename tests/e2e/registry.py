@@ -581,6 +581,24 @@ def cleanup_namespace(ns):
     subprocess.run(["ctr", "namespaces", "rm", ns], capture_output=True)
 
 
+
+def teardown_knapd_pods(k, ns, bridge, timeout=30):
+    """The end of a containerd-backed knapd test: deletes every Service in `default` (when knapd still runs),
+    waits (bounded) for the runner to destroy their pods, stops knapd, then removes what is left in containerd
+    namespace `ns` and the test's bridge."""
+    if k is not None and k.alive():
+        api = "/apis/serving.knative.dev/v1/namespaces/default/services"
+        code, body, _ = k.http("GET", api)
+        if code == 200:
+            for svc in json.loads(body)["items"]:
+                k.http("DELETE", f"{api}/{svc['metadata']['name']}")
+        deadline = time.time() + timeout
+        while time.time() < deadline and ctr(ns, "containers", "ls", "-q", check=False).stdout.strip():
+            time.sleep(0.2)
+        k.stop()
+    cleanup_namespace(ns)
+    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
 def containerd_ok():
     return os.geteuid() == 0 and shutil.which("ctr") is not None and subprocess.run(
         ["ctr", "version"], capture_output=True).returncode == 0

@@ -6,14 +6,13 @@ revision` (it selects by involvedObject name, namespace, kind and uid) and
 """
 import json
 import os
-import subprocess
 import time
 import uuid
 
 import pytest
 
 from conftest import Knapd, requires_kubectl
-from registry import cleanup_namespace, require_root_and_containerd
+from registry import require_root_and_containerd, teardown_knapd_pods
 
 API = "/apis/serving.knative.dev/v1/namespaces/default"
 
@@ -39,19 +38,7 @@ def env(workdir):
         return holder["k"].start(timeout=60)
 
     yield start
-    k = holder.get("k")
-    if k is not None and k.alive():
-        code, body, _ = k.http("GET", API + "/services")
-        if code == 200:
-            for svc in json.loads(body)["items"]:
-                k.http("DELETE", f"{API}/services/{svc['metadata']['name']}")
-        deadline = time.time() + 30
-        while time.time() < deadline and subprocess.run(
-                ["ctr", "-n", ns, "containers", "ls", "-q"], capture_output=True, text=True).stdout.strip():
-            time.sleep(0.2)
-        k.stop()
-    cleanup_namespace(ns)
-    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+    teardown_knapd_pods(holder.get("k"), ns, bridge)
 
 
 def events_of(k, name, kind="Revision"):

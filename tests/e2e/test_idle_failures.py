@@ -10,12 +10,14 @@ Event is counted in memory instead of being rewritten per retry
 (events/store_event_recorder.h).
 """
 import json
+import os
 import time
+import uuid
 
 import pytest
 
 from conftest import Knapd
-from registry import cleanup_namespace, require_root_and_containerd
+from registry import require_root_and_containerd, teardown_knapd_pods
 
 API = "/apis/serving.knative.dev/v1/namespaces/default"
 N = 10
@@ -37,9 +39,6 @@ def global_rv(k):
 @pytest.fixture
 def knapd(workdir, make_registry, testapp_image):
     require_root_and_containerd()
-    import os
-    import subprocess
-    import uuid
     tag = (os.getpid() + 97) % 150 + 60
     ns = f"knap-e2e-idle-{uuid.uuid4().hex[:8]}"
     bridge = f"knapid{tag}"
@@ -53,16 +52,7 @@ def knapd(workdir, make_registry, testapp_image):
     k.start(timeout=60)
     k.registry = reg
     yield k
-    if k.alive():
-        for svc in k.get_json(API + "/services")["items"]:
-            k.http("DELETE", f"{API}/services/{svc['metadata']['name']}")
-        deadline = time.time() + 60
-        while time.time() < deadline and subprocess.run(
-                ["ctr", "-n", ns, "containers", "ls", "-q"], capture_output=True, text=True).stdout.strip():
-            time.sleep(0.5)
-        k.stop()
-    cleanup_namespace(ns)
-    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+    teardown_knapd_pods(k, ns, bridge, timeout=60)
 
 
 def service(name, image, args=None):

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from conftest import Knapd
-from registry import build_testapp_image, cleanup_namespace, ctr_images, require_root_and_containerd
+from registry import build_testapp_image, ctr_images, require_root_and_containerd, teardown_knapd_pods
 
 API = "/apis/serving.knative.dev/v1/namespaces/default"
 
@@ -39,19 +39,7 @@ class Env:
         return self.knapd.start(timeout=60)
 
     def close(self):
-        k = self.knapd
-        if k is not None and k.alive():
-            code, body, _ = k.http("GET", API + "/services")
-            if code == 200:
-                for svc in json.loads(body)["items"]:
-                    k.http("DELETE", f"{API}/services/{svc['metadata']['name']}")
-            deadline = time.time() + 30  # let the runner stop and destroy the pods
-            while time.time() < deadline and subprocess.run(
-                    ["ctr", "-n", self.ns, "containers", "ls", "-q"], capture_output=True, text=True).stdout.strip():
-                time.sleep(0.2)
-            k.stop()
-        cleanup_namespace(self.ns)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        teardown_knapd_pods(self.knapd, self.ns, self.bridge)
 
 
 @pytest.fixture
