@@ -121,6 +121,15 @@ class RawConn {
     }
     return out;
   }
+  // Reads until the response headers are complete (or timeout/close).
+  bool readHeaders() {
+    while (data_.find("\r\n\r\n") == std::string::npos) {
+      size_t before = data_.size();
+      readSome();
+      if (data_.size() == before) return false;
+    }
+    return true;
+  }
   // One recv (up to the timeout); what arrived.
   std::string readSome() {
     char buf[8192];
@@ -1068,6 +1077,10 @@ TEST_F(ApiServerTest, SelectorWatchSendsDeletedWhenAnObjectStopsMatchingAndAdded
   std::string rv_quiet = std::to_string(store_->currentResourceVersion());
   RawConn quiet(server_->tcpPort());
   ASSERT_TRUE(quiet.send(watchRequest(path("services") + "?watch=true&timeoutSeconds=1&labelSelector=pick%3Dyes&resourceVersion=" + rv_quiet)));
+  // The response headers come once the watch has read its history: only then is the relabel a change the
+  // watch sees happen (with several API threads it could otherwise land first, and the watch, not knowing
+  // whether the client had the object, would say DELETED).
+  ASSERT_TRUE(quiet.readHeaders()) << quiet.data();
   relabel("quiet", "\"no\"");
   quiet.readAll();
   EXPECT_TRUE(quiet.events().empty()) << quiet.data();

@@ -57,11 +57,20 @@ def test_python_client_crud(api):
     assert got["metadata"]["uid"] == created["metadata"]["uid"]
     patched = api.patch_namespaced_custom_object(**G, name="py-crud", body={"metadata": {"labels": {"p": "1"}}})
     assert patched["metadata"]["labels"] == {"app": "crud", "p": "1"}
-    got["metadata"]["annotations"]["replaced"] = "yes"
-    got["metadata"]["resourceVersion"] = patched["metadata"]["resourceVersion"]
-    got["metadata"]["labels"] = patched["metadata"]["labels"]
-    replaced = api.replace_namespaced_custom_object(**G, name="py-crud", body=got)
+    # Read-modify-write retried on conflict, as client-go's RetryOnConflict does: knapd's controller writes
+    # the Service's status concurrently, so a replace at the version just read may lose that race (409).
+    for _ in range(20):
+        latest = api.get_namespaced_custom_object(**G, name="py-crud")
+        latest["metadata"]["annotations"]["replaced"] = "yes"
+        try:
+            replaced = api.replace_namespaced_custom_object(**G, name="py-crud", body=latest)
+            break
+        except kclient.exceptions.ApiException as e:
+            assert e.status == 409, e
+    else:
+        raise AssertionError("replace lost 20 races in a row")
     assert replaced["metadata"]["annotations"]["replaced"] == "yes"
+    assert replaced["metadata"]["labels"] == {"app": "crud", "p": "1"}
     # A stale resourceVersion on replace is still a 409.
     with pytest.raises(kclient.exceptions.ApiException) as stale:
         api.replace_namespaced_custom_object(**G, name="py-crud", body=got)
