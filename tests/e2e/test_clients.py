@@ -86,26 +86,30 @@ def test_python_client_crud(api):
 def test_python_client_watch_sees_added_modified_deleted(api):
     seen = []
     started = threading.Event()
+    # A sentinel that exists before the watch: its ADDED (from the watch's initial state) shows the watch is
+    # established, so the changes below cannot happen before it (a fixed sleep raced the TLS set-up).
+    api.create_namespaced_custom_object(**G, body=service("py-watch-sentinel", {"app": "watch"}))
 
     def run():
         w = kwatch.Watch()
-        started.set()
         # The Python client sends watch=True (capital T).
         for ev in w.stream(api.list_namespaced_custom_object, **G, label_selector="app=watch", timeout_seconds=20):
             seen.append((ev["type"], ev["object"]["metadata"]["name"]))
-            if ev["type"] == "DELETED":
+            if ev["object"]["metadata"]["name"] == "py-watch-sentinel":
+                started.set()
+            if ev["type"] == "DELETED" and ev["object"]["metadata"]["name"] == "py-watch":
                 w.stop()
 
     t = threading.Thread(target=run)
     t.start()
-    started.wait()
-    time.sleep(0.5)
+    assert started.wait(timeout=20), f"the watch did not start: {seen}"
     api.create_namespaced_custom_object(**G, body=service("py-watch", {"app": "watch"}))
     api.patch_namespaced_custom_object(**G, name="py-watch", body={"metadata": {"annotations": {"n": "1"}}})
     api.delete_namespaced_custom_object(**G, name="py-watch")
     t.join(timeout=25)
+    api.delete_namespaced_custom_object(**G, name="py-watch-sentinel")
     types = [s[0] for s in seen if s[1] == "py-watch"]
-    assert types[0] == "ADDED" and "MODIFIED" in types and types[-1] == "DELETED", seen
+    assert types and types[0] == "ADDED" and "MODIFIED" in types and types[-1] == "DELETED", seen
 
 
 def test_python_informer_follows_a_relabel(api):
