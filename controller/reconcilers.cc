@@ -465,7 +465,13 @@ Status Reconcilers::reconcileRevision(const Key& key) {
   st["actualReplicas"] = h.actual_replicas;
   st["desiredReplicas"] = h.desired_replicas;
   const json& containers = specAt(r, "containers");
-  if (!h.image_digest.empty() && containers.is_array() && !containers.empty()) {
+  if (containers.is_array() && containers.size() > 1 && h.image_digests.size() == containers.size()) {
+    json cs = json::array();
+    for (size_t i = 0; i < containers.size(); ++i) {
+      cs.push_back(json{{"name", stringAt(containers[i], "name")}, {"imageDigest", h.image_digests[i]}});
+    }
+    st["containerStatuses"] = cs;
+  } else if (!h.image_digest.empty() && containers.is_array() && !containers.empty()) {
     st["containerStatuses"] =
         json::array({json{{"name", stringAt(containers[0], "name")}, {"imageDigest", h.image_digest}}});
   } else if (old_status.contains("containerStatuses")) {

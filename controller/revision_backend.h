@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,9 @@ struct RevisionHealth {
   int actual_replicas = 0;
   int desired_replicas = 0;
   std::string image_digest;            // "<repo>@sha256:..." once resolved, else empty
+  // Multi-container Revisions: every container's digest ref, in spec order,
+  // once all are resolved (else empty: image_digest is containers[0]'s).
+  std::vector<std::string> image_digests;
 };
 
 class RevisionBackend {

@@ -14,6 +14,7 @@
 #include "runtime/containerd/containerd_client.h"
 #include "runtime/containerd/image_import.h"
 #include "runtime/pod/cni.h"
+#include "runtime/pod/oci_spec.h"
 #include "runtime/runner/containerd_pod_driver.h"
 #include "runtime/runner/image_gate.h"
 #include "runtime/runner/pod_runner.h"
@@ -166,14 +167,19 @@ class ContainerdRuntime final : public Runtime {
         return std::nullopt;
       }
       runner::PodObjectValues out;
-      std::string container;
-      if (spec.contains("containers") && spec["containers"].is_array() && !spec["containers"].empty() &&
-          spec["containers"][0].is_object())
-        container = spec["containers"][0].value("name", "");
-      auto env = resolved->env.find(container);
-      if (env != resolved->env.end()) {
-        out.env_from = env->second.from_env_from;
-        out.env_refs = env->second.from_refs;
+      const nlohmann::json containers = spec.value("containers", nlohmann::json::array());
+      const int serving = runtime::servingContainerIndex(containers);
+      for (size_t i = 0; containers.is_array() && i < containers.size(); ++i) {
+        if (!containers[i].is_object()) continue;
+        const std::string container = containers[i].value("name", "");
+        auto env = resolved->env.find(container);
+        if (env == resolved->env.end()) continue;
+        if (static_cast<int>(i) == serving) {
+          out.env_from = env->second.from_env_from;
+          out.env_refs = env->second.from_refs;
+        } else {
+          out.sidecar_env[container] = {env->second.from_env_from, env->second.from_refs};
+        }
       }
       for (auto& [volume, files] : resolved->volumes) {
         auto& dst = out.volumes[volume];
@@ -232,14 +238,15 @@ class ContainerdRuntime final : public Runtime {
     for (const auto& r : *revisions) {
       const auto& spec = r.body.value("spec", nlohmann::json::object());
       const auto& containers = spec.value("containers", nlohmann::json::array());
-      if (containers.is_array() && !containers.empty() && containers[0].contains("image") &&
-          containers[0]["image"].is_string()) {
-        out.insert(containers[0]["image"].get<std::string>());
+      for (const auto& c : containers.is_array() ? containers : nlohmann::json::array()) {
+        if (c.is_object() && c.contains("image") && c["image"].is_string()) out.insert(c["image"].get<std::string>());
       }
       const auto& st = r.body.value("status", nlohmann::json::object());
       const auto& cs = st.value("containerStatuses", nlohmann::json::array());
-      if (cs.is_array() && !cs.empty() && cs[0].contains("imageDigest") && cs[0]["imageDigest"].is_string()) {
-        out.insert(cs[0]["imageDigest"].get<std::string>());
+      for (const auto& c : cs.is_array() ? cs : nlohmann::json::array()) {
+        if (c.is_object() && c.contains("imageDigest") && c["imageDigest"].is_string()) {
+          out.insert(c["imageDigest"].get<std::string>());
+        }
       }
     }
     return out;

@@ -474,6 +474,15 @@ StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSp
 
 }  // namespace
 
+int servingContainerIndex(const nlohmann::json& containers) {
+  if (!containers.is_array() || containers.size() < 2) return 0;
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const json* ports = member(containers[i], "ports");
+    if (ports && ports->is_array() && !ports->empty()) return static_cast<int>(i);
+  }
+  return 0;
+}
+
 PodHostFiles makePodHostFiles(const std::string& pod_id, const std::string& pod_ip,
                               const std::string& host_resolv_conf) {
   PodHostFiles f;
@@ -626,8 +635,13 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
   if (containers == nullptr || !containers->is_array() || containers->empty()) {
     return invalidArgument("spec.containers: the revision has no container");
   }
-  const json& c = (*containers)[0];
-  if (!c.is_object()) return invalidArgument("spec.containers[0]: must be an object");
+  const int index = in.container_index < 0 ? servingContainerIndex(*containers) : in.container_index;
+  if (static_cast<size_t>(index) >= containers->size()) {
+    return invalidArgument("spec.containers[" + std::to_string(index) + "]: no such container");
+  }
+  const bool serving = index == servingContainerIndex(*containers);
+  const json& c = (*containers)[index];
+  if (!c.is_object()) return invalidArgument("spec.containers[" + std::to_string(index) + "]: must be an object");
   std::string namespace_name = "default";
   if (const json* md = member(in.revision, "metadata")) {
     if (const json* ns = member(*md, "namespace"); ns && ns->is_string()) {
@@ -666,7 +680,9 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
                                                           {"K_SERVICE", in.service_name},
                                                           {"K_CONFIGURATION", in.configuration_name},
                                                           {"K_REVISION", in.revision_name}};
-  for (const auto& r : reserved) mapping.push_back(r);
+  for (const auto& r : reserved) {
+    if (serving || r.first != "PORT") mapping.push_back(r);  // PORT: the serving container's only
+  }
   std::vector<std::string> env;
   for (const auto& e : image_env) {
     if (e.empty() || e[0] == '=') continue;

@@ -14,7 +14,12 @@
 //   caller: env_from), then its env (same names replace in place; a
 //   secretKeyRef/configMapKeyRef value comes from env_refs, and an optional
 //   reference that resolved to nothing defines nothing), then PORT,
-//   K_SERVICE, K_CONFIGURATION, K_REVISION. PATH is added when the image has none.
+//   K_SERVICE, K_CONFIGURATION, K_REVISION (PORT only in the serving container,
+//   as Knative's makeServingContainer; K_* in every container). PATH is added
+//   when the image has none.
+// - multi-container pods: one spec per container (PodSpecInput::container_index),
+//   all joining the pod's network namespace; the serving container is the one
+//   with `ports` (servingContainerIndex).
 // - user: securityContext runAsUser/runAsGroup (container over pod) > image
 //   USER resolved via the rootfs passwd/group > root. additionalGids = the
 //   primary gid, the groups listing the user in /etc/group, then the pod's
@@ -46,9 +51,12 @@
 namespace knap::runtime {
 
 struct PodSpecInput {
-  // The defaulted Revision object ({metadata, spec}); spec.containers[0] is the
-  // serving container. A bare RevisionSpec ({containers: [...]}) is accepted too.
+  // The defaulted Revision object ({metadata, spec}). A bare RevisionSpec
+  // ({containers: [...]}) is accepted too.
   nlohmann::json revision;
+  // Which of spec.containers this spec is for; -1: the serving container
+  // (servingContainerIndex).
+  int container_index = -1;
   // The image config: either the whole OCI image config blob ({"config": {...}})
   // or its "config" object ({Entrypoint, Cmd, Env, User, WorkingDir}).
   nlohmann::json image_config;
@@ -73,7 +81,7 @@ struct PodSpecInput {
   // ("error setting rlimit type 7: operation not permitted") when this exceeds
   // the shim's hard limit and CAP_SYS_RESOURCE is missing, as in some sandboxes.
   uint64_t nofile_limit = 1024;
-  // What the serving container reads from Secrets and ConfigMaps, resolved by
+  // What this container reads from Secrets and ConfigMaps, resolved by
   // the caller (api/pod_objects.h through the pod runner's resolver):
   // envFrom variables in order, and env[].valueFrom secretKeyRef /
   // configMapKeyRef values by env name (absent: an optional reference to
@@ -84,6 +92,11 @@ struct PodSpecInput {
   // Host directories with the files of secret/configMap/projected volumes, by volume name.
   std::map<std::string, std::string> volume_dirs;
 };
+
+// Which of a RevisionSpec's containers serves: with several, the first one
+// that has a non-empty `ports` list (Knative's validation allows exactly one);
+// else 0. `containers` may be anything (then 0).
+int servingContainerIndex(const nlohmann::json& containers);
 
 // Contents of the per-pod files the runner writes (mode 0644) and passes as
 // resolv_conf_path / hosts_path / hostname_path:

@@ -524,6 +524,50 @@ TEST(OciSpecTest, ObjectVolumesAreReadOnlyBindMounts) {
   ASSERT_NE(findMount(spec, "/etc/conf"), nullptr);
 }
 
+// --- multi-container pods ---------------------------------------------------
+
+TEST(OciSpecTest, ServingContainerIsTheOneWithPorts) {
+  EXPECT_EQ(servingContainerIndex(json::array({{{"image", "a"}}})), 0);
+  EXPECT_EQ(servingContainerIndex(json::array({{{"image", "a"}}, {{"image", "b"}, {"ports", {{{"containerPort", 1}}}}}})), 1);
+  EXPECT_EQ(servingContainerIndex(json::array({{{"image", "a"}, {"ports", json::array()}}, {{"image", "b"}}})), 0);
+  EXPECT_EQ(servingContainerIndex(json::object()), 0);
+  EXPECT_EQ(servingContainerIndex(json::array({"x", 3})), 0);
+}
+
+TEST(OciSpecTest, EachContainerGetsItsOwnSpecInThePodsNetns) {
+  PodSpecInput in = baseInput({{"name", "side"}, {"args", {"--side"}}, {"env", {{{"name", "A"}, {"value", "side"}}}}});
+  json serving = {{"name", "main"}, {"image", "example.com/main:1"}, {"ports", {{{"containerPort", 8881}}}},
+                  {"env", {{{"name", "A"}, {"value", "main"}}, {{"name", "S"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "k"}}}}}}}}};
+  in.revision["spec"]["containers"].push_back(serving);
+  // Default (-1): the serving container, index 1 here.
+  in.env_refs = {{"S", "secret"}};
+  json main_spec = mustBuild(in);
+  std::vector<std::string> env = envOf(main_spec);
+  EXPECT_NE(std::find(env.begin(), env.end(), "PORT=8881"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "A=main"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "S=secret"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "K_REVISION=hello-00001"), env.end());
+  // The sidecar: its own args and env, K_* but no PORT, the same netns.
+  in.container_index = 0;
+  in.env_refs.clear();
+  json side = mustBuild(in);
+  env = envOf(side);
+  EXPECT_EQ(side["process"]["args"], json({"/app/server", "--side"}));
+  EXPECT_NE(std::find(env.begin(), env.end(), "A=side"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "K_SERVICE=hello"), env.end());
+  EXPECT_EQ(std::find(env.begin(), env.end(), "PORT=8881"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "PORT=1"), env.end());  // the image's own, untouched
+  bool netns = false;
+  for (const auto& n : side["linux"]["namespaces"]) {
+    if (n["type"] == "network") netns = n.value("path", "") == in.netns_path;
+  }
+  EXPECT_TRUE(netns);
+  in.container_index = 2;
+  auto missing = buildOciSpec(in);
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_NE(missing.status().message().find("spec.containers[2]: no such container"), std::string::npos);
+}
+
 TEST(OciSpecTest, MountsPresent) {
   json spec = mustBuild(baseInput());
   struct Want {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/duration.h"
 #include "common/log.h"
@@ -129,11 +130,56 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   h.revision_name = req.revision_name;
   h.image_digest = images::writtenRepository(req.image) + "@" + image->manifest_digest;
 
+  // Sidecars: every container but the serving one, each from its own image
+  // (looked up before anything is made, so a missing one fails cleanly).
+  struct SidecarPlan {
+    int index = 0;
+    std::string id, name, image;
+    containerd::ImageInfo info;
+  };
+  std::vector<SidecarPlan> plan;
+  {
+    const json& spec = req.revision.contains("spec") ? req.revision["spec"] : req.revision;
+    const json containers = spec.is_object() ? spec.value("containers", json::array()) : json::array();
+    const int serving = runtime::servingContainerIndex(containers);
+    for (size_t i = 0; containers.is_array() && i < containers.size(); ++i) {
+      if (static_cast<int>(i) == serving) continue;
+      SidecarPlan sp;
+      sp.index = static_cast<int>(i);
+      sp.id = sidecarId(req.pod_id, sp.index);
+      sp.name = containers[i].is_object() ? containers[i].value("name", "") : "";
+      if (sp.name.empty()) sp.name = "container-" + std::to_string(i);
+      sp.image = i < req.images.size() && !req.images[i].empty()
+                     ? req.images[i]
+                     : (containers[i].is_object() ? containers[i].value("image", "") : "");
+      auto si = containerd::getImage(client_, sp.image);
+      if (!si.isOk()) {
+        if (si.status().code() == Code::kNotFound) {
+          return notFound("image " + sp.image + " (container " + sp.name +
+                          ") not found: import it with `knap image import FILE`");
+        }
+        return Status(si.status().code(), "image " + sp.image + ": " + si.status().message());
+      }
+      if (!si->unpacked) {
+        return failedPrecondition("image " + sp.image + " is not unpacked: import it again with `knap image import FILE`");
+      }
+      sp.info = std::move(si).value();
+      plan.push_back(std::move(sp));
+    }
+  }
+
   // Everything created from here is undone on failure.
   bool net_up = false, snap = false, container = false, task = false;
+  std::vector<std::string> sidecars_made;  // sidecar ids with a snapshot (and maybe container and task)
   std::string lease;
   const std::string dir = podDir(req.pod_id);
   auto fail = [&](Status s) -> Status {
+    for (const auto& id : sidecars_made) {
+      (void)client_.killTask(id, SIGKILL, true);
+      (void)client_.deleteTask(id);
+      (void)client_.deleteContainer(id);
+      (void)client_.removeSnapshot(id);
+    }
     if (task) (void)client_.killTask(req.pod_id, SIGKILL, true), (void)client_.deleteTask(req.pod_id);
     if (container) (void)client_.deleteContainer(req.pod_id);
     if (snap) (void)client_.removeSnapshot(req.pod_id);
@@ -222,6 +268,27 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   rec.labels[kIpLabel] = h.ip;
   rec.labels[kPortLabel] = std::to_string(h.port);
   rec.labels[kImageDigestLabel] = h.image_digest;
+  if (!plan.empty()) {
+    std::string ids;
+    for (const auto& sp : plan) ids += (ids.empty() ? "" : ",") + sp.id;
+    rec.labels[kSidecarsLabel] = ids;
+    // Every container's digest, in spec order (Revision containerStatuses).
+    std::vector<std::string> digests(plan.size() + 1);
+    size_t serving = 0;
+    for (size_t i = 0, j = 0; i < digests.size(); ++i) {
+      if (j < plan.size() && plan[j].index == static_cast<int>(i)) {
+        digests[i] = images::writtenRepository(plan[j].image) + "@" + plan[j].info.manifest_digest;
+        ++j;
+      } else {
+        serving = i;
+      }
+    }
+    digests[serving] = h.image_digest;
+    std::string all;
+    for (const auto& d : digests) all += (all.empty() ? "" : ",") + d;
+    rec.labels[kImageDigestsLabel] = all;
+    h.image_digests = digests;
+  }
   rec.image = req.image;
   rec.spec_json = spec->dump();
   rec.snapshot_key = req.pod_id;
@@ -248,12 +315,94 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   if (!pid.isOk()) return fail(pid.status());
   task = true;
   h.pid = *pid;
-  (void)client_.deleteLease(lease);  // the container record now holds the snapshot
+
+  // The sidecars: same network namespace, hosts files, volumes and cgroup
+  // parent; their own rootfs, spec (env, mounts, resources) and logs under
+  // <pod dir>/containers/<name>/.
+  std::vector<Sidecar> made;
+  for (const auto& sp : plan) {
+    const std::string cdir = dir + "/containers/" + sp.name;
+    fs::create_directories(cdir, ec);
+    if (ec) return fail(internalError("mkdir " + cdir + ": " + ec.message()));
+    if (Status s = containerd::prepareLogFile(cdir + "/stdout.log", true); !s.isOk()) return fail(s);
+    if (Status s = containerd::prepareLogFile(cdir + "/stderr.log", true); !s.isOk()) return fail(s);
+    auto smounts = leased.prepareSnapshot(sp.id, sp.info.chain_id, {{kPodLabel, req.pod_id}});
+    if (!smounts.isOk()) return fail(smounts.status().annotate("container " + sp.name));
+    sidecars_made.push_back(sp.id);
+    runtime::PodSpecInput sin = in;
+    sin.container_index = sp.index;
+    sin.image_config = json::parse(sp.info.config.json, nullptr, false);
+    if (sin.image_config.is_discarded()) return fail(internalError("image config of " + sp.image + " is not JSON"));
+    sin.etc_passwd = readFromMounts(*smounts, "etc/passwd");
+    sin.etc_group = readFromMounts(*smounts, "etc/group");
+    sin.cgroups_path = "/" + options_.cgroup_parent + "/" + sp.id;
+    sin.env_from.clear();
+    sin.env_refs.clear();
+    if (auto e = req.objects.sidecar_env.find(sp.name); e != req.objects.sidecar_env.end()) {
+      sin.env_from = e->second.env_from;
+      sin.env_refs = e->second.env_refs;
+    }
+    auto sspec = runtime::buildOciSpec(sin);
+    if (!sspec.isOk()) return fail(sspec.status().annotate("container " + sp.name));
+    containerd::ContainerRecord srec;
+    srec.id = sp.id;
+    srec.labels = req.labels;
+    srec.labels[kNamespaceLabel] = req.ns;
+    srec.labels[kPodLabel] = req.pod_id;
+    srec.labels[kContainerLabel] = sp.name;
+    srec.labels[kImageDigestLabel] = images::writtenRepository(sp.image) + "@" + sp.info.manifest_digest;
+    srec.image = sp.image;
+    srec.spec_json = sspec->dump();
+    srec.snapshot_key = sp.id;
+    if (Status s = leased.createContainer(srec); !s.isOk()) return fail(s.annotate("container " + sp.name));
+    containerd::TaskCreateRequest sreq;
+    sreq.container_id = sp.id;
+    sreq.rootfs = *smounts;
+    if (!options_.log_driver.empty()) {
+      sreq.stdout_path = logDriverUri(options_.log_driver, cdir, options_.log_rotate_bytes);
+      sreq.stderr_path = sreq.stdout_path;
+    } else {
+      sreq.stdout_path = cdir + "/stdout.log";
+      sreq.stderr_path = cdir + "/stderr.log";
+    }
+    auto spid = client_.createTask(sreq);
+    if (!spid.isOk()) return fail(spid.status().annotate("container " + sp.name));
+    made.push_back({sp.id, sp.name});
+  }
+  (void)client_.deleteLease(lease);  // the container records now hold the snapshots
   {
     std::lock_guard<std::mutex> l(mu_);
     exited_.erase(req.pod_id);
+    for (const auto& sc : made) exited_.erase(sc.id);
+    sidecars_[req.pod_id] = made;
   }
   return h;
+}
+
+std::string ContainerdPodDriver::sidecarId(const std::string& pod_id, int index) {
+  return pod_id + "." + std::to_string(index);
+}
+
+std::vector<ContainerdPodDriver::Sidecar> ContainerdPodDriver::sidecars(const std::string& pod_id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sidecars_.find(pod_id);
+    if (it != sidecars_.end()) return it->second;
+  }
+  // Not created by this process (adopted after a restart): the containers
+  // labelled with the pod, other than the pod's own.
+  std::vector<Sidecar> out;
+  auto cs = client_.listContainers();
+  if (!cs.isOk()) return out;  // not cached: asked again next time
+  for (const auto& c : *cs) {
+    auto pod = c.labels.find(kPodLabel);
+    if (c.id == pod_id || pod == c.labels.end() || pod->second != pod_id) continue;
+    auto name = c.labels.find(kContainerLabel);
+    out.push_back({c.id, name == c.labels.end() ? c.id : name->second});
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  sidecars_[pod_id] = out;
+  return out;
 }
 
 Status ContainerdPodDriver::updateVolumes(const PodHandle& pod,
@@ -271,41 +420,105 @@ Status ContainerdPodDriver::updateVolumes(const PodHandle& pod,
   return Status::ok();
 }
 
-StatusOr<uint32_t> ContainerdPodDriver::start(const PodHandle& pod) { return client_.startTask(pod.pod_id); }
+StatusOr<uint32_t> ContainerdPodDriver::start(const PodHandle& pod) {
+  // Sidecars first (Kubernetes starts a pod's containers in order; the
+  // serving container is the one the runner probes), then the serving one.
+  for (const auto& sc : sidecars(pod.pod_id)) {
+    auto r = client_.startTask(sc.id);
+    if (!r.isOk()) return r.status().annotate("container " + sc.name);
+  }
+  return client_.startTask(pod.pod_id);
+}
 
 StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
+  std::vector<Sidecar> side = sidecars(pod.pod_id);
+  if (side.empty()) return waitContainer(pod, pod.pod_id, "", "");
+  // One Wait per container; the first exit (or error) ends the pod's wait and
+  // abandons the others.
+  struct First {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<StatusOr<PodExit>> result;
+  };
+  auto first = std::make_shared<First>();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pod_waits_[pod.pod_id] = false;
+  }
+  std::vector<std::thread> threads;
+  auto run = [this, pod, first](std::string id, std::string name, std::string log_dir) {
+    StatusOr<PodExit> r = waitContainer(pod, id, name, log_dir);
+    std::lock_guard<std::mutex> l(first->mu);
+    if (!first->result) first->result = std::move(r);
+    first->cv.notify_all();
+  };
+  threads.emplace_back(run, pod.pod_id, "", "");
+  for (const auto& sc : side) threads.emplace_back(run, sc.id, sc.name, podDir(pod.pod_id) + "/containers/" + sc.name);
+  StatusOr<PodExit> result = unavailable("no result");
+  {
+    std::unique_lock<std::mutex> l(first->mu);
+    first->cv.wait(l, [&] { return first->result.has_value(); });
+    result = *first->result;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = cancellers_.find(pod.pod_id);
+    if (it != cancellers_.end()) it->second->cancel();
+    for (const auto& sc : side) {
+      auto s = cancellers_.find(sc.id);
+      if (s != cancellers_.end()) s->second->cancel();
+    }
+    pod_waits_[pod.pod_id] = true;
+  }
+  for (auto& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pod_waits_.erase(pod.pod_id);
+  }
+  if (result.isOk() && !result->container.empty()) {
+    LOG(WARNING) << "pod driver: container " << result->container << " of " << pod.pod_id << " exited with "
+                 << result->exit_code;
+  }
+  return result;
+}
+
+StatusOr<PodExit> ContainerdPodDriver::waitContainer(const PodHandle& pod, const std::string& id,
+                                                     const std::string& name, const std::string& log_dir) {
   auto canceller = std::make_shared<containerd::CallCanceller>();
   {
     std::lock_guard<std::mutex> l(mu_);
-    cancellers_[pod.pod_id] = canceller;
+    // wait() already gave up on this pod (another container exited first).
+    if (auto w = pod_waits_.find(pod.pod_id); w != pod_waits_.end() && w->second) canceller->cancel();
+    cancellers_[id] = canceller;
   }
   // containerd restarting (or killed and started again) breaks the Wait
   // stream, but the pod lives on under its shim: wait for containerd to
   // answer again and re-issue the Wait, so the pod is adopted, not taken for
   // crashed. Only when the task is really gone does the wait end.
-  StatusOr<containerd::ExitInfo> r = client_.waitTask(pod.pod_id, canceller.get());
+  StatusOr<containerd::ExitInfo> r = client_.waitTask(id, canceller.get());
   while (!r.isOk() && r.status().code() == Code::kUnavailable && !canceller->cancelled()) {
-    LOG(WARNING) << "pod driver: waiting for " << pod.pod_id << ": " << r.status().toString()
+    LOG(WARNING) << "pod driver: waiting for " << id << ": " << r.status().toString()
                  << "; re-issuing the wait once containerd answers";
     while (!canceller->cancelled() && !client_.version(std::chrono::seconds(1)).isOk()) {
     }
     if (canceller->cancelled()) break;
-    auto t = client_.getTask(pod.pod_id);
+    auto t = client_.getTask(id);
     if (!t.isOk() && t.status().code() == Code::kNotFound) break;  // gone with containerd: report r
-    r = client_.waitTask(pod.pod_id, canceller.get());
+    r = client_.waitTask(id, canceller.get());
   }
   bool cancelled = canceller->cancelled();
   {
     std::lock_guard<std::mutex> l(mu_);
-    cancellers_.erase(pod.pod_id);
+    cancellers_.erase(id);
   }
   if (!r.isOk()) return r.status();
-  if (cancelled) return unavailable("wait for " + pod.pod_id + " cancelled");
+  if (cancelled) return unavailable("wait for " + id + " cancelled");
   PodExit e;
+  e.container = name;
   e.exit_code = static_cast<int>(r->exit_status);
   // OOM: the kernel's per-cgroup kill counter (cgroup v1; the cgroup still
   // exists until Tasks.Delete), or a SIGKILL with the limit hit.
-  const std::string mem = cgroupDir("memory", pod.pod_id);
+  const std::string mem = cgroupDir("memory", id);
   if (auto oc = readSmallFile(mem + "/memory.oom_control")) {
     size_t p = oc->find("oom_kill ");
     if (p != std::string::npos && std::atol(oc->c_str() + p + 9) > 0) e.oom_killed = true;
@@ -313,13 +526,13 @@ StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
   if (!e.oom_killed && e.exit_code == 137) {
     if (auto fc = readSmallFile(mem + "/memory.failcnt")) e.oom_killed = std::atol(fc->c_str()) > 0;
   }
-  std::string dir = podDir(pod.pod_id);
+  std::string dir = log_dir.empty() ? podDir(pod.pod_id) : log_dir;
   std::string err = fileTail(dir + "/stderr.log", options_.log_tail_lines);
   std::string out = fileTail(dir + "/stdout.log", options_.log_tail_lines);
   e.log_tail = !err.empty() ? err : out;
   {
     std::lock_guard<std::mutex> l(mu_);
-    exited_.insert(pod.pod_id);
+    exited_.insert(id);
   }
   exit_cv_.notify_all();
   return e;
@@ -329,6 +542,12 @@ void ContainerdPodDriver::cancelWait(const PodHandle& pod) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = cancellers_.find(pod.pod_id);
   if (it != cancellers_.end()) it->second->cancel();
+  // The sidecars' waits (their ids are "<pod id>.<index>").
+  for (auto c = cancellers_.lower_bound(pod.pod_id + "."); c != cancellers_.end(); ++c) {
+    if (c->first.rfind(pod.pod_id + ".", 0) != 0) break;
+    c->second->cancel();
+  }
+  if (auto w = pod_waits_.find(pod.pod_id); w != pod_waits_.end()) w->second = true;
 }
 
 bool ContainerdPodDriver::taskStopped(const std::string& pod_id) {
@@ -353,15 +572,27 @@ bool ContainerdPodDriver::waitExited(const std::string& pod_id, Duration timeout
 }
 
 Status ContainerdPodDriver::stop(const PodHandle& pod, Duration grace) {
-  if (taskStopped(pod.pod_id)) return Status::ok();
-  Status s = client_.killTask(pod.pod_id, SIGTERM);
-  if (!okOrNotFound(s)) return s;
-  if (waitExited(pod.pod_id, grace)) return Status::ok();
-  LOG(INFO) << "pod driver: " << pod.pod_id << " ignored SIGTERM for " << formatGoDuration(grace) << "; SIGKILL";
-  s = client_.killTask(pod.pod_id, SIGKILL, true);
-  if (!okOrNotFound(s)) return s;
-  if (!waitExited(pod.pod_id, std::chrono::seconds(10))) {
-    return Status(Code::kDeadlineExceeded, "pod " + pod.pod_id + " did not exit after SIGKILL");
+  // Every container of the pod gets SIGTERM at once and shares the grace
+  // period, as the kubelet stops a pod's containers in parallel.
+  std::vector<std::string> ids = {pod.pod_id};
+  for (const auto& sc : sidecars(pod.pod_id)) ids.push_back(sc.id);
+  std::vector<std::string> running;
+  for (const auto& id : ids) {
+    if (taskStopped(id)) continue;
+    Status s = client_.killTask(id, SIGTERM);
+    if (!okOrNotFound(s)) return s;
+    running.push_back(id);
+  }
+  const MonoTime deadline = time_.monotonic() + grace;
+  for (const auto& id : running) {
+    Duration left = std::max<Duration>(deadline - time_.monotonic(), Duration::zero());
+    if (waitExited(id, left)) continue;
+    LOG(INFO) << "pod driver: " << id << " ignored SIGTERM for " << formatGoDuration(grace) << "; SIGKILL";
+    Status s = client_.killTask(id, SIGKILL, true);
+    if (!okOrNotFound(s)) return s;
+    if (!waitExited(id, std::chrono::seconds(10))) {
+      return Status(Code::kDeadlineExceeded, "pod " + pod.pod_id + " (" + id + ") did not exit after SIGKILL");
+    }
   }
   return Status::ok();
 }
@@ -375,6 +606,26 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
       if (first.isOk()) first = s;
     }
   };
+  // The sidecars first: task, snapshot, container each.
+  for (const auto& sc : sidecars(id)) {
+    Status before = first;
+    auto t = client_.getTask(sc.id);
+    if (t.isOk()) {
+      if (t->status != containerd::TaskStatus::kStopped) {
+        note(client_.killTask(sc.id, SIGKILL, true), "sidecar kill");
+        (void)waitExited(sc.id, std::chrono::seconds(10));
+      }
+      note(client_.deleteTask(sc.id).status(), "sidecar task delete");
+    } else {
+      note(t.status(), "sidecar task get");
+    }
+    if (!first.isOk() && before.isOk()) continue;  // keep the container while its task exists (G6)
+    note(client_.removeSnapshot(sc.id), "sidecar snapshot remove");
+    note(client_.deleteContainer(sc.id), "sidecar container delete");
+    std::lock_guard<std::mutex> l(mu_);
+    exited_.erase(sc.id);
+  }
+  if (!first.isOk()) return first;
   auto task = client_.getTask(id);
   if (task.isOk()) {
     if (task->status != containerd::TaskStatus::kStopped) {
@@ -397,6 +648,7 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
     exited_.erase(id);
     log_checked_.erase(id);
     process_specs_.erase(id);
+    sidecars_.erase(id);
   }
   return first;
 }
@@ -518,19 +770,31 @@ StatusOr<runtime::ExecOutcome> ContainerdPodDriver::execInPod(const PodHandle& p
   return outcome;
 }
 
-Status ContainerdPodDriver::pause(const PodHandle& pod) { return client_.pauseTask(pod.pod_id); }
+Status ContainerdPodDriver::pause(const PodHandle& pod) {
+  for (const auto& sc : sidecars(pod.pod_id)) KNAP_RETURN_IF_ERROR(client_.pauseTask(sc.id));
+  return client_.pauseTask(pod.pod_id);
+}
 
-Status ContainerdPodDriver::resume(const PodHandle& pod) { return client_.resumeTask(pod.pod_id); }
+Status ContainerdPodDriver::resume(const PodHandle& pod) {
+  for (const auto& sc : sidecars(pod.pod_id)) KNAP_RETURN_IF_ERROR(client_.resumeTask(sc.id));
+  return client_.resumeTask(pod.pod_id);
+}
 
 StatusOr<int64_t> ContainerdPodDriver::memoryBytes(const PodHandle& pod) {
   const std::string path = cgroupDir("memory", pod.pod_id) + "/memory.usage_in_bytes";
   auto text = readSmallFile(path);
   if (!text) return notFound("no memory cgroup for pod " + pod.pod_id + " (" + path + ")");
+  int64_t total = 0;
   try {
-    return static_cast<int64_t>(std::stoll(*text));
+    total = static_cast<int64_t>(std::stoll(*text));
   } catch (...) {
     return internalError(path + ": not a number: \"" + *text + "\"");
   }
+  for (const auto& sc : sidecars(pod.pod_id)) {  // each container has a cgroup of its own
+    auto t = readSmallFile(cgroupDir("memory", sc.id) + "/memory.usage_in_bytes");
+    if (t) total += std::atoll(t->c_str());
+  }
+  return total;
 }
 
 StatusOr<std::vector<AdoptedPod>> ContainerdPodDriver::listExisting() {
@@ -552,6 +816,11 @@ StatusOr<std::vector<AdoptedPod>> ContainerdPodDriver::listExisting() {
     a.handle.ns = get(kNamespaceLabel);
     a.handle.ip = get(kIpLabel);
     a.handle.image_digest = get(kImageDigestLabel);
+    if (std::string all = get(kImageDigestsLabel); !all.empty()) {
+      std::stringstream ss(all);
+      std::string d;
+      while (std::getline(ss, d, ',')) a.handle.image_digests.push_back(d);
+    }
     std::string port = get(kPortLabel);
     a.handle.port = port.empty() ? 8080 : std::atoi(port.c_str());
     auto t = by_id.find(c.id);
@@ -574,6 +843,25 @@ Status ContainerdPodDriver::cleanupOrphans(const std::set<std::string>& live_pod
     for (const auto& c : *cs) containers.insert(c.id);
   } else if (first.isOk()) {
     first = cs.status();
+  }
+  // Sidecar containers of pods that are gone (knapd died while creating or
+  // destroying one): task, container and snapshot.
+  if (auto cs = client_.listContainers(); cs.isOk()) {
+    for (const auto& c : *cs) {
+      auto pod = c.labels.find(kPodLabel);
+      if (pod == c.labels.end() || pod->second == c.id || !c.labels.count(kContainerLabel)) continue;
+      if (live_pod_ids.count(pod->second) || containers.count(pod->second)) continue;
+      LOG(INFO) << "pod driver: removing orphaned sidecar container " << c.id;
+      (void)client_.killTask(c.id, SIGKILL, true);
+      (void)waitExited(c.id, std::chrono::seconds(5));
+      Status st = client_.deleteTask(c.id).status();
+      if (okOrNotFound(st)) st = client_.deleteContainer(c.id);
+      if (okOrNotFound(st)) {
+        containers.erase(c.id);
+        st = client_.removeSnapshot(c.id);
+      }
+      if (!okOrNotFound(st) && first.isOk()) first = st;
+    }
   }
   // Rootfs snapshots knap prepared (labelled) whose container is gone.
   if (auto snaps = client_.listSnapshots(); snaps.isOk()) {

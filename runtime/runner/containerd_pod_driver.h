@@ -8,6 +8,15 @@
 // stderr.log, meta.json), rootfs snapshot, spec (buildOciSpec), container
 // record with the knap.dev/* labels, task (created, not started). Everything
 // made so far is removed again on failure.
+// Sidecars (every container but the serving one, pod_driver.h): created after
+// the serving container's task, in the same network namespace with the same
+// hosts files and volumes, each with its own image, rootfs snapshot, OCI spec
+// (buildOciSpec with its container_index), cgroup /<parent>/<sidecar id> and
+// logs in <pod dir>/containers/<name>/. start() starts them first; wait()
+// ends at the first exit of any container (PodExit::container names a
+// sidecar); stop(), destroy(), pause() and resume() act on all of them;
+// probes and exec run in the serving container. cleanupOrphans() removes
+// sidecar containers whose pod is gone.
 // wait(): Tasks.Wait; on exit, OOM is read from the pod's memory cgroup
 // (cgroup v1 memory.oom_control oom_kill / memory.failcnt with exit 137) and
 // the last log lines are attached.
@@ -34,6 +43,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "runtime/containerd/containerd_client.h"
 #include "runtime/pod/cni.h"
@@ -43,6 +53,14 @@ namespace knap::runner {
 
 inline constexpr char kImageDigestLabel[] = "knap.dev/image-digest";
 inline constexpr char kPortLabel[] = "knap.dev/port";
+// Multi-container pods: the serving container keeps the pod id; every other
+// container ("sidecar") is a container of its own, id "<pod id>.<index in
+// spec.containers>", labelled knap.dev/pod and knap.dev/container (its name)
+// but not knap.dev/revision (listExisting() lists pods, not containers); the
+// pod's container lists them in knap.dev/sidecars.
+inline constexpr char kContainerLabel[] = "knap.dev/container";
+inline constexpr char kSidecarsLabel[] = "knap.dev/sidecars";
+inline constexpr char kImageDigestsLabel[] = "knap.dev/image-digests";  // every container's, comma-separated
 
 struct ContainerdPodDriverOptions {
   std::string data_dir = "/var/lib/knap";  // pod files under <data_dir>/pods/<pod id>/
@@ -96,6 +114,16 @@ class ContainerdPodDriver final : public PodDriver {
   static std::string logDriverUri(const std::string& driver, const std::string& dir, int64_t max_bytes);
 
  private:
+  struct Sidecar {
+    std::string id;    // containerd container id
+    std::string name;  // spec.containers[].name
+  };
+  static std::string sidecarId(const std::string& pod_id, int index);
+  // The pod's sidecar containers (cached; after a restart, from containerd's labels).
+  std::vector<Sidecar> sidecars(const std::string& pod_id);
+  // wait() for one container of the pod (`name` "" and `log_dir` "" for the serving one).
+  StatusOr<PodExit> waitContainer(const PodHandle& pod, const std::string& id, const std::string& name,
+                                  const std::string& log_dir);
   bool waitExited(const std::string& pod_id, Duration timeout);
   bool taskStopped(const std::string& pod_id);
   std::string cgroupDir(const std::string& controller, const std::string& pod_id) const;
@@ -114,6 +142,8 @@ class ContainerdPodDriver final : public PodDriver {
   std::map<std::string, MonoTime> log_checked_;  // last rotation check
   std::map<std::string, nlohmann::json> process_specs_;  // processSpec() cache
   uint64_t exec_counter_ = 0;                           // exec ids
+  std::map<std::string, std::vector<Sidecar>> sidecars_;  // by pod id
+  std::map<std::string, bool> pod_waits_;  // multi-container wait() running: abandoned?
 };
 
 }  // namespace knap::runner

@@ -1,5 +1,6 @@
 #include "runtime/runner/image_gate.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 
@@ -50,14 +51,31 @@ const json* firstContainer(const json& rev) {
   return &spec["containers"][0];
 }
 
-// status.containerStatuses[0].imageDigest, when it is a digest ref.
-std::string pinnedFromStatus(const json& rev) {
+// spec.containers[i].image of every container ("" where missing).
+std::vector<std::string> containerImages(const json& rev) {
+  std::vector<std::string> out;
+  if (!rev.contains("spec") || !rev["spec"].is_object()) return out;
+  const json& spec = rev["spec"];
+  if (!spec.contains("containers") || !spec["containers"].is_array()) return out;
+  for (const json& c : spec["containers"]) out.push_back(strAt(c, {"image"}));
+  return out;
+}
+
+// The PrePuller requester of container i: the Revision's key for the first
+// container, "<key>#<i>" for the others.
+std::string requesterOf(const std::string& key, size_t i) {
+  return i == 0 ? key : key + "#" + std::to_string(i);
+}
+
+// status.containerStatuses[i].imageDigest, when it is a digest ref.
+std::string pinnedFromStatus(const json& rev, size_t i) {
   if (!rev.contains("status") || !rev["status"].is_object()) return "";
   const json& st = rev["status"];
-  if (!st.contains("containerStatuses") || !st["containerStatuses"].is_array() || st["containerStatuses"].empty()) {
+  if (!st.contains("containerStatuses") || !st["containerStatuses"].is_array() ||
+      st["containerStatuses"].size() <= i) {
     return "";
   }
-  std::string d = strAt(st["containerStatuses"][0], {"imageDigest"});
+  std::string d = strAt(st["containerStatuses"][i], {"imageDigest"});
   return images::hasDigest(d) ? d : "";
 }
 
@@ -69,12 +87,14 @@ bool wasReady(const json& rev) {
   return false;
 }
 
-// The Revision as the pods should see it: the pinned image and when it became present.
-json forInner(const json& object, const std::string& ref, WallTime ready_at, const json& previous) {
+// The Revision as the pods should see it: the pinned images and when they became present.
+json forInner(const json& object, const std::vector<std::string>& refs, WallTime ready_at, const json& previous) {
   json out = object;
-  if (!ref.empty() && out.contains("spec") && out["spec"].contains("containers") &&
-      out["spec"]["containers"].is_array() && !out["spec"]["containers"].empty()) {
-    out["spec"]["containers"][0]["image"] = ref;
+  if (out.contains("spec") && out["spec"].contains("containers") && out["spec"]["containers"].is_array()) {
+    json& containers = out["spec"]["containers"];
+    for (size_t i = 0; i < refs.size() && i < containers.size(); ++i) {
+      if (!refs[i].empty() && containers[i].is_object()) containers[i]["image"] = refs[i];
+    }
   }
   std::string at;
   if (ready_at != WallTime{}) {
@@ -119,13 +139,18 @@ void ImageGate::ensure(const json& revision) {
     r.ns = ns;
     r.name = name;
     r.object = revision;
-    const json* c = firstContainer(revision);
-    std::string image = c ? strAt(*c, {"image"}) : "";
-    if (image != r.image) r.pinned.clear();
-    r.image = image;
-    r.ungated = image.empty();
-    if (std::string p = pinnedFromStatus(revision); !p.empty() && r.pinned.empty()) r.pinned = p;
-    if (!r.forwarded && !r.pinned.empty() && wasReady(revision)) r.early = true;
+    std::vector<std::string> images = containerImages(revision);
+    if (images.empty()) images.push_back("");
+    if (images != r.images) r.pinned.assign(images.size(), "");
+    r.images = images;
+    r.image = images[0];
+    r.ungated = std::all_of(images.begin(), images.end(), [](const std::string& i) { return i.empty(); });
+    bool all_pinned = true;
+    for (size_t i = 0; i < images.size(); ++i) {
+      if (std::string p = pinnedFromStatus(revision, i); !p.empty() && r.pinned[i].empty()) r.pinned[i] = p;
+      if (r.pinned[i].empty() && !images[i].empty()) all_pinned = false;
+    }
+    if (!r.forwarded && all_pinned && wasReady(revision)) r.early = true;
   }
   sync(key);
 }
@@ -140,25 +165,32 @@ void ImageGate::sync(const std::string& key) {
     r = it->second;
   }
   json obj;
-  std::string pinned = r.pinned;
+  std::vector<std::string> pinned = r.pinned;
   std::string phase;  // for Events: "Pending", "Ready" or "Failed"
   images::ImageStatus st;
+  size_t which = 0;  // the container whose image st describes
   if (r.ungated) {
     obj = r.object;
   } else {
-    st = pre_puller_.status(key, r.image, r.pinned);
+    std::vector<std::string> refs;
+    st = statusOf(key, r, &which, &refs);
     phase = st.phase == images::ImagePhase::kReady    ? "Ready"
             : st.phase == images::ImagePhase::kFailed ? "Failed"
                                                       : "Pending";
-    if (pinned.empty()) pinned = st.digest_ref;
+    for (size_t i = 0; i < pinned.size() && i < refs.size(); ++i) {
+      if (pinned[i].empty()) pinned[i] = pre_puller_.status(requesterOf(key, i), r.images[i], r.pinned[i]).digest_ref;
+    }
     if (st.phase == images::ImagePhase::kReady) {
       // A Revision adopted after a restart ran from an image that was already
       // there: no image-ready-at (its pods' cold starts are "cached"), and no
       // second ensure() of the inner backend just for it.
-      obj = forInner(r.object, st.ref, r.early ? WallTime{} : st.ready_at, r.last_forwarded);
+      obj = forInner(r.object, refs, r.early ? WallTime{} : st.ready_at, r.last_forwarded);
     } else if (r.forwarded || r.early) {
-      // Keep the inner backend's copy current (labels, annotations) with the ref it runs.
-      obj = forInner(r.object, st.ref.empty() ? pinned : st.ref, WallTime{}, r.last_forwarded);
+      // Keep the inner backend's copy current (labels, annotations) with the refs it runs.
+      for (size_t i = 0; i < refs.size() && i < pinned.size(); ++i) {
+        if (refs[i].empty()) refs[i] = pinned[i];
+      }
+      obj = forInner(r.object, refs, WallTime{}, r.last_forwarded);
     }
   }
   bool forward = false;
@@ -167,11 +199,13 @@ void ImageGate::sync(const std::string& key) {
     auto it = revs_.find(key);
     if (it == revs_.end()) return;
     Rev& cur = it->second;
-    if (cur.pinned.empty() && !pinned.empty()) cur.pinned = pinned;
+    for (size_t i = 0; i < cur.pinned.size() && i < pinned.size(); ++i) {
+      if (cur.pinned[i].empty() && !pinned[i].empty()) cur.pinned[i] = pinned[i];
+    }
     if (!phase.empty() && phase != cur.event_phase) {
       cur.event_phase = phase;
       ObjectRef ref = objectRefOf(cur.object);
-      const std::string image = "image \"" + cur.image + "\"";
+      const std::string image = "image \"" + (which < cur.images.size() ? cur.images[which] : cur.image) + "\"";
       if (phase == "Pending") {
         cur.pulling_seen = true;
         events_.record(ref, EventType::kNormal, "Pulling", "Pulling " + image, "knap-images");
@@ -198,7 +232,51 @@ void ImageGate::sync(const std::string& key) {
   }
 }
 
-void ImageGate::onImageChange(const std::string& key) {
+images::ImageStatus ImageGate::statusOf(const std::string& key, const Rev& r, size_t* which,
+                                        std::vector<std::string>* refs) {
+  // Failed if any image failed, else Pending if any is pending, else Ready
+  // (since the last one became present).
+  images::ImageStatus out;
+  out.phase = images::ImagePhase::kReady;
+  *which = 0;
+  bool have_pending = false, have_failed = false;
+  refs->assign(r.images.size(), "");
+  for (size_t i = 0; i < r.images.size(); ++i) {
+    if (r.images[i].empty()) continue;
+    images::ImageStatus st = pre_puller_.status(requesterOf(key, i), r.images[i], i < r.pinned.size() ? r.pinned[i] : "");
+    (*refs)[i] = st.ref;
+    if (i == 0) out.digest_ref = st.digest_ref;
+    if (st.phase == images::ImagePhase::kFailed) {
+      if (!have_failed) {
+        images::ImageStatus keep = st;
+        keep.digest_ref = out.digest_ref;
+        out = keep;
+        *which = i;
+      }
+      have_failed = true;
+    } else if (st.phase == images::ImagePhase::kPending && !have_failed) {
+      if (!have_pending) {
+        images::ImageStatus keep = st;
+        keep.digest_ref = out.digest_ref;
+        out = keep;
+        *which = i;
+      }
+      have_pending = true;
+    } else if (st.phase == images::ImagePhase::kReady && !have_failed && !have_pending) {
+      if (i == 0 || st.ready_at > out.ready_at) {
+        out.ready_at = st.ready_at;
+        if (i == 0) out.ref = st.ref;
+      }
+    }
+  }
+  if (r.images.size() > 1 && out.phase != images::ImagePhase::kReady && *which > 0) {
+    out.message = "container " + std::to_string(*which) + ": " + out.message;
+  }
+  return out;
+}
+
+void ImageGate::onImageChange(const std::string& requester) {
+  const std::string key = requester.substr(0, requester.find('#'));
   std::string ns, name;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -213,15 +291,18 @@ void ImageGate::onImageChange(const std::string& key) {
 
 void ImageGate::remove(const std::string& ns, const std::string& name) {
   const std::string key = keyOf(ns, name);
+  size_t containers = 1;
   {
     std::lock_guard<std::mutex> f(forward_mu_);
     {
       std::lock_guard<std::mutex> l(mu_);
+      auto it = revs_.find(key);
+      if (it != revs_.end()) containers = std::max<size_t>(1, it->second.images.size());
       revs_.erase(key);
     }
     inner_.remove(ns, name);
   }
-  pre_puller_.release(key);
+  for (size_t i = 0; i < containers; ++i) pre_puller_.release(requesterOf(key, i));
 }
 
 controller::RevisionHealth ImageGate::health(const std::string& ns, const std::string& name) {
@@ -235,7 +316,9 @@ controller::RevisionHealth ImageGate::health(const std::string& ns, const std::s
   }
   controller::RevisionHealth h = inner_.health(ns, name);
   if (r.ungated) return h;
-  images::ImageStatus st = pre_puller_.status(key, r.image, r.pinned);
+  size_t which = 0;
+  std::vector<std::string> refs;
+  images::ImageStatus st = statusOf(key, r, &which, &refs);
   // Pods already running (or, after a restart, being adopted while the image
   // is looked for) speak for themselves.
   const bool pods_fine = r.forwarded && (h.container_healthy.status == "True" ||
@@ -245,8 +328,20 @@ controller::RevisionHealth ImageGate::health(const std::string& ns, const std::s
     h.container_healthy = {status, st.reason, st.message};
     h.resources_available = {"Unknown", st.reason, st.message};
   }
-  const std::string digest = !r.pinned.empty() ? r.pinned : st.digest_ref;
+  const std::string digest = !r.pinned.empty() && !r.pinned[0].empty() ? r.pinned[0] : st.digest_ref;
   if (!digest.empty()) h.image_digest = digest;
+  if (r.images.size() > 1) {
+    // Every container's pinned digest, once all are known (containerStatuses).
+    std::vector<std::string> digests;
+    for (size_t i = 0; i < r.images.size(); ++i) {
+      std::string d = i < r.pinned.size() ? r.pinned[i] : "";
+      if (d.empty() && !r.images[i].empty()) d = pre_puller_.status(requesterOf(key, i), r.images[i], "").digest_ref;
+      digests.push_back(d);
+    }
+    if (std::none_of(digests.begin(), digests.end(), [](const std::string& d) { return d.empty(); })) {
+      h.image_digests = digests;
+    }
+  }
   return h;
 }
 
@@ -254,11 +349,15 @@ std::set<std::string> ImageGate::imagesInUse() {
   std::set<std::string> out = pre_puller_.imagesInUse();
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& [key, r] : revs_) {
-    if (!r.image.empty()) out.insert(r.image);
-    if (!r.pinned.empty()) out.insert(r.pinned);
+    for (const auto& i : r.images) {
+      if (!i.empty()) out.insert(i);
+    }
+    for (const auto& p : r.pinned) {
+      if (!p.empty()) out.insert(p);
+    }
     if (!r.last_forwarded.is_null()) {
-      if (const json* c = firstContainer(r.last_forwarded)) {
-        if (std::string i = strAt(*c, {"image"}); !i.empty()) out.insert(i);
+      for (const auto& i : containerImages(r.last_forwarded)) {
+        if (!i.empty()) out.insert(i);
       }
     }
   }

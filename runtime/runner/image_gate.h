@@ -1,8 +1,11 @@
 // ImageGate: a RevisionBackend that keeps a Revision away from its pods
 // until its image is present, wrapping the real backend (the PodRunner).
 //
-// ensure(rev) asks the PrePuller for the Revision's image (resolving its tag
-// once and pinning the digest, then pulling it). While the image is not
+// ensure(rev) asks the PrePuller for the Revision's images, one per container
+// (resolving each tag once and pinning the digest, then pulling it; requester
+// "<ns>/<name>" for containers[0], "<ns>/<name>#<i>" for containers[i]); the
+// Revision waits for all of them (the first failure, else the first pending
+// one, is what health() reports). While the image is not
 // present the gate answers health() itself:
 //   image Pending -> ResourcesAvailable and ContainerHealthy Unknown,
 //                    reason "PullingImage"/"ResolvingDigest", message with
@@ -14,12 +17,13 @@
 //                    same reason; the PrePuller retries with back-off;
 // so Ready stays Unknown/False until the image is present. Once it is, the
 // gate calls inner.ensure() with a copy of the Revision whose
-// containers[0].image is the pinned digest ref and whose annotation
+// containers[i].image are the pinned digest refs and whose annotation
 // knap.dev/image-ready-at (kImageReadyAtAnnotation, pod_runner.h) is the
 // RFC 3339 (nanoseconds) wall time the image
 // became present, and from then on reports the inner backend's health.
 // health().image_digest is the pinned digest ref as soon as it is resolved
-// (so status.containerStatuses[0].imageDigest is pinned on first resolution);
+// (so status.containerStatuses[0].imageDigest is pinned on first resolution),
+// and health().image_digests every container's once all are resolved;
 // a Revision whose status already carries an imageDigest is not resolved
 // again (that digest is used), and one that was Ready before a restart is
 // handed to the inner backend at once, so its running pods are adopted
@@ -36,6 +40,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -73,7 +78,8 @@ class ImageGate final : public controller::RevisionBackend {
     std::string ns, name;
     nlohmann::json object;  // as the controller ensured it
     std::string image;      // containers[0].image as written
-    std::string pinned;     // digest ref from status or from the PrePuller
+    std::vector<std::string> images;  // every container's image as written, in order
+    std::vector<std::string> pinned;  // per container: digest ref from status or from the PrePuller
     bool ungated = false;   // no image to gate on: the inner backend reports
     bool early = false;     // was Ready before a restart: forward before the image check
     bool forwarded = false;
@@ -83,6 +89,10 @@ class ImageGate final : public controller::RevisionBackend {
   };
 
   void sync(const std::string& key);
+  // The combined image status of every container of `r` (the first failed,
+  // else the first pending, else Ready); *which: the container it is about;
+  // *refs: each container's ref to run ("" until resolved).
+  images::ImageStatus statusOf(const std::string& key, const Rev& r, size_t* which, std::vector<std::string>* refs);
   void onImageChange(const std::string& key);
   void notify(const std::string& ns, const std::string& name);
 

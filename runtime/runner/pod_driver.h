@@ -36,9 +36,16 @@ inline constexpr char kIpLabel[] = "knap.dev/ip";
 // created (PodRunnerOptions::resolve_objects): envFrom variables in order,
 // env[].valueFrom secretKeyRef/configMapKeyRef values by env name, and the
 // files of secret/configMap/projected volumes by volume name.
+// env_from/env_refs are the serving container's; sidecar_env has the other
+// containers' by container name.
 struct PodObjectValues {
   std::vector<std::pair<std::string, std::string>> env_from;
   std::map<std::string, std::string> env_refs;
+  struct ContainerEnv {
+    std::vector<std::pair<std::string, std::string>> env_from;
+    std::map<std::string, std::string> env_refs;
+  };
+  std::map<std::string, ContainerEnv> sidecar_env;
   std::map<std::string, std::vector<runtime::VolumeFile>> volumes;
 };
 
@@ -46,7 +53,10 @@ struct PodRequest {
   nlohmann::json revision;  // the full defaulted Revision object
   std::string ns;           // revision namespace
   std::string revision_name;
-  std::string image;        // spec.containers[0].image
+  std::string image;        // the serving container's image (runtime::servingContainerIndex)
+  // spec.containers[i].image of every container, in order (pinned by the
+  // ImageGate); empty: a single container running `image`.
+  std::vector<std::string> images;
   std::string pod_id;       // unique container id, e.g. "<ns>_<rev>-<random>"
   std::map<std::string, std::string> labels;  // added to the knap labels
   PodObjectValues objects;
@@ -60,12 +70,15 @@ struct PodHandle {
   int port = 8080;           // the serving port (PORT)
   uint32_t pid = 0;          // after start()
   std::string image_digest;  // "<repo>@sha256:..." of the image used
+  // Multi-container pods: every container's digest ref, in spec order.
+  std::vector<std::string> image_digests;
 };
 
 struct PodExit {
   int exit_code = 0;      // 128+signal when killed by a signal
   bool oom_killed = false;
   std::string log_tail;   // the last lines of stdout/stderr, for status messages
+  std::string container;  // a sidecar's name when a sidecar exited; "" for the serving container
 };
 
 // A pod found in the runtime (after a knapd restart).
@@ -87,7 +100,8 @@ class PodDriver {
   // Starts the created task; fills nothing in (pid is reported via handle
   // updates by the caller). Returns the pid.
   virtual StatusOr<uint32_t> start(const PodHandle& pod) = 0;
-  // Blocks until the pod's process exits (call before start(), from a thread
+  // Blocks until the pod's process exits, or that of any of its sidecar
+  // containers (PodExit::container names it) (call before start(), from a thread
   // of its own). kUnavailable if the wait was abandoned (cancelWait) or the
   // runtime went away; kNotFound if the task does not exist.
   virtual StatusOr<PodExit> wait(const PodHandle& pod) = 0;

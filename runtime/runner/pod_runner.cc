@@ -6,6 +6,7 @@
 
 #include "common/duration.h"
 #include "common/log.h"
+#include "runtime/pod/oci_spec.h"
 
 namespace knap::runner {
 
@@ -67,7 +68,8 @@ const json& firstContainer(const json& rev) {
   if (!rev.contains("spec") || !rev["spec"].is_object()) return kEmpty;
   const json& spec = rev["spec"];
   if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty()) return kEmpty;
-  return spec["containers"][0];
+  // The serving container (the one with ports when there are several).
+  return spec["containers"][runtime::servingContainerIndex(spec["containers"])];
 }
 
 // Whether the Revision mounts a secret, configMap or projected volume.
@@ -106,7 +108,7 @@ bool sameHealth(const controller::RevisionHealth& a, const controller::RevisionH
   return sameCondition(a.resources_available, b.resources_available) &&
          sameCondition(a.container_healthy, b.container_healthy) && sameCondition(a.active, b.active) &&
          a.actual_replicas == b.actual_replicas && a.desired_replicas == b.desired_replicas &&
-         a.image_digest == b.image_digest;
+         a.image_digest == b.image_digest && a.image_digests == b.image_digests;
 }
 
 std::string formatSeconds(Duration d) {
@@ -297,6 +299,7 @@ Status PodRunner::adoptExisting(const std::set<std::string>& live_revisions) {
       pod.started = true;
       pod.started_at = now;
       if (slot->image_digest.empty()) slot->image_digest = a.handle.image_digest;
+      if (slot->image_digests.empty()) slot->image_digests = a.handle.image_digests;
       auto [it, inserted] = slot->pods.emplace(a.handle.pod_id, std::move(pod));
       if (inserted) spawnWaiterLocked(*slot, it->second);
       if (!slot->object.is_null()) attachAdoptedLocked(*slot, now);  // ensure() came first
@@ -727,6 +730,14 @@ void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vec
     if (firstContainer(rev.object).contains("image") && firstContainer(rev.object)["image"].is_string()) {
       req.image = firstContainer(rev.object)["image"].get<std::string>();
     }
+    if (rev.object.contains("spec") && rev.object["spec"].is_object() && rev.object["spec"].contains("containers") &&
+        rev.object["spec"]["containers"].is_array()) {
+      for (const auto& c : rev.object["spec"]["containers"]) {
+        req.images.push_back(c.is_object() && c.contains("image") && c["image"].is_string()
+                                 ? c["image"].get<std::string>()
+                                 : std::string());
+      }
+    }
     req.pod_id = pod.handle.pod_id;
     std::string id = pod.handle.pod_id;
     rev.pods.emplace(id, std::move(pod));
@@ -790,6 +801,7 @@ void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vec
           if (h.port == 0) h.port = rv.port;
           p.handle = h;
           if (!h.image_digest.empty()) rv.image_digest = h.image_digest;
+          if (!h.image_digests.empty()) rv.image_digests = h.image_digests;
           if (rv.failure && (rv.failure->reason == "ContainerMissing" || rv.failure->reason == "CreateContainerConfigError" ||
                              rv.failure->reason == "FailedMount"))
             rv.failure.reset();
@@ -1229,6 +1241,7 @@ void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, 
       f.reason = "ExitCode" + std::to_string(exit.exit_code);
       f.message = "Container failed with: " + (tail.empty() ? "exit code " + std::to_string(exit.exit_code) : tail);
     }
+    if (!exit.container.empty()) f.message = "Container " + exit.container + " (sidecar) failed: " + f.message;
     if (pod.counts_as_crash && pod.liveness && !pod.liveness->healthy()) {
       f.message += " (liveness probe failed)";
     }
@@ -1242,6 +1255,7 @@ void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, 
   std::string tail = trimTail(exit.log_tail);
   std::string what = exit.oom_killed ? "was OOM killed (it exceeded its memory limit)"
                                      : "exited with code " + std::to_string(exit.exit_code);
+  if (!exit.container.empty()) what = "(container " + exit.container + ") " + what;
   if (pod.counts_as_crash && pod.liveness && !pod.liveness->healthy()) what += " after its liveness probe failed";
   LOG(WARNING) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " " << what
                << "; back-off " << formatSeconds(std::min(d, options_.backoff_max)) << " before the next pod";
@@ -1262,6 +1276,7 @@ controller::RevisionHealth PodRunner::computeHealthLocked(const Revision& rev, M
   h.actual_replicas = ready;
   h.desired_replicas = rev.desired;
   h.image_digest = rev.image_digest;
+  h.image_digests = rev.image_digests;
   if (!rev.spec_error.empty()) {
     h.container_healthy = {"False", "InvalidSpec", rev.spec_error};
   } else if (rev.failure) {

@@ -276,6 +276,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     int consecutive_crashes = 0;
     MonoTime next_create{};     // back-off
     std::string image_digest;
+    std::vector<std::string> image_digests;  // multi-container pods: every container's, in spec order
     std::optional<controller::ConditionState> failure;  // ContainerHealthy False reason
     std::string spec_error;     // probe parse / config problem
     std::string probe_failure;  // last failed readiness attempt of a starting pod ("" once one is ready)
