@@ -71,6 +71,7 @@ struct Resolver {
   const std::string& ns;
   const ObjectLookup& lookup;
   PodObjectsError* error;
+  const TokenIssuer& issue_token;
 
   bool fail(const std::string& reason, const std::string& message) {
     error->reason = reason;
@@ -135,9 +136,21 @@ struct Resolver {
             if (!project("Secret", s2, str(s2, "name"), mode, vname, &files)) return false;
           } else if (const json& c2 = member(src, "configMap"); c2.is_object()) {
             if (!project("ConfigMap", c2, str(c2, "name"), mode, vname, &files)) return false;
+          } else if (const json& t = member(src, "serviceAccountToken"); t.is_object()) {
+            std::string prefix = "MountVolume.SetUp failed for volume \"" + vname + "\" : ";
+            std::string path = str(t, "path");
+            if (!safeRelativePath(path)) return fail("FailedMount", prefix + "invalid token path \"" + path + "\"");
+            if (!issue_token) return fail("FailedMount", prefix + "service account tokens are not available");
+            const json& exp = member(t, "expirationSeconds");
+            std::string sa = str(spec, "serviceAccountName");
+            auto token = issue_token(ns, sa.empty() ? "default" : sa, str(t, "audience"),
+                                     exp.is_number_integer() ? exp.get<int64_t>() : 3600);
+            if (!token.isOk()) return fail("FailedMount", prefix + token.status().message());
+            files.push_back({path, *token, mode});
           } else {
             return fail("FailedMount", "MountVolume.SetUp failed for volume \"" + vname +
-                                           "\" : only secret and configMap projections are supported by knap");
+                                           "\" : only secret, configMap and serviceAccountToken projections are "
+                                           "supported by knap");
           }
         }
       } else {
@@ -212,9 +225,9 @@ bool isEnvVarName(const std::string& name) {
 }
 
 std::optional<PodObjects> resolvePodObjects(const json& spec, const std::string& ns, const ObjectLookup& lookup,
-                                            PodObjectsError* error) {
+                                            PodObjectsError* error, const TokenIssuer& issue_token) {
   PodObjectsError ignored;
-  Resolver r{ns, lookup, error ? error : &ignored};
+  Resolver r{ns, lookup, error ? error : &ignored, issue_token};
   PodObjects out;
   for (const char* list : {"initContainers", "containers"}) {
     const json& cs = member(spec, list);

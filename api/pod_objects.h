@@ -9,10 +9,14 @@
 // - volumes: every key (or `items` only, each a relative path without ".."),
 //   mode = item mode, else defaultMode, else 0644; Secret data is base64
 //   decoded, ConfigMap data and binaryData are both projected; a missing object
-//   or item key fails unless optional.
+//   or item key fails unless optional;
+// - projected serviceAccountToken sources: a token from the TokenIssuer for
+//   spec.serviceAccountName (default "default"), the source's audience and
+//   expirationSeconds (default 3600), at the source's path.
 // Pure functions; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -29,6 +33,11 @@ namespace knap::api {
 // Finds a Secret or ConfigMap ("Secret"/"ConfigMap", name) in the Revision's
 // namespace; nullopt when it does not exist.
 using ObjectLookup = std::function<std::optional<nlohmann::json>(const std::string& kind, const std::string& name)>;
+
+// Issues a service account token (api/server/service_account_token.h):
+// namespace, service account, audience ("" = the API's), lifetime in seconds.
+using TokenIssuer = std::function<StatusOr<std::string>(const std::string& ns, const std::string& service_account,
+                                                        const std::string& audience, int64_t expiration_seconds)>;
 
 struct ProjectedFile {
   std::string path;  // relative: "password", "conf/app.yaml"
@@ -57,8 +66,10 @@ struct PodObjectsError {
 
 // Resolves a RevisionSpec ({containers, volumes, ...}) in namespace `ns`.
 // On failure returns nullopt and fills *error.
+// Without an `issue_token`, a serviceAccountToken projection fails (FailedMount).
 std::optional<PodObjects> resolvePodObjects(const nlohmann::json& revision_spec, const std::string& ns,
-                                            const ObjectLookup& lookup, PodObjectsError* error);
+                                            const ObjectLookup& lookup, PodObjectsError* error,
+                                            const TokenIssuer& issue_token = {});
 
 // Whether the RevisionSpec reads any Secret or ConfigMap (so its pods need a
 // lookup and their volumes a periodic refresh).

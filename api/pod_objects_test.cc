@@ -114,5 +114,44 @@ TEST_F(PodObjectsTest, VolumeFailuresAndHostilePaths) {
   }
 }
 
+TEST_F(PodObjectsTest, ProjectedServiceAccountToken) {
+  json spec = {{"serviceAccountName", "builder"},
+               {"containers", json::array({container(json::array())})},
+               {"volumes", json::array({{{"name", "t"},
+                                         {"projected",
+                                          {{"defaultMode", 0444},
+                                           {"sources", json::array({{{"serviceAccountToken",
+                                                                      {{"audience", "api"}, {"path", "token"},
+                                                                       {"expirationSeconds", 7200}}}}})}}}}})}};
+  std::vector<std::string> calls;
+  TokenIssuer issuer = [&](const std::string& ns, const std::string& sa, const std::string& aud,
+                           int64_t seconds) -> StatusOr<std::string> {
+    calls.push_back(ns + "|" + sa + "|" + aud + "|" + std::to_string(seconds));
+    return std::string("a.b.c");
+  };
+  auto r = resolvePodObjects(spec, "team", lookup(), &error_, issuer);
+  ASSERT_TRUE(r) << error_.message;
+  ASSERT_EQ(r->volumes.at("t").size(), 1u);
+  EXPECT_EQ(r->volumes.at("t")[0], (ProjectedFile{"token", "a.b.c", 0444}));
+  EXPECT_EQ(calls, std::vector<std::string>({"team|builder|api|7200"}));
+  // Defaults: the "default" service account, one hour.
+  spec.erase("serviceAccountName");
+  spec["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"].erase("expirationSeconds");
+  calls.clear();
+  ASSERT_TRUE(resolvePodObjects(spec, "team", lookup(), &error_, issuer));
+  EXPECT_EQ(calls, std::vector<std::string>({"team|default|api|3600"}));
+  // No issuer, or one that fails: FailedMount naming the volume.
+  EXPECT_FALSE(resolvePodObjects(spec, "team", lookup(), &error_));
+  EXPECT_EQ(error_.reason, "FailedMount");
+  EXPECT_NE(error_.message.find("volume \"t\""), std::string::npos) << error_.message;
+  TokenIssuer broken = [](const std::string&, const std::string&, const std::string&, int64_t) -> StatusOr<std::string> {
+    return internalError("no key");
+  };
+  EXPECT_FALSE(resolvePodObjects(spec, "team", lookup(), &error_, broken));
+  EXPECT_NE(error_.message.find("no key"), std::string::npos) << error_.message;
+  spec["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]["path"] = "../escape";
+  EXPECT_FALSE(resolvePodObjects(spec, "team", lookup(), &error_, issuer));
+}
+
 }  // namespace
 }  // namespace knap::api

@@ -778,6 +778,21 @@ void validateVolumeMounts(const json& c, const std::string& path, const PodConte
                       quoteList({"None", "HostToContainer"}));
       }
     }
+    if (std::string sub = str(m, "subPath"); !sub.empty()) {
+      // Kubernetes' validateLocalDescendingPath.
+      bool back = false;
+      for (size_t start = 0; start <= sub.size();) {
+        size_t slash = sub.find('/', start);
+        if (sub.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..") back = true;
+        if (slash == std::string::npos) break;
+        start = slash + 1;
+      }
+      if (sub[0] == '/') {
+        errs.add(p + ".subPath", "invalid value: \"" + sub + "\": must be a relative path");
+      } else if (back) {
+        errs.add(p + ".subPath", "invalid value: \"" + sub + "\": must not contain '..'");
+      }
+    }
     checkAllowedFields(m, p, {"name", "readOnly", "mountPath", "subPath", "mountPropagation"}, errs);
   }
 }
@@ -897,6 +912,16 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
             validateKeyToPaths(get(s.value(), "items"), pp + "." + s.key(), errs);
           } else if (s.key() == "serviceAccountToken") {
             if (str(s.value(), "path").empty()) errs.missing(pp + ".serviceAccountToken.path");
+            if (const json& exp = get(s.value(), "expirationSeconds"); exp.is_number_integer()) {
+              int64_t e = exp.get<int64_t>();
+              if (e < 600) {
+                errs.add(pp + ".serviceAccountToken.expirationSeconds",
+                         "invalid value: " + std::to_string(e) + ": may not specify a duration less than 10 minutes");
+              } else if (e > (int64_t{1} << 32)) {
+                errs.add(pp + ".serviceAccountToken.expirationSeconds",
+                         "invalid value: " + std::to_string(e) + ": may not specify a duration larger than 2^32 seconds");
+              }
+            }
           } else if (s.key() != "downwardAPI") {
             errs.disallowed(pp + "." + s.key());
           }

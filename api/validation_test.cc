@@ -475,6 +475,26 @@ const std::vector<Case> kInvalidCases = {
      },
      "spec.template.spec.volumes[0].projected.sources[0].serviceAccountToken.path", "missing field(s)",
      "FieldValueRequired"},
+    {"ProjectedServiceAccountTokenTooShort", helloService,
+     [](json& o) {
+       tspec(o)["volumes"] = json::parse(
+           R"([{"name":"p","projected":{"sources":[{"serviceAccountToken":{"path":"t","expirationSeconds":60}}]}}])");
+       c0(o)["volumeMounts"] = json::parse(R"([{"name":"p","mountPath":"/p","readOnly":true}])");
+     },
+     "spec.template.spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds",
+     "less than 10 minutes"},
+    {"SubPathMustNotClimb", helloService,
+     [](json& o) {
+       tspec(o)["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x"}}])");
+       c0(o)["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/s","readOnly":true,"subPath":"a/../.."}])");
+     },
+     "spec.template.spec.containers[0].volumeMounts[0].subPath", "must not contain '..'"},
+    {"SubPathMustBeRelative", helloService,
+     [](json& o) {
+       tspec(o)["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x"}}])");
+       c0(o)["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/s","readOnly":true,"subPath":"/etc"}])");
+     },
+     "spec.template.spec.containers[0].volumeMounts[0].subPath", "must be a relative path"},
     {"EmptyDirBadMedium", helloService,
      [](json& o) {
        tspec(o)["volumes"] = json::parse(R"([{"name":"e","emptyDir":{"medium":"Disk"}}])");

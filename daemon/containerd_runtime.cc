@@ -2,9 +2,14 @@
 
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
 
 #include "api/pod_objects.h"
+#include "api/server/service_account_token.h"
 #include "common/log.h"
 
 #ifdef KNAP_HAVE_RUNNER_CONTAINERD
@@ -143,14 +148,27 @@ class ContainerdRuntime final : public Runtime {
   static runner::PodRunnerOptions runnerOptions(const Config& config, EventRecorder& events, store::Store& store) {
     runner::PodRunnerOptions o = runner::optionsFromConfig(config);
     o.events = &events;
-    o.resolve_objects = objectsResolver(store);
+    o.resolve_objects = objectsResolver(store, config.knap.data_dir + "/service-account.key");
     return o;
   }
   // Secrets and ConfigMaps for a Revision's pods: api/pod_objects.h over the
-  // store, for the serving container (spec.containers[0]).
-  static runner::PodObjectsResolver objectsResolver(store::Store& store) {
-    return [&store](const nlohmann::json& revision, const std::string& ns,
-                    runner::PodObjectsFailure* failure) -> std::optional<runner::PodObjectValues> {
+  // store, for every container (the serving one's in env_from/env_refs, the
+  // others' in sidecar_env).
+  // Projected serviceAccountToken volumes get tokens signed with the key at
+  // `token_key` (the one the API server accepts them with).
+  static runner::PodObjectsResolver objectsResolver(store::Store& store, const std::string& token_key) {
+    auto tokens = std::make_shared<std::optional<StatusOr<api::ServiceAccountTokens>>>();
+    auto tokens_mu = std::make_shared<std::mutex>();
+    api::TokenIssuer issue = [tokens, tokens_mu, token_key](const std::string& ns, const std::string& sa,
+                                                           const std::string& audience,
+                                                           int64_t seconds) -> StatusOr<std::string> {
+      std::lock_guard<std::mutex> l(*tokens_mu);
+      if (!tokens->has_value() || !(**tokens).isOk()) *tokens = api::ServiceAccountTokens::loadOrCreate(token_key);
+      if (!(**tokens).isOk()) return (**tokens).status();
+      return (**tokens)->issue(ns, sa, audience, seconds, static_cast<int64_t>(::time(nullptr)));
+    };
+    return [&store, issue](const nlohmann::json& revision, const std::string& ns,
+                           runner::PodObjectsFailure* failure) -> std::optional<runner::PodObjectValues> {
       const nlohmann::json& spec = revision.contains("spec") ? revision["spec"] : revision;
       if (!api::readsObjects(spec)) return runner::PodObjectValues{};
       api::ObjectLookup lookup = [&store, &ns](const std::string& kind,
@@ -160,7 +178,7 @@ class ContainerdRuntime final : public Runtime {
         return std::move(got->body);
       };
       api::PodObjectsError error;
-      auto resolved = api::resolvePodObjects(spec, ns, lookup, &error);
+      auto resolved = api::resolvePodObjects(spec, ns, lookup, &error, issue);
       if (!resolved) {
         failure->reason = error.reason;
         failure->message = error.message;

@@ -20,10 +20,12 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "api/server/service_account_token.h"
 #include "common/config.h"
 #include "common/status.h"
 
@@ -81,6 +83,10 @@ class TokenFile {
 // loopback with knap.api-insecure-loopback.
 struct AccessControl {
   std::optional<TokenFile> tokens;
+  // Service account tokens knapd issued to pods (audience kApiAudience)
+  // authenticate as system:serviceaccount:<ns>:<name>, groups
+  // system:serviceaccounts and system:serviceaccounts:<ns>.
+  std::shared_ptr<const ServiceAccountTokens> service_account_tokens;
   std::vector<ApiRoleBinding> bindings;
 };
 

@@ -829,6 +829,9 @@ Status configureApiSecurity(const Config& config, const std::string& data_dir,
     LOG(INFO) << "api: " << tokens->size() << " bearer tokens from " << config.knap.api_token_file;
     access->tokens = std::move(*tokens);
   }
+  auto sa_tokens = ServiceAccountTokens::loadOrCreate(data_dir + "/service-account.key");
+  if (!sa_tokens.isOk()) return Status(sa_tokens.status().code(), "service account tokens: " + sa_tokens.status().message());
+  access->service_account_tokens = std::make_shared<const ServiceAccountTokens>(std::move(*sa_tokens));
   access->bindings = config.knap.api_role_bindings;
   options->policy.access = std::move(access);
   *credentials = {pki->ca_cert_pem, pki->admin_cert_pem, pki->admin_key_pem};

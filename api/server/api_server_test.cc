@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <ctime>
 #include <filesystem>
 #include <set>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/server/event_handler.h"
+#include "api/server/service_account_token.h"
 #include "events/events.h"
 #include "events/store_event_recorder.h"
 #include "store/sqlite_store.h"
@@ -1557,7 +1559,11 @@ class AccessTest : public ApiServerTest {
     ASSERT_TRUE(tokens.isOk()) << tokens.status().message();
     auto access = std::make_shared<AccessControl>();
     access->tokens = std::move(*tokens);
-    access->bindings = {{"view", false, "viewer", "default"}, {"edit", true, "devs", "default"}};
+    access->bindings = {{"view", false, "viewer", "default"},
+                        {"edit", true, "devs", "default"},
+                        {"view", false, "system:serviceaccount:default:reader", "default"}};
+    access->service_account_tokens =
+        std::make_shared<const ServiceAccountTokens>(ServiceAccountTokens::withKey(std::string(32, 's')));
     ApiServerOptions opts;
     opts.policy.access = access;
     startServer(opts);
@@ -1582,6 +1588,26 @@ TEST_F(AccessTest, NoCredentialsIs401ExceptHealthAndVersion) {
   bearer_ = "wrong";
   expectStatus(request("GET", "/version"), 401, "Unauthorized");  // a wrong credential is never anonymous
   bearer_ = "view-to";
+  expectStatus(request("GET", path("services")), 401, "Unauthorized");
+}
+
+TEST_F(AccessTest, ServiceAccountTokensAuthenticateForTheApiAudienceOnly) {
+  auto tokens = ServiceAccountTokens::withKey(std::string(32, 's'));
+  const int64_t now = static_cast<int64_t>(::time(nullptr));
+  auto token = tokens.issue("default", "reader", "", 3600, now);
+  ASSERT_TRUE(token.isOk());
+  bearer_ = *token;
+  EXPECT_EQ(request("GET", path("services")).code, 200);
+  Resp denied = create(helloService());
+  expectStatus(denied, 403, "Forbidden");
+  EXPECT_NE(denied.j["message"].get<std::string>().find("User \"system:serviceaccount:default:reader\""),
+            std::string::npos);
+  // Another audience, another key, or an expired token: 401.
+  bearer_ = *tokens.issue("default", "reader", "api", 3600, now);
+  expectStatus(request("GET", path("services")), 401, "Unauthorized");
+  bearer_ = *ServiceAccountTokens::withKey(std::string(32, 'x')).issue("default", "reader", "", 3600, now);
+  expectStatus(request("GET", path("services")), 401, "Unauthorized");
+  bearer_ = *tokens.issue("default", "reader", "", 600, now - 3600);
   expectStatus(request("GET", path("services")), 401, "Unauthorized");
 }
 

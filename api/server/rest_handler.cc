@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <set>
 
 #include "api/admission.h"
@@ -471,6 +472,10 @@ std::optional<HttpResponse> RestHandler::checkAccess(const HttpRequest& req, con
     std::string token = bearerToken(req.authorization);
     std::optional<UserInfo> found;
     if (!token.empty() && access->tokens) found = access->tokens->lookup(token);
+    if (!found && !token.empty() && access->service_account_tokens) {
+      auto id = access->service_account_tokens->verify(token, kApiAudience, static_cast<int64_t>(::time(nullptr)));
+      if (id.isOk()) found = UserInfo{id->user(), "", {"system:serviceaccounts", "system:serviceaccounts:" + id->ns}};
+    }
     // A credential that is sent and wrong is 401 everywhere, as in kube-apiserver.
     if (!found) return unauthorized();
     *user = std::move(*found);

@@ -423,8 +423,18 @@ StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSp
         dest->get<std::string>()[0] != '/') {
       return invalidArgument(path + ".mountPath: must be an absolute path");
     }
+    std::string sub_path;
     if (const json* sp = member(m, "subPath"); sp && sp->is_string() && !sp->get<std::string>().empty()) {
-      return invalidArgument(path + ".subPath: not supported by knap yet");
+      sub_path = sp->get<std::string>();
+      // Kubernetes' rule: a relative path that does not climb out ("..").
+      bool climbs = sub_path[0] == '/';
+      for (size_t start = 0; !climbs && start <= sub_path.size();) {
+        size_t slash = sub_path.find('/', start);
+        if (sub_path.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..") climbs = true;
+        if (slash == std::string::npos) break;
+        start = slash + 1;
+      }
+      if (climbs) return invalidArgument(path + ".subPath: must be a relative path without \"..\"");
     }
     const json* volume = nullptr;
     size_t vi = 0;
@@ -444,7 +454,10 @@ StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSp
       auto dir = in.volume_dirs.find(name->get<std::string>());
       if (dir == in.volume_dirs.end())
         return invalidArgument(vpath + ": the files of volume \"" + name->get<std::string>() + "\" were not resolved");
-      out.push_back(mount(dest->get<std::string>(), "bind", dir->second, {"rbind", "ro", "nosuid", "nodev"}));
+      // subPath: that file or directory of the volume (as the kubelet does,
+      // it is bound once and does not follow later updates of the volume).
+      out.push_back(mount(dest->get<std::string>(), "bind", sub_path.empty() ? dir->second : dir->second + "/" + sub_path,
+                          {"rbind", "ro", "nosuid", "nodev"}));
       continue;
     }
     for (const char* kind : {"persistentVolumeClaim", "hostPath", "csi", "ephemeral", "image"}) {
@@ -454,6 +467,7 @@ StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSp
     }
     const json* empty_dir = member(*volume, "emptyDir");
     if (empty_dir == nullptr) return invalidArgument(vpath + ": only emptyDir volumes are supported by knap");
+    if (!sub_path.empty()) return invalidArgument(path + ".subPath: not supported by knap for emptyDir volumes");
     if (!used.insert(name->get<std::string>()).second) {
       return invalidArgument(path + ": emptyDir \"" + name->get<std::string>() +
                              "\" is mounted twice; knap mounts each emptyDir once");
@@ -866,8 +880,13 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
       mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
       mount("/sys/fs/cgroup", "cgroup", "cgroup", {"ro", "nosuid", "noexec", "nodev"}),
       mount("/run", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
-      mount("/tmp", "tmpfs", "tmpfs", {"nosuid", "nodev", "mode=1777"}),
   });
+  if (in.tmp_dir.empty()) {
+    mounts.push_back(mount("/tmp", "tmpfs", "tmpfs", {"nosuid", "nodev", "mode=1777"}));
+  } else {
+    if (in.tmp_dir[0] != '/') return invalidArgument("/tmp source must be an absolute path");
+    mounts.push_back(mount("/tmp", "bind", in.tmp_dir, {"rbind", "rprivate", "nosuid", "nodev"}));
+  }
   const std::pair<const char*, const std::string*> binds[] = {{"/etc/resolv.conf", &in.resolv_conf_path},
                                                               {"/etc/hosts", &in.hosts_path},
                                                               {"/etc/hostname", &in.hostname_path}};

@@ -34,7 +34,8 @@
 // - volumeMounts of emptyDir volumes become tmpfs mounts (mode 1777, size =
 //   sizeLimit; medium "" and Memory alike); secret, configMap and projected
 //   volumes are read-only bind mounts of the host directories in volume_dirs
-//   (runtime/pod/volume_files.h); other volume sources are kInvalidArgument
+//   (runtime/pod/volume_files.h), or of the file or directory subPath names
+//   inside it (relative, no ".."; not on emptyDir volumes); other volume sources are kInvalidArgument
 //   "not supported".
 // - No seccomp profile (Kubernetes' default is Unconfined); no /dev/console.
 #pragma once
@@ -75,6 +76,11 @@ struct PodSpecInput {
   std::string resolv_conf_path;
   std::string hosts_path;
   std::string hostname_path;
+  // Host directory (mode 1777) bind-mounted at /tmp. Empty: a tmpfs — but
+  // runc gives a tmpfs the mode of the directory it covers, so an image whose
+  // /tmp is 0755 would get a 0755 /tmp; the runner passes a directory so that
+  // /tmp is 1777 whatever the image has (Knative runtime contract).
+  std::string tmp_dir;
   std::string cgroups_path;  // default "/knap/<pod_id>"
   std::string pod_ip;        // for env valueFrom.fieldRef status.podIP (optional)
   // RLIMIT_NOFILE of the container process. runc fails to start the container

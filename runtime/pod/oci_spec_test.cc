@@ -568,6 +568,32 @@ TEST(OciSpecTest, EachContainerGetsItsOwnSpecInThePodsNetns) {
   EXPECT_NE(missing.status().message().find("spec.containers[2]: no such container"), std::string::npos);
 }
 
+TEST(OciSpecTest, SubPathBindsThatFileOfTheVolume) {
+  PodSpecInput in = baseInput({{"volumeMounts", json::array({{{"name", "tok"}, {"mountPath", "/hello/token"},
+                                                              {"subPath", "token"}, {"readOnly", true}}})}});
+  in.revision["spec"]["volumes"] = json::array({{{"name", "tok"}, {"projected", {{"sources", json::array()}}}}});
+  in.volume_dirs = {{"tok", "/var/lib/knap/pods/p/volumes/tok"}};
+  json spec = mustBuild(in);
+  const json* m = findMount(spec, "/hello/token");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ((*m)["source"], "/var/lib/knap/pods/p/volumes/tok/token");
+  EXPECT_EQ((*m)["type"], "bind");
+}
+
+TEST(OciSpecTest, TmpDirIsBoundInsteadOfATmpfs) {
+  // runc gives a tmpfs the mode of the image's /tmp: a host directory (1777)
+  // keeps /tmp 1777 whatever the image has.
+  PodSpecInput in = baseInput();
+  in.tmp_dir = "/var/lib/knap/pods/p/tmp";
+  json spec = mustBuild(in);
+  const json* tmp = findMount(spec, "/tmp");
+  ASSERT_NE(tmp, nullptr);
+  EXPECT_EQ(*tmp, json({{"destination", "/tmp"}, {"type", "bind"}, {"source", "/var/lib/knap/pods/p/tmp"},
+                        {"options", {"rbind", "rprivate", "nosuid", "nodev"}}}));
+  in.tmp_dir = "relative";
+  EXPECT_FALSE(buildOciSpec(in).isOk());
+}
+
 TEST(OciSpecTest, MountsPresent) {
   json spec = mustBuild(baseInput());
   struct Want {
@@ -657,7 +683,10 @@ TEST(OciSpecTest, UnsupportedVolumesAreClearErrors) {
                           "volumeMounts[0].name: no volume named \"w\""},
                          {{{"name", "v"}, {"emptyDir", json::object()}},
                           {{"name", "v"}, {"mountPath", "/c"}, {"subPath", "x"}},
-                          "volumeMounts[0].subPath: not supported by knap yet"}}) {
+                          "volumeMounts[0].subPath: not supported by knap for emptyDir volumes"},
+                         {{{"name", "v"}, {"secret", {{"secretName", "s"}}}},
+                          {{"name", "v"}, {"mountPath", "/c"}, {"subPath", "a/../../etc"}},
+                          "volumeMounts[0].subPath: must be a relative path without \"..\""}}) {
     PodSpecInput in = baseInput({{"volumeMounts", json::array({c.mount})}});
     in.revision["spec"]["volumes"] = json::array({c.volume});
     auto spec = buildOciSpec(in);

@@ -1,6 +1,8 @@
 #include "runtime/runner/containerd_pod_driver.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -48,6 +50,15 @@ std::string label(const json& obj, const char* key) {
   } catch (...) {
   }
   return "";
+}
+
+// A container's /tmp on the host: mode 1777 whatever the umask.
+Status makeTmpDir(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return internalError("mkdir " + path + ": " + ec.message());
+  if (::chmod(path.c_str(), 01777) != 0) return internalError("chmod " + path + ": " + std::strerror(errno));
+  return Status::ok();
 }
 
 bool okOrNotFound(const Status& s) { return s.isOk() || s.code() == Code::kNotFound; }
@@ -243,6 +254,8 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   in.hosts_path = dir + "/hosts";
   in.hostname_path = dir + "/hostname";
   in.cgroups_path = "/" + options_.cgroup_parent + "/" + req.pod_id;
+  in.tmp_dir = dir + "/tmp";
+  if (Status s = makeTmpDir(in.tmp_dir); !s.isOk()) return fail(s);
   in.pod_ip = h.ip;
   in.nofile_limit = runtime::maxNofileForPods();
   in.env_from = req.objects.env_from;
@@ -336,6 +349,8 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     sin.etc_passwd = readFromMounts(*smounts, "etc/passwd");
     sin.etc_group = readFromMounts(*smounts, "etc/group");
     sin.cgroups_path = "/" + options_.cgroup_parent + "/" + sp.id;
+    sin.tmp_dir = cdir + "/tmp";
+    if (Status s = makeTmpDir(sin.tmp_dir); !s.isOk()) return fail(s);
     sin.env_from.clear();
     sin.env_refs.clear();
     if (auto e = req.objects.sidecar_env.find(sp.name); e != req.objects.sidecar_env.end()) {

@@ -5,7 +5,7 @@
 // found: import it with `knap image import FILE`"), then under a lease:
 // netns + address (CniNetwork), per-pod files under
 // <data_dir>/pods/<pod id>/ (hostname, hosts, resolv.conf, stdout.log,
-// stderr.log, meta.json), rootfs snapshot, spec (buildOciSpec), container
+// stderr.log, meta.json, tmp/ — the container's /tmp, 1777), rootfs snapshot, spec (buildOciSpec), container
 // record with the knap.dev/* labels, task (created, not started). Everything
 // made so far is removed again on failure.
 // Sidecars (every container but the serving one, pod_driver.h): created after

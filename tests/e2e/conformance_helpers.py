@@ -39,6 +39,9 @@ IMAGES = {
     "pizza2": "dev.local/knap-conformance/pizzaplanet:v2",
     "hello": "dev.local/knap-conformance/helloworld:v1",
     "shell": "dev.local/knap-conformance/shell:v1",
+    # knap's own (issue 10): the runtime app in images whose /tmp is 0755 or absent.
+    "tmp755": "dev.local/knap-conformance/tmp755:v1",
+    "notmp": "dev.local/knap-conformance/notmp:v1",
 }
 
 API = "/apis/serving.knative.dev/v1/namespaces/default"
@@ -72,6 +75,10 @@ def build_images(workdir):
     index = os.path.join(workdir, "index.html")
     with open(index, "w") as f:
         f.write("<h1>knap</h1>\n")
+    # A file in /tmp makes mkimage create /tmp as a plain parent directory
+    # (0755) instead of its 1777 base-file /tmp; --no-base-files leaves /tmp out.
+    tars.append(_mkimage(workdir, "tmp755", *common, "--user", "65532", "--file", f"{index}:/tmp/index.html:0644"))
+    tars.append(_mkimage(workdir, "notmp", *common, "--user", "65532", "--no-base-files"))
     tars.append(_mkimage(workdir, "shell", *common, "--user", "app",
                          "--file", "/bin/dash:/bin/sh:0755",
                          "--file", "/lib/x86_64-linux-gnu/libc.so.6:/lib/x86_64-linux-gnu/libc.so.6:0755",

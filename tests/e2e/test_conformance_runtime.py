@@ -36,6 +36,8 @@ SERVICES = {d["metadata"]["name"]: d for d in [
     ksvc("run-as-user", container={"securityContext": {"runAsUser": 2020}, "workingDir": "/"}),
     ksvc("run-as-image-user"),
     ksvc("working-dir", container={"workingDir": "/tmp"}),
+    ksvc("tmp-0755", image="tmp755"),
+    ksvc("tmp-absent", image="notmp"),
 ]}
 
 
@@ -220,6 +222,21 @@ def check_files(cl, name, want):
             assert got.get("link_target") == w["source"], f"{path}.SourceFile = {got.get('link_target')}"
         if "perm" in w:
             assert all(e == "*" or e == g for e, g in zip(w["perm"], got["perm"])), f"{path}: perm {got['perm']}"
+
+
+def test_tmp_is_sticky_world_writable_whatever_the_image_has(cl):
+    # knap's addition (issue 10, runtime contract): /tmp is a 1777 directory in
+    # every pod, also when the image's /tmp is 0755 or missing; a non-root
+    # user (65532) can write there.
+    # (test_must_have_files covers an image whose /tmp is 1777 already.)
+    for name in ("tmp-0755", "tmp-absent"):
+        ri = info(cl, name)
+        assert ri["files"]["/tmp"]["type"] == "directory", (name, ri["files"]["/tmp"])
+        assert ri["files"]["/tmp"]["mode"] == "1777", (name, ri["files"]["/tmp"])
+        assert ri["uid"] == 65532, (name, ri["uid"])
+        url = cl.get("services", name)["status"]["url"]
+        status, _, body = cl.request(url, "/write?path=/tmp/probe&text=ok")
+        assert status == 200, (name, body)
 
 
 def test_must_have_files(cl):
