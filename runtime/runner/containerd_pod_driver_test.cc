@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -411,6 +412,58 @@ TEST_F(RunnerE2eTest, RestartAdoptsRunningPodsWithTheirPids) {
   EXPECT_EQ(after_pods[0].pid, host_pid);
   json after = json::parse(httpGet(again.ip, 8080, "/info"), nullptr, false);
   EXPECT_EQ(after["uptime_ms"].get<int64_t>() >= before["uptime_ms"].get<int64_t>(), true) << "process restarted";
+}
+
+// Multi-container pods: the sidecar shares the pod's netns (the serving
+// container reaches it on localhost), has its own env and logs, is adopted
+// after a restart, and its crash is the pod's crash: reported and replaced.
+TEST_F(RunnerE2eTest, SidecarRunsInThePodIsAdoptedAndItsCrashReplacesThePod) {
+  json rev = makeRevision("multi-00001", {{"ports", {{{"containerPort", 8881}}}},
+                                          {"env", {{{"name", "FORWARD_PORT"}, {"value", "8882"}}}}});
+  rev["spec"]["containers"].push_back({{"name", "side"},
+                                      {"image", kImage},
+                                      {"args", {"--port-from-arg", "8882"}},
+                                      {"env", {{{"name", "TEXT"}, {"value", "from the sidecar"}}}}});
+  runner_->start();
+  runner_->ensure(rev);
+  Endpoint ep = waitReady("multi-00001");
+  ASSERT_FALSE(ep.ip.empty());
+  EXPECT_EQ(ep.port, 8881);
+  EXPECT_NE(httpGet(ep.ip, 8881, "/forward?path=/text").find("from the sidecar"), std::string::npos);
+  const std::string pod = ep.pod_id, side = pod + ".1";
+  auto t = env().client->getTask(side);
+  ASSERT_TRUE(t.isOk()) << t.status().toString();
+  EXPECT_EQ(t->status, containerd::TaskStatus::kRunning);
+  EXPECT_TRUE(fs::exists(opts_.data_dir + "/pods/" + pod + "/containers/side/stdout.log"));
+  auto existing = driver_->listExisting();
+  ASSERT_TRUE(existing.isOk());
+  for (const auto& a : *existing) EXPECT_NE(a.handle.pod_id, side) << "a sidecar is not a pod";
+  controller::RevisionHealth h = runner_->health("default", "multi-00001");
+  ASSERT_EQ(h.image_digests.size(), 2u);
+  EXPECT_EQ(h.image_digests[0], h.image_digests[1]);  // one image for both here
+
+  // knapd restarts: the pod and its sidecar are adopted, not recreated.
+  runner_->stop();
+  runner_.reset();
+  driver_ = std::make_unique<ContainerdPodDriver>(*env().client, *net_, RealTimeSource::instance(), opts_);
+  runner_ = makeRunner(*driver_);
+  ASSERT_TRUE(runner_->adoptExisting({"default/multi-00001"}).isOk());
+  runner_->start();
+  runner_->ensure(rev);
+  Endpoint again = waitReady("multi-00001");
+  EXPECT_EQ(again.pod_id, pod);
+
+  // The sidecar dies: the pod is replaced (a new one, with a new sidecar).
+  ASSERT_TRUE(env().client->killTask(side, SIGKILL).isOk());
+  ASSERT_TRUE(waitFor([&] {
+    auto eps = runner_->readyEndpoints("default/multi-00001");
+    return !eps.empty() && eps[0].pod_id != pod;
+  }, seconds(60))) << runner_->health("default", "multi-00001").container_healthy.message;
+  EXPECT_FALSE(env().client->getContainer(side).isOk()) << "the crashed pod's sidecar is left behind";
+  Endpoint replaced = runner_->readyEndpoints("default/multi-00001")[0];
+  EXPECT_NE(httpGet(replaced.ip, 8881, "/forward?path=/text").find("from the sidecar"), std::string::npos);
+  runner_->remove("default", "multi-00001");
+  ASSERT_TRUE(waitFor([&] { return !env().client->getContainer(replaced.pod_id + ".1").isOk(); }, seconds(30)));
 }
 
 TEST_F(RunnerE2eTest, LogsAreRotatedByCopyTruncateAndKeepFlowing) {
