@@ -468,6 +468,12 @@ StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSp
     const json* empty_dir = member(*volume, "emptyDir");
     if (empty_dir == nullptr) return invalidArgument(vpath + ": only emptyDir volumes are supported by knap");
     if (!sub_path.empty()) return invalidArgument(path + ".subPath: not supported by knap for emptyDir volumes");
+    if (auto shared = in.empty_dir_dirs.find(name->get<std::string>()); shared != in.empty_dir_dirs.end()) {
+      std::vector<std::string> options = {"rbind", "rprivate", "nosuid", "nodev"};
+      if (const json* ro = member(m, "readOnly"); ro && ro->is_boolean() && ro->get<bool>()) options.push_back("ro");
+      out.push_back(mount(dest->get<std::string>(), "bind", shared->second, options));
+      continue;
+    }
     if (!used.insert(name->get<std::string>()).second) {
       return invalidArgument(path + ": emptyDir \"" + name->get<std::string>() +
                              "\" is mounted twice; knap mounts each emptyDir once");

@@ -32,7 +32,8 @@
 // - RLIMIT_NOFILE soft = hard = PodSpecInput::nofile_limit (default 1024, as
 //   containerd's default spec; the runner may pass maxNofileForPods()).
 // - volumeMounts of emptyDir volumes become tmpfs mounts (mode 1777, size =
-//   sizeLimit; medium "" and Memory alike); secret, configMap and projected
+//   sizeLimit; medium "" and Memory alike), or bind mounts of the shared
+//   host tmpfs in empty_dir_dirs (multi-container pods); secret, configMap and projected
 //   volumes are read-only bind mounts of the host directories in volume_dirs
 //   (runtime/pod/volume_files.h), or of the file or directory subPath names
 //   inside it (relative, no ".."; not on emptyDir volumes); other volume sources are kInvalidArgument
@@ -97,6 +98,9 @@ struct PodSpecInput {
   std::map<std::string, std::string> env_refs;
   // Host directories with the files of secret/configMap/projected volumes, by volume name.
   std::map<std::string, std::string> volume_dirs;
+  // emptyDir volumes shared by a pod's containers: host directories (tmpfs
+  // mounts the runner made) bound in instead of a tmpfs per container.
+  std::map<std::string, std::string> empty_dir_dirs;
 };
 
 // Which of a RevisionSpec's containers serves: with several, the first one

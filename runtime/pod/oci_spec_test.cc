@@ -594,6 +594,21 @@ TEST(OciSpecTest, TmpDirIsBoundInsteadOfATmpfs) {
   EXPECT_FALSE(buildOciSpec(in).isOk());
 }
 
+TEST(OciSpecTest, SharedEmptyDirIsBoundFromTheHost) {
+  PodSpecInput in = baseInput({{"volumeMounts", json::array({{{"name", "shared"}, {"mountPath", "/shared"}},
+                                                             {{"name", "shared"}, {"mountPath", "/ro"}, {"readOnly", true}}})}});
+  in.revision["spec"]["volumes"] = json::array({{{"name", "shared"}, {"emptyDir", {{"sizeLimit", "1Mi"}}}}});
+  in.empty_dir_dirs = {{"shared", "/var/lib/knap/pods/p/emptydir/shared"}};
+  json spec = mustBuild(in);
+  const json* rw = findMount(spec, "/shared");
+  const json* ro = findMount(spec, "/ro");
+  ASSERT_NE(rw, nullptr);
+  ASSERT_NE(ro, nullptr);
+  EXPECT_EQ(*rw, json({{"destination", "/shared"}, {"type", "bind"}, {"source", "/var/lib/knap/pods/p/emptydir/shared"},
+                       {"options", {"rbind", "rprivate", "nosuid", "nodev"}}}));
+  EXPECT_EQ((*ro)["options"], json({"rbind", "rprivate", "nosuid", "nodev", "ro"}));
+}
+
 TEST(OciSpecTest, MountsPresent) {
   json spec = mustBuild(baseInput());
   struct Want {

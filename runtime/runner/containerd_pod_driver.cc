@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -59,6 +60,17 @@ Status makeTmpDir(const std::string& path) {
   if (ec) return internalError("mkdir " + path + ": " + ec.message());
   if (::chmod(path.c_str(), 01777) != 0) return internalError("chmod " + path + ": " + std::strerror(errno));
   return Status::ok();
+}
+
+// Unmounts the shared emptyDir tmpfs mounts of a pod directory (before it is
+// removed: remove_all would empty a mounted tmpfs and then fail on it).
+void unmountEmptyDirs(const std::string& pod_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(pod_dir + "/emptydir", ec)) {
+    if (::umount2(e.path().c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
+      LOG(WARNING) << "pod driver: umount " << e.path().string() << ": " << std::strerror(errno);
+    }
+  }
 }
 
 bool okOrNotFound(const Status& s) { return s.isOk() || s.code() == Code::kNotFound; }
@@ -196,6 +208,7 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     if (snap) (void)client_.removeSnapshot(req.pod_id);
     if (net_up) (void)network_.tearDown(req.pod_id);
     if (!lease.empty()) (void)client_.deleteLease(lease);
+    unmountEmptyDirs(dir);
     std::error_code ec;
     fs::remove_all(dir, ec);
     LOG(WARNING) << "pod driver: create " << req.pod_id << " failed: " << s.toString();
@@ -234,6 +247,33 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     if (Status s = runtime::writeVolumeAtomically(vdir, files); !s.isOk()) return fail(s.annotate("volume " + name));
     volume_dirs[name] = vdir;
   }
+  // With sidecars, emptyDir volumes are shared by the containers that mount
+  // them, as in Kubernetes: one tmpfs per volume on the host
+  // (<pod dir>/emptydir/<name>, size = sizeLimit), bound into each container.
+  std::map<std::string, std::string> empty_dir_dirs;
+  if (!plan.empty()) {
+    const json& spec = req.revision.contains("spec") ? req.revision["spec"] : req.revision;
+    const json volumes = spec.is_object() ? spec.value("volumes", json::array()) : json::array();
+    for (const auto& v : volumes.is_array() ? volumes : json::array()) {
+      if (!v.is_object() || !v.contains("emptyDir") || !v["emptyDir"].is_object()) continue;
+      const std::string name = v.value("name", "");
+      if (name.empty() || name.find('/') != std::string::npos || name[0] == '.')
+        return fail(invalidArgument("volume name \"" + name + "\" cannot name a directory"));
+      std::string options = "mode=1777";
+      if (v["emptyDir"].contains("sizeLimit")) {
+        auto bytes = runtime::parseQuantityJson(v["emptyDir"]["sizeLimit"]);
+        if (!bytes.isOk()) return fail(bytes.status().annotate("volume " + name + " emptyDir.sizeLimit"));
+        if (*bytes > 0) options += ",size=" + std::to_string(*bytes);
+      }
+      const std::string edir = dir + "/emptydir/" + name;
+      fs::create_directories(edir, ec);
+      if (ec) return fail(internalError("mkdir " + edir + ": " + ec.message()));
+      if (::mount("tmpfs", edir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+        return fail(internalError("mount a tmpfs for emptyDir " + name + " at " + edir + ": " + std::strerror(errno)));
+      }
+      empty_dir_dirs[name] = edir;
+    }
+  }
 
   auto mounts = leased.prepareSnapshot(req.pod_id, image->chain_id, {{kPodLabel, req.pod_id}});
   if (!mounts.isOk()) return fail(mounts.status());
@@ -261,6 +301,7 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   in.env_from = req.objects.env_from;
   in.env_refs = req.objects.env_refs;
   in.volume_dirs = volume_dirs;
+  in.empty_dir_dirs = empty_dir_dirs;
   auto spec = runtime::buildOciSpec(in);
   if (!spec.isOk()) return fail(spec.status());
   try {
@@ -656,6 +697,7 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
   note(client_.removeSnapshot(id), "snapshot remove");
   note(client_.deleteContainer(id), "container delete");
   note(network_.tearDown(id), "network teardown");
+  unmountEmptyDirs(podDir(id));
   std::error_code ec;
   fs::remove_all(podDir(id), ec);
   {
@@ -907,6 +949,7 @@ Status ContainerdPodDriver::cleanupOrphans(const std::set<std::string>& live_pod
   for (const auto& e : fs::directory_iterator(options_.data_dir + "/pods", ec)) {
     std::string id = e.path().filename().string();
     if (live_pod_ids.count(id) || containers.count(id)) continue;
+    unmountEmptyDirs(e.path().string());
     fs::remove_all(e.path(), ec);
   }
   return first;

@@ -420,10 +420,13 @@ TEST_F(RunnerE2eTest, RestartAdoptsRunningPodsWithTheirPids) {
 TEST_F(RunnerE2eTest, SidecarRunsInThePodIsAdoptedAndItsCrashReplacesThePod) {
   json rev = makeRevision("multi-00001", {{"ports", {{{"containerPort", 8881}}}},
                                           {"env", {{{"name", "FORWARD_PORT"}, {"value", "8882"}}}}});
+  rev["spec"]["containers"][0]["volumeMounts"] = {{{"name", "shared"}, {"mountPath", "/shared"}}};
   rev["spec"]["containers"].push_back({{"name", "side"},
                                       {"image", kImage},
                                       {"args", {"--port-from-arg", "8882"}},
-                                      {"env", {{{"name", "TEXT"}, {"value", "from the sidecar"}}}}});
+                                      {"env", {{{"name", "TEXT"}, {"value", "from the sidecar"}}}},
+                                      {"volumeMounts", {{{"name", "shared"}, {"mountPath", "/data"}}}}});
+  rev["spec"]["volumes"] = {{{"name", "shared"}, {"emptyDir", {{"sizeLimit", "4Mi"}}}}};
   runner_->start();
   runner_->ensure(rev);
   Endpoint ep = waitReady("multi-00001");
@@ -435,6 +438,9 @@ TEST_F(RunnerE2eTest, SidecarRunsInThePodIsAdoptedAndItsCrashReplacesThePod) {
   ASSERT_TRUE(t.isOk()) << t.status().toString();
   EXPECT_EQ(t->status, containerd::TaskStatus::kRunning);
   EXPECT_TRUE(fs::exists(opts_.data_dir + "/pods/" + pod + "/containers/side/stdout.log"));
+  // The emptyDir is one volume for both containers.
+  EXPECT_NE(httpGet(ep.ip, 8882, "/write?path=/data/note&text=shared").find("written"), std::string::npos);
+  EXPECT_NE(httpGet(ep.ip, 8881, "/file?path=/shared/note").find("\"content\":\"shared\""), std::string::npos);
   auto existing = driver_->listExisting();
   ASSERT_TRUE(existing.isOk());
   for (const auto& a : *existing) EXPECT_NE(a.handle.pod_id, side) << "a sidecar is not a pod";
@@ -464,6 +470,10 @@ TEST_F(RunnerE2eTest, SidecarRunsInThePodIsAdoptedAndItsCrashReplacesThePod) {
   EXPECT_NE(httpGet(replaced.ip, 8881, "/forward?path=/text").find("from the sidecar"), std::string::npos);
   runner_->remove("default", "multi-00001");
   ASSERT_TRUE(waitFor([&] { return !env().client->getContainer(replaced.pod_id + ".1").isOk(); }, seconds(30)));
+  ASSERT_TRUE(waitFor([&] { return !fs::exists(opts_.data_dir + "/pods/" + replaced.pod_id); }, seconds(30)));
+  std::ifstream mounts("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mounts, line)) EXPECT_EQ(line.find(opts_.data_dir + "/pods/"), std::string::npos) << line;
 }
 
 TEST_F(RunnerE2eTest, LogsAreRotatedByCopyTruncateAndKeepFlowing) {
