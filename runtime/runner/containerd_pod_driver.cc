@@ -353,6 +353,15 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
                {"service", in.service_name}, {"configuration", in.configuration_name},
                {"ip", h.ip},            {"port", h.port},             {"image", req.image},
                {"imageDigest", h.image_digest}, {"created", formatRfc3339(time_.now())}};
+  {
+    // The serving container's name; sidecars log under containers/<name>/ (knap logs -c).
+    const json& spec = req.revision.contains("spec") ? req.revision["spec"] : req.revision;
+    const json containers = spec.is_object() ? spec.value("containers", json::array()) : json::array();
+    const int serving = runtime::servingContainerIndex(containers);
+    if (containers.is_array() && static_cast<size_t>(serving) < containers.size() && containers[serving].is_object()) {
+      meta["container"] = containers[serving].value("name", "");
+    }
+  }
   if (Status s = writeFile(dir + "/meta.json", meta.dump(2) + "\n"); !s.isOk()) return fail(s);
 
   containerd::TaskCreateRequest treq;

@@ -14,11 +14,13 @@ import concurrent.futures
 import http.client
 import json
 import re
+import subprocess
 import threading
 import time
 
 import pytest
 
+from conftest import KNAP
 from conformance_helpers import (HELLO, IMAGES, PIZZA1, PIZZA2, Cluster, cond, is_ready, ksvc, parallel,
                                  skip_without_pods)
 
@@ -535,6 +537,20 @@ def test_service_create_with_multiple_containers(cl):
     validate_control_plane(cl, name, rev, "runtime", "1")
     # The serving container forwards to the sidecar on localhost:$FORWARD_PORT.
     validate_data_plane(cl, svc["status"]["url"], "Yay!! multi-container works", path="/forward?path=/text")
+    # knap's own: `knap logs -c` reads the sidecar's logs, the default the serving container's.
+    sidecar = r["spec"]["containers"][1]["name"]
+    logs = lambda *a: subprocess.run([KNAP, "logs", name, "--data-dir", cl.k.data_dir, *a],
+                                     capture_output=True, text=True)
+    deadline = time.time() + 30  # the log driver copies the pipes to the files asynchronously
+    while True:
+        side, main, both = logs("-c", sidecar), logs(), logs("--all-containers")
+        if ("8882" in side.stdout and "8881" in main.stdout) or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert side.returncode == 0 and "8882" in side.stdout, (side.stdout, side.stderr)
+    assert main.returncode == 0 and "8881" in main.stdout and "8882" not in main.stdout, main.stdout
+    assert f"/{sidecar} " in both.stdout, both.stdout
+    assert logs("-c", "nope").returncode == 1
 
 
 def test_label_propagation(cl):

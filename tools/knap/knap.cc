@@ -57,7 +57,7 @@ const char* kUsage =
     "  knap get services|configurations|revisions|routes [NAME] [-o yaml|json] [-n NS | -A]\n"
     "  knap describe service NAME [-n NS]\n"
     "  knap delete service|configuration|route|revision NAME [-n NS]\n"
-    "  knap logs SERVICE|REVISION [-f] [-n NS] [--data-dir DIR]\n"
+    "  knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] [--data-dir DIR]\n"
     "  knap image import FILE [--name NAME] [--containerd-socket PATH]\n"
     "  knap image pull IMAGE [--config FILE] [--platform os/arch] [--containerd-socket PATH] [--namespace NS]\n"
     "\n"

@@ -50,8 +50,8 @@ void pump(LogFile& f, bool prefix) {
 }  // namespace
 
 int cmdLogs(const std::vector<std::string>& args) {
-  std::string name, ns = "default", data_dir = "/var/lib/knap";
-  bool follow = false;
+  std::string name, ns = "default", data_dir = "/var/lib/knap", container;
+  bool follow = false, all_containers = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
@@ -64,8 +64,10 @@ int cmdLogs(const std::vector<std::string>& args) {
     if (a == "-f" || a == "--follow") follow = true;
     else if (a == "-n" || a == "--namespace") ns = value();
     else if (a == "--data-dir") data_dir = value();
+    else if (a == "-c" || a == "--container") container = value();
+    else if (a == "--all-containers") all_containers = true;
     else if (!a.empty() && a[0] == '-') {
-      std::cerr << "Error: unknown flag " << a << "\nusage: knap logs SERVICE|REVISION [-f] [-n NS] [--data-dir DIR]\n";
+      std::cerr << "Error: unknown flag " << a << "\nusage: knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] [--data-dir DIR]\n";
       return 2;
     } else if (name.empty()) name = a;
     else {
@@ -74,7 +76,7 @@ int cmdLogs(const std::vector<std::string>& args) {
     }
   }
   if (name.empty()) {
-    std::cerr << "usage: knap logs SERVICE|REVISION [-f] [-n NS] [--data-dir DIR]\n";
+    std::cerr << "usage: knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] [--data-dir DIR]\n";
     return 2;
   }
   auto collect = [&]() {
@@ -86,9 +88,24 @@ int cmdLogs(const std::vector<std::string>& args) {
       if (!meta.is_object() || meta.value("namespace", "") != ns) continue;
       if (meta.value("revision", "") != name && meta.value("service", "") != name) continue;
       std::string pod = meta.value("pod", e.path().filename().string());
-      for (const char* s : {"stdout", "stderr"}) {
-        out[pod].push_back(LogFile{pod + " " + s, (e.path() / (std::string(s) + ".log")).string(), 0});
+      // The serving container logs in the pod directory, sidecars under
+      // containers/<name>/ (multi-container pods).
+      std::vector<std::pair<std::string, fs::path>> dirs;
+      const std::string serving = meta.value("container", "");
+      if (container.empty() || all_containers || container == serving) dirs.emplace_back(serving, e.path());
+      if (!container.empty() || all_containers) {
+        for (const auto& c : fs::directory_iterator(e.path() / "containers", ec)) {
+          std::string cname = c.path().filename().string();
+          if (all_containers || cname == container) dirs.emplace_back(cname, c.path());
+        }
       }
+      for (const auto& [cname, dir] : dirs) {
+        std::string label = pod + (all_containers && !cname.empty() ? "/" + cname : "");
+        for (const char* s : {"stdout", "stderr"}) {
+          out[pod].push_back(LogFile{label + " " + s, (dir / (std::string(s) + ".log")).string(), 0});
+        }
+      }
+      if (dirs.empty()) out[pod];  // the pod exists, but not that container
     }
     return out;
   };
@@ -103,7 +120,15 @@ int cmdLogs(const std::vector<std::string>& args) {
     }
     return 1;
   }
-  bool prefix = pods.size() > 1 || follow;
+  if (!container.empty()) {
+    bool found = false;
+    for (const auto& [pod, files] : pods) found = found || !files.empty();
+    if (!found && !pods.empty()) {
+      std::cerr << "Error: no container \"" << container << "\" in the pods of \"" << name << "\"\n";
+      return 1;
+    }
+  }
+  bool prefix = pods.size() > 1 || follow || all_containers;
   for (auto& [pod, files] : pods) {
     for (auto& f : files) pump(f, prefix);
   }

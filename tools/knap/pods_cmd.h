@@ -9,10 +9,13 @@
 
 namespace knap::cli {
 
-// knap logs SERVICE|REVISION [-f] [-n NS] [--data-dir DIR] [--tail N]
+// knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] [--data-dir DIR]
 // Prints the stdout/stderr logs of the pods of a revision (or of every
 // revision of a service) from <data-dir>/pods/<pod>/{stdout,stderr}.log, as
-// listed by each pod's meta.json. -f follows them. Returns the exit code.
+// listed by each pod's meta.json: the serving container's by default, the
+// sidecar CONTAINER's (<pod>/containers/CONTAINER/) with -c, every
+// container's (prefixed "[pod/container stream]") with --all-containers.
+// -f follows them. Returns the exit code.
 int cmdLogs(const std::vector<std::string>& args);
 
 // knap image import FILE [--name NAME] [--containerd-socket PATH] [--namespace NS]
