@@ -19,6 +19,7 @@ StatusOr<PodHandle> FakePodDriver::create(const PodRequest& request) {
   p.handle.port = 0;
   p.handle.image_digest = request.image.substr(0, request.image.rfind(':')) + "@sha256:abc";
   p.image = request.image;
+  p.images = request.images;
   pods_[request.pod_id] = p;
   order_.push_back(request.pod_id);
   return p.handle;

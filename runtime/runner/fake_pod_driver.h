@@ -22,6 +22,7 @@ class FakePodDriver final : public PodDriver {
   struct FakePod {
     PodHandle handle;
     std::string image;
+    std::vector<std::string> images;  // PodRequest::images
     bool started = false;
     bool exited = false;
     bool cancelled = false;

@@ -265,6 +265,41 @@ TEST_F(PodRunnerTest, StartsCrashesAndOomKillsAreEventsOnTheRevision) {
   EXPECT_NE(oom[0].message.find("OOM killed"), std::string::npos) << oom[0].message;
 }
 
+// Multi-container Revisions: the container with ports serves (its image,
+// port and probes); every container's image goes to the driver; a sidecar's
+// exit is the pod's crash, reported with the sidecar's name.
+TEST_F(PodRunnerTest, SidecarsAndTheServingContainer) {
+  testing::FakeEventRecorder events;
+  PodRunnerOptions o = options();
+  o.events = &events;
+  make(o);
+  json rev = makeRevision("r1");
+  rev["spec"]["containers"].push_back(
+      {{"name", "main"}, {"image", "dev.local/main:v1"}, {"ports", {{{"containerPort", 8881}}}}});
+  runner_->ensure(rev);
+  settle();
+  ASSERT_EQ(driver_.createCount(), 1);
+  std::string id = driver_.createdPods().back();
+  EXPECT_EQ(driver_.pod(id).image, "dev.local/main:v1");
+  EXPECT_EQ(driver_.pod(id).images, std::vector<std::string>({"dev.local/app:v1", "dev.local/main:v1"}));
+  auto eps = runner_->readyEndpoints("default/r1");
+  ASSERT_EQ(eps.size(), 1u);
+  EXPECT_EQ(eps[0].port, 8881);
+  int before = runner_->exitsReceived();
+  driver_.exitPod(id, PodExit{2, false, "sidecar boom", "user-container"});
+  for (int i = 0; i < 5000 && runner_->exitsReceived() == before; ++i) std::this_thread::sleep_for(milliseconds(1));
+  settle();
+  auto h = health();
+  EXPECT_EQ(h.container_healthy.status, "False");
+  EXPECT_EQ(h.container_healthy.reason, "ExitCode2");
+  EXPECT_EQ(h.container_healthy.message, "Container user-container (sidecar) failed: Container failed with: sidecar boom");
+  auto crash = events.byReason("BackOff");
+  ASSERT_EQ(crash.size(), 1u);
+  EXPECT_NE(crash[0].message.find("(container user-container) exited with code 2"), std::string::npos) << crash[0].message;
+  advance(seconds(1));
+  EXPECT_EQ(driver_.createCount(), 2) << "the pod is replaced after the back-off";
+}
+
 TEST_F(PodRunnerTest, MissingImageIsContainerMissingUntilImported) {
   driver_.setMissingImage("dev.local/app:v1");
   runner_->ensure(makeRevision("r1"));
