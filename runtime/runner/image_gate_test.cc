@@ -166,6 +166,40 @@ TEST_F(ImageGateTest, TheRevisionReachesItsPodsOnlyOnceTheImageIsPresent) {
   EXPECT_EQ(h.image_digest, kD1);
 }
 
+// Multi-container Revisions: every container's image is resolved, pinned and
+// pulled; the Revision waits for all of them and a sidecar image's failure is
+// its condition.
+TEST_F(ImageGateTest, EveryContainersImageIsPinnedAndPulled) {
+  const std::string side_tag = "127.0.0.1:5000/side:v1";
+  const std::string side_digest =
+      "127.0.0.1:5000/side@sha256:3333333333333333333333333333333333333333333333333333333333333333";
+  puller_.tags[side_tag] = side_digest;
+  puller_.pull_error[side_digest] = unauthenticated("401 Unauthorized");
+  json rev = revision("app-00001", kTag);
+  rev["spec"]["containers"].push_back({{"name", "side"}, {"image", side_tag}});
+  gate_->ensure(rev);
+  clock_.advance(seconds(2));
+  settle();
+  RevisionHealth h = gate_->health("default", "app-00001");
+  EXPECT_FALSE(gate_->forwarded("default", "app-00001")) << "the sidecar's image is not there";
+  EXPECT_EQ(h.container_healthy.status, "False");
+  EXPECT_EQ(h.container_healthy.reason, "Unauthorized");
+  EXPECT_NE(h.container_healthy.message.find("container 1"), std::string::npos) << h.container_healthy.message;
+  EXPECT_EQ(h.image_digests, std::vector<std::string>({kD1, side_digest}));
+
+  puller_.pull_error.clear();
+  clock_.advance(seconds(1));
+  settle();
+  ASSERT_TRUE(gate_->forwarded("default", "app-00001"));
+  json given = inner_.lastEnsured("default", "app-00001");
+  EXPECT_EQ(given["spec"]["containers"][0]["image"], kD1);
+  EXPECT_EQ(given["spec"]["containers"][1]["image"], side_digest);
+  std::set<std::string> in_use = gate_->imagesInUse();
+  EXPECT_TRUE(in_use.count(side_tag) && in_use.count(side_digest) && in_use.count(kD1));
+  gate_->remove("default", "app-00001");
+  EXPECT_TRUE(gate_->imagesInUse().empty());
+}
+
 TEST_F(ImageGateTest, APullFailureIsAConditionAndTheBackoffRetryRecovers) {
   puller_.pull_error[kD1] = unauthenticated("pulling from 127.0.0.1:5000: 401 Unauthorized: check registry-auth-file");
   gate_->ensure(revision("app-00001", kTag));
