@@ -640,6 +640,29 @@ TEST_F(ControllerTest, RevisionStatusFromBackend) {
   EXPECT_EQ(ready(get("Configuration", "hello")), "True");
 }
 
+TEST_F(ControllerTest, MultiContainerRevisionListsEveryContainersDigest) {
+  json svc = serviceBody("multi", "ghcr.io/knap/hello:v1");
+  svc["spec"]["template"]["spec"]["containers"][0]["name"] = "main";
+  svc["spec"]["template"]["spec"]["containers"].push_back({{"name", "side"}, {"image", "ghcr.io/knap/side:v1"}});
+  create(svc);
+  settle();
+  RevisionHealth h;
+  h.resources_available = {"True", "", ""};
+  h.container_healthy = {"True", "", ""};
+  h.image_digest = "ghcr.io/knap/hello@sha256:1111";
+  backend_.setHealth(kNs, "multi-00001", h);
+  settle();
+  // Until every digest is known: the first container's only.
+  EXPECT_EQ(get("Revision", "multi-00001")["status"]["containerStatuses"],
+            json::array({{{"name", "main"}, {"imageDigest", "ghcr.io/knap/hello@sha256:1111"}}}));
+  h.image_digests = {"ghcr.io/knap/hello@sha256:1111", "ghcr.io/knap/side@sha256:2222"};
+  backend_.setHealth(kNs, "multi-00001", h);
+  settle();
+  EXPECT_EQ(get("Revision", "multi-00001")["status"]["containerStatuses"],
+            json::array({{{"name", "main"}, {"imageDigest", "ghcr.io/knap/hello@sha256:1111"}},
+                         {{"name", "side"}, {"imageDigest", "ghcr.io/knap/side@sha256:2222"}}}));
+}
+
 TEST_F(ControllerTest, EnsureOnlyOnChangeAndRemoveOnDelete) {
   createReadyService("hello");
   // Created, then changed (routingState active): two ensure() calls, never more.
