@@ -9,6 +9,7 @@
 #include "api/core_objects.h"
 #include "api/effective_config.h"
 #include "api/naming.h"
+#include "api/server/console_handler.h"
 #include "api/server/discovery.h"
 #include "api/server/event_handler.h"
 #include "api/server/k8s_status.h"
@@ -268,7 +269,7 @@ struct RestHandler::Query {
 };
 
 struct RestHandler::Target {
-  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling };
+  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling, kMetrics };
   Kind kind = Kind::kOther;
   std::vector<std::string> segs;
   Query query;
@@ -352,6 +353,10 @@ struct RestHandler::Target {
       t.info = findPlural("revisions");
       t.ns = s[4];
       t.name = s[6];
+    } else if (s.size() == 6 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" && s[3] == "namespaces" &&
+               s[5] == "metrics") {
+      t.kind = Kind::kMetrics;
+      t.ns = s[4];
     }
     return t;
   }
@@ -552,6 +557,9 @@ HttpResponse RestHandler::selfSubjectReview(const UserInfo& user) {
 HttpResponse RestHandler::handle(const HttpRequest& req) {
   if (auto refused = guard(req, policy_)) return *refused;
   try {
+    // The web console's files are public (they carry no data; the page
+    // authenticates its own API calls).
+    if (auto ui = consoleResponse(req)) return *ui;
     Target t = Target::parse(req.target);
     UserInfo user;
     if (auto refused = checkAccess(req, t, false, &user)) return *refused;
@@ -591,6 +599,9 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
       return methodNotAllowed(m);
     case K::kAutoscaling:
       if (get) return autoscalingView(t);
+      return methodNotAllowed(m);
+    case K::kMetrics:
+      if (get) return metricsView(t);
       return methodNotAllowed(m);
     case K::kOther:
       break;
@@ -1429,6 +1440,62 @@ HttpResponse RestHandler::autoscalingView(const Target& t) {
                             {"apiVersion", "knap.dev/v1"},
                             {"metadata", {{"name", t.name}, {"namespace", t.ns}}},
                             {"items", items}});
+}
+
+HttpResponse RestHandler::metricsView(const Target& t) {
+  if (!policy_.metrics_text) {
+    return errorResponse(makeApiError(404, "NotFound", "metrics are not available: this API server has no router"));
+  }
+  HttpResponse r;
+  r.body = metricsOfNamespace(policy_.metrics_text(), t.ns);
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return r;
+}
+
+std::string metricsOfNamespace(const std::string& text, const std::string& ns) {
+  // A label value may hold any character, escaped (\\, \", \n), so the
+  // revision label is found by scanning the label set, not by searching.
+  const std::string want = ns + "/";
+  auto revisionLabelMatches = [&](const std::string& line) {
+    size_t open = line.find('{');
+    if (open == std::string::npos) return false;
+    size_t i = open + 1;
+    while (i < line.size() && line[i] != '}') {
+      size_t eq = line.find('=', i);
+      if (eq == std::string::npos || eq + 1 >= line.size() || line[eq + 1] != '"') return false;
+      std::string name = line.substr(i, eq - i);
+      std::string value;
+      size_t j = eq + 2;
+      for (; j < line.size() && line[j] != '"'; ++j) {
+        if (line[j] == '\\' && j + 1 < line.size()) ++j;
+        value += line[j];
+      }
+      if (j >= line.size()) return false;
+      if (name == "revision") return value.compare(0, want.size(), want) == 0;
+      i = j + 1;
+      if (i < line.size() && line[i] == ',') ++i;
+    }
+    return false;
+  };
+  std::string out;
+  std::string pending;  // the HELP/TYPE lines of the current family, written before its first kept sample
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      if (line.rfind("# HELP ", 0) == 0) pending.clear();
+      pending += line + "\n";
+      continue;
+    }
+    if (!revisionLabelMatches(line)) continue;
+    out += pending;
+    pending.clear();
+    out += line + "\n";
+  }
+  return out;
 }
 
 // ---- watch ----
