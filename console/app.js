@@ -323,10 +323,10 @@ class Console {
     }
     const name = svc.metadata.name;
     const ready = condition(svc);
-    head.replaceChildren(
+    head.replaceChildren(...[
       h("p", {}, h("a", { href: `#/ns/${encodeURIComponent(this.ns)}`, class: "back" }, "← all Services")),
       h("h2", { id: "detail-title", tabindex: "-1" }, name, " ", readyBadge(svc)),
-      ready.message ? h("p", { class: "muted" }, ready.message) : null,
+      ready.status !== "True" && ready.message ? h("p", { class: "muted" }, ready.message) : null,
       h("p", {}, link(svc.status && svc.status.url, null, { class: "svc-url" })),
       this.canEdit
         ? h("div", { class: "actions", role: "toolbar", "aria-label": "Service actions" },
@@ -334,7 +334,8 @@ class Console {
           h("button", { type: "button", id: "edit-yaml", onclick: () => this.openYamlEditor(name) }, "Edit YAML"),
           h("button", { type: "button", id: "redeploy", onclick: () => this.redeploy(name) }, "Redeploy"))
         : h("div", { class: "actions" },
-          h("button", { type: "button", id: "view-yaml", onclick: () => this.openYamlEditor(name, true) }, "View YAML")));
+          h("button", { type: "button", id: "view-yaml", onclick: () => this.openYamlEditor(name, true) }, "View YAML")),
+    ].filter(Boolean));
     const revs = this.revisionsOf(name);
     const traffic = this.trafficOf(svc);
     body.replaceChildren(
@@ -572,8 +573,7 @@ class Console {
           this.status(`${name} saved`);
         } catch (err) {
           const causes = err instanceof ApiError ? err.causes : [];
-          errors.replaceChildren(h("p", {}, err.message), causes.length
-            ? h("ul", {}, causes.map((c) => h("li", {}, h("code", {}, c.field || ""), " ", c.message))) : null);
+          errors.replaceChildren(h("p", {}, err.message), h("ul", {}, causes.map((c) => h("li", {}, h("code", {}, c.field || ""), " ", c.message))));
         }
       } },
     h("h3", {}, readOnly ? "YAML" : "Edit YAML"),

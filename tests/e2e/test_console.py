@@ -334,6 +334,11 @@ def test_split_edit_router_share_scale_to_zero_and_cold_start(console_serving, b
     c.eval("location.hash = '#/ns/default/services/web'; true")
     c.wait("document.getElementById('edit-traffic')")
     assert c.eval("document.documentElement.scrollWidth <= window.innerWidth + 1"), "horizontal overflow at 390 px"
+    c.eval("document.querySelectorAll('details.autoscaling')[0].open = true; true")
+    c.wait("document.querySelector('table.eff td.src')")
+    outside = c.eval("[...document.querySelectorAll('#detail, .rev-panel, .actions, header.top')]"
+                     ".filter(e => e.getBoundingClientRect().right > window.innerWidth + 1).map(e => e.className || e.id)")
+    assert outside == [], f"cut off at 390 px: {outside}"
     c.screenshot(artifact("phone.png"))
     c.eval("document.activeElement.blur(); document.getElementById('ns').focus(); true")
     reached = []
