@@ -181,6 +181,41 @@ def test_view_role_sees_the_map_without_edit_controls_and_the_api_refuses_its_wr
     assert t2 - t1 < 5, "the page should follow the watch, not a reload"
 
 
+def test_yaml_edit_shows_field_errors_and_redeploy_makes_a_revision(consoled, browser):
+    k, c = consoled, browser
+    create_service(k, "hello")
+    k.wait_for(lambda: len(k.get_json(f"{API}/revisions")["items"]) == 1, what="the first Revision")
+    sign_in(c, k, EDIT_TOKEN)
+    c.eval("location.hash = '#/ns/default/services/hello'; true")
+    c.wait("document.getElementById('edit-yaml')")
+
+    # YAML with an invalid value: the API's field error is listed, nothing is stored.
+    before = k.get_json(f"{API}/services/hello")["metadata"]["resourceVersion"]
+    c.eval("document.getElementById('edit-yaml').click(); true")
+    c.wait("document.getElementById('yaml-text') && document.getElementById('yaml-text').value.includes('hello')")
+    c.eval("""(() => { const t = document.getElementById('yaml-text'); const o = JSON.parse(t.value);
+        o.spec.template.spec.containerConcurrency = -1; t.value = JSON.stringify(o, null, 2);
+        document.getElementById('yaml-save').click(); return true; })()""")
+    c.wait("document.getElementById('yaml-errors').textContent.includes('containerConcurrency')",
+           what="the field error of the YAML edit")
+    assert k.get_json(f"{API}/services/hello")["metadata"]["resourceVersion"] == before
+
+    # Typed as YAML (not JSON): a label is stored.
+    c.eval("""(() => { const t = document.getElementById('yaml-text'); const o = JSON.parse(t.value);
+        const y = ['apiVersion: serving.knative.dev/v1', 'kind: Service', 'metadata:', '  name: hello',
+                   '  namespace: default', '  resourceVersion: "' + o.metadata.resourceVersion + '"',
+                   '  labels:', '    team: console', 'spec:', '  template:', '    spec:', '      containers:',
+                   '      - image: example.com/hello:1'];
+        t.value = y.join('\\n'); document.getElementById('yaml-save').click(); return true; })()""")
+    c.wait("!document.getElementById('yaml-editor')", what="the YAML editor to close after saving")
+    assert k.get_json(f"{API}/services/hello")["metadata"]["labels"]["team"] == "console"
+
+    # Redeploy: a new Revision, shown live.
+    c.eval("document.getElementById('redeploy').click(); true")
+    k.wait_for(lambda: len(k.get_json(f"{API}/revisions")["items"]) == 2, what="a second Revision")
+    c.wait("document.querySelectorAll('.rev-panel').length === 2", what="the new Revision in the page")
+
+
 def test_200_services_are_interactive_quickly(consoled, browser):
     k, c = consoled, browser
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
