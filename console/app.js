@@ -28,6 +28,8 @@ class Console {
     this.metrics = new RevisionMetrics();
     this.autoscaling = new Map(); // "rev@rv" -> items or error text
     this.openAutoscaling = new Set();
+    this.openLogs = new Set(); // Revision names whose logs are shown (and polled)
+    this.logs = new Map(); // Revision name -> RevisionLog or error text
     this.editor = null; // {kind: "traffic"|"yaml", service, ...}
     this.renderQueued = false;
     this.metricsTimer = null;
@@ -99,6 +101,7 @@ class Console {
       this.editor = null;
       $("detail-edit").replaceChildren();
       this.openAutoscaling.clear();
+      this.openLogs.clear();
     }
     document.body.dataset.view = this.selected ? "detail" : "list";
     this.schedule();
@@ -143,7 +146,10 @@ class Console {
       f.run();
     }
     this.pollMetrics();
-    this.metricsTimer = setInterval(() => this.pollMetrics(), METRICS_EVERY_MS);
+    this.metricsTimer = setInterval(() => {
+      this.pollMetrics();
+      for (const name of this.openLogs) this.loadLogs(name);
+    }, METRICS_EVERY_MS);
   }
 
   followState(kind, state, err) {
@@ -375,10 +381,42 @@ class Console {
       else this.openAutoscaling.delete(name);
       if (auto.open) this.loadAutoscaling(rev);
     });
+    const logs = h("details", { class: "logs", open: this.openLogs.has(name) },
+      h("summary", {}, "Logs"),
+      this.logView(name));
+    logs.addEventListener("toggle", () => {
+      if (logs.open) {
+        this.openLogs.add(name);
+        this.loadLogs(name);
+      } else {
+        this.openLogs.delete(name);
+      }
+    });
     return h("section", { class: `rev-panel${zero ? " at-zero" : ""}`, dataset: { revision: name } },
       h("h4", {}, name),
       h("dl", {}, rows.map(([k, ...v]) => [h("dt", {}, k), h("dd", {}, ...v)])),
-      auto);
+      auto, logs);
+  }
+
+  logView(name) {
+    const got = this.logs.get(name);
+    if (got === undefined) return h("p", { class: "muted" }, "loading…");
+    if (typeof got === "string") return h("p", { class: "error" }, got);
+    if (!got.pods || !got.pods.length) return h("p", { class: "muted" }, "no pods (logs exist only while pods run)");
+    return h("div", { class: "log-pods" }, got.pods.map((p) => p.streams.map((st) => h("div", { class: "log" },
+      h("p", { class: "muted" }, `${p.name} ${st.stream}${st.truncated ? " (last 64 KiB)" : ""}`),
+      st.error ? h("p", { class: "error" }, st.error)
+        : h("div", { class: "logbox", tabindex: "0", "aria-label": `${p.name} ${st.stream}` }, h("pre", {}, st.text || "(empty)"))))));
+  }
+
+  async loadLogs(name) {
+    try {
+      const r = await this.api.get(`/apis/knap.dev/v1/namespaces/${encodeURIComponent(this.ns)}/revisions/${encodeURIComponent(name)}/log`);
+      this.logs.set(name, r);
+    } catch (e) {
+      this.logs.set(name, `cannot read the logs: ${e.message}`);
+    }
+    this.schedule();
   }
 
   autoscalingTable(rev) {

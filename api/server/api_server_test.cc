@@ -1588,6 +1588,35 @@ TEST_F(ApiServerTest, ConsoleFilesAreServedWithStrictHeaders) {
   expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/metrics"), 404, "NotFound");
 }
 
+TEST_F(ApiServerTest, RevisionLogViewServesTheTailOfEachPodsStreams) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(::testing::TempDir()) / ("knap-api-logs-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "pods/pod-a");
+  std::ofstream(dir / "pods/pod-a/meta.json") << R"({"pod":"pod-a","namespace":"default","revision":"hello-00001","service":"hello"})";
+  std::ofstream(dir / "pods/pod-a/stdout.log") << "one\ntwo\nthree\n";
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log"), 404, "NotFound");
+  ApiServerOptions opts;
+  opts.policy.pod_data_dir = dir.string();
+  startServer(opts);
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log"), 404, "NotFound");
+  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  Resp r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log");
+  ASSERT_EQ(r.code, 200) << r.body;
+  ASSERT_EQ(r.j["pods"].size(), 1u) << r.body;
+  EXPECT_EQ(r.j["pods"][0]["name"], "pod-a");
+  EXPECT_EQ(r.j["pods"][0]["streams"][0]["stream"], "stdout");
+  EXPECT_EQ(r.j["pods"][0]["streams"][0]["text"], "one\ntwo\nthree\n");
+  EXPECT_EQ(r.j["pods"][0]["streams"][1]["text"], "");  // no stderr.log yet
+  r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=7");
+  EXPECT_EQ(r.j["pods"][0]["streams"][0]["text"], "three\n");
+  EXPECT_EQ(r.j["pods"][0]["streams"][0]["truncated"], true);
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=x"), 400,
+               "BadRequest");
+  EXPECT_EQ(request("DELETE", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log").code, 405);
+  fs::remove_all(dir);
+}
+
 TEST_F(ApiServerTest, WriteKubeconfig) {
   std::string path = ::testing::TempDir() + "knap-kubeconfig-" + std::to_string(::getpid());
   ASSERT_TRUE(writeKubeconfig(path, server_->url()).isOk());

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <set>
 
 #include "api/admission.h"
@@ -17,6 +19,7 @@
 #include "api/server/patch.h"
 #include "api/server/request_guard.h"
 #include "common/base64.h"
+#include "common/pod_logs.h"
 #include "common/log.h"
 #include "events/events.h"
 
@@ -269,7 +272,7 @@ struct RestHandler::Query {
 };
 
 struct RestHandler::Target {
-  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling, kMetrics };
+  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling, kMetrics, kLog };
   Kind kind = Kind::kOther;
   std::vector<std::string> segs;
   Query query;
@@ -348,8 +351,8 @@ struct RestHandler::Target {
         if (s.size() == 6) t.kind = Kind::kItem;
       }
     } else if (s.size() == 8 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" &&
-               s[3] == "namespaces" && s[5] == "revisions" && s[7] == "autoscaling") {
-      t.kind = Kind::kAutoscaling;
+               s[3] == "namespaces" && s[5] == "revisions" && (s[7] == "autoscaling" || s[7] == "log")) {
+      t.kind = s[7] == "log" ? Kind::kLog : Kind::kAutoscaling;
       t.info = findPlural("revisions");
       t.ns = s[4];
       t.name = s[6];
@@ -602,6 +605,9 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
       return methodNotAllowed(m);
     case K::kMetrics:
       if (get) return metricsView(t);
+      return methodNotAllowed(m);
+    case K::kLog:
+      if (get) return logView(t);
       return methodNotAllowed(m);
     case K::kOther:
       break;
@@ -1450,6 +1456,44 @@ HttpResponse RestHandler::metricsView(const Target& t) {
   r.body = metricsOfNamespace(policy_.metrics_text(), t.ns);
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   return r;
+}
+
+HttpResponse RestHandler::logView(const Target& t) {
+  if (policy_.pod_data_dir.empty()) {
+    return errorResponse(makeApiError(404, "NotFound", "pod logs are not available: this API server runs no pods"));
+  }
+  auto rev = store_.get({"Revision", t.ns, t.name});
+  if (!rev.isOk()) return errorResponse(errorFromStatus(rev.status(), t.info, t.name));
+  // ?limitBytes= per stream, as kubectl logs --limit-bytes (default 64 KiB, at most 1 MiB).
+  size_t limit = 64 * 1024;
+  std::string text = t.query.get("limitBytes");
+  if (!text.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || end == text.c_str() || *end != '\0' || v <= 0)
+      return errorResponse(badRequestError("limitBytes: invalid value \"" + text + "\": must be a positive integer"));
+    limit = static_cast<size_t>(std::min<long long>(v, 1024 * 1024));
+  }
+  json pods = json::array();
+  for (const PodLogFiles& p : findPodLogs(policy_.pod_data_dir, t.ns, t.name)) {
+    if (p.revision != t.name) continue;
+    json streams = json::array();
+    for (const auto& [stream, path] : {std::pair<const char*, const std::string&>{"stdout", p.stdout_path},
+                                       std::pair<const char*, const std::string&>{"stderr", p.stderr_path}}) {
+      bool truncated = false;
+      auto tail = readLogTail(path, limit, &truncated);
+      json s = {{"stream", stream}, {"truncated", truncated}};
+      if (tail.isOk()) s["text"] = *tail;
+      else s["error"] = tail.status().message();
+      streams.push_back(std::move(s));
+    }
+    pods.push_back({{"name", p.pod}, {"streams", std::move(streams)}});
+  }
+  return jsonResponse(200, {{"kind", "RevisionLog"},
+                            {"apiVersion", "knap.dev/v1"},
+                            {"metadata", {{"name", t.name}, {"namespace", t.ns}}},
+                            {"pods", std::move(pods)}});
 }
 
 std::string metricsOfNamespace(const std::string& text, const std::string& ns) {

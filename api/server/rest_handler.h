@@ -90,6 +90,10 @@ struct RequestPolicy {
   // served per namespace at /apis/knap.dev/v1/namespaces/NS/metrics for the
   // web console. Null: that path answers 404.
   std::function<std::string()> metrics_text;
+  // knapd's data dir, whose pods/ hold the pod logs (common/pod_logs.h),
+  // served at /apis/knap.dev/v1/namespaces/NS/revisions/NAME/log for the web
+  // console. Empty: that path answers 404.
+  std::string pod_data_dir;
 };
 
 // What one watch has told its client: which objects the client holds (they
@@ -164,6 +168,7 @@ class RestHandler {
   HttpResponse deleteCollection(const HttpRequest& req, const Target& t);
   HttpResponse autoscalingView(const Target& t);
   HttpResponse metricsView(const Target& t);
+  HttpResponse logView(const Target& t);
 
   // Shared by create, replace and patch: decode policy, status handling,
   // defaulting, validation, no-op detection, the store write.

@@ -348,6 +348,11 @@ def test_split_edit_router_share_scale_to_zero_and_cold_start(console_serving, b
     print(f"console: router split after the 80/20 edit: {counts}")
     assert 130 <= counts["web-one"] <= 190, counts
 
+    # Live logs of a running pod (the test app logs its start).
+    c.eval("document.querySelector('.rev-panel[data-revision=\"web-one\"] details.logs').open = true; true")
+    c.wait("(document.querySelector('.rev-panel[data-revision=\"web-one\"] details.logs pre') || {}).textContent"
+           "?.includes('knap-testapp: starting')", timeout=30, what="the pod log in the page")
+
     # Idle: both Revisions show scaled to zero; one request shows a cold start.
     c.wait("document.querySelectorAll('.rev-panel.at-zero .badge.zero').length === 2", timeout=150,
            what="both Revisions at zero")

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/pod_logs.h"
+
 #ifdef KNAP_CLI_HAVE_CONTAINERD
 #include "runtime/containerd/image_import.h"
 #endif
@@ -79,16 +81,9 @@ int cmdLogs(const std::vector<std::string>& args) {
   }
   auto collect = [&]() {
     std::map<std::string, std::vector<LogFile>> out;  // by pod id
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(data_dir + "/pods", ec)) {
-      std::ifstream m(e.path() / "meta.json");
-      json meta = json::parse(m, nullptr, false);
-      if (!meta.is_object() || meta.value("namespace", "") != ns) continue;
-      if (meta.value("revision", "") != name && meta.value("service", "") != name) continue;
-      std::string pod = meta.value("pod", e.path().filename().string());
-      for (const char* s : {"stdout", "stderr"}) {
-        out[pod].push_back(LogFile{pod + " " + s, (e.path() / (std::string(s) + ".log")).string(), 0});
-      }
+    for (const PodLogFiles& p : findPodLogs(data_dir, ns, name)) {
+      out[p.pod].push_back(LogFile{p.pod + " stdout", p.stdout_path, 0});
+      out[p.pod].push_back(LogFile{p.pod + " stderr", p.stderr_path, 0});
     }
     return out;
   };
