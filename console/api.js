@@ -15,6 +15,23 @@ export class ApiError extends Error {
   }
 }
 
+// fetch(), tried again (3 times, 250 ms apart) when no answer came at all: the
+// browser aborts requests when the machine's network changes (an address
+// added, as when a pod's interface appears), which is not the API refusing.
+// Every request the console makes may be repeated: reads, reviews, merge
+// patches (the same patch twice is the same object) and PUTs that carry a
+// resourceVersion (a repeat after success is a 409, never a lost update).
+async function fetchRetrying(path, init) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fetch(path, init);
+    } catch (e) {
+      if (attempt >= 3 || (init.signal && init.signal.aborted)) throw e;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+}
+
 export class Api {
   constructor(token) {
     this.token = token || "";
@@ -32,7 +49,7 @@ export class Api {
       init.headers["Content-Type"] = contentType;
       init.body = typeof body === "string" ? body : JSON.stringify(body);
     }
-    const res = await fetch(path, init);
+    const res = await fetchRetrying(path, init);
     const text = await res.text();
     let json = null;
     if (text && (res.headers.get("Content-Type") || "").includes("json")) {

@@ -50,6 +50,12 @@ class Console {
       if (ns) location.hash = `#/ns/${encodeURIComponent(ns)}`;
     });
     window.addEventListener("hashchange", () => this.route());
+    // Leaving the page ends its watches at once, so their connections do not
+    // hold the browser's per-host connection slots the next page needs.
+    window.addEventListener("pagehide", () => this.stopFollowing());
+    window.addEventListener("pageshow", (e) => {
+      if (e.persisted) this.route(true);
+    });
     try {
       this.user = await this.api.whoami();
     } catch (e) {

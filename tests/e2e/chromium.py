@@ -23,7 +23,7 @@ OFFLINE_FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--disable-default-apps", "--disable-domain-reliability", "--disable-client-side-phishing-detection",
     "--disable-breakpad", "--no-pings", "--no-first-run", "--no-default-browser-check", "--metrics-recording-only",
-    "--disable-features=Translate,OptimizationHints,MediaRouter,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
+    "--disable-features=BackForwardCache,Translate,OptimizationHints,MediaRouter,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
 ]
 
 
