@@ -130,13 +130,25 @@ class Console {
     $("services").replaceChildren();
     this.absent.clear();
     this.listed.clear();
-    try {
-      this.canEdit = await this.api.canI("patch", "services", this.ns);
-    } catch (e) {
-      this.canEdit = false;
-    }
-    document.body.dataset.role = this.canEdit ? "edit" : "view";
-    $("role").textContent = this.canEdit ? "edit" : "view";
+    // Edit controls are drawn only once the API said the caller may patch Services.
+    this.canEdit = false;
+    this.reviewed = false;
+    document.body.dataset.role = "view";
+    $("role").textContent = "view";
+    const ns = this.ns;
+    this.api.canI("patch", "services", ns).then((yes) => {
+      if (this.ns !== ns) return;
+      this.reviewed = true;
+      this.schedule();
+      if (!yes) return;
+      this.canEdit = true;
+      document.body.dataset.role = "edit";
+      $("role").textContent = "edit";
+      this.schedule();
+    }, () => {
+      this.reviewed = true;
+      this.schedule();
+    });
     for (const kind of KINDS) {
       const f = new Follower(
         this.api,
@@ -166,6 +178,9 @@ class Console {
     }
     if (state === "error") {
       if (err instanceof ApiError && err.status === 401) return this.showLogin("the API refused the token");
+      // Draw without this kind rather than not at all; it fills in when a retry lists it.
+      this.listed.add(kind);
+      this.schedule();
       this.status(`${kind}: ${err.message} (retrying)`, true);
     }
     if (state === "live") this.status("");
@@ -199,14 +214,20 @@ class Console {
     });
   }
 
+  // The Service's Revisions, newest first, from an index rebuilt once per render.
   revisionsOf(svc) {
-    const out = [];
-    for (const r of this.caches.revisions.values()) {
-      const labels = r.metadata.labels || {};
-      if (labels["serving.knative.dev/service"] === svc) out.push(r);
+    if (!this.revIndex) {
+      this.revIndex = new Map();
+      for (const r of this.caches.revisions.values()) {
+        const owner = (r.metadata.labels || {})["serving.knative.dev/service"];
+        if (!owner) continue;
+        if (!this.revIndex.has(owner)) this.revIndex.set(owner, []);
+        this.revIndex.get(owner).push(r);
+      }
+      for (const list of this.revIndex.values())
+        list.sort((a, b) => (a.metadata.creationTimestamp < b.metadata.creationTimestamp ? 1 : -1));
     }
-    out.sort((a, b) => (a.metadata.creationTimestamp < b.metadata.creationTimestamp ? 1 : -1));
-    return out;
+    return this.revIndex.get(svc) || [];
   }
 
   mappingsOf(svc) {
@@ -226,6 +247,9 @@ class Console {
   }
 
   render() {
+    this.revIndex = null;
+    // The first time, draw once everything is listed (not once per kind).
+    if (this.readyMs === null && !KINDS.every((k) => this.listed.has(k))) return;
     const names = [...this.caches.services.keys()].sort();
     const list = $("services");
     const seen = new Set();
@@ -258,7 +282,7 @@ class Console {
     $("empty").hidden = names.length > 0 || !this.listed.has("services");
     $("count").textContent = `${names.length} Service${names.length === 1 ? "" : "s"}`;
     this.renderDetail();
-    if (this.readyMs === null && KINDS.every((k) => this.listed.has(k))) {
+    if (this.readyMs === null && KINDS.every((k) => this.listed.has(k)) && this.reviewed) {
       this.readyMs = performance.now();
       document.body.dataset.ready = "1";
       window.knapConsoleReadyMs = this.readyMs;
