@@ -316,8 +316,8 @@ class Console {
           edges,
           idle.map((r) => this.edge({ percent: 0 }, r.metadata.name, r, true))),
         h("div", { class: "node route", title: "Route" },
-          h("span", { class: "kind" }, "Route "), route ? route.metadata.name : name,
-          route ? readyBadge(route) : h("span", { class: "muted" }, " (not yet)")),
+          h("span", { class: "kind" }, "Route "), route ? route.metadata.name : name, " ",
+          route ? readyBadge(route) : h("span", { class: "muted" }, "(not yet)")),
         maps.length
           ? h("div", { class: "node dm", title: "DomainMappings" },
             h("span", { class: "kind" }, "DomainMapping "),
