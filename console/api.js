@@ -21,10 +21,11 @@ export class ApiError extends Error {
 // Every request the console makes may be repeated: reads, reviews, merge
 // patches (the same patch twice is the same object) and PUTs that carry a
 // resourceVersion (a repeat after success is a 409, never a lost update).
+// An attempt that has no answer after 10 s is abandoned and tried again too.
 async function fetchRetrying(path, init) {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await fetch(path, init);
+      return await fetch(path, init.signal ? init : { ...init, signal: AbortSignal.timeout(10000) });
     } catch (e) {
       if (attempt >= 3 || (init.signal && init.signal.aborted)) throw e;
       await new Promise((r) => setTimeout(r, 250));

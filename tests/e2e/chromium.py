@@ -161,7 +161,9 @@ class Chromium:
             time.sleep(0.1)
         try:
             state = self.eval("location.href + ' ' + JSON.stringify(document.body ? document.body.dataset : null) + ' '"
-                              " + (document.body ? document.body.innerText.slice(0, 1500) : '')", timeout=5)
+                              " + (document.body ? document.body.innerText.slice(0, 1500) : '') + ' resources: '"
+                              " + performance.getEntriesByType('resource').map(e => e.name.replace(location.origin, '')"
+                              " + '@' + Math.round(e.startTime) + '-' + Math.round(e.responseEnd)).join(' ')", timeout=5)
         except CdpError as e:
             state = repr(e)
         raise AssertionError(f"timed out waiting for {what or expression} (last: {last!r}); page: {state}\n"

@@ -65,12 +65,27 @@ def browser(workdir):
     c.close()
 
 
+def open_console(c, k, path="/ui/"):
+    """Loads the page. Chromium aborts every request in flight when an address appears on the machine (a pod's
+    veth: net::ERR_NETWORK_CHANGED); the page's own API calls are tried again, but a script of the page aborted
+    that way leaves it unstarted, as a user would see it before reloading. So: up to 3 loads."""
+    for attempt in range(3):
+        c.navigate(k.url + path)
+        try:
+            return c.wait("document.body.dataset.view !== 'boot'", timeout=20, what="the page to start")
+        except AssertionError as e:
+            if attempt == 2:
+                raise
+            print(f"console: the page did not start, loading it again: {e}")
+
+
 def sign_in(c, k, token):
-    c.navigate(k.url + "/ui/")
-    c.wait("document.body.dataset.view === 'login'", what="the sign-in form")
+    open_console(c, k)
+    # Generous: the page tries a request again when the browser got no answer (network changes on a busy host).
+    c.wait("document.body.dataset.view === 'login'", timeout=60, what="the sign-in form")
     c.eval(f"document.getElementById('token').value = {json.dumps(token)};"
            "document.getElementById('login-form').requestSubmit(); true")
-    c.wait("document.body.dataset.ready === '1'", what="the console to list the namespace")
+    c.wait("document.body.dataset.ready === '1'", timeout=60, what="the console to list the namespace")
 
 
 def text(c, selector):
@@ -141,8 +156,8 @@ def test_view_role_sees_the_map_without_edit_controls_and_the_api_refuses_its_wr
     k, c = consoled, browser
     create_service(k, "hello")
     # A wrong token is refused at sign-in.
-    c.navigate(k.url + "/ui/")
-    c.wait("document.body.dataset.view === 'login'")
+    open_console(c, k)
+    c.wait("document.body.dataset.view === 'login'", timeout=60)
     c.eval("document.getElementById('token').value = 'wrong-token'; document.getElementById('login-form').requestSubmit(); true")
     c.wait("document.getElementById('login-error').textContent.includes('401')", what="the refusal of a bad token")
 
