@@ -216,6 +216,9 @@ int run(int argc, char** argv) {
   options.unix_socket_path = config.knap.api_socket;
   options.max_body_bytes = config.knap.max_request_body_bytes;
   options.policy = flags.policy;
+  // The web console reads the router's metrics through the API (with the API's auth).
+  options.policy.metrics_text = [&data_plane] { return data_plane.router().renderMetrics(); };
+  options.policy.pod_data_dir = dir;  // the pod logs, <dir>/pods (common/pod_logs.h)
   options.threads = static_cast<int>(config.knap.api_threads);
   options.max_connections = static_cast<size_t>(config.knap.api_max_connections);
   api::KubeconfigCredentials credentials;

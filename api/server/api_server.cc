@@ -281,6 +281,7 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     r.host = std::string(req[http::field::host]);
     r.origin = std::string(req[http::field::origin]);
     r.authorization = std::string(req[http::field::authorization]);
+    r.if_none_match = std::string(req[http::field::if_none_match]);
     r.local_admin = std::is_same_v<Protocol, net::local::stream_protocol>;
     r.cert_user = peer_user_;
     r.body = std::move(req.body());
@@ -787,6 +788,11 @@ Status ApiServer::Impl::makeSslContext() {
     if (ec) return invalidArgument("the API client CA cannot be used: " + ec.message());
     // Ask for a client certificate; a request without one may still bring a token.
     ssl_ctx_->set_verify_mode(net::ssl::verify_peer, ec);
+    // With peer verification OpenSSL refuses to resume a session (a browser's
+    // second connection) unless a session id context is set: an "internal
+    // error" alert instead of the page's scripts.
+    static const unsigned char kSessionContext[] = "knapd-api";
+    SSL_CTX_set_session_id_context(ssl_ctx_->native_handle(), kSessionContext, sizeof kSessionContext - 1);
     BIO* bio = BIO_new_mem_buf(tls.client_ca_pem.data(), static_cast<int>(tls.client_ca_pem.size()));
     if (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
       SSL_CTX_add_client_CA(ssl_ctx_->native_handle(), ca);

@@ -1535,6 +1535,90 @@ TEST_F(ApiServerTest, EffectiveAutoscalingView) {
   expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/nope/autoscaling"), 404, "NotFound");
 }
 
+TEST(MetricsOfNamespace, KeepsOnlyTheNamespacesRevisionsAndTheirFamilyHeaders) {
+  std::string text =
+      "# HELP knap_router_requests_total Requests.\n# TYPE knap_router_requests_total counter\n"
+      "knap_router_requests_total{revision=\"default/a-00001\",code=\"200\"} 3\n"
+      "knap_router_requests_total{revision=\"other/b-00001\",code=\"200\"} 4\n"
+      "knap_router_requests_total{revision=\"defaultx/c-00001\",code=\"200\"} 5\n"
+      "# HELP knap_router_open_connections Open.\n# TYPE knap_router_open_connections gauge\n"
+      "knap_router_open_connections{listener=\"external\"} 1\n"
+      "# HELP knap_cold_start_seconds Cold.\n# TYPE knap_cold_start_seconds histogram\n"
+      "knap_cold_start_seconds_count{path=\"x\\\",revision=\\\"default/\",revision=\"other/d\"} 1\n"
+      "knap_cold_start_seconds_count{revision=\"default/a-00001\",path=\"warm\"} 2\n"
+      "broken{revision=\"default/unterminated\n";
+  EXPECT_EQ(metricsOfNamespace(text, "default"),
+            "# HELP knap_router_requests_total Requests.\n# TYPE knap_router_requests_total counter\n"
+            "knap_router_requests_total{revision=\"default/a-00001\",code=\"200\"} 3\n"
+            "# HELP knap_cold_start_seconds Cold.\n# TYPE knap_cold_start_seconds histogram\n"
+            "knap_cold_start_seconds_count{revision=\"default/a-00001\",path=\"warm\"} 2\n");
+  EXPECT_EQ(metricsOfNamespace(text, "nope"), "");
+}
+
+TEST_F(ApiServerTest, ConsoleFilesAreServedWithStrictHeaders) {
+  auto raw = [&](const std::string& target, const std::string& extra = "") {
+    RawConn c(server_->tcpPort());
+    c.send("GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra + "\r\n");
+    return c.readAll();
+  };
+  std::string index = raw("/ui/");
+  ASSERT_EQ(index.rfind("HTTP/1.1 200", 0), 0u) << index;
+  EXPECT_NE(index.find("Content-Type: text/html; charset=utf-8"), std::string::npos);
+  EXPECT_NE(index.find("Content-Security-Policy: default-src 'none'; script-src 'self';"), std::string::npos);
+  EXPECT_NE(index.find("frame-ancestors 'none'"), std::string::npos);
+  EXPECT_NE(index.find("X-Content-Type-Options: nosniff"), std::string::npos);
+  EXPECT_NE(index.find("Cache-Control: no-cache\r\n"), std::string::npos);
+  size_t src = index.find("/ui/", index.find("<script"));
+  ASSERT_NE(src, std::string::npos) << index;
+  std::string script = index.substr(src, index.find('"', src) - src);  // /ui/<bundle>/app.js
+  std::string js = raw(script);
+  ASSERT_EQ(js.rfind("HTTP/1.1 200", 0), 0u) << script << "\n" << js;
+  EXPECT_NE(js.find("Content-Type: text/javascript; charset=utf-8"), std::string::npos);
+  EXPECT_NE(js.find("Cache-Control: public, max-age=31536000, immutable"), std::string::npos);
+  size_t etag = js.find("ETag: ");
+  ASSERT_NE(etag, std::string::npos);
+  std::string tag = js.substr(etag + 6, js.find("\r\n", etag) - etag - 6);
+  EXPECT_EQ(raw(script, "If-None-Match: W/" + tag + "\r\n").rfind("HTTP/1.1 304", 0), 0u);
+  EXPECT_EQ(raw(script, "If-None-Match: \"other\"\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  std::string moved = raw("/ui");
+  EXPECT_EQ(moved.rfind("HTTP/1.1 301", 0), 0u) << moved;
+  EXPECT_NE(moved.find("Location: /ui/"), std::string::npos);
+  EXPECT_EQ(raw("/ui/0000000000000000/app.js").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_EQ(raw("/ui/../apis").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_EQ(request("DELETE", "/ui/").code, 405);
+  // Without a router the metrics path is a 404 Status.
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/metrics"), 404, "NotFound");
+}
+
+TEST_F(ApiServerTest, RevisionLogViewServesTheTailOfEachPodsStreams) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(::testing::TempDir()) / ("knap-api-logs-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "pods/pod-a");
+  std::ofstream(dir / "pods/pod-a/meta.json") << R"({"pod":"pod-a","namespace":"default","revision":"hello-00001","service":"hello"})";
+  std::ofstream(dir / "pods/pod-a/stdout.log") << "one\ntwo\nthree\n";
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log"), 404, "NotFound");
+  ApiServerOptions opts;
+  opts.policy.pod_data_dir = dir.string();
+  startServer(opts);
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log"), 404, "NotFound");
+  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  Resp r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log");
+  ASSERT_EQ(r.code, 200) << r.body;
+  ASSERT_EQ(r.j["pods"].size(), 1u) << r.body;
+  EXPECT_EQ(r.j["pods"][0]["name"], "pod-a");
+  EXPECT_EQ(r.j["pods"][0]["streams"][0]["stream"], "stdout");
+  EXPECT_EQ(r.j["pods"][0]["streams"][0]["text"], "one\ntwo\nthree\n");
+  EXPECT_EQ(r.j["pods"][0]["streams"][1]["text"], "");  // no stderr.log yet
+  r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=7");
+  EXPECT_EQ(r.j["pods"][0]["streams"][0]["text"], "three\n");
+  EXPECT_EQ(r.j["pods"][0]["streams"][0]["truncated"], true);
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=x"), 400,
+               "BadRequest");
+  EXPECT_EQ(request("DELETE", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log").code, 405);
+  fs::remove_all(dir);
+}
+
 TEST_F(ApiServerTest, WriteKubeconfig) {
   std::string path = ::testing::TempDir() + "knap-kubeconfig-" + std::to_string(::getpid());
   ASSERT_TRUE(writeKubeconfig(path, server_->url()).isOk());
@@ -1639,6 +1723,30 @@ TEST_F(AccessTest, ViewerReadsButCannotWriteAndEditorWrites) {
   Resp status = request("PATCH", path("services", "hello") + "/status", st.dump(), "application/merge-patch+json");
   expectStatus(status, 403, "Forbidden");
   EXPECT_NE(status.j["message"].get<std::string>().find("resource \"services/status\""), std::string::npos);
+}
+
+TEST_F(AccessTest, ConsoleFilesAreOpenAndMetricsNeedARoleInTheNamespace) {
+  EXPECT_EQ(request("GET", "/ui/").code, 200);  // the page holds no data; its API calls authenticate
+  ApiServerOptions opts;
+  auto tokens = TokenFile::parse("view-tok,viewer,1\n", "tokens");
+  ASSERT_TRUE(tokens.isOk());
+  auto access = std::make_shared<AccessControl>();
+  access->tokens = std::move(*tokens);
+  access->bindings = {{"view", false, "viewer", "default"}};
+  opts.policy.access = access;
+  opts.policy.metrics_text = [] {
+    return std::string("knap_router_requests_total{revision=\"default/a-00001\",code=\"200\"} 3\n"
+                       "knap_router_requests_total{revision=\"other/b-00001\",code=\"200\"} 4\n");
+  };
+  startServer(opts);
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/metrics"), 401, "Unauthorized");
+  bearer_ = "view-tok";
+  Resp r = request("GET", "/apis/knap.dev/v1/namespaces/default/metrics");
+  EXPECT_EQ(r.code, 200);
+  EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(r.body, "knap_router_requests_total{revision=\"default/a-00001\",code=\"200\"} 3\n");
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/other/metrics"), 403, "Forbidden");
+  EXPECT_EQ(request("POST", "/apis/knap.dev/v1/namespaces/default/metrics", "{}").code, 403);
 }
 
 TEST_F(AccessTest, SelfSubjectAccessReviewAndSelfSubjectReview) {

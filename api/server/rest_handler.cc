@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <ctime>
 #include <set>
 
@@ -10,6 +12,7 @@
 #include "api/core_objects.h"
 #include "api/effective_config.h"
 #include "api/naming.h"
+#include "api/server/console_handler.h"
 #include "api/server/discovery.h"
 #include "api/server/event_handler.h"
 #include "api/server/k8s_status.h"
@@ -17,6 +20,7 @@
 #include "api/server/patch.h"
 #include "api/server/request_guard.h"
 #include "common/base64.h"
+#include "common/pod_logs.h"
 #include "common/log.h"
 #include "events/events.h"
 
@@ -269,7 +273,7 @@ struct RestHandler::Query {
 };
 
 struct RestHandler::Target {
-  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling };
+  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling, kMetrics, kLog };
   Kind kind = Kind::kOther;
   std::vector<std::string> segs;
   Query query;
@@ -348,11 +352,15 @@ struct RestHandler::Target {
         if (s.size() == 6) t.kind = Kind::kItem;
       }
     } else if (s.size() == 8 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" &&
-               s[3] == "namespaces" && s[5] == "revisions" && s[7] == "autoscaling") {
-      t.kind = Kind::kAutoscaling;
+               s[3] == "namespaces" && s[5] == "revisions" && (s[7] == "autoscaling" || s[7] == "log")) {
+      t.kind = s[7] == "log" ? Kind::kLog : Kind::kAutoscaling;
       t.info = findPlural("revisions");
       t.ns = s[4];
       t.name = s[6];
+    } else if (s.size() == 6 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" && s[3] == "namespaces" &&
+               s[5] == "metrics") {
+      t.kind = Kind::kMetrics;
+      t.ns = s[4];
     }
     return t;
   }
@@ -557,6 +565,9 @@ HttpResponse RestHandler::selfSubjectReview(const UserInfo& user) {
 HttpResponse RestHandler::handle(const HttpRequest& req) {
   if (auto refused = guard(req, policy_)) return *refused;
   try {
+    // The web console's files are public (they carry no data; the page
+    // authenticates its own API calls).
+    if (auto ui = consoleResponse(req)) return *ui;
     Target t = Target::parse(req.target);
     UserInfo user;
     if (auto refused = checkAccess(req, t, false, &user)) return *refused;
@@ -596,6 +607,12 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
       return methodNotAllowed(m);
     case K::kAutoscaling:
       if (get) return autoscalingView(t);
+      return methodNotAllowed(m);
+    case K::kMetrics:
+      if (get) return metricsView(t);
+      return methodNotAllowed(m);
+    case K::kLog:
+      if (get) return logView(t);
       return methodNotAllowed(m);
     case K::kOther:
       break;
@@ -1434,6 +1451,100 @@ HttpResponse RestHandler::autoscalingView(const Target& t) {
                             {"apiVersion", "knap.dev/v1"},
                             {"metadata", {{"name", t.name}, {"namespace", t.ns}}},
                             {"items", items}});
+}
+
+HttpResponse RestHandler::metricsView(const Target& t) {
+  if (!policy_.metrics_text) {
+    return errorResponse(makeApiError(404, "NotFound", "metrics are not available: this API server has no router"));
+  }
+  HttpResponse r;
+  r.body = metricsOfNamespace(policy_.metrics_text(), t.ns);
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return r;
+}
+
+HttpResponse RestHandler::logView(const Target& t) {
+  if (policy_.pod_data_dir.empty()) {
+    return errorResponse(makeApiError(404, "NotFound", "pod logs are not available: this API server runs no pods"));
+  }
+  auto rev = store_.get({"Revision", t.ns, t.name});
+  if (!rev.isOk()) return errorResponse(errorFromStatus(rev.status(), t.info, t.name));
+  // ?limitBytes= per stream, as kubectl logs --limit-bytes (default 64 KiB, at most 1 MiB).
+  size_t limit = 64 * 1024;
+  std::string text = t.query.get("limitBytes");
+  if (!text.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || end == text.c_str() || *end != '\0' || v <= 0)
+      return errorResponse(badRequestError("limitBytes: invalid value \"" + text + "\": must be a positive integer"));
+    limit = static_cast<size_t>(std::min<long long>(v, 1024 * 1024));
+  }
+  json pods = json::array();
+  for (const PodLogFiles& p : findPodLogs(policy_.pod_data_dir, t.ns, t.name)) {
+    if (p.revision != t.name) continue;
+    json streams = json::array();
+    for (const auto& [stream, path] : {std::pair<const char*, const std::string&>{"stdout", p.stdout_path},
+                                       std::pair<const char*, const std::string&>{"stderr", p.stderr_path}}) {
+      bool truncated = false;
+      auto tail = readLogTail(path, limit, &truncated);
+      json s = {{"stream", stream}, {"truncated", truncated}};
+      if (tail.isOk()) s["text"] = *tail;
+      else s["error"] = tail.status().message();
+      streams.push_back(std::move(s));
+    }
+    pods.push_back({{"name", p.pod}, {"streams", std::move(streams)}});
+  }
+  return jsonResponse(200, {{"kind", "RevisionLog"},
+                            {"apiVersion", "knap.dev/v1"},
+                            {"metadata", {{"name", t.name}, {"namespace", t.ns}}},
+                            {"pods", std::move(pods)}});
+}
+
+std::string metricsOfNamespace(const std::string& text, const std::string& ns) {
+  // A label value may hold any character, escaped (\\, \", \n), so the
+  // revision label is found by scanning the label set, not by searching.
+  const std::string want = ns + "/";
+  auto revisionLabelMatches = [&](const std::string& line) {
+    size_t open = line.find('{');
+    if (open == std::string::npos) return false;
+    size_t i = open + 1;
+    while (i < line.size() && line[i] != '}') {
+      size_t eq = line.find('=', i);
+      if (eq == std::string::npos || eq + 1 >= line.size() || line[eq + 1] != '"') return false;
+      std::string name = line.substr(i, eq - i);
+      std::string value;
+      size_t j = eq + 2;
+      for (; j < line.size() && line[j] != '"'; ++j) {
+        if (line[j] == '\\' && j + 1 < line.size()) ++j;
+        value += line[j];
+      }
+      if (j >= line.size()) return false;
+      if (name == "revision") return value.compare(0, want.size(), want) == 0;
+      i = j + 1;
+      if (i < line.size() && line[i] == ',') ++i;
+    }
+    return false;
+  };
+  std::string out;
+  std::string pending;  // the HELP/TYPE lines of the current family, written before its first kept sample
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      if (line.rfind("# HELP ", 0) == 0) pending.clear();
+      pending += line + "\n";
+      continue;
+    }
+    if (!revisionLabelMatches(line)) continue;
+    out += pending;
+    pending.clear();
+    out += line + "\n";
+  }
+  return out;
 }
 
 // ---- watch ----

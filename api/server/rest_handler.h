@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,7 @@ struct HttpRequest {
   std::string host;    // Host header ("" when absent)
   std::string origin;  // Origin header ("" when absent)
   std::string authorization;  // Authorization header ("" when absent)
+  std::string if_none_match;  // If-None-Match header ("" when absent; the console's files)
   // Set by the transport: the caller is the local admin (the root-only unix
   // socket), or a verified client certificate named this user.
   bool local_admin = false;
@@ -84,6 +86,14 @@ struct RequestPolicy {
   // Authentication and authorization (api/server/access.h); null = every
   // caller is the local admin (unit tests, knap.api-insecure-loopback).
   std::shared_ptr<const AccessControl> access;
+  // The router's metrics in Prometheus text (knapd wires Router::renderMetrics);
+  // served per namespace at /apis/knap.dev/v1/namespaces/NS/metrics for the
+  // web console. Null: that path answers 404.
+  std::function<std::string()> metrics_text;
+  // knapd's data dir, whose pods/ hold the pod logs (common/pod_logs.h),
+  // served at /apis/knap.dev/v1/namespaces/NS/revisions/NAME/log for the web
+  // console. Empty: that path answers 404.
+  std::string pod_data_dir;
 };
 
 // What one watch has told its client: which objects the client holds (they
@@ -157,6 +167,8 @@ class RestHandler {
   HttpResponse deleteObject(const HttpRequest& req, const Target& t);
   HttpResponse deleteCollection(const HttpRequest& req, const Target& t);
   HttpResponse autoscalingView(const Target& t);
+  HttpResponse metricsView(const Target& t);
+  HttpResponse logView(const Target& t);
 
   // Shared by create, replace and patch: decode policy, status handling,
   // defaulting, validation, no-op detection, the store write.
@@ -174,6 +186,12 @@ class RestHandler {
   std::mutex rng_mu_;
   std::mt19937 rng_;
 };
+
+// The lines of a Prometheus text exposition that concern namespace `ns`:
+// samples whose revision label is "NS/..." and the HELP/TYPE lines of the
+// families that keep a sample. Other samples (no revision label, other
+// namespaces) are dropped.
+std::string metricsOfNamespace(const std::string& text, const std::string& ns);
 
 // JSON text for the wire: invalid UTF-8 is replaced, never thrown.
 std::string toJsonText(const nlohmann::json& j);

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/pod_logs.h"
+
 #ifdef KNAP_CLI_HAVE_CONTAINERD
 #include "runtime/containerd/image_import.h"
 #endif
@@ -81,31 +83,23 @@ int cmdLogs(const std::vector<std::string>& args) {
   }
   auto collect = [&]() {
     std::map<std::string, std::vector<LogFile>> out;  // by pod id
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(data_dir + "/pods", ec)) {
-      std::ifstream m(e.path() / "meta.json");
-      json meta = json::parse(m, nullptr, false);
-      if (!meta.is_object() || meta.value("namespace", "") != ns) continue;
-      if (meta.value("revision", "") != name && meta.value("service", "") != name) continue;
-      std::string pod = meta.value("pod", e.path().filename().string());
+    for (const PodLogFiles& p : findPodLogs(data_dir, ns, name)) {
       // The serving container logs in the pod directory, sidecars under
       // containers/<name>/ (multi-container pods).
-      std::vector<std::pair<std::string, fs::path>> dirs;
-      const std::string serving = meta.value("container", "");
-      if (container.empty() || all_containers || container == serving) dirs.emplace_back(serving, e.path());
+      std::vector<ContainerLogFiles> chosen;
+      if (container.empty() || all_containers || container == p.container)
+        chosen.push_back({p.container, p.stdout_path, p.stderr_path});
       if (!container.empty() || all_containers) {
-        for (const auto& c : fs::directory_iterator(e.path() / "containers", ec)) {
-          std::string cname = c.path().filename().string();
-          if (all_containers || cname == container) dirs.emplace_back(cname, c.path());
+        for (const ContainerLogFiles& c : p.sidecars) {
+          if (all_containers || c.name == container) chosen.push_back(c);
         }
       }
-      for (const auto& [cname, dir] : dirs) {
-        std::string label = pod + (all_containers && !cname.empty() ? "/" + cname : "");
-        for (const char* s : {"stdout", "stderr"}) {
-          out[pod].push_back(LogFile{label + " " + s, (dir / (std::string(s) + ".log")).string(), 0});
-        }
+      auto& files = out[p.pod];  // the pod exists even when that container does not
+      for (const ContainerLogFiles& c : chosen) {
+        std::string label = p.pod + (all_containers && !c.name.empty() ? "/" + c.name : "");
+        files.push_back(LogFile{label + " stdout", c.stdout_path, 0});
+        files.push_back(LogFile{label + " stderr", c.stderr_path, 0});
       }
-      if (dirs.empty()) out[pod];  // the pod exists, but not that container
     }
     return out;
   };
