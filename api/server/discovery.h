@@ -1,5 +1,6 @@
 // Discovery and OpenAPI documents for serving.knative.dev/v1 (and core/v1's
-// Namespaces, Secrets and ConfigMaps), shaped as
+// Namespaces, Secrets and ConfigMaps, and the DomainMapping and
+// ClusterDomainClaim group versions), shaped as
 // KUBECTL-WIRE §2, §3 and §5 require: /version, /apis, the group, the
 // APIResourceList, and the /openapi/v3 root and group-version documents.
 // Pure functions (documents are built once and cached); thread-safe.
@@ -33,5 +34,13 @@ const nlohmann::json& openApiV3CoreDocument();
 const std::string& openApiV3CoreHash();
 // The /api/v1 APIResourceList entries of namespaces, namespaces/status, secrets, configmaps.
 nlohmann::json coreApiResources();
+
+// The custom-domain kinds' group versions: serving.knative.dev/v1beta1
+// (DomainMapping) and networking.internal.knative.dev/v1alpha1
+// (ClusterDomainClaim). Each returns null for any other group/version.
+const nlohmann::json& networkingGroupDocument();  // /apis/networking.internal.knative.dev
+const nlohmann::json* domainResourceListDocument(const std::string& group, const std::string& version);
+const nlohmann::json* openApiV3DomainDocument(const std::string& group, const std::string& version);
+const std::string* openApiV3DomainHash(const std::string& group, const std::string& version);
 
 }  // namespace knap::api
