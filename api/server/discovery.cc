@@ -6,6 +6,7 @@
 
 #include "api/resources.h"
 #include "api/schema.h"
+#include "api/server/placeholder_kinds.h"
 
 namespace knap::api {
 
@@ -211,6 +212,12 @@ const json& apiGroupListDocument() {
     json groups = json::array({g, n, e});
     for (const char* name : {"authentication.k8s.io", "authorization.k8s.io"}) {
       json r = *reviewGroupDocument(name);
+      r.erase("kind");
+      r.erase("apiVersion");
+      groups.push_back(r);
+    }
+    for (const std::string& name : placeholderGroups()) {
+      json r = *placeholderGroupDocument(name);
       r.erase("kind");
       r.erase("apiVersion");
       groups.push_back(r);

@@ -14,6 +14,7 @@
 #include "api/server/k8s_status.h"
 #include "api/server/managed_fields.h"
 #include "api/server/patch.h"
+#include "api/server/placeholder_kinds.h"
 #include "api/server/request_guard.h"
 #include "common/base64.h"
 #include "common/log.h"
@@ -617,6 +618,7 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
       break;
   }
   if (auto events = handleEventsRequest(store_, clock_, events::kDefaultTtl, req, s, t.query.params)) return *events;
+  if (auto placeholder = handlePlaceholderRequest(m, s, store_.currentResourceVersion())) return *placeholder;
   if (!get) {
     // Every remaining endpoint is read-only; unknown paths are 404 for any method.
     if (s.empty() || s[0] == "version" || s[0] == "apis" || s[0] == "openapi" || s[0] == "api" ||
@@ -644,6 +646,12 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
   if (s.size() == 3 && s[0] == "apis" && s[1] == kGroup && s[2] == kVersion)
     return jsonResponse(200, apiResourceListDocument());
   if (s.size() == 2 && s[0] == "apis" && s[1] == kNetworkingGroup) return jsonResponse(200, networkingGroupDocument());
+  if (s.size() == 2 && s[0] == "apis" && placeholderGroupDocument(s[1]))
+    return jsonResponse(200, *placeholderGroupDocument(s[1]));
+  if (s.size() == 3 && s[0] == "apis" && s[2] == "v1" && placeholderGroupDocument(s[1])) {
+    return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", s[1] + "/v1"},
+                              {"resources", placeholderApiResources(s[1], "v1")}});
+  }
   if (s.size() == 3 && s[0] == "apis" && domainResourceListDocument(s[1], s[2]))
     return jsonResponse(200, *domainResourceListDocument(s[1], s[2]));
   if (s.size() == 1 && s[0] == "api") {
@@ -655,22 +663,9 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
   if (s.size() == 2 && s[0] == "api" && s[1] == "v1") {
     json list = coreApiResources();
     list.push_back(eventsApiResource());
-    list.push_back(coreServicesApiResource());
+    for (const json& r : placeholderApiResources("", "v1")) list.push_back(r);
     return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", "v1"},
                               {"resources", list}});
-  }
-  // Core v1 Services: knapd has none (Knative's placeholder Services do not
-  // exist here), but `kubectl cluster-info` lists them in kube-system.
-  if (s.size() >= 3 && s[0] == "api" && s[1] == "v1" &&
-      ((s.size() == 3 && s[2] == "services") || (s.size() == 5 && s[2] == "namespaces" && s[4] == "services"))) {
-    return jsonResponse(200, {{"kind", "ServiceList"},
-                              {"apiVersion", "v1"},
-                              {"metadata", {{"resourceVersion", std::to_string(store_.currentResourceVersion())}}},
-                              {"items", json::array()}});
-  }
-  if (s.size() == 6 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" && s[4] == "services") {
-    return errorResponse(makeApiError(404, "NotFound", "services \"" + s[5] + "\" not found",
-                                      {{"name", s[5]}, {"kind", "services"}}));
   }
   if (s.size() == 2 && s[0] == "apis" && reviewGroupDocument(s[1])) return jsonResponse(200, *reviewGroupDocument(s[1]));
   if (s.size() == 3 && s[0] == "apis" && s[2] == "v1" && reviewResourceListDocument(s[1]))
