@@ -194,6 +194,7 @@ def test_domain_mapping_routes_its_host_to_the_service(workdir):
         f"  containerd-namespace: {ns}\n"
         f"  bridge-name: {bridge}\n"
         f"  pod-subnet: 10.227.{tag}.0/24\n"
+        "  metrics-listen: 127.0.0.1:0\n"
         "  warm-pool-size: 0\n"))
     try:
         import_testapp(workdir, ns)
