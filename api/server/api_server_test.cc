@@ -282,7 +282,16 @@ TEST_F(ApiServerTest, DiscoveryDocuments) {
   Resp core = request("GET", "/api?timeout=32s");
   EXPECT_EQ(core.code, 200);
   EXPECT_EQ(core.j["kind"], "APIVersions");
-  EXPECT_EQ(request("GET", "/openapi/v2?timeout=32s").code, 404);
+  Resp v2 = request("GET", "/openapi/v2?timeout=32s");
+  EXPECT_EQ(v2.code, 200);
+  EXPECT_EQ(v2.j["swagger"], "2.0");
+  // What kubectl asks for: openapi.v2.Document{swagger: "2.0", info: {title, version}} as protobuf.
+  Resp pb = request("GET", "/openapi/v2?timeout=32s", "", "application/json",
+                    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf");
+  EXPECT_EQ(pb.code, 200);
+  const std::string want_prefix = std::string("\x0a\x03" "2.0" "\x12", 6);
+  EXPECT_EQ(pb.body.substr(0, 6), want_prefix);
+  EXPECT_NE(pb.body.find("knap"), std::string::npos);
   Resp events = request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dhello&limit=500");
   ASSERT_EQ(events.code, 200);
   EXPECT_EQ(events.j["kind"], "EventList");

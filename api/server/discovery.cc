@@ -428,6 +428,44 @@ const std::string* openApiV3DomainHash(const std::string& group, const std::stri
   return d ? &d->hash : nullptr;
 }
 
+namespace {
+
+// Protocol buffers wire format: a length-delimited field (wire type 2).
+void protoVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+}
+void protoBytes(std::string& out, int field, const std::string& bytes) {
+  protoVarint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  protoVarint(out, bytes.size());
+  out += bytes;
+}
+
+}  // namespace
+
+const json& openApiV2Document() {
+  static const json doc = {{"swagger", "2.0"},
+                           {"info", {{"title", "knap"}, {"version", kServerGitVersion}}},
+                           {"paths", json::object()}};
+  return doc;
+}
+
+const std::string& openApiV2Protobuf() {
+  // openapi.v2.Document{swagger = 1, info = 2}; Info{title = 1, version = 2}.
+  static const std::string bytes = [] {
+    std::string info, doc;
+    protoBytes(info, 1, "knap");
+    protoBytes(info, 2, kServerGitVersion);
+    protoBytes(doc, 1, "2.0");
+    protoBytes(doc, 2, info);
+    return doc;
+  }();
+  return bytes;
+}
+
 const std::string& openApiV3Hash() {
   static const std::string hash = [] {
     size_t h = std::hash<std::string>{}(openApiV3GroupVersionDocument().dump());

@@ -32,6 +32,18 @@ const std::string& openApiV3Hash();
 // The same for core/v1 (Namespaces, Secrets, ConfigMaps): /openapi/v3/api/v1.
 const nlohmann::json& openApiV3CoreDocument();
 const std::string& openApiV3CoreHash();
+// /openapi/v2: an OpenAPI v2 (Swagger 2.0) document with no paths and no
+// definitions, as JSON or as the gnostic openapi.v2.Document protobuf
+// (asked for as application/com.github.proto-openapi.spec.v2@v1.0+protobuf,
+// the only form kubectl asks for; answered as application/octet-stream, as
+// kube-apiserver does). kubectl before 1.27 (Debian's 1.20) refuses to apply
+// without one; finding no schema for a kind, it applies with a JSON merge
+// patch and leaves validation to the server, as for a CRD without a schema.
+// The full schemas are in the v3 documents.
+inline constexpr const char* kOpenApiV2Protobuf = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+const nlohmann::json& openApiV2Document();
+const std::string& openApiV2Protobuf();
+
 // The /api/v1 APIResourceList entries of namespaces, namespaces/status, secrets, configmaps.
 nlohmann::json coreApiResources();
 

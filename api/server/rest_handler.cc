@@ -676,6 +676,17 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
                               {"groupVersion", std::string(kEventsGroup) + "/v1"},
                               {"resources", json::array({eventsApiResource()})}});
   }
+  if (s.size() == 2 && s[0] == "openapi" && s[1] == "v2") {
+    if (req.accept.find("protobuf") != std::string::npos) {
+      HttpResponse r;
+      r.body = openApiV2Protobuf();
+      // As kube-apiserver: the media type kubectl asked for does not parse as
+      // a MIME type in Go's mime package (the '@').
+      r.content_type = "application/octet-stream";
+      return r;
+    }
+    return jsonResponse(200, openApiV2Document());
+  }
   if (s.size() == 2 && s[0] == "openapi" && s[1] == "v3") return jsonResponse(200, openApiV3RootDocument());
   if (s.size() == 4 && s[0] == "openapi" && s[1] == "v3" && s[2] == "api" && s[3] == "v1") {
     HttpResponse r = jsonResponse(200, openApiV3CoreDocument());
