@@ -195,6 +195,15 @@ void setDefaults(const std::string& kind, json& obj, const Config& config) {
   }
   if (!has(obj, "spec") || !obj["spec"].is_object()) return;  // validation reports the missing spec
   json& spec = obj["spec"];
+  if (kind == "DomainMapping") {
+    // KReference.SetDefaults: a ref without a namespace is in the parent's.
+    const json& meta = obj.value("metadata", json::object());
+    if (has(spec, "ref") && spec["ref"].is_object() && meta.is_object() && meta.contains("namespace") &&
+        meta["namespace"].is_string() &&
+        (!spec["ref"].contains("namespace") || spec["ref"]["namespace"] == "" || spec["ref"]["namespace"].is_null()))
+      spec["ref"]["namespace"] = meta["namespace"];
+    return;
+  }
   if (kind == "Service") {
     defaultTemplate(spec, config, name);
     defaultTraffic(spec, /*service_context=*/true);

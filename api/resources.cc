@@ -45,10 +45,42 @@ const ResourceInfo* findCoreResource(std::string_view plural) {
   return nullptr;
 }
 
+const std::vector<ResourceInfo>& domainResources() {
+  static const std::vector<ResourceInfo> kDomain = [] {
+    std::vector<ResourceInfo> v = {
+        {"DomainMapping", "domainmappings", "domainmapping", {"dm"}, true},
+        {"ClusterDomainClaim", "clusterdomainclaims", "clusterdomainclaim", {"cdc"}, true},
+    };
+    v[0].version = std::string(kDomainMappingVersion);
+    v[1].group = std::string(kNetworkingGroup);
+    v[1].version = std::string(kNetworkingVersion);
+    v[1].namespaced = false;
+    v[1].has_status = false;
+    return v;
+  }();
+  return kDomain;
+}
+
+const ResourceInfo* findApiResource(std::string_view group, std::string_view version, std::string_view plural) {
+  for (const auto* list : {&resources(), &coreResources(), &domainResources()})
+    for (const auto& r : *list)
+      if (r.group == group && r.version == version && r.plural == plural) return &r;
+  return nullptr;
+}
+
+const ResourceInfo* findKind(std::string_view kind) {
+  for (const auto* list : {&resources(), &coreResources(), &domainResources()})
+    for (const auto& r : *list)
+      if (r.kind == kind) return &r;
+  return nullptr;
+}
+
 std::vector<const ResourceInfo*> namespacedResources() {
   std::vector<const ResourceInfo*> out;
   for (const auto& r : resources()) out.push_back(&r);
   for (const auto& r : coreResources())
+    if (r.namespaced) out.push_back(&r);
+  for (const auto& r : domainResources())
     if (r.namespaced) out.push_back(&r);
   return out;
 }

@@ -1,6 +1,8 @@
-// The resource kinds knapd serves: the four serving.knative.dev/v1 kinds and
-// the core/v1 Namespaces, Secrets and ConfigMaps; and the well-known label and
-// annotation keys. Plain data; thread-safe.
+// The resource kinds knapd serves: the four serving.knative.dev/v1 kinds,
+// the core/v1 Namespaces, Secrets and ConfigMaps, and the custom-domain kinds
+// (serving.knative.dev/v1beta1 DomainMapping, networking.internal.knative.dev/
+// v1alpha1 ClusterDomainClaim); and the well-known label and annotation keys.
+// Plain data; thread-safe.
 #pragma once
 
 #include <string>
@@ -12,6 +14,9 @@ namespace knap::api {
 inline constexpr std::string_view kGroup = "serving.knative.dev";
 inline constexpr std::string_view kVersion = "v1";
 inline constexpr std::string_view kApiVersion = "serving.knative.dev/v1";
+inline constexpr std::string_view kDomainMappingVersion = "v1beta1";  // of serving.knative.dev
+inline constexpr std::string_view kNetworkingGroup = "networking.internal.knative.dev";
+inline constexpr std::string_view kNetworkingVersion = "v1alpha1";
 
 struct ResourceInfo {
   std::string kind;       // "Service"
@@ -37,6 +42,14 @@ const ResourceInfo* findResource(std::string_view name);
 const std::vector<ResourceInfo>& coreResources();
 // A core kind by plural ("secrets"); nullptr if unknown.
 const ResourceInfo* findCoreResource(std::string_view plural);
+// DomainMapping (serving.knative.dev/v1beta1, namespaced) and
+// ClusterDomainClaim (networking.internal.knative.dev/v1alpha1, cluster-scoped).
+const std::vector<ResourceInfo>& domainResources();
+// Any served kind by its group, version and plural ("" group: core/v1);
+// nullptr if unknown.
+const ResourceInfo* findApiResource(std::string_view group, std::string_view version, std::string_view plural);
+// Any served kind by kind name ("DomainMapping"); nullptr if unknown.
+const ResourceInfo* findKind(std::string_view kind);
 // Every kind above that is namespaced (the kinds a namespace holds, besides Events).
 std::vector<const ResourceInfo*> namespacedResources();
 

@@ -398,6 +398,14 @@ const std::map<std::string, Node>& kinds() {
                                                      {"desiredReplicas", integer()}}));
     m["Route"] = topLevel(obj({{"traffic", traffic}}),
                           status({{"url", str()}, {"address", addressable()}, {"traffic", traffic}}));
+    // serving.knative.dev/v1beta1 DomainMapping and its cluster-wide claim
+    // (api/domain_objects.h validates them).
+    Node kref = obj({{"kind", str()}, {"namespace", str()}, {"name", str()}, {"apiVersion", str()},
+                     {"group", str()}, {"address", str()}});
+    m["DomainMapping"] = topLevel(obj({{"ref", kref}, {"tls", obj({{"secretName", str()}})}}),
+                                  status({{"url", str()}, {"address", addressable()}}));
+    m["ClusterDomainClaim"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", objectMeta()},
+                                   {"spec", obj({{"namespace", str()}})}});
     // core/v1 (api/core_objects.h validates them).
     Node meta_fields = objectMeta();
     m["Secret"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", meta_fields}, {"data", stringMap()},
@@ -556,8 +564,11 @@ json openApiSchema(const std::string& kind) {
   if (node == nullptr) return json();
   json schema = toOpenApi(*node);
   bool core = kind == "Secret" || kind == "ConfigMap" || kind == "Namespace";
+  std::string group = core ? "" : "serving.knative.dev", version = "v1";
+  if (kind == "DomainMapping") version = "v1beta1";
+  if (kind == "ClusterDomainClaim") group = "networking.internal.knative.dev", version = "v1alpha1";
   schema["x-kubernetes-group-version-kind"] =
-      json::array({{{"group", core ? "" : "serving.knative.dev"}, {"version", "v1"}, {"kind", kind}}});
+      json::array({{{"group", group}, {"version", version}, {"kind", kind}}});
   return schema;
 }
 

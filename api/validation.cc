@@ -1256,10 +1256,97 @@ bool isOwned(const json& meta) {
   return !arr(meta, "ownerReferences").empty();
 }
 
+// k8s.io/apimachinery IsFullyQualifiedDomainName's complaints about `name`,
+// in its ToAggregate() wording; "" when valid.
+std::string fqdnProblem(std::string name) {
+  if (!name.empty() && name.back() == '.') name.pop_back();
+  auto invalid = [](const std::string& v, const std::string& why) {
+    return "name: Invalid value: \"" + v + "\": " + why;
+  };
+  if (!isDns1123Subdomain(name)) {
+    return invalid(name, name.size() > 253 ? "must be no more than 253 characters"
+                                          : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                                            "characters, '-' or '.', and must start and end with an alphanumeric "
+                                            "character (e.g. 'example.com')");
+  }
+  if (name.find('.') == std::string::npos)
+    return invalid(name, "should be a domain with at least two segments separated by dots");
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t dot = name.find('.', start);
+    std::string label = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (label.size() > 63) return invalid(label, "must be no more than 63 characters");
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return "";
+}
+
+// serving.knative.dev/v1beta1 DomainMapping (Knative's DomainMapping.Validate):
+// the name is the mapped domain, a fully qualified domain name outside the
+// cluster-local domain; generateName is refused; spec.ref is a KReference in
+// the DomainMapping's own namespace; spec.tls needs a secretName.
+void validateDomainMapping(const json& obj, const json* old, Errors& errs) {
+  const json& meta = objOrEmpty(obj, "metadata");
+  if (!str(meta, "generateName").empty()) errs.disallowed("metadata.generateName");
+  std::string name = str(meta, "name");
+  if (name.empty()) {
+    errs.missing("metadata.name");
+  } else {
+    if (std::string why = fqdnProblem(name); !why.empty())
+      errs.add("metadata.name", "invalid name \"" + name + "\": " + why);
+    const std::string local = "cluster.local";
+    if (name.size() > local.size() && name.compare(name.size() - local.size() - 1, std::string::npos,
+                                                   "." + local) == 0) {
+      errs.add("metadata.name", "invalid name \"" + name +
+                                    "\": must not be a subdomain of cluster local domain \"" + local + "\"");
+    }
+  }
+  validateLabelsAndAnnotations(meta, "metadata", errs);
+  const json& spec = get(obj, "spec");
+  if (!spec.is_object()) {
+    errs.missing("spec.ref.apiVersion");
+    errs.missing("spec.ref.kind");
+    errs.missing("spec.ref.name");
+  } else {
+    const json& ref = objOrEmpty(spec, "ref");
+    for (const char* f : {"apiVersion", "kind", "name"}) {
+      if (str(ref, f).empty()) errs.missing(std::string("spec.ref.") + f);
+    }
+    std::string ns = str(meta, "namespace"), ref_ns = str(ref, "namespace");
+    if (!ns.empty() && !ref_ns.empty() && ns != ref_ns) {
+      errs.add("spec.ref.namespace", "mismatched namespaces: parent namespace: \"" + ns +
+                                         "\" does not match ref: \"" + ref_ns + "\"");
+    }
+    if (has(spec, "tls") && !get(spec, "tls").is_null() && str(get(spec, "tls"), "secretName").empty())
+      errs.missing("spec.tls.secretName");
+  }
+  if (old != nullptr) validateCreatorAndModifier(obj, *old, errs);
+}
+
+// networking.internal.knative.dev/v1alpha1 ClusterDomainClaim: the name is the
+// claimed domain, spec.namespace the namespace whose DomainMappings may use it.
+void validateClusterDomainClaim(const json& obj, Errors& errs) {
+  const json& meta = objOrEmpty(obj, "metadata");
+  std::string name = str(meta, "name");
+  if (!name.empty()) {
+    if (std::string why = fqdnProblem(name); !why.empty())
+      errs.add("metadata.name", "invalid name \"" + name + "\": " + why);
+  }
+  validateLabelsAndAnnotations(meta, "metadata", errs);
+  std::string ns = str(objOrEmpty(obj, "spec"), "namespace");
+  if (ns.empty()) {
+    errs.missing("spec.namespace");
+  } else if (!isDns1123Label(ns)) {
+    errs.add("spec.namespace", "not a namespace name: \"" + ns + "\": a DNS-1123 label is required");
+  }
+}
+
 Status toStatus(const std::string& kind, const json& obj, Errors& errs) {
   if (errs.empty()) return Status::ok();
   std::string name = str(objOrEmpty(obj, "metadata"), "name");
-  std::string msg = kind + ".serving.knative.dev \"" + name + "\" is invalid: ";
+  std::string group = kind == "ClusterDomainClaim" ? std::string(kNetworkingGroup) : std::string(kGroup);
+  std::string msg = kind + "." + group + " \"" + name + "\" is invalid: ";
   for (size_t i = 0; i < errs.list().size(); ++i) {
     if (i > 0) msg += "; ";
     msg += errs.list()[i].field + ": " + errs.list()[i].message;
@@ -1272,6 +1359,12 @@ Status toStatus(const std::string& kind, const json& obj, Errors& errs) {
 Status validate(const std::string& kind, const json& obj, const json* old, Operation op,
                 const Config& config) {
   Errors errs;
+  if (kind == "DomainMapping" || kind == "ClusterDomainClaim") {
+    if (!obj.is_object()) return invalidArgument(kind + ": the object must be a JSON object");
+    if (kind == "DomainMapping") validateDomainMapping(obj, op == Operation::kUpdate ? old : nullptr, errs);
+    else validateClusterDomainClaim(obj, errs);
+    return toStatus(kind, obj, errs);
+  }
   if (kind != "Service" && kind != "Configuration" && kind != "Revision" && kind != "Route") {
     return invalidArgument("unknown kind \"" + kind + "\"");
   }

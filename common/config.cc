@@ -592,7 +592,9 @@ SectionSpec networkSpec(NetworkConfig& c) {
   s.keys["system-internal-tls"] = other("system-internal-tls", enabledDisabled);
   s.keys["internal-encryption"] =
       other("internal-encryption", boolean);  // former name of system-internal-tls
-  s.keys["autocreate-cluster-domain-claims"] = other("autocreate-cluster-domain-claims", boolean);
+  s.keys["autocreate-cluster-domain-claims"] = [&c](const std::string& v) {
+    return parseBool(v, &c.autocreate_cluster_domain_claims);
+  };
   s.keys["enable-mesh-pod-addressability"] = other("enable-mesh-pod-addressability", boolean);
   s.keys["mesh-compatibility-mode"] =
       other("mesh-compatibility-mode", [](const std::string& v, std::string* out) {

@@ -77,6 +77,9 @@ struct NetworkConfig {
   std::string http_protocol = "Enabled";
   Seconds rollout_duration{0};
   std::string ingress_class = "knap";
+  // A DomainMapping creates its ClusterDomainClaim when none exists. knap's
+  // default is true (one machine, one operator); Knative's is false.
+  bool autocreate_cluster_domain_claims = true;
   std::map<std::string, std::string> other;  // accepted Knative keys knap does not act on
   bool operator==(const NetworkConfig&) const = default;
 };

@@ -186,7 +186,7 @@ INSTANTIATE_TEST_SUITE_P(
                  CHECK(c.network.other.at("external-domain-tls") == "Disabled" &&
                        c.network.other.at("certificate-class") ==
                            "cert-manager.certificate.networking.knative.dev" &&
-                       c.network.other.size() == 8)},
+                       !c.network.autocreate_cluster_domain_claims && c.network.other.size() == 7)},
         // domain
         GoodCase{
             "DomainsReplaceDefault",

@@ -6,7 +6,8 @@
 namespace knap::controller {
 
 namespace {
-constexpr const char* kKinds[] = {"Service", "Configuration", "Revision", "Route"};
+constexpr const char* kKinds[] = {"Service", "Configuration", "Revision", "Route", "DomainMapping",
+                                   "ClusterDomainClaim"};
 
 bool isKnownKind(const std::string& kind) {
   for (const char* k : kKinds) {
@@ -93,6 +94,14 @@ void Controller::onStoreEvent(const store::Event& event) {
   if (const json* ref = controllerRefOf(event.object.body); ref != nullptr) {
     enqueue(store::Key{ref->value("kind", ""), key.ns, ref->value("name", "")});
   }
+  // DomainMappings follow their target (a Service's Route has its name) and
+  // their domain's claim; a deleted mapping frees the domain for the others.
+  if (key.kind == "Service" || key.kind == "Route") {
+    for (const store::Key& dm : cache_.domainMappingsTargeting(key.ns, key.name)) enqueue(dm);
+  }
+  if (key.kind == "ClusterDomainClaim" || key.kind == "DomainMapping") {
+    for (const store::Key& dm : cache_.domainMappingsNamed(key.name)) enqueue(dm);
+  }
 }
 
 Status Controller::dispatch(const store::Key& key) {
@@ -100,7 +109,8 @@ Status Controller::dispatch(const store::Key& key) {
   if (key.kind == "Configuration") return reconcilers_.reconcileConfiguration(key);
   if (key.kind == "Revision") return reconcilers_.reconcileRevision(key);
   if (key.kind == "Route") return reconcilers_.reconcileRoute(key);
-  return Status::ok();
+  if (key.kind == "DomainMapping") return reconcilers_.reconcileDomainMapping(key);
+  return Status::ok();  // ClusterDomainClaim: only fans out to its DomainMappings
 }
 
 Status Controller::process(const store::Key& key) {

@@ -1,5 +1,5 @@
 // Controller: runs the Knative reconcilers (Service, Configuration, Revision,
-// Route) that need no pods, on one worker thread fed by a rate-limited work
+// Route, DomainMapping) that need no pods, on one worker thread fed by a rate-limited work
 // queue of store keys (controller/work_queue.h), reading related objects from
 // an ObjectCache fed by the same store events (controller/object_cache.h).
 //
@@ -8,6 +8,9 @@
 //     owner (ownerReferences), so children's status reaches the parent;
 //   - after a Configuration or Revision is reconciled, the Routes that
 //     reference it (by spec or status traffic, or its routes annotation);
+//   - a Service or Route event, the DomainMappings that target it; a
+//     ClusterDomainClaim or DomainMapping event, the DomainMappings of that
+//     domain in every namespace;
 //   - RevisionBackend::setOnChange enqueues that Revision;
 //   - enqueueAll() (start-up resync; the daemon calls it hourly so time-based
 //     revision GC gets re-evaluated) queues every object in the resync lane,
@@ -66,8 +69,8 @@ class Controller {
   // Stops and joins the worker; queued keys stay queued. Idempotent.
   void stop();
 
-  // Queues one key (kind Service, Configuration, Revision or Route; others are
-  // ignored). A key already waiting is not queued twice.
+  // Queues one key (kind Service, Configuration, Revision, Route,
+  // DomainMapping or ClusterDomainClaim; others are ignored). A key already waiting is not queued twice.
   void enqueue(const store::Key& key);
   // Queues every Service, Configuration, Revision and Route in the store
   // (resync lane) and refreshes the cache from the same lists. A failing

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "controller/domain_mappings.h"
 #include "controller/object_util.h"
 #include "controller/route_urls.h"
 #include "store/sqlite_store.h"
@@ -948,7 +949,7 @@ TEST_F(ControllerTest, AChangeReadsNoListAndARestartListsEachKindOnce) {
   ctl_->enqueueAll();
   settle();
   EXPECT_EQ(store_->currentResourceVersion(), rv) << "a restart rewrites nothing";
-  EXPECT_EQ(faulty_->lists, 8) << "4 kinds listed by the cache, 4 by the resync";
+  EXPECT_EQ(faulty_->lists, 12) << "6 kinds listed by the cache, 6 by the resync";
   // One get per reconciled key plus the few children each reads: linear.
   EXPECT_LT(faulty_->gets, 30 * 4 * 4);
 }
@@ -963,6 +964,110 @@ TEST_F(ControllerTest, DeletingARouteReleasesOnlyTheRevisionsItAnnotated) {
   EXPECT_EQ(annotationOf(get("Revision", "b-00001"), "serving.knative.dev/routes"), "b");
   EXPECT_EQ(annotationOf(get("Revision", "a-00001"), "serving.knative.dev/routes"), "a");
   EXPECT_EQ(labelOf(get("Revision", "a-00001"), "serving.knative.dev/routingState"), "active");
+}
+
+// ------------------------------------------------------------ DomainMapping
+
+json domainMappingBody(const std::string& domain, const std::string& ns, const std::string& target) {
+  return json{{"apiVersion", "serving.knative.dev/v1beta1"},
+              {"kind", "DomainMapping"},
+              {"metadata", {{"name", domain}, {"namespace", ns}, {"generation", 1}}},
+              {"spec",
+               {{"ref", {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"}, {"name", target},
+                         {"namespace", ns}}}}}};
+}
+
+TEST_F(ControllerTest, DomainMappingTakesTheClaimAndFollowsItsService) {
+  createReadyService("hello");
+  ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "app.example.org"},
+                             domainMappingBody("app.example.org", kNs, "hello")).isOk());
+  settle();
+  json dm = get("DomainMapping", "app.example.org");
+  EXPECT_EQ(dm["status"]["url"], "http://app.example.org");
+  EXPECT_EQ(dm["status"]["address"]["url"], "http://app.example.org");
+  EXPECT_EQ(dm["status"]["observedGeneration"], 1);
+  for (const char* c : {"DomainClaimed", "ReferenceResolved", "IngressReady", "CertificateProvisioned", "Ready"})
+    EXPECT_EQ(cond(dm, c).status, "True") << c << " " << dm["status"].dump();
+  auto claim = store_->get(Key{"ClusterDomainClaim", "", "app.example.org"});
+  ASSERT_TRUE(claim.isOk());
+  EXPECT_EQ(claim->body["spec"]["namespace"], kNs);
+
+  // The router's entry: the Service's Route main split.
+  std::vector<json> routes = {get("Route", "hello")};
+  auto targets = domainTargets(config_, {dm}, routes);
+  ASSERT_EQ(targets.size(), 1u);
+  EXPECT_EQ(targets[0].host, "app.example.org");
+  EXPECT_EQ(targets[0].route, "hello");
+  ASSERT_EQ(targets[0].split.revisions.size(), 1u);
+  EXPECT_EQ(targets[0].split.revisions[0].revision, "hello-00001");
+
+  // Deleting the Service: the reference no longer resolves.
+  remove("Service", "hello");
+  remove("Route", "hello");
+  settle();
+  dm = get("DomainMapping", "app.example.org");
+  EXPECT_EQ(cond(dm, "ReferenceResolved").status, "False");
+  EXPECT_EQ(cond(dm, "ReferenceResolved").reason, "ResolveFailed");
+  EXPECT_NE(cond(dm, "ReferenceResolved").message.find("services.serving.knative.dev \"hello\" not found"),
+            std::string::npos);
+  EXPECT_EQ(cond(dm, "Ready").status, "False");
+  EXPECT_TRUE(domainTargets(config_, {dm}, {}).empty());
+
+  // Deleting the mapping releases the claim.
+  remove("DomainMapping", "app.example.org");
+  settle();
+  EXPECT_FALSE(store_->get(Key{"ClusterDomainClaim", "", "app.example.org"}).isOk());
+}
+
+TEST_F(ControllerTest, SecondNamespaceGetsDomainAlreadyClaimedUntilTheFirstGoes) {
+  createReadyService("hello");
+  ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "app.example.org"},
+                             domainMappingBody("app.example.org", kNs, "hello")).isOk());
+  settle();
+  ASSERT_TRUE(store_->create(Key{"DomainMapping", "other", "app.example.org"},
+                             domainMappingBody("app.example.org", "other", "hello")).isOk());
+  settle();
+  auto other = store_->get(Key{"DomainMapping", "other", "app.example.org"});
+  ASSERT_TRUE(other.isOk());
+  EXPECT_EQ(cond(other->body, "DomainClaimed").status, "False");
+  EXPECT_EQ(cond(other->body, "DomainClaimed").reason, "DomainAlreadyClaimed");
+  EXPECT_EQ(cond(other->body, "DomainClaimed").message, "The domain name is already in use by another DomainMapping");
+  EXPECT_EQ(cond(other->body, "Ready").reason, "DomainAlreadyClaimed");
+  // Only the holder gets a router entry.
+  auto targets = domainTargets(config_, {get("DomainMapping", "app.example.org"), other->body}, {get("Route", "hello")});
+  ASSERT_EQ(targets.size(), 1u);
+  EXPECT_EQ(targets[0].ns, kNs);
+
+  remove("DomainMapping", "app.example.org");
+  settle();
+  auto claim = store_->get(Key{"ClusterDomainClaim", "", "app.example.org"});
+  ASSERT_TRUE(claim.isOk());
+  EXPECT_EQ(claim->body["spec"]["namespace"], "other");
+  other = store_->get(Key{"DomainMapping", "other", "app.example.org"});
+  EXPECT_EQ(cond(other->body, "DomainClaimed").status, "True");
+  // No Service "hello" in "other": the reference does not resolve there.
+  EXPECT_EQ(cond(other->body, "ReferenceResolved").status, "False");
+}
+
+TEST_F(ControllerTest, WithoutAutocreateADomainMappingNeedsAClaim) {
+  config_.network.autocreate_cluster_domain_claims = false;
+  makeController();
+  createReadyService("hello");
+  ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "app.example.org"},
+                             domainMappingBody("app.example.org", kNs, "hello")).isOk());
+  settle();
+  EXPECT_EQ(cond(get("DomainMapping", "app.example.org"), "DomainClaimed").status, "False");
+  EXPECT_FALSE(store_->get(Key{"ClusterDomainClaim", "", "app.example.org"}).isOk());
+  ASSERT_TRUE(store_->create(Key{"ClusterDomainClaim", "", "app.example.org"},
+                             json{{"apiVersion", "networking.internal.knative.dev/v1alpha1"},
+                                  {"kind", "ClusterDomainClaim"},
+                                  {"metadata", {{"name", "app.example.org"}}},
+                                  {"spec", {{"namespace", kNs}}}}).isOk());
+  settle();
+  EXPECT_EQ(ready(get("DomainMapping", "app.example.org")), "True");
+  remove("DomainMapping", "app.example.org");
+  settle();
+  EXPECT_TRUE(store_->get(Key{"ClusterDomainClaim", "", "app.example.org"}).isOk());  // the operator's to delete
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "api/resources.h"
+#include "controller/domain_mappings.h"
 #include "controller/object_util.h"
 
 namespace knap::controller {
@@ -68,6 +69,11 @@ std::vector<std::string> ObjectCache::indexKeysOf(const Object& o) const {
     trafficNames(field(o.body, "status", "traffic"), nullptr, &revisions);
     for (const std::string& c : configs) out.push_back(indexKey({"route-ref", k.ns, "Configuration", c}));
     for (const std::string& r : revisions) out.push_back(indexKey({"route-ref", k.ns, "Revision", r}));
+  }
+  if (k.kind == "DomainMapping") {
+    out.push_back(indexKey({"dm-name", k.name}));
+    std::string route = domainMappingRoute(o.body);
+    if (!route.empty()) out.push_back(indexKey({"dm-route", k.ns, route}));
   }
   return out;
 }
@@ -184,6 +190,20 @@ std::vector<Object> ObjectCache::annotatedWith(const std::string& kind, const st
   for (const std::string& id : idsAtLocked(indexKey({"annotated", kind, ns, route}))) {
     out.push_back(objects_.at(id).object);
   }
+  return out;
+}
+
+std::vector<Key> ObjectCache::domainMappingsNamed(const std::string& name) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Key> out;
+  for (const std::string& id : idsAtLocked(indexKey({"dm-name", name}))) out.push_back(objects_.at(id).object.key);
+  return out;
+}
+
+std::vector<Key> ObjectCache::domainMappingsTargeting(const std::string& ns, const std::string& route) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Key> out;
+  for (const std::string& id : idsAtLocked(indexKey({"dm-route", ns, route}))) out.push_back(objects_.at(id).object.key);
   return out;
 }
 

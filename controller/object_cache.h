@@ -1,5 +1,6 @@
 // ObjectCache: the controller's informer — an in-memory copy of the
-// Services, Configurations, Revisions and Routes, fed by committed store
+// Services, Configurations, Revisions, Routes, DomainMappings and
+// ClusterDomainClaims (the kinds it is given), fed by committed store
 // events and primed once by listing, with the indexes the reconcilers need so
 // that no reconcile lists (and parses) every object of a kind:
 //   - revisionsOf(ns, configuration): Revisions labelled
@@ -8,7 +9,10 @@
 //     Configuration (configurationName) or Revision (revisionName), or whose
 //     status.traffic names that Revision;
 //   - annotatedWith(kind, ns, route): Configurations or Revisions whose
-//     serving.knative.dev/routes annotation lists the Route.
+//     serving.knative.dev/routes annotation lists the Route;
+//   - domainMappingsNamed(name) / domainMappingsTargeting(ns, route):
+//     DomainMappings of that domain in any namespace / whose spec.ref routes
+//     to that Route (controller/domain_mappings.h).
 //
 // Events from concurrent writers may reach apply() out of order: an object is
 // replaced only by a higher resourceVersion, and a deletion leaves a tombstone
@@ -54,6 +58,8 @@ class ObjectCache {
                                             const std::string& name) const;
   std::vector<store::Object> annotatedWith(const std::string& kind, const std::string& ns,
                                            const std::string& route) const;
+  std::vector<store::Key> domainMappingsNamed(const std::string& name) const;
+  std::vector<store::Key> domainMappingsTargeting(const std::string& ns, const std::string& route) const;
   size_t size() const;
 
  private:

@@ -6,6 +6,7 @@
 #include "api/naming.h"
 #include "api/resources.h"
 #include "common/log.h"
+#include "controller/domain_mappings.h"
 #include "controller/object_util.h"
 #include "controller/revision_gc.h"
 #include "controller/route_urls.h"
@@ -627,6 +628,116 @@ Status Reconcilers::reconcileRoute(const Key& key) {
   json desired = r;
   desired["status"] = st;
   return writeIfChanged(route, desired).status();
+}
+
+// ---------------------------------------------------------------- DomainMapping
+
+Status Reconcilers::reconcileDomainMapping(const Key& key) {
+  const Key claim_key{"ClusterDomainClaim", "", key.name};
+  auto got = store_.get(key);
+  if (!got.isOk()) {
+    if (!isNotFound(got.status())) return got.status();
+    // Deleted: release the claim this namespace holds (only claims knap
+    // creates are knap's to delete).
+    if (!config_.network.autocreate_cluster_domain_claims) return Status::ok();
+    auto claim = store_.get(claim_key);
+    if (!claim.isOk()) return isNotFound(claim.status()) ? Status::ok() : claim.status();
+    const json& holder = specAt(claim->body, "namespace");
+    if (!holder.is_string() || holder.get<std::string>() != key.ns) return Status::ok();
+    LOG(INFO) << "controller: releasing " << claim_key.toString() << " (" << key.toString() << " was deleted)";
+    auto removed = store_.remove(claim_key);
+    return removed.isOk() || isNotFound(removed.status()) ? Status::ok() : removed.status();
+  }
+  const Object dm = std::move(got).value();
+  const json& d = dm.body;
+  const json& old_status = statusOf(d);
+  json st = json::object();
+  if (old_status.contains("annotations")) st["annotations"] = old_status["annotations"];
+  const bool external_tls = specAt(d, "tls").is_object();
+  const std::string url = (external_tls ? "https" : config_.network.default_external_scheme) + "://" + key.name;
+  st["url"] = url;
+  st["address"] = {{"url", url}};
+
+  // The claim: the domain is this namespace's, or another's.
+  ConditionState claimed = conditionTrue();
+  auto claim = store_.get(claim_key);
+  if (!claim.isOk() && !isNotFound(claim.status())) return claim.status();
+  if (!claim.isOk()) {
+    if (config_.network.autocreate_cluster_domain_claims) {
+      json body = {{"apiVersion", std::string(api::kNetworkingGroup) + "/" + std::string(api::kNetworkingVersion)},
+                   {"kind", "ClusterDomainClaim"},
+                   {"metadata", {{"name", key.name}}},
+                   {"spec", {{"namespace", key.ns}}}};
+      LOG(INFO) << "controller: creating " << claim_key.toString() << " for " << key.toString();
+      KNAP_RETURN_IF_ERROR(createOrConflict(store_, claim_key, body).status());
+    } else {
+      claimed = conditionFalse("DomainAlreadyClaimed", "The domain name is already in use by another DomainMapping");
+    }
+  } else {
+    const json& cns = specAt(claim->body, "namespace");
+    if (!cns.is_string() || cns.get<std::string>() != key.ns)
+      claimed = conditionFalse("DomainAlreadyClaimed", "The domain name is already in use by another DomainMapping");
+  }
+
+  ConditionState cert = external_tls ? conditionTrue("CertificateNotRequired", "TLS certificate was provided externally")
+                                     : conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
+  ConditionState resolved, ingress = conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
+  if (claimed.status == "True") {
+    const json& ref = specAt(d, "ref");
+    std::string kind = ref.is_object() ? stringAt(ref, "kind") : "";
+    std::string name = ref.is_object() ? stringAt(ref, "name") : "";
+    std::string ref_ns = ref.is_object() && !stringAt(ref, "namespace").empty() ? stringAt(ref, "namespace") : key.ns;
+    std::string route_name = domainMappingRoute(d);
+    if (route_name.empty()) {
+      resolved = conditionFalse("ResolveFailed", "failed to get object " + ref_ns + "/" + name + ": knap resolves " +
+                                                     "only serving.knative.dev/v1 Services and Routes, not " +
+                                                     (ref.is_object() ? stringAt(ref, "apiVersion") : "") + " " + kind);
+    } else if (ref_ns != key.ns) {
+      resolved = conditionFalse("ResolveFailed", "resolved URI \"http://" + clusterLocalHost(name, ref_ns) +
+                                                     "\" must be in same namespace as DomainMapping");
+    } else {
+      std::string plural = kind == "Service" ? "services" : "routes";
+      auto target = cache_.get(Key{kind, key.ns, name});
+      const json* address = target ? &statusOf(target->body) : nullptr;
+      if (!target) {
+        resolved = conditionFalse("ResolveFailed", "failed to get object " + key.ns + "/" + name + ": " + plural +
+                                                       ".serving.knative.dev " + quote(name) + " not found");
+      } else if (!address->contains("address") || !(*address)["address"].is_object() ||
+                 stringAt((*address)["address"], "url").empty()) {
+        resolved = conditionFalse("ResolveFailed", "address not set for " + kind + " " + key.ns + "/" + name);
+      } else {
+        resolved = conditionTrue();
+        auto route = cache_.get(Key{"Route", key.ns, route_name});
+        if (!route) {
+          ingress = conditionUnknown("IngressNotConfigured",
+                                     "Waiting for target Route " + key.ns + "/" + route_name + " to be created.");
+        } else if (kind == "Service" && !isControlledBy(route->body, target->body)) {
+          ingress = conditionFalse("NotOwned", "Service " + key.ns + "/" + name + " does not own Route " + key.ns +
+                                                   "/" + route_name + ".");
+        } else {
+          bool serving = false;
+          if (auto table = routingTable(config_, route->body); table.isOk()) {
+            for (const HostSplit& split : *table) serving = serving || (split.tag.empty() && !split.revisions.empty());
+          }
+          ingress = serving ? conditionTrue()
+                            : conditionUnknown("IngressNotConfigured", "Waiting for target Route " + key.ns + "/" +
+                                                                           route_name + " to have traffic.");
+        }
+      }
+    }
+  }
+
+  ConditionsBuilder cb(old_status, clock_.now());
+  cb.set("CertificateProvisioned", cert);
+  cb.set("DomainClaimed", claimed);
+  cb.set("IngressReady", ingress);
+  cb.set("ReferenceResolved", resolved);
+  cb.set(kReady, ConditionsBuilder::aggregate({resolved, claimed, ingress, cert}));
+  st["conditions"] = cb.build();
+  st["observedGeneration"] = generationOf(d);
+  json desired = d;
+  desired["status"] = st;
+  return writeIfChanged(dm, desired).status();
 }
 
 Status Reconcilers::syncRoutingMetadata(const std::string& ns, const std::string& route,

@@ -1,4 +1,5 @@
-// The four Knative reconcilers (Service, Configuration, Revision, Route).
+// The Knative reconcilers (Service, Configuration, Revision, Route,
+// DomainMapping).
 // Each reads the object from the Store and what it depends on from the
 // ObjectCache (indexed lookups, never a list of a kind), computes the
 // desired children/labels/status, and writes only what differs from the
@@ -37,6 +38,14 @@ class Reconcilers {
   Status reconcileConfiguration(const store::Key& key);
   Status reconcileRevision(const store::Key& key);
   Status reconcileRoute(const store::Key& key);
+  // DomainMapping (Knative's domainmapping reconciler): takes the domain's
+  // ClusterDomainClaim (creating it when network.autocreate-cluster-domain-
+  // claims is on; a claim held by another namespace gives DomainClaimed False,
+  // DomainAlreadyClaimed), resolves spec.ref to a Service or Route in the same
+  // namespace (ReferenceResolved), and is IngressReady once the target Route
+  // has traffic for the router to serve. A deleted mapping releases the claim
+  // its namespace holds (with autocreate on, as Knative's FinalizeKind).
+  Status reconcileDomainMapping(const store::Key& key);
 
  private:
   // Writes desired over current when they differ; returns the stored result.

@@ -10,6 +10,7 @@
 
 #include "api/pod_objects.h"
 #include "api/server/service_account_token.h"
+#include "common/base64.h"
 #include "common/log.h"
 
 #ifdef KNAP_HAVE_RUNNER_CONTAINERD
@@ -74,11 +75,15 @@ class ContainerdRuntime final : public Runtime {
   // front of the pod runner and image GC. kInvalidArgument for a bad
   // platform or an unreadable registry auth/CA file.
   Status initImages(const Config& config, TimeSource& clock) {
-    KNAP_ASSIGN_OR_RETURN(puller_, images::makeRegistryPuller(config, client_, clock));
+    KNAP_ASSIGN_OR_RETURN(puller_, images::makeRegistryPuller(config, client_, clock, &pull_credentials_));
     pre_puller_ = std::make_unique<images::PrePuller>(
         *puller_, [this](const std::string& ref) { return imagePresent(ref); }, clock,
         images::prePullerOptionsFromConfig(config));
     gate_ = std::make_unique<runner::ImageGate>(runner_, *pre_puller_, events_);
+    gate_->setRequesterHook([this](const std::string& key, const nlohmann::json* revision) {
+      if (revision == nullptr) pull_credentials_.release(key);
+      else pull_credentials_.set(key, pullSecretsOf(*revision));
+    });
     std::string root = ::access(kContainerdRoot, F_OK) == 0 ? kContainerdRoot : config.knap.data_dir;
     gc_ = std::make_unique<images::ImageGc>(
         inventory_, [root] { return images::diskUsageOf(root); }, [this] { return imagesInUse(); }, clock,
@@ -270,6 +275,51 @@ class ContainerdRuntime final : public Runtime {
     return out;
   }
 
+  // The registry credentials of a Revision's spec.imagePullSecrets: each
+  // named kubernetes.io/dockerconfigjson (or dockercfg) Secret of its
+  // namespace, merged (the first Secret naming a host wins). A missing or
+  // unusable Secret is logged and skipped, as the kubelet does: the pull then
+  // runs without it and its failure names the registry's refusal.
+  images::AuthConfig pullSecretsOf(const nlohmann::json& revision) {
+    images::AuthConfig out;
+    const std::string ns = revision.value("metadata", nlohmann::json::object()).value("namespace", "");
+    const nlohmann::json spec = revision.value("spec", nlohmann::json::object());
+    const nlohmann::json secrets = spec.value("imagePullSecrets", nlohmann::json::array());
+    if (!secrets.is_array()) return out;
+    for (const nlohmann::json& ref : secrets) {
+      std::string name = ref.is_object() ? ref.value("name", "") : "";
+      if (name.empty()) continue;
+      auto secret = store_.get({"Secret", ns, name});
+      if (!secret.isOk()) {
+        LOG(WARNING) << "revision " << ns << "/" << revision["metadata"].value("name", "")
+                     << ": imagePullSecrets: secret \"" << name << "\" not found; pulling without it";
+        continue;
+      }
+      const nlohmann::json& body = secret->body;
+      std::string type = body.value("type", "");
+      const char* data_key = type == "kubernetes.io/dockerconfigjson" ? ".dockerconfigjson"
+                             : type == "kubernetes.io/dockercfg"      ? ".dockercfg"
+                                                                      : nullptr;
+      std::string encoded, decoded;
+      if (data_key != nullptr && body.contains("data") && body["data"].is_object())
+        encoded = body["data"].value(data_key, "");
+      if (data_key == nullptr || !base64Decode(encoded, &decoded)) {
+        LOG(WARNING) << "imagePullSecrets: secret " << ns << "/" << name << " is of type \"" << type
+                     << "\", not kubernetes.io/dockerconfigjson with a .dockerconfigjson key; skipped";
+        continue;
+      }
+      // .dockercfg is the bare {"host": {...}} map; .dockerconfigjson wraps it in "auths".
+      if (type == "kubernetes.io/dockercfg") decoded = "{\"auths\":" + decoded + "}";
+      auto parsed = images::parseAuthConfig(decoded);
+      if (!parsed.isOk()) {
+        LOG(WARNING) << "imagePullSecrets: secret " << ns << "/" << name << ": " << parsed.status().message();
+        continue;
+      }
+      for (auto& [host, cred] : *parsed) out.emplace(host, cred);
+    }
+    return out;
+  }
+
   store::Store& store_;
   EventRecorder& events_;
   containerd::ContainerdClient client_;
@@ -278,6 +328,7 @@ class ContainerdRuntime final : public Runtime {
   runner::PodRunner runner_;
   ContainerdImageInventory inventory_;
   // Destroyed bottom-up: GC and pre-puller threads stop before the gate they call.
+  images::PullCredentials pull_credentials_;  // before puller_, which reads it
   std::unique_ptr<images::Puller> puller_;
   std::unique_ptr<runner::ImageGate> gate_;
   std::unique_ptr<images::PrePuller> pre_puller_;

@@ -6,6 +6,7 @@
 #include "api/effective_config.h"
 #include "api/resources.h"
 #include "common/log.h"
+#include "controller/domain_mappings.h"
 #include "controller/route_urls.h"
 
 namespace knap::daemon {
@@ -162,10 +163,10 @@ void DataPlane::setWarmPool(const std::string& revision, const router::WarmPoolS
 
 void DataPlane::onStoreEvent(const store::Event& event) {
   const std::string& kind = event.object.key.kind;
-  if (kind != "Route" && kind != "Revision") return;
+  if (kind != "Route" && kind != "Revision" && kind != "DomainMapping") return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (kind == "Route") routes_dirty_ = true;
+    if (kind == "Route" || kind == "DomainMapping") routes_dirty_ = true;
     // A Route change moves routingState (reachability) of revisions too.
     revisions_dirty_ = true;
   }
@@ -206,6 +207,26 @@ void DataPlane::syncRoutes() {
       if (rw.percent > 0) g.traffic.push_back({target.ns + "/" + rw.revision, static_cast<int>(rw.percent), g.tag});
     }
     if (!g.traffic.empty()) groups.push_back(std::move(g));
+  }
+  // DomainMappings: a plain external host entry per mapped domain with the
+  // target Route's main split, after the Routes' own hosts (which win a clash).
+  auto mappings = store_.list("DomainMapping", "");
+  if (!mappings.isOk()) {
+    LOG(WARNING) << "data plane: cannot list domain mappings: " << mappings.status().message();
+  } else {
+    std::vector<json> dms;
+    for (auto& m : *mappings) dms.push_back(std::move(m.body));
+    for (const controller::DomainTarget& t : controller::domainTargets(config_, dms, bodies)) {
+      router::HostGroup g;
+      g.namespace_name = t.ns;
+      g.route_name = t.route;
+      g.visibility = router::Visibility::kExternal;
+      g.hosts = {t.host};
+      for (const auto& rw : t.split.revisions) {
+        if (rw.percent > 0) g.traffic.push_back({t.ns + "/" + rw.revision, static_cast<int>(rw.percent), ""});
+      }
+      if (!g.traffic.empty()) groups.push_back(std::move(g));
+    }
   }
   auto table = router::RoutingTable::build(groups, std::to_string(store_.currentResourceVersion()));
   if (!table.isOk()) {

@@ -1,5 +1,6 @@
 // DataPlane: wires the router and the autoscaler to the store and the pod
-// runtime. It turns stored Routes into the router's RoutingTable, stored
+// runtime. It turns stored Routes (and DomainMappings, controller/
+// domain_mappings.h) into the router's RoutingTable, stored
 // Revisions into router RevisionConfigs and scaler settings, and connects
 // the router's request metrics and cold-request pokes to the ScalerDriver,
 // whose decisions go to the runtime's ScaleTarget.

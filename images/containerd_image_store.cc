@@ -142,7 +142,7 @@ StatusOr<std::unique_ptr<ImageStore::Session>> ContainerdImageStore::begin(const
 }
 
 StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, const ContainerdClient& client,
-                                                     TimeSource& time) {
+                                                     TimeSource& time, const PullCredentials* pull_credentials) {
   const KnapConfig& k = config.knap;
   StatusOr<Platform> platform = platformFromConfig(k.platform);
   if (!platform.isOk()) return platform.status().annotate("knap.platform");
@@ -150,6 +150,8 @@ StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, const
   ro.auth_file = k.registry_auth_file;
   ro.ca_file = k.registry_ca_file;
   ro.insecure_registries = k.insecure_registries;
+  if (pull_credentials != nullptr)
+    ro.extra_credentials = [pull_credentials](const std::string& host) { return pull_credentials->lookup(host); };
   KNAP_ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> rc, RegistryClient::create(ro, time));
   RegistryPuller::Options po;
   po.platform = *platform;

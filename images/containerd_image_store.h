@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "images/image_store.h"
+#include "images/pull_credentials.h"
 #include "images/puller.h"
 #include "runtime/containerd/containerd_client.h"
 
@@ -35,7 +36,10 @@ class ContainerdImageStore : public ImageStore {
 // insecure_registries, pull_parallelism, data_dir (<data_dir>/pulls holds
 // partial downloads). `client` should be in knap's containerd namespace.
 // kInvalidArgument for a bad platform or an unreadable auth/CA file.
+// `pull_credentials` (optional, must outlive the puller): the Revisions'
+// imagePullSecrets, asked for hosts the auth file has no entry for.
 StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, const containerd::ContainerdClient& client,
-                                                     TimeSource& time = RealTimeSource::instance());
+                                                     TimeSource& time = RealTimeSource::instance(),
+                                                     const PullCredentials* pull_credentials = nullptr);
 
 }  // namespace knap::images

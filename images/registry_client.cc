@@ -386,8 +386,13 @@ std::string RegistryClient::schemeFor(const std::string& host) const {
 }
 
 std::string RegistryClient::credentialHint(const std::string& host) const {
+  std::string where = options_.auth_file.empty() ? "" : " in " + options_.auth_file;
+  if (options_.extra_credentials) {
+    return "check the credentials for " + host + where +
+           " or give the Revision an imagePullSecrets entry naming a kubernetes.io/dockerconfigjson Secret for it";
+  }
   if (options_.auth_file.empty()) return "no knap.registry-auth-file is configured";
-  return "check the credentials for " + host + " in " + options_.auth_file;
+  return "check the credentials for " + host + where;
 }
 
 StatusOr<RegistryClient::Response> RegistryClient::performOnce(const Request& req, const std::string& authorization) {
@@ -449,7 +454,12 @@ Status RegistryClient::answerChallenge(const Reference& ref, const std::string& 
   const std::string host = ref.apiHost();
   const std::string auth_key = normalizeRegistryHost(ref.registry);
   const Credential* cred = nullptr;
-  if (auto it = auth_.find(auth_key); it != auth_.end()) cred = &it->second;
+  std::optional<Credential> extra;
+  if (auto it = auth_.find(auth_key); it != auth_.end()) {
+    cred = &it->second;
+  } else if (options_.extra_credentials && (extra = options_.extra_credentials(auth_key))) {
+    cred = &*extra;
+  }
   std::vector<AuthChallenge> challenges = parseWwwAuthenticate(www_authenticate);
   for (const AuthChallenge& c : challenges) {
     if (c.scheme == "bearer") {

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,6 +87,10 @@ struct RegistryOptions {
   Duration stall_timeout = std::chrono::seconds(30);
   int64_t max_manifest_bytes = 4 << 20;
   std::string user_agent = "knap";
+  // Credentials for a registry host ("host:port", normalizeRegistryHost form)
+  // that the auth file lacks: the Revisions' imagePullSecrets
+  // (images/pull_credentials.h). Called on a challenge; may be empty.
+  std::function<std::optional<Credential>(const std::string& host)> extra_credentials;
 };
 
 struct FetchedManifest {

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "images/pull_credentials.h"
 #include "images/test_registry.h"
 #include "runtime/containerd/digest.h"
 
@@ -245,6 +246,33 @@ TEST(RegistryClientTest, WrongOrMissingCredentialsAreUnauthenticated) {
     RegistryClient anon(insecure(reg), {}, RealTimeSource::instance());
     auto a = anon.resolve(*parseReference(reg.host() + "/app:v1"));
     EXPECT_EQ(a.status().code(), Code::kUnauthenticated) << a.status().toString();
+  }
+}
+
+TEST(RegistryClientTest, RevisionPullSecretsGiveCredentialsTheAuthFileLacks) {
+  for (auto mode : {TestRegistry::Auth::kBasic, TestRegistry::Auth::kBearer}) {
+    TestRegistry reg(mode, "carol", "pw");
+    reg.push("app", "v1", testing::makeTestImage({"l"}));
+    PullCredentials creds;
+    RegistryOptions o = insecure(reg);
+    o.extra_credentials = [&creds](const std::string& host) { return creds.lookup(host); };
+    RegistryClient client(o, {}, RealTimeSource::instance());
+    Reference ref = *parseReference(reg.host() + "/app:v1");
+    // No requester has credentials yet: refused, and the hint names imagePullSecrets.
+    auto refused = client.resolve(ref);
+    ASSERT_EQ(refused.status().code(), Code::kUnauthenticated) << refused.status().toString();
+    EXPECT_NE(refused.status().message().find("imagePullSecrets"), std::string::npos) << refused.status().message();
+    // A Revision's Secret for another registry does not help; one for this one does.
+    creds.set("default/other", {{"elsewhere.example.com", {"x", "y"}}});
+    EXPECT_FALSE(client.resolve(ref).isOk());
+    creds.set("default/app-00001", {{reg.host(), {"carol", "pw"}}});
+    auto d = client.resolve(ref);
+    EXPECT_TRUE(d.isOk()) << d.status().toString();
+    creds.release("default/app-00001");
+    EXPECT_FALSE(creds.lookup(reg.host()).has_value());
+    EXPECT_TRUE(creds.lookup("elsewhere.example.com").has_value());
+    creds.set("default/other", {});  // an empty set releases
+    EXPECT_FALSE(creds.lookup("elsewhere.example.com").has_value());
   }
 }
 

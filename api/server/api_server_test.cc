@@ -284,7 +284,16 @@ TEST_F(ApiServerTest, DiscoveryDocuments) {
   Resp core = request("GET", "/api?timeout=32s");
   EXPECT_EQ(core.code, 200);
   EXPECT_EQ(core.j["kind"], "APIVersions");
-  EXPECT_EQ(request("GET", "/openapi/v2?timeout=32s").code, 404);
+  Resp v2 = request("GET", "/openapi/v2?timeout=32s");
+  EXPECT_EQ(v2.code, 200);
+  EXPECT_EQ(v2.j["swagger"], "2.0");
+  // What kubectl asks for: openapi.v2.Document{swagger: "2.0", info: {title, version}} as protobuf.
+  Resp pb = request("GET", "/openapi/v2?timeout=32s", "", "application/json",
+                    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf");
+  EXPECT_EQ(pb.code, 200);
+  const std::string want_prefix = std::string("\x0a\x03" "2.0" "\x12", 6);
+  EXPECT_EQ(pb.body.substr(0, 6), want_prefix);
+  EXPECT_NE(pb.body.find("knap"), std::string::npos);
   Resp events = request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dhello&limit=500");
   ASSERT_EQ(events.code, 200);
   EXPECT_EQ(events.j["kind"], "EventList");
@@ -292,6 +301,111 @@ TEST_F(ApiServerTest, DiscoveryDocuments) {
   EXPECT_EQ(request("GET", "/healthz").code, 200);
   EXPECT_EQ(request("GET", "/readyz").code, 200);
   expectStatus(request("GET", "/no/such/path"), 404, "NotFound");
+}
+
+TEST_F(ApiServerTest, DomainMappingAndClusterDomainClaimAreServed) {
+  // Discovery: the two group versions and their kinds.
+  Resp groups = request("GET", "/apis");
+  ASSERT_EQ(groups.code, 200);
+  bool serving_v1beta1 = false, networking = false;
+  for (const json& g : groups.j["groups"]) {
+    for (const json& v : g["versions"]) {
+      if (v["groupVersion"] == "serving.knative.dev/v1beta1") serving_v1beta1 = true;
+      if (v["groupVersion"] == "networking.internal.knative.dev/v1alpha1") networking = true;
+    }
+    if (g["name"] == "serving.knative.dev") EXPECT_EQ(g["preferredVersion"]["version"], "v1");
+  }
+  EXPECT_TRUE(serving_v1beta1 && networking) << groups.body;
+  Resp dm_list = request("GET", "/apis/serving.knative.dev/v1beta1");
+  ASSERT_EQ(dm_list.code, 200);
+  EXPECT_EQ(dm_list.j["resources"][0]["name"], "domainmappings");
+  EXPECT_EQ(dm_list.j["resources"][0]["namespaced"], true);
+  EXPECT_EQ(dm_list.j["resources"][1]["name"], "domainmappings/status");
+  Resp cdc_list = request("GET", "/apis/networking.internal.knative.dev/v1alpha1");
+  ASSERT_EQ(cdc_list.code, 200);
+  EXPECT_EQ(cdc_list.j["resources"].size(), 1u);
+  EXPECT_EQ(cdc_list.j["resources"][0]["namespaced"], false);
+  Resp root = request("GET", "/openapi/v3");
+  std::string url = root.j["paths"]["apis/serving.knative.dev/v1beta1"]["serverRelativeURL"];
+  Resp gv = request("GET", url);
+  ASSERT_EQ(gv.code, 200);
+  EXPECT_TRUE(gv.j["components"]["schemas"]["dev.knative.serving.v1beta1.DomainMapping"]["properties"]["spec"]
+                  ["properties"]["ref"]["properties"]
+                      .contains("apiVersion"));
+
+  // Create: defaulted ref namespace, creator annotation; Knative's validation.
+  const std::string base = "/apis/serving.knative.dev/v1beta1/namespaces/default/domainmappings";
+  auto dm = [](const std::string& name, const json& ref) {
+    return json{{"apiVersion", "serving.knative.dev/v1beta1"}, {"kind", "DomainMapping"},
+                {"metadata", {{"name", name}}}, {"spec", {{"ref", ref}}}}
+        .dump();
+  };
+  json ref = {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"}, {"name", "hello"}};
+  Resp c = request("POST", base, dm("app.example.com", ref));
+  ASSERT_EQ(c.code, 201) << c.body;
+  EXPECT_EQ(c.j["apiVersion"], "serving.knative.dev/v1beta1");
+  EXPECT_EQ(c.j["spec"]["ref"]["namespace"], "default");
+  EXPECT_TRUE(c.j["metadata"]["annotations"].contains("serving.knative.dev/creator"));
+  EXPECT_EQ(request("GET", base + "/app.example.com").code, 200);
+  EXPECT_EQ(request("GET", "/apis/serving.knative.dev/v1beta1/domainmappings").j["items"].size(), 1u);
+
+  Resp bad = request("POST", base, dm("x.svc.cluster.local", ref));
+  expectStatus(bad, 422, "Invalid");
+  EXPECT_NE(bad.j["message"].get<std::string>().find(
+                "metadata.name: invalid name \"x.svc.cluster.local\": must not be a subdomain of cluster local domain "
+                "\"cluster.local\""),
+            std::string::npos)
+      << bad.body;
+  bad = request("POST", base, dm("single", ref));
+  expectStatus(bad, 422, "Invalid");
+  EXPECT_NE(bad.j["message"].get<std::string>().find("invalid name \"single\": name: Invalid value: \"single\": "
+                                                     "should be a domain with at least two segments separated by dots"),
+            std::string::npos)
+      << bad.body;
+  bad = request("POST", base, dm("b.example.com", {{"name", "hello"}, {"namespace", "other"}}));
+  expectStatus(bad, 422, "Invalid");
+  for (const char* f : {"spec.ref.apiVersion", "spec.ref.kind", "spec.ref.namespace: mismatched namespaces"})
+    EXPECT_NE(bad.j["message"].get<std::string>().find(f), std::string::npos) << f << " " << bad.body;
+  EXPECT_EQ(bad.j["details"]["group"], "serving.knative.dev");
+
+  // The cluster-scoped claim: no namespace in the path or the object.
+  const std::string claims = "/apis/networking.internal.knative.dev/v1alpha1/clusterdomainclaims";
+  Resp claim = request("POST", claims,
+                       R"({"apiVersion":"networking.internal.knative.dev/v1alpha1","kind":"ClusterDomainClaim",)"
+                       R"("metadata":{"name":"c.example.com","namespace":"x"},"spec":{"namespace":"default"}})");
+  ASSERT_EQ(claim.code, 201) << claim.body;
+  EXPECT_FALSE(claim.j["metadata"].contains("namespace"));
+  EXPECT_FALSE(claim.j["metadata"].contains("annotations"));
+  EXPECT_EQ(request("GET", claims + "/c.example.com").code, 200);
+  bad = request("POST", claims,
+                R"({"apiVersion":"networking.internal.knative.dev/v1alpha1","kind":"ClusterDomainClaim",)"
+                R"("metadata":{"name":"d.example.com"},"spec":{}})");
+  expectStatus(bad, 422, "Invalid");
+  EXPECT_NE(bad.j["message"].get<std::string>().find("spec.namespace: missing field(s)"), std::string::npos) << bad.body;
+  EXPECT_EQ(request("DELETE", claims + "/c.example.com").code, 200);
+  EXPECT_EQ(request("GET", claims + "/c.example.com").code, 404);
+}
+
+TEST_F(ApiServerTest, PruneAllowlistKindsAreListableAndEmpty) {
+  Resp core = request("GET", "/api/v1");
+  std::set<std::string> names;
+  for (const json& r : core.j["resources"]) names.insert(r["name"].get<std::string>());
+  for (const char* n : {"services", "pods", "endpoints", "persistentvolumeclaims", "persistentvolumes",
+                        "replicationcontrollers"})
+    EXPECT_TRUE(names.count(n)) << n;
+  Resp apps = request("GET", "/apis/apps/v1");
+  ASSERT_EQ(apps.code, 200);
+  EXPECT_EQ(apps.j["resources"].size(), 4u);
+  EXPECT_EQ(request("GET", "/apis/batch").code, 200);
+  Resp list = request("GET", "/apis/apps/v1/namespaces/default/deployments?labelSelector=app%3Dx");
+  ASSERT_EQ(list.code, 200);
+  EXPECT_EQ(list.j["kind"], "DeploymentList");
+  EXPECT_TRUE(list.j["items"].empty());
+  EXPECT_EQ(request("GET", "/api/v1/persistentvolumes").j["kind"], "PersistentVolumeList");
+  expectStatus(request("GET", "/api/v1/namespaces/default/pods/p"), 404, "NotFound");
+  expectStatus(request("POST", "/apis/batch/v1/namespaces/default/jobs", "{}"), 405, "MethodNotAllowed");
+  // persistentvolumes are cluster-scoped.
+  expectStatus(request("GET", "/api/v1/namespaces/default/persistentvolumes"), 404, "NotFound");
 }
 
 TEST_F(ApiServerTest, OpenApiV3AdvertisesFieldValidationWithoutStrategicMerge) {

@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <functional>
+#include <map>
 
 #include "api/resources.h"
 #include "api/schema.h"
+#include "api/server/placeholder_kinds.h"
 
 namespace knap::api {
 
@@ -32,7 +34,11 @@ json groupVersionEntry() {
 json gvk(const ResourceInfo& r) { return {{"group", r.group}, {"version", r.version}, {"kind", r.kind}}; }
 
 // The OpenAPI schema name prefix of a kind's group.
-std::string schemaPrefix(const ResourceInfo& r) { return r.core() ? "io.k8s.api.core.v1." : "dev.knative.serving.v1."; }
+std::string schemaPrefix(const ResourceInfo& r) {
+  if (r.core()) return "io.k8s.api.core.v1.";
+  if (r.group == kNetworkingGroup) return "dev.knative.internal.networking." + r.version + ".";
+  return "dev.knative.serving." + r.version + ".";
+}
 
 json queryParam(const std::string& name, const std::string& description) {
   return {{"name", name},
@@ -59,7 +65,7 @@ json resourceSchema(const ResourceInfo& r) {
   json full = openApiSchema(kind);
   if (!full.is_null()) {
     full["description"] = r.core() ? kind + " is a Kubernetes core/v1 resource."
-                                   : kind + " is a Knative serving.knative.dev/v1 resource.";
+                                   : kind + " is a Knative " + r.apiVersion() + " resource.";
     return full;
   }
   json s = {{"type", "object"},
@@ -168,11 +174,27 @@ const json& versionDocument() {
 }
 
 const json& apiGroupDocument() {
-  static const json doc = {{"kind", "APIGroup"},
-                           {"apiVersion", "v1"},
-                           {"name", std::string(kGroup)},
-                           {"versions", json::array({groupVersionEntry()})},
-                           {"preferredVersion", groupVersionEntry()}};
+  static const json doc = {
+      {"kind", "APIGroup"},
+      {"apiVersion", "v1"},
+      {"name", std::string(kGroup)},
+      {"versions", json::array({groupVersionEntry(),
+                                {{"groupVersion", std::string(kGroup) + "/" + std::string(kDomainMappingVersion)},
+                                 {"version", std::string(kDomainMappingVersion)}}})},
+      {"preferredVersion", groupVersionEntry()}};
+  return doc;
+}
+
+const json& networkingGroupDocument() {
+  static const json doc = [] {
+    json v = {{"groupVersion", std::string(kNetworkingGroup) + "/" + std::string(kNetworkingVersion)},
+              {"version", std::string(kNetworkingVersion)}};
+    return json{{"kind", "APIGroup"},
+                {"apiVersion", "v1"},
+                {"name", std::string(kNetworkingGroup)},
+                {"versions", json::array({v})},
+                {"preferredVersion", v}};
+  }();
   return doc;
 }
 
@@ -184,9 +206,18 @@ const json& apiGroupListDocument() {
     json e = eventsGroupDocument();
     e.erase("kind");
     e.erase("apiVersion");
-    json groups = json::array({g, e});
+    json n = networkingGroupDocument();
+    n.erase("kind");
+    n.erase("apiVersion");
+    json groups = json::array({g, n, e});
     for (const char* name : {"authentication.k8s.io", "authorization.k8s.io"}) {
       json r = *reviewGroupDocument(name);
+      r.erase("kind");
+      r.erase("apiVersion");
+      groups.push_back(r);
+    }
+    for (const std::string& name : placeholderGroups()) {
+      json r = *placeholderGroupDocument(name);
       r.erase("kind");
       r.erase("apiVersion");
       groups.push_back(r);
@@ -330,6 +361,111 @@ json coreApiResources() {
   return list;
 }
 
+namespace {
+
+// The served kinds of one of the custom-domain group versions.
+std::vector<ResourceInfo> domainKindsOf(const std::string& group, const std::string& version) {
+  std::vector<ResourceInfo> out;
+  for (const ResourceInfo& r : domainResources())
+    if (r.group == group && r.version == version) out.push_back(r);
+  return out;
+}
+
+struct DomainDocs {
+  json resource_list, openapi;
+  std::string hash;
+};
+
+const DomainDocs* domainDocs(const std::string& group, const std::string& version) {
+  static const std::map<std::string, DomainDocs> docs = [] {
+    std::map<std::string, DomainDocs> m;
+    for (const ResourceInfo& r : domainResources()) {
+      std::string gv = r.apiVersion();
+      if (m.count(gv)) continue;
+      std::vector<ResourceInfo> kinds = domainKindsOf(r.group, r.version);
+      json list = json::array();
+      for (const ResourceInfo& k : kinds) {
+        json e = {{"name", k.plural},        {"singularName", k.singular}, {"namespaced", k.namespaced},
+                  {"kind", k.kind},          {"verbs", verbsOf(k)},        {"shortNames", k.short_names},
+                  {"categories", k.group == kGroup ? json::array({"all", "knative", "serving"})
+                                                   : json::array({"knative-internal", "networking"})}};
+        list.push_back(e);
+        if (k.has_status) {
+          list.push_back({{"name", k.plural + "/status"},
+                          {"singularName", ""},
+                          {"namespaced", k.namespaced},
+                          {"kind", k.kind},
+                          {"verbs", kStatusVerbs}});
+        }
+      }
+      DomainDocs d;
+      d.resource_list = {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", gv},
+                         {"resources", list}};
+      d.openapi = openApiDocument(kinds, "/apis/" + gv);
+      d.hash = hashOf(d.openapi);
+      m.emplace(gv, std::move(d));
+    }
+    return m;
+  }();
+  auto it = docs.find(group + "/" + version);
+  return it == docs.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+const json* domainResourceListDocument(const std::string& group, const std::string& version) {
+  const DomainDocs* d = domainDocs(group, version);
+  return d ? &d->resource_list : nullptr;
+}
+
+const json* openApiV3DomainDocument(const std::string& group, const std::string& version) {
+  const DomainDocs* d = domainDocs(group, version);
+  return d ? &d->openapi : nullptr;
+}
+
+const std::string* openApiV3DomainHash(const std::string& group, const std::string& version) {
+  const DomainDocs* d = domainDocs(group, version);
+  return d ? &d->hash : nullptr;
+}
+
+namespace {
+
+// Protocol buffers wire format: a length-delimited field (wire type 2).
+void protoVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+}
+void protoBytes(std::string& out, int field, const std::string& bytes) {
+  protoVarint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  protoVarint(out, bytes.size());
+  out += bytes;
+}
+
+}  // namespace
+
+const json& openApiV2Document() {
+  static const json doc = {{"swagger", "2.0"},
+                           {"info", {{"title", "knap"}, {"version", kServerGitVersion}}},
+                           {"paths", json::object()}};
+  return doc;
+}
+
+const std::string& openApiV2Protobuf() {
+  // openapi.v2.Document{swagger = 1, info = 2}; Info{title = 1, version = 2}.
+  static const std::string bytes = [] {
+    std::string info, doc;
+    protoBytes(info, 1, "knap");
+    protoBytes(info, 2, kServerGitVersion);
+    protoBytes(doc, 1, "2.0");
+    protoBytes(doc, 2, info);
+    return doc;
+  }();
+  return bytes;
+}
+
 const std::string& openApiV3Hash() {
   static const std::string hash = [] {
     size_t h = std::hash<std::string>{}(openApiV3GroupVersionDocument().dump());
@@ -341,11 +477,18 @@ const std::string& openApiV3Hash() {
 }
 
 const json& openApiV3RootDocument() {
-  static const json doc = {
-      {"paths",
-       {{"apis/" + std::string(kApiVersion),
+  static const json doc = [] {
+    json paths = {
+        {"apis/" + std::string(kApiVersion),
          {{"serverRelativeURL", "/openapi/v3/apis/" + std::string(kApiVersion) + "?hash=" + openApiV3Hash()}}},
-        {"api/v1", {{"serverRelativeURL", "/openapi/v3/api/v1?hash=" + openApiV3CoreHash()}}}}}};
+        {"api/v1", {{"serverRelativeURL", "/openapi/v3/api/v1?hash=" + openApiV3CoreHash()}}}};
+    for (const ResourceInfo& r : domainResources()) {
+      std::string gv = r.apiVersion();
+      paths["apis/" + gv] = {
+          {"serverRelativeURL", "/openapi/v3/apis/" + gv + "?hash=" + *openApiV3DomainHash(r.group, r.version)}};
+    }
+    return json{{"paths", paths}};
+  }();
   return doc;
 }
 

@@ -93,15 +93,6 @@ json eventsApiResource() {
           {"shortNames", json::array({"ev"})}};
 }
 
-json coreServicesApiResource() {
-  return {{"name", "services"},
-          {"singularName", "service"},
-          {"namespaced", true},
-          {"kind", "Service"},
-          {"verbs", json::array({"get", "list"})},
-          {"shortNames", json::array({"svc"})}};
-}
-
 std::optional<HttpResponse> handleEventsRequest(store::Store& store, const TimeSource& clock, Duration ttl,
                                                 const HttpRequest& req, const std::vector<std::string>& s,
                                                 const std::map<std::string, std::string>& query) {

@@ -29,8 +29,6 @@ std::optional<HttpResponse> handleEventsRequest(store::Store& store, const TimeS
 
 // Discovery entries: the "events" resource of /api/v1 and of /apis/events.k8s.io/v1.
 nlohmann::json eventsApiResource();
-// The read-only, always empty core v1 "services" of /api/v1 (for kubectl cluster-info).
-nlohmann::json coreServicesApiResource();
 
 // "5s", "2m30s", "45m", "3h20m", "2d3h", like kubectl's HumanDuration.
 std::string humanDuration(Duration d);

@@ -18,6 +18,7 @@
 #include "api/server/k8s_status.h"
 #include "api/server/managed_fields.h"
 #include "api/server/patch.h"
+#include "api/server/placeholder_kinds.h"
 #include "api/server/request_guard.h"
 #include "common/base64.h"
 #include "common/pod_logs.h"
@@ -329,6 +330,27 @@ struct RestHandler::Target {
           if (s.size() == 8 && s[7] == "status") t.kind = Kind::kStatus;
         }
       }
+    } else if (s.size() >= 4 && s[0] == "apis" && s[1] != "knap.dev" && findApiResource(s[1], s[2], s[3]) &&
+               !findApiResource(s[1], s[2], s[3])->core()) {
+      // DomainMapping (serving.knative.dev/v1beta1) and the cluster-scoped
+      // ClusterDomainClaim: /apis/G/V/PLURAL[/NAME[/status]].
+      t.info = findApiResource(s[1], s[2], s[3]);
+      if (s.size() == 4) t.kind = Kind::kCollection;
+      if (s.size() >= 5 && s.size() <= 6 && !t.info->namespaced) {
+        t.name = s[4];
+        if (s.size() == 5) t.kind = Kind::kItem;
+        if (s.size() == 6 && s[5] == "status" && t.info->has_status) t.kind = Kind::kStatus;
+      }
+    } else if (s.size() >= 6 && s[0] == "apis" && s[3] == "namespaces" && s.size() <= 8 &&
+               findApiResource(s[1], s[2], s[5]) && findApiResource(s[1], s[2], s[5])->namespaced &&
+               !findApiResource(s[1], s[2], s[5])->core()) {
+      // /apis/G/V/namespaces/NS/PLURAL[/NAME[/status]] for the kinds above.
+      t.info = findApiResource(s[1], s[2], s[5]);
+      t.ns = s[4];
+      if (s.size() == 6) t.kind = Kind::kCollection;
+      if (s.size() >= 7) t.name = s[6];
+      if (s.size() == 7) t.kind = Kind::kItem;
+      if (s.size() == 8 && s[7] == "status" && t.info->has_status) t.kind = Kind::kStatus;
     } else if (s.size() >= 3 && s[0] == "api" && s[1] == "v1") {
       // core/v1: /api/v1/namespaces[/NAME[/status]], /api/v1/{secrets,configmaps},
       // /api/v1/namespaces/NS/{secrets,configmaps}[/NAME]. Events and the
@@ -618,6 +640,7 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
       break;
   }
   if (auto events = handleEventsRequest(store_, clock_, events::kDefaultTtl, req, s, t.query.params)) return *events;
+  if (auto placeholder = handlePlaceholderRequest(m, s, store_.currentResourceVersion())) return *placeholder;
   if (!get) {
     // Every remaining endpoint is read-only; unknown paths are 404 for any method.
     if (s.empty() || s[0] == "version" || s[0] == "apis" || s[0] == "openapi" || s[0] == "api" ||
@@ -627,8 +650,10 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
     return notFoundPath();
   }
   if (s.empty()) {
-    return jsonResponse(200, {{"paths", json::array({"/apis", "/apis/serving.knative.dev",
-                                                      "/apis/serving.knative.dev/v1", "/healthz",
+    return jsonResponse(200, {{"paths", json::array({"/apis", "/apis/networking.internal.knative.dev",
+                                                      "/apis/networking.internal.knative.dev/v1alpha1",
+                                                      "/apis/serving.knative.dev", "/apis/serving.knative.dev/v1",
+                                                      "/apis/serving.knative.dev/v1beta1", "/healthz",
                                                       "/openapi/v3", "/readyz", "/version"})}});
   }
   if (s.size() == 1 && (s[0] == "healthz" || s[0] == "readyz" || s[0] == "livez")) {
@@ -642,6 +667,15 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
   if (s.size() == 2 && s[0] == "apis" && s[1] == kGroup) return jsonResponse(200, apiGroupDocument());
   if (s.size() == 3 && s[0] == "apis" && s[1] == kGroup && s[2] == kVersion)
     return jsonResponse(200, apiResourceListDocument());
+  if (s.size() == 2 && s[0] == "apis" && s[1] == kNetworkingGroup) return jsonResponse(200, networkingGroupDocument());
+  if (s.size() == 2 && s[0] == "apis" && placeholderGroupDocument(s[1]))
+    return jsonResponse(200, *placeholderGroupDocument(s[1]));
+  if (s.size() == 3 && s[0] == "apis" && s[2] == "v1" && placeholderGroupDocument(s[1])) {
+    return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", s[1] + "/v1"},
+                              {"resources", placeholderApiResources(s[1], "v1")}});
+  }
+  if (s.size() == 3 && s[0] == "apis" && domainResourceListDocument(s[1], s[2]))
+    return jsonResponse(200, *domainResourceListDocument(s[1], s[2]));
   if (s.size() == 1 && s[0] == "api") {
     return jsonResponse(200, {{"kind", "APIVersions"},
                               {"versions", json::array({"v1"})},
@@ -651,22 +685,9 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
   if (s.size() == 2 && s[0] == "api" && s[1] == "v1") {
     json list = coreApiResources();
     list.push_back(eventsApiResource());
-    list.push_back(coreServicesApiResource());
+    for (const json& r : placeholderApiResources("", "v1")) list.push_back(r);
     return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", "v1"},
                               {"resources", list}});
-  }
-  // Core v1 Services: knapd has none (Knative's placeholder Services do not
-  // exist here), but `kubectl cluster-info` lists them in kube-system.
-  if (s.size() >= 3 && s[0] == "api" && s[1] == "v1" &&
-      ((s.size() == 3 && s[2] == "services") || (s.size() == 5 && s[2] == "namespaces" && s[4] == "services"))) {
-    return jsonResponse(200, {{"kind", "ServiceList"},
-                              {"apiVersion", "v1"},
-                              {"metadata", {{"resourceVersion", std::to_string(store_.currentResourceVersion())}}},
-                              {"items", json::array()}});
-  }
-  if (s.size() == 6 && s[0] == "api" && s[1] == "v1" && s[2] == "namespaces" && s[4] == "services") {
-    return errorResponse(makeApiError(404, "NotFound", "services \"" + s[5] + "\" not found",
-                                      {{"name", s[5]}, {"kind", "services"}}));
   }
   if (s.size() == 2 && s[0] == "apis" && reviewGroupDocument(s[1])) return jsonResponse(200, *reviewGroupDocument(s[1]));
   if (s.size() == 3 && s[0] == "apis" && s[2] == "v1" && reviewResourceListDocument(s[1]))
@@ -676,6 +697,17 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
     return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"},
                               {"groupVersion", std::string(kEventsGroup) + "/v1"},
                               {"resources", json::array({eventsApiResource()})}});
+  }
+  if (s.size() == 2 && s[0] == "openapi" && s[1] == "v2") {
+    if (req.accept.find("protobuf") != std::string::npos) {
+      HttpResponse r;
+      r.body = openApiV2Protobuf();
+      // As kube-apiserver: the media type kubectl asked for does not parse as
+      // a MIME type in Go's mime package (the '@').
+      r.content_type = "application/octet-stream";
+      return r;
+    }
+    return jsonResponse(200, openApiV2Document());
   }
   if (s.size() == 2 && s[0] == "openapi" && s[1] == "v3") return jsonResponse(200, openApiV3RootDocument());
   if (s.size() == 4 && s[0] == "openapi" && s[1] == "v3" && s[2] == "api" && s[3] == "v1") {
@@ -687,6 +719,11 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
       s[4] == kVersion) {
     HttpResponse r = jsonResponse(200, openApiV3GroupVersionDocument());
     r.headers["ETag"] = "\"" + openApiV3Hash() + "\"";
+    return r;
+  }
+  if (s.size() == 5 && s[0] == "openapi" && s[1] == "v3" && s[2] == "apis" && openApiV3DomainDocument(s[3], s[4])) {
+    HttpResponse r = jsonResponse(200, *openApiV3DomainDocument(s[3], s[4]));
+    r.headers["ETag"] = "\"" + *openApiV3DomainHash(s[3], s[4]) + "\"";
     return r;
   }
   return notFoundPath();
@@ -994,6 +1031,13 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
   } else {
     for (const char* f : kServerOwnedOnUpdate) obj["metadata"].erase(f);
     obj["metadata"].erase("resourceVersion");
+  }
+  if (info.kind == "ClusterDomainClaim") {
+    // networking.internal.knative.dev: no defaults, no creator annotations.
+    Status st = validate(info.kind, obj, live ? &live->body : nullptr,
+                         live ? Operation::kUpdate : Operation::kCreate, config);
+    if (!st.isOk()) return errorResponse(invalidError(info, metaString(obj, "name"), st));
+    return std::nullopt;
   }
   if (info.core()) {
     // core/v1 Namespaces, Secrets, ConfigMaps: kube-apiserver's rules (api/core_objects.h).

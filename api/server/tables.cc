@@ -109,7 +109,12 @@ json tableColumns(const ResourceInfo& info) {
   json cols = json::array();
   cols.push_back(column("Name", "string", "Name must be unique within a namespace.", "name"));
   const std::string& k = info.kind;
-  if (k == "Service" || k == "Route")
+  if (k == "ClusterDomainClaim") {
+    cols.push_back(column("Namespace", "string", "The namespace whose DomainMappings may use the domain."));
+    cols.push_back(column("Age", "string", "Time since the object was created"));
+    return cols;
+  }
+  if (k == "Service" || k == "Route" || k == "DomainMapping")
     cols.push_back(column("URL", "string", "The URL where the service is reachable."));
   if (k == "Service" || k == "Configuration") {
     cols.push_back(column("LatestCreated", "string", "The latest created revision."));
@@ -133,9 +138,13 @@ json tableRow(const ResourceInfo& info, const json& obj, IncludeObject include) 
   const std::string& k = info.kind;
   if (info.core()) {
     cells = coreCells(k, obj);
+  } else if (k == "ClusterDomainClaim") {
+    cells.push_back(str(obj, {"metadata", "name"}));
+    cells.push_back(str(obj, {"spec", "namespace"}));
+    cells.push_back(age(obj));
   } else {
     cells.push_back(str(obj, {"metadata", "name"}));
-    if (k == "Service" || k == "Route") cells.push_back(cell(obj, {"status", "url"}));
+    if (k == "Service" || k == "Route" || k == "DomainMapping") cells.push_back(cell(obj, {"status", "url"}));
     if (k == "Service" || k == "Configuration") {
       cells.push_back(cell(obj, {"status", "latestCreatedRevisionName"}));
       cells.push_back(cell(obj, {"status", "latestReadyRevisionName"}));

@@ -128,11 +128,16 @@ void ImageGate::notify(const std::string& ns, const std::string& name) {
   if (fn) fn(ns, name);
 }
 
+void ImageGate::setRequesterHook(std::function<void(const std::string& key, const json* revision)> fn) {
+  requester_hook_ = std::move(fn);
+}
+
 void ImageGate::ensure(const json& revision) {
   const std::string ns = strAt(revision, {"metadata", "namespace"});
   const std::string name = strAt(revision, {"metadata", "name"});
   if (name.empty()) return;
   const std::string key = keyOf(ns, name);
+  if (requester_hook_) requester_hook_(key, &revision);
   {
     std::lock_guard<std::mutex> l(mu_);
     Rev& r = revs_[key];
@@ -303,6 +308,7 @@ void ImageGate::remove(const std::string& ns, const std::string& name) {
     inner_.remove(ns, name);
   }
   for (size_t i = 0; i < containers; ++i) pre_puller_.release(requesterOf(key, i));
+  if (requester_hook_) requester_hook_(key, nullptr);
 }
 
 controller::RevisionHealth ImageGate::health(const std::string& ns, const std::string& name) {

@@ -65,6 +65,11 @@ class ImageGate final : public controller::RevisionBackend {
   void remove(const std::string& ns, const std::string& name) override;
   controller::RevisionHealth health(const std::string& ns, const std::string& name) override;
   void setOnChange(std::function<void(const std::string& ns, const std::string& name)> fn) override;
+  // Called with the Revision's key ("ns/name") and object before its image is
+  // asked for (ensure), and with nullptr once it is removed: where the
+  // runtime registers the Revision's imagePullSecrets credentials
+  // (images/pull_credentials.h). Set before the first ensure().
+  void setRequesterHook(std::function<void(const std::string& key, const nlohmann::json* revision)> fn);
 
   // Image names and digest refs of every live Revision (as written, pinned,
   // and as handed to the pods) plus the PrePuller's pre-pull list: what
@@ -98,6 +103,7 @@ class ImageGate final : public controller::RevisionBackend {
 
   controller::RevisionBackend& inner_;
   images::PrePuller& pre_puller_;
+  std::function<void(const std::string& key, const nlohmann::json* revision)> requester_hook_;
   EventRecorder& events_;
 
   std::mutex forward_mu_;  // serializes forwarding decisions; taken before mu_

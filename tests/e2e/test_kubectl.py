@@ -112,3 +112,42 @@ def test_kubectl_wait_and_errors(knapd):
         "spec:\n  foo: 1\n  template:\n    spec:\n      containers:\n      - image: x\n"))
     assert unknown.returncode != 0 and 'unknown field "spec.foo"' in unknown.stderr, unknown.stderr
     assert "bad" not in k.kubectl("get", "ksvc").stdout.split()
+
+
+def test_apply_prune_by_label(knapd, tmp_path):
+    """kubectl apply --prune -l: kubectl maps every kind of its default prune allowlist (pods, deployments, jobs,
+    ingresses...) before it lists them with the selector; knapd advertises those it has none of, with empty lists."""
+    k = knapd
+    image = "example.com/hello@sha256:" + "a" * 64
+
+    def svc(name):
+        return json.dumps({"apiVersion": "serving.knative.dev/v1", "kind": "Service",
+                           "metadata": {"name": name, "labels": {"app": "x"}},
+                           "spec": {"template": {"spec": {"containers": [{"image": image}]}}}})
+    (tmp_path / "a.json").write_text(svc("a"))
+    (tmp_path / "b.json").write_text(svc("b"))
+    (tmp_path / "cm.json").write_text(json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                                                  "metadata": {"name": "c", "labels": {"app": "x"}},
+                                                  "data": {"k": "v"}}))
+    # Not in the directory, not labelled app=x: never pruned.
+    k.kubectl("create", "configmap", "other", "--from-literal=k=v")
+    out = k.kubectl("apply", "--prune", "-l", "app=x", "-f", str(tmp_path)).stdout
+    assert "service.serving.knative.dev/a created" in out and "configmap/c created" in out, out
+    # The default allowlist (ConfigMap is in it; Knative Services are not).
+    (tmp_path / "cm.json").unlink()
+    out = k.kubectl("apply", "--prune", "-l", "app=x", "-f", str(tmp_path)).stdout
+    assert "configmap/c pruned" in out, out
+    assert k.kubectl("get", "configmap", "c", check=False).returncode != 0
+    # Knative Services through --prune-allowlist.
+    (tmp_path / "b.json").unlink()
+    out = k.kubectl("apply", "--prune", "-l", "app=x", "-f", str(tmp_path),
+                    "--prune-allowlist=serving.knative.dev/v1/Service").stdout
+    assert "service.serving.knative.dev/b pruned" in out and "service.serving.knative.dev/a pruned" not in out, out
+    assert k.kubectl("get", "ksvc", "b", check=False).returncode != 0
+    assert k.kubectl("get", "ksvc", "a").returncode == 0
+    assert k.kubectl("get", "configmap", "other").returncode == 0
+    # The placeholder kinds: listable, empty, read-only.
+    assert k.kubectl("get", "pods,deployments,jobs,ingresses", "-A").stderr.strip() == "No resources found"
+    code, body, _ = k.http("GET", "/apis/apps/v1/namespaces/default/deployments/web")
+    assert code == 404 and json.loads(body)["message"] == 'deployments "web" not found', body
+    assert k.http("POST", "/api/v1/namespaces/default/pods", "{}")[0] == 405

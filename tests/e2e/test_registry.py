@@ -467,3 +467,66 @@ def test_knapd_two_services_of_one_image_share_one_pull(registry, testapp_image,
             time.sleep(0.2)
         k.stop()
         subprocess.run(["ip", "link", "del", f"knapreg{tag}"], capture_output=True)
+
+
+def _revision_condition(k, name, ctype):
+    code, body, _ = k.http("GET", f"{REVISIONS}/{name}")
+    if code != 200:
+        return None
+    for c in (json.loads(body).get("status") or {}).get("conditions", []):
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def test_knapd_image_pull_secrets(registry, testapp_image, workdir, containerd_ns):
+    """A registry that requires auth and a knapd with no registry-auth-file: a Revision without
+    imagePullSecrets fails its pull with a clear condition; a kubernetes.io/dockerconfigjson Secret created
+    with `kubectl create secret docker-registry` and named in imagePullSecrets makes the pull succeed."""
+    registry.push(testapp_image, "team/private:v1")
+    tag = random.randrange(60, 210)
+    k = Knapd(workdir, runtime="containerd", extra_config=(
+        f"  containerd-namespace: {containerd_ns}\n"
+        f"  bridge-name: knappsec{tag}\n"
+        f"  pod-subnet: 10.228.{tag}.0/24\n"
+        "  metrics-listen: 127.0.0.1:0\n" + registry.knap_config(auth=False)))
+    k.start(timeout=60)
+    image = registry.image("team/private:v1")
+
+    def service(name, secrets=None):
+        spec = {"containers": [{"image": image}]}
+        if secrets:
+            spec["imagePullSecrets"] = [{"name": s} for s in secrets]
+        return json.dumps({"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": name},
+                           "spec": {"template": {"metadata": {"name": f"{name}-rev"}, "spec": spec}}})
+    try:
+        code, body, _ = k.http("POST", SERVICES, service("nosecret"))
+        assert code == 201, body
+        cond = k.wait_for(lambda: (lambda c: c if c and c.get("status") == "False" else None)(
+            _revision_condition(k, "nosecret-rev", "ContainerHealthy")), timeout=60, what="the pull refused")
+        assert cond["reason"] == "Unauthorized", cond
+        assert registry.host in cond["message"] and "imagePullSecrets" in cond["message"], cond
+        k.http("DELETE", f"{SERVICES}/nosecret")
+        k.wait_for(lambda: k.http("GET", f"{REVISIONS}/nosecret-rev")[0] == 404, what="the failed Revision gone")
+
+        # A Secret of another type is not a registry credential: still refused.
+        k.kubectl("create", "secret", "generic", "notreg", "--from-literal=.dockerconfigjson={}")
+        k.kubectl("create", "secret", "docker-registry", "regcred", f"--docker-server={registry.host}",
+                  f"--docker-username={registry.user}", f"--docker-password={registry.password}")
+        code, body, _ = k.http("POST", SERVICES, service("withsecret", ["missing", "notreg", "regcred"]))
+        assert code == 201, body
+        rev = k.wait_for(lambda: _ready_revision(k, "withsecret-rev"), timeout=120, what="withsecret-rev Ready")
+        assert rev["status"]["containerStatuses"][0]["imageDigest"].startswith(registry.image("team/private@sha256:"))
+        deadline = time.monotonic() + 30
+        while True:
+            c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=60)
+            c.request("GET", "/", headers={"Host": "withsecret.default.localhost"})
+            r = c.getresponse()
+            body = r.read().decode()
+            c.close()
+            if r.status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.status == 200 and json.loads(body)["revision"] == "withsecret-rev", body
+    finally:
+        R.teardown_knapd_pods(k, containerd_ns, f"knappsec{tag}")

@@ -54,9 +54,9 @@ const char* kUsage =
     "\n"
     "Usage:\n"
     "  knap apply -f FILE [-f FILE...] [--wait] [--timeout SECONDS]\n"
-    "  knap get services|configurations|revisions|routes [NAME] [-o yaml|json] [-n NS | -A]\n"
+    "  knap get services|configurations|revisions|routes|domainmappings [NAME] [-o yaml|json] [-n NS | -A]\n"
     "  knap describe service NAME [-n NS]\n"
-    "  knap delete service|configuration|route|revision NAME [-n NS]\n"
+    "  knap delete service|configuration|route|revision|domainmapping NAME [-n NS]\n"
     "  knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] [--data-dir DIR]\n"
     "  knap image import FILE [--name NAME] [--containerd-socket PATH]\n"
     "  knap image pull IMAGE [--config FILE] [--platform os/arch] [--containerd-socket PATH] [--namespace NS]\n"
@@ -111,8 +111,19 @@ int reportStatus(const Status& st) {
   return 1;
 }
 
+// The serving.knative.dev kinds the CLI handles: the four v1 kinds and the
+// v1beta1 DomainMapping, by plural, kind, singular or short name.
+const api::ResourceInfo* findServingKind(std::string_view name) {
+  if (const api::ResourceInfo* r = api::findResource(name)) return r;
+  const api::ResourceInfo* dm = api::findKind("DomainMapping");
+  if (name == dm->kind || name == dm->plural || name == dm->singular ||
+      std::find(dm->short_names.begin(), dm->short_names.end(), name) != dm->short_names.end())
+    return dm;
+  return nullptr;
+}
+
 std::string collectionPath(const api::ResourceInfo& r, const std::string& ns, bool all) {
-  std::string base = "/apis/serving.knative.dev/v1/";
+  std::string base = "/apis/" + r.apiVersion() + "/";
   if (all) return base + r.plural;
   return base + "namespaces/" + ns + "/" + r.plural;
 }
@@ -224,12 +235,13 @@ void annotateRevisionTraffic(HttpClient& client, const Options& opt, std::vector
 
 int cmdGet(HttpClient& client, const Options& opt) {
   if (opt.args.empty()) {
-    std::cerr << "Error: get needs a kind: services, configurations, revisions or routes\n";
+    std::cerr << "Error: get needs a kind: services, configurations, revisions, routes or domainmappings\n";
     return 2;
   }
-  const api::ResourceInfo* r = api::findResource(opt.args[0]);
+  const api::ResourceInfo* r = findServingKind(opt.args[0]);
   if (!r) {
-    std::cerr << "Error: unknown kind \"" << opt.args[0] << "\" (use services, configurations, revisions or routes)\n";
+    std::cerr << "Error: unknown kind \"" << opt.args[0]
+              << "\" (use services, configurations, revisions, routes or domainmappings)\n";
     return 2;
   }
   std::string path = collectionPath(*r, opt.ns, opt.all_namespaces && opt.args.size() < 2);
@@ -341,10 +353,12 @@ int cmdApply(HttpClient& client, const Options& opt) {
         std::cerr << "Error: " << file << ": a document is not an object\n";
         return 1;
       }
-      const api::ResourceInfo* r = api::findResource(doc.value("kind", ""));
-      if (!r || doc.value("apiVersion", "") != api::kApiVersion) {
+      const api::ResourceInfo* r = findServingKind(doc.value("kind", ""));
+      if (!r || doc.value("apiVersion", "") != r->apiVersion()) {
         std::cerr << "Error: " << file << ": unsupported apiVersion/kind \"" << doc.value("apiVersion", "") << "/"
-                  << doc.value("kind", "") << "\" (knap serves serving.knative.dev/v1 Service, Configuration, Route)\n";
+                  << doc.value("kind", "")
+                  << "\" (knap applies serving.knative.dev/v1 Service, Configuration, Route and "
+                     "serving.knative.dev/v1beta1 DomainMapping)\n";
         return 1;
       }
       std::string ns = doc.contains("metadata") ? doc["metadata"].value("namespace", opt.ns) : opt.ns;
@@ -384,7 +398,7 @@ int cmdDelete(HttpClient& client, const Options& opt) {
     std::cerr << "Error: delete needs a kind and a name, e.g. knap delete service hello\n";
     return 2;
   }
-  const api::ResourceInfo* r = api::findResource(opt.args[0]);
+  const api::ResourceInfo* r = findServingKind(opt.args[0]);
   if (!r) {
     std::cerr << "Error: unknown kind \"" << opt.args[0] << "\"\n";
     return 2;
@@ -452,7 +466,7 @@ int cmdDescribe(HttpClient& client, const Options& opt) {
     std::cerr << "Error: describe needs a kind and a name, e.g. knap describe service hello\n";
     return 2;
   }
-  const api::ResourceInfo* r = api::findResource(opt.args[0]);
+  const api::ResourceInfo* r = findServingKind(opt.args[0]);
   if (!r) {
     std::cerr << "Error: unknown kind \"" << opt.args[0] << "\"\n";
     return 2;
@@ -603,7 +617,7 @@ int run(int argc, char** argv) {
   if (command == "describe") return cmdDescribe(client, opt);
   if (command == "delete") return cmdDelete(client, opt);
   // kn style: `knap service list`, `knap revision list`
-  if (api::findResource(command) && !opt.args.empty()) {
+  if (findServingKind(command) && !opt.args.empty()) {
     std::string verb = opt.args[0];
     opt.args[0] = command;
     if (verb == "list" || verb == "get") return cmdGet(client, opt);
