@@ -137,7 +137,12 @@ def https(workdir):
     k.knap_section = knap_section
     k.cafile = os.path.join(pki, "ca.crt")
     import_testapp(workdir, ns)
-    k.start(timeout=60)
+    try:
+        k.start(timeout=60)
+    except Exception:
+        k.kill()  # a knapd that did not become ready must not outlive the test (it holds ports)
+        teardown_knapd_pods(None, ns, bridge)
+        raise
     yield k
     if k.alive():
         k.http("DELETE", "/apis/serving.knative.dev/v1/namespaces/team/services/api")
