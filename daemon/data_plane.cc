@@ -77,6 +77,19 @@ StatusOr<std::string> readPem(const std::string& path) {
   return text.str();
 }
 
+// A certificate served past (or close to) its expiry is logged when loaded.
+void warnIfExpiring(const DataPlane::LoadedCert& lc, const std::string& what) {
+  if (!lc.error.empty() || lc.cert.not_after == 0) return;
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  if (lc.cert.not_after <= now) {
+    LOG(WARNING) << "router TLS: " << what << " has expired; clients will refuse it until it is replaced";
+  } else if (lc.cert.not_after - now < 14 * 24 * 3600) {
+    LOG(WARNING) << "router TLS: " << what << " expires in " << (lc.cert.not_after - now) / 3600 << " hours";
+  }
+}
+
 router::HttpProtocol httpProtocol(const std::string& v) {
   if (v == "Redirected") return router::HttpProtocol::kRedirected;
   if (v == "Disabled") return router::HttpProtocol::kDisabled;
@@ -221,8 +234,10 @@ void DataPlane::onStoreEvent(const store::Event& event) {
   if (kind != "Route" && kind != "Revision" && kind != "Secret") return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (kind == "Secret" || kind == "Route") certs_dirty_ = true;  // Secrets serve their namespace's routed hosts
-    if (kind == "Secret") return;
+    if (kind == "Secret") {
+      certs_dirty_ = true;
+      return;
+    }
     if (kind == "Route") routes_dirty_ = true;
     // A Route change moves routingState (reachability) of revisions too.
     revisions_dirty_ = true;
@@ -249,8 +264,8 @@ void DataPlane::syncLoop() {
     lock.unlock();
     if (revisions) syncRevisions();  // configs first: a new route may point at a new revision
     if (routes) syncRoutes();
-    if (certs || files_due) {
-      if (certs) secret_certs_stale_ = true;
+    if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
+    if (tls_ && (certs || routes || files_due)) {
       syncCertificates();  // after the routes: Secrets serve the routed hosts of their namespace
     }
     lock.lock();
@@ -328,6 +343,7 @@ void DataPlane::syncCertificates() {
         }
       }
       if (!lc.error.empty()) LOG(WARNING) << "router TLS: " << lc.error << " (not served)";
+      warnIfExpiring(lc, "file " + crt);
       files[crt] = std::move(lc);
     }
   }
@@ -370,6 +386,7 @@ void DataPlane::syncCertificates() {
           }
         }
         if (!lc.error.empty()) LOG(WARNING) << "router TLS: " << lc.error << " (not served)";
+        warnIfExpiring(lc, "Secret " + id);
         secrets[id] = std::move(lc);
       }
     }

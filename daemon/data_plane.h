@@ -69,12 +69,6 @@ class DataPlane {
   // The revision's warm pool changed (from the runtime): router metrics.
   void setWarmPool(const std::string& revision, const router::WarmPoolStats& pool);
 
- private:
-  void onStoreEvent(const store::Event& event);
-  void syncLoop();
-  void syncRoutes();
-  void syncRevisions();
-  void syncCertificates();
   // One loaded certificate source (a file pair or a Secret) and what it
   // was loaded from, so an unchanged source is not parsed again.
   struct LoadedCert {
@@ -82,6 +76,13 @@ class DataPlane {
     std::string error;  // non-empty: unusable (logged once per change)
     tls::ServerCertificate cert;
   };
+
+ private:
+  void onStoreEvent(const store::Event& event);
+  void syncLoop();
+  void syncRoutes();
+  void syncRevisions();
+  void syncCertificates();
   bool tls_ = false;
 
   const Config& config_;
@@ -98,7 +99,7 @@ class DataPlane {
   std::condition_variable cv_;
   bool routes_dirty_ = true;
   bool revisions_dirty_ = true;
-  bool certs_dirty_ = true;
+  bool certs_dirty_ = true;  // a Secret changed
   bool stopping_ = false;
   std::thread sync_thread_;
   std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
