@@ -9,24 +9,27 @@ by a CA made here with the openssl CLI. Checked with curl (and Python's ssl for 
 - a replaced certificate file is served by a later handshake, without a restart;
 - a kubernetes.io/tls Secret serves its own namespace's host (not another namespace's), and an update
   of the Secret is served by a later handshake;
-- a host without a certificate fails the handshake.
+- a host without a certificate fails the handshake;
+- an inherited listening socket named "router-tls" (socket activation) is served as the HTTPS listener.
 """
 import base64
+import fcntl
 import http.client
 import json
 import os
 import socket
 import ssl
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import Knapd, free_port
+from conftest import KNAPD, Knapd, free_port
 from registry import teardown_knapd_pods
 from test_serving import apply, containerd_ok, get, import_testapp, service
 
-pytestmark = pytest.mark.skipif(
+needs_containerd = pytest.mark.skipif(
     not containerd_ok(), reason="!!! HTTPS end-to-end tests SKIPPED: need root and a running containerd !!!")
 
 DOMAIN = "example.com"
@@ -149,6 +152,7 @@ def https(workdir):
     teardown_knapd_pods(k, ns, bridge)
 
 
+@needs_containerd
 def test_https_files_secrets_redirect_and_reload(https):
     k = https
     pki = k.test_pki
@@ -221,3 +225,41 @@ def test_https_files_secrets_redirect_and_reload(https):
     rc, code, body = until(lambda: (lambda r: r if r[1] == "200" else None)(curl_https(k.tls_port, host, k.cafile)),
                            what="HTTPS 200 after the restart")
     assert rc == 0
+
+
+def test_inherited_router_tls_socket_is_the_https_listener(workdir):
+    """No router-tls-listen in the config: the socket handed over as LISTEN_FDNAMES=router-tls serves TLS."""
+    pki = os.path.join(workdir, "pki")
+    certs = os.path.join(workdir, "tls")
+    os.makedirs(pki)
+    os.makedirs(certs)
+    make_ca(pki, "ca")
+    cert, _ = make_cert(pki, "one", [f"one.default.{DOMAIN}"], "ca")
+    for ext in ("crt", "key"):
+        os.rename(os.path.join(pki, f"one.{ext}"), os.path.join(certs, f"one.{ext}"))
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    held.listen(128)
+    port = held.getsockname()[1]
+    k = Knapd(workdir, extra_config=f"  metrics-listen: \"\"\n  router-tls-certificates-dir: {certs}\n")
+    hi = fcntl.fcntl(held.fileno(), fcntl.F_DUPFD_CLOEXEC, 20)
+    # The wrapper moves the socket to fd 3 and execs knapd, so LISTEN_PID is knapd's pid.
+    wrapper = ("import os, sys\n"
+               f"os.dup2({hi}, 3); os.close({hi})\n"
+               "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1', LISTEN_FDNAMES='router-tls')\n"
+               "os.execv(sys.argv[1], sys.argv[1:])\n")
+    log = open(k.log_path, "a")
+    try:
+        k.proc = subprocess.Popen([sys.executable, "-c", wrapper, KNAPD, "--config", k.config_path, "--runtime", "none"],
+                                  stdout=log, stderr=subprocess.STDOUT, pass_fds=[hi])
+    finally:
+        os.close(hi)
+    try:
+        got = until(lambda: served_cert(port, f"one.default.{DOMAIN}", timeout=2), timeout=60,
+                    what="a TLS handshake on the inherited socket")
+        assert got == der(cert)
+        assert served_cert(port, f"two.default.{DOMAIN}", timeout=5) is None
+        assert "router HTTPS listener on port " + str(port) in k.log()
+    finally:
+        k.stop()
+        held.close()
