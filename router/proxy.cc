@@ -279,6 +279,14 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
     std::string nhost = normalizeHost(host);
     co_return co_await handleProbe(client, head, std::move(value), std::move(nhost), tbl, kind);
   }
+  if (kind == Kind::kExternal && !client.isTls() && isAcmeChallenge(head.target) &&
+      (head.method == "GET" || head.method == "HEAD")) {
+    // ACME HTTP-01 validation of a certificate order of ours.
+    if (std::optional<std::string> answer = acmeAnswer(head.target)) {
+      const bool keep = reusable() && !draining.load();
+      co_return co_await sendLocal(client, acmeResponse(version, *answer, keep, head.method == "HEAD"), keep);
+    }
+  }
   const HostRoute* route = tbl->lookup(host, lk);
   if (route == nullptr && opts.startup_hold > Duration::zero()) {
     // Just started: the routes may not be loaded yet. Hold, not 404.

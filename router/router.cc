@@ -610,6 +610,24 @@ int Router::tlsPort() const {
   return impl_->listeners.size() > 3 ? impl_->listeners[3]->port : -1;
 }
 
+std::optional<std::string> Router::Impl::acmeAnswer(const std::string& target) const {
+  static constexpr std::string_view kPrefix = "/.well-known/acme-challenge/";
+  std::shared_ptr<const AcmeChallenges> challenges;
+  {
+    std::lock_guard<std::mutex> lock(certs_mu);
+    challenges = acme;
+  }
+  if (!challenges || target.size() <= kPrefix.size()) return std::nullopt;
+  auto it = challenges->find(target.substr(kPrefix.size()));
+  if (it == challenges->end()) return std::nullopt;
+  return it->second;
+}
+
+void Router::setAcmeChallenges(std::shared_ptr<const AcmeChallenges> challenges) {
+  std::lock_guard<std::mutex> lock(impl_->certs_mu);
+  impl_->acme = std::move(challenges);
+}
+
 void Router::setCertificates(std::shared_ptr<const CertTable> certs) {
   if (!certs) certs = CertTable::empty();
   std::lock_guard<std::mutex> lock(impl_->certs_mu);

@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -170,6 +171,12 @@ class Router final : public scaler::MetricsSource {
 
   // Replaces the HTTPS listener's certificates; the next handshake uses them.
   void setCertificates(std::shared_ptr<const CertTable> certs);
+  // ACME HTTP-01 (RFC 8555 §8.3): token -> key authorization. The plain
+  // external listener answers GET /.well-known/acme-challenge/<token> for a
+  // known token itself (200, text/plain, whatever the Host); other tokens
+  // go on to routing like any request.
+  using AcmeChallenges = std::unordered_map<std::string, std::string>;
+  void setAcmeChallenges(std::shared_ptr<const AcmeChallenges> challenges);
 
   // Replaces the routing table; requests already routed keep the old one.
   void setRoutingTable(std::shared_ptr<const RoutingTable> table);

@@ -291,6 +291,21 @@ struct Router::Impl {
   std::unique_ptr<asio::ssl::context> ssl_ctx;
   mutable std::mutex certs_mu;
   std::shared_ptr<const CertTable> certs = CertTable::empty();  // under certs_mu
+  std::shared_ptr<const Router::AcmeChallenges> acme;           // under certs_mu; null = none
+  // The key authorization for an ACME HTTP-01 request target, if the token is known.
+  std::optional<std::string> acmeAnswer(const std::string& target) const;
+  // 200 with exactly `key_authorization` as the body (no newline added).
+  static std::unique_ptr<LocalResponse> acmeResponse(unsigned version, const std::string& key_authorization,
+                                                     bool keep_alive, bool head_only) {
+    auto r = std::make_unique<LocalResponse>(http::status::ok, version < 10 ? 11 : version);
+    r->set(http::field::server, "knap");
+    r->set(http::field::content_type, "application/octet-stream");
+    r->body() = key_authorization;
+    r->keep_alive(keep_alive);
+    r->prepare_payload();
+    if (head_only) r->body().clear();  // (Content-Length stays that of the GET answer)
+    return r;
+  }
 
   mutable std::mutex table_mu;
   std::shared_ptr<const RoutingTable> table;

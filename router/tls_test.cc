@@ -266,10 +266,19 @@ TEST_F(TlsRouterTest, RedirectedAnswers308ToHttpsExceptProbesAndAcmeChallenges) 
             "https://" + std::string(kHost) + ":" + std::to_string(router_->tlsPort()) + "/a/b?c=d");
   // An unknown host is still a 404 naming it.
   EXPECT_EQ(get(router_->port(), "nobody.example.com").result_int(), 404);
-  // ACME HTTP-01 challenges are answered over HTTP.
+  // ACME HTTP-01 challenges go on over HTTP: a token the router holds is
+  // answered by the router (any Host), any other goes to the pod.
+  auto challenges = std::make_shared<Router::AcmeChallenges>();
+  (*challenges)["tok-1"] = "tok-1.thumbprint";
+  router_->setAcmeChallenges(challenges);
+  StringResponse mine = get(router_->port(), "other.example.net", "/.well-known/acme-challenge/tok-1");
+  EXPECT_EQ(mine.result_int(), 200);
+  EXPECT_EQ(mine.body(), "tok-1.thumbprint");  // exactly, no newline
   StringResponse acme = get(router_->port(), kHost, "/.well-known/acme-challenge/tok");
   EXPECT_EQ(acme.result_int(), 200);
   EXPECT_EQ(acme.body(), "pod saw /.well-known/acme-challenge/tok");
+  router_->setAcmeChallenges(nullptr);
+  EXPECT_EQ(get(router_->port(), "other.example.net", "/.well-known/acme-challenge/tok-1").result_int(), 404);
   // Network probes too.
   StringResponse probe = get(router_->port(), kHost, "/", {{"K-Network-Probe", "probe"}, {"K-Network-Hash", "h"}});
   EXPECT_EQ(probe.result_int(), 200);
