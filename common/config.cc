@@ -721,6 +721,11 @@ SectionSpec knapSpec(KnapConfig& c) {
   s.keys["metrics-listen"] = str(&c.metrics_listen, [](const std::string& v) {
     return v.empty() ? std::string() : checkListen(v);
   });
+  s.keys["router-tls-listen"] = str(&c.router_tls_listen, [](const std::string& v) {
+    return v.empty() ? std::string() : checkListen(v);
+  });
+  s.keys["router-tls-certificates-dir"] =
+      str(&c.router_tls_certificates_dir, [](const std::string& v) { return checkAbsolutePath(v, true); });
   s.keys["containerd-namespace"] = str(&c.containerd_namespace, [](const std::string& v) -> std::string {
     if (v.empty() || v.size() > 76) return "must be 1..76 characters, got " + quoted(v);
     for (char ch : v) {

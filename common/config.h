@@ -80,7 +80,13 @@ struct NetworkConfig {
   // A DomainMapping creates its ClusterDomainClaim when none exists. knap's
   // default is true (one machine, one operator); Knative's is false.
   bool autocreate_cluster_domain_claims = true;
-  std::map<std::string, std::string> other;  // accepted Knative keys knap does not act on
+  std::map<std::string, std::string> other;  // accepted Knative keys, canonical spelling
+  // external-domain-tls (former name auto-tls) is Enabled: external URLs are
+  // https:// (the router's HTTPS listener serves them, knap.router-tls-listen).
+  bool externalDomainTls() const {
+    auto it = other.find("external-domain-tls");
+    return it != other.end() && it->second == "Enabled";
+  }
   bool operator==(const NetworkConfig&) const = default;
 };
 
@@ -132,6 +138,8 @@ struct KnapConfig {
   std::string router_listen = "127.0.0.1:8080";
   std::string router_internal_listen = "";    // the listener pods use for cluster-local routes
   std::string metrics_listen = "127.0.0.1:9095";  // Prometheus /metrics of the router; empty = off
+  std::string router_tls_listen = "";         // the router's HTTPS listener; empty = off
+  std::string router_tls_certificates_dir;    // <name>.crt + <name>.key pairs served by SNI; empty = none
   std::string kubeconfig_path;                // default <data_dir>/kubeconfig
   std::string containerd_socket = "/run/containerd/containerd.sock";
   std::string containerd_namespace = "knap";

@@ -241,6 +241,17 @@ INSTANTIATE_TEST_SUITE_P(
                  "queue-sidecar-cpu-request: 25m",
                  CHECK(c.deployment.queue_sidecar_image == "gcr.io/knative-releases/queue")},
         // knap
+        GoodCase{"RouterTls",
+                 "knap:\n  router-tls-listen: \"0.0.0.0:8443\"\n  router-tls-certificates-dir: /etc/knap/tls\n"
+                 "network:\n  auto-tls: enabled\n  http-protocol: redirected",
+                 [](const Config& c) {
+                   EXPECT_EQ(c.knap.router_tls_listen, "0.0.0.0:8443");
+                   EXPECT_EQ(c.knap.router_tls_certificates_dir, "/etc/knap/tls");
+                   EXPECT_TRUE(c.network.externalDomainTls());
+                   EXPECT_EQ(c.network.http_protocol, "Redirected");
+                 }},
+        GoodCase{"ExternalDomainTlsDefaultOff", "network:\n  http-protocol: Enabled",
+                 CHECK(!c.network.externalDomainTls() && c.knap.router_tls_listen.empty())},
         GoodCase{"KnapSection",
                  "knap:\n  data-dir: /srv/knap\n  api-socket: /run/knap.sock\n  api-listen: \"0.0.0.0:0\"\n"
                  "  router-listen: \"[::1]:80\"\n  router-internal-listen: 10.88.0.1:8081\n"
@@ -563,6 +574,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "knap.api-listen: port must be 0..65535"},
         BadCase{"RouterListenBareV6", "knap:\n  router-listen: \"::1:80\"",
                 "knap.router-listen: must be host:port (IPv6 in brackets)"},
+        BadCase{"RouterTlsListenBad", "knap:\n  router-tls-listen: \"443\"",
+                "knap.router-tls-listen: must be host:port"},
+        BadCase{"RouterTlsDirRelative", "knap:\n  router-tls-certificates-dir: tls",
+                "knap.router-tls-certificates-dir: must be an absolute path"},
         BadCase{"RouterInternalBad", "knap:\n  router-internal-listen: \"10.0.0.1\"",
                 "knap.router-internal-listen: must be host:port"},
         BadCase{"MetricsListenBad", "knap:\n  metrics-listen: \"9095\"",

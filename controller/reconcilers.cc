@@ -615,7 +615,13 @@ Status Reconcilers::reconcileRoute(const Key& key) {
                   ? conditionStateOf(old_status, "IngressReady")
                   : conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
   }
-  ConditionState cert = conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
+  // Certificates are the operator's (knap.router-tls-certificates-dir and
+  // kubernetes.io/tls Secrets, served by the router by SNI).
+  ConditionState cert = config_.network.externalDomainTls()
+                            ? conditionTrue("ExternalCertificates",
+                                            "certificates come from knap.router-tls-certificates-dir and "
+                                            "kubernetes.io/tls Secrets, chosen by SNI")
+                            : conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
 
   KNAP_RETURN_IF_ERROR(syncRoutingMetadata(key.ns, key.name, ref_configs, ref_revs));
 

@@ -171,7 +171,9 @@ StatusOr<RouteHost> routeHost(const Config& config, const std::string& name, con
   RouteHost out;
   out.host = host;
   out.cluster_local = cluster_local;
-  out.scheme = cluster_local ? "http" : config.network.default_external_scheme;
+  // external-domain-tls: Enabled → the router's HTTPS listener serves external hosts.
+  out.scheme = cluster_local ? "http" : config.network.externalDomainTls() ? "https"
+                                                                          : config.network.default_external_scheme;
   return out;
 }
 

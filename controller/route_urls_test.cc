@@ -151,6 +151,20 @@ TEST(RouteHost, CustomDomainAndTagTemplatesAndScheme) {
   EXPECT_EQ(h->url(), "https://hello-v2-ns1.example.com");
 }
 
+TEST(RouteHost, ExternalDomainTlsMakesExternalUrlsHttps) {
+  Config c = configWithDomain("example.com");
+  c.network.other["external-domain-tls"] = "Enabled";
+  auto h = routeHost(c, "hello", "ns1", {}, {}, "");
+  ASSERT_TRUE(h.isOk()) << h.status().toString();
+  EXPECT_EQ(h->url(), "https://hello.ns1.example.com");
+  std::map<std::string, std::string> lbls = {{"networking.knative.dev/visibility", "cluster-local"}};
+  auto local = routeHost(c, "hello", "ns1", lbls, {}, "");
+  ASSERT_TRUE(local.isOk());
+  EXPECT_EQ(local->scheme, "http");  // cluster-local-domain-tls is not served
+  c.network.other["external-domain-tls"] = "Disabled";
+  EXPECT_EQ(routeHost(c, "hello", "ns1", {}, {}, "")->url(), "http://hello.ns1.example.com");
+}
+
 TEST(RouteHost, ClusterLocalIgnoresCustomTemplateAndUsesHttp) {
   Config c = configWithDomain("example.com");
   c.network.domain_template = "{{.Name}}-{{.Namespace}}.{{.Domain}}";

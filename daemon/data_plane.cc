@@ -1,10 +1,19 @@
 #include "daemon/data_plane.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "api/effective_config.h"
 #include "api/resources.h"
+#include "common/base64.h"
 #include "common/log.h"
 #include "controller/domain_mappings.h"
 #include "controller/route_urls.h"
@@ -46,6 +55,48 @@ scaler::ScalerSettings toScalerSettings(const api::AutoscalingSettings& a, const
   return s;
 }
 
+// How often the certificate directory is looked at for changed files.
+constexpr auto kCertFilePoll = std::chrono::seconds(2);
+constexpr off_t kMaxPemBytes = 1 << 20;
+
+// "size:mtime" of a file, "" when it cannot be stat'ed.
+std::string fileStamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  return std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+StatusOr<std::string> readPem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return notFound("file " + path + ": " + std::strerror(errno));
+  if (st.st_size > kMaxPemBytes) return invalidArgument("file " + path + ": larger than 1 MiB");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return unavailable("file " + path + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A certificate served past (or close to) its expiry is logged when loaded.
+void warnIfExpiring(const DataPlane::LoadedCert& lc, const std::string& what) {
+  if (!lc.error.empty() || lc.cert.not_after == 0) return;
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  if (lc.cert.not_after <= now) {
+    LOG(WARNING) << "router TLS: " << what << " has expired; clients will refuse it until it is replaced";
+  } else if (lc.cert.not_after - now < 14 * 24 * 3600) {
+    LOG(WARNING) << "router TLS: " << what << " expires in " << (lc.cert.not_after - now) / 3600 << " hours";
+  }
+}
+
+router::HttpProtocol httpProtocol(const std::string& v) {
+  if (v == "Redirected") return router::HttpProtocol::kRedirected;
+  if (v == "Disabled") return router::HttpProtocol::kDisabled;
+  return router::HttpProtocol::kEnabled;
+}
+
 }  // namespace
 
 StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what) {
@@ -65,10 +116,27 @@ StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, c
 }
 
 DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
-                     scaler::ScaleTarget& scale, EventRecorder& events, int router_fd)
+                     scaler::ScaleTarget& scale, EventRecorder& events, int router_fd, int router_tls_fd)
     : config_(config), store_(store), clock_(clock), router_fd_(router_fd) {
   router::RouterOptions options;
   options.external_fd = router_fd;
+  tls_ = !config.knap.router_tls_listen.empty() || router_tls_fd >= 0;
+  if (tls_) {
+    options.tls_fd = router_tls_fd;
+    options.http_protocol = httpProtocol(config.network.http_protocol);
+    if (router_tls_fd < 0) {
+      auto https = splitHostPort(config.knap.router_tls_listen, "knap.router-tls-listen");
+      if (!https.isOk()) {
+        init_status_ = https.status();
+      } else {
+        options.tls_address = https->first;
+        options.tls_port = https->second;
+      }
+    }
+  } else if (config.network.http_protocol != "Enabled") {
+    LOG(WARNING) << "network.http-protocol is " << config.network.http_protocol
+                 << " but knap.router-tls-listen is empty: Services are served over HTTP";
+  }
   // Half the cores for the router's event loops (at least one): on a small
   // machine the pods, and the clients, need the rest. On 2 cores one loop
   // gave a p99 close to nginx's (one worker) where two loops tripled it
@@ -127,6 +195,7 @@ Status DataPlane::start() {
   } else {
     LOG(INFO) << "router listening on " << config_.knap.router_listen << " (port " << router_->port() << ")";
   }
+  if (tls_) LOG(INFO) << "router HTTPS listener on port " << router_->tlsPort();
   return Status::ok();
 }
 
@@ -163,9 +232,13 @@ void DataPlane::setWarmPool(const std::string& revision, const router::WarmPoolS
 
 void DataPlane::onStoreEvent(const store::Event& event) {
   const std::string& kind = event.object.key.kind;
-  if (kind != "Route" && kind != "Revision" && kind != "DomainMapping") return;
+  if (kind != "Route" && kind != "Revision" && kind != "DomainMapping" && kind != "Secret") return;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (kind == "Secret") {
+      certs_dirty_ = true;
+      return;
+    }
     if (kind == "Route" || kind == "DomainMapping") routes_dirty_ = true;
     // A Route change moves routingState (reachability) of revisions too.
     revisions_dirty_ = true;
@@ -175,14 +248,27 @@ void DataPlane::onStoreEvent(const store::Event& event) {
 
 void DataPlane::syncLoop() {
   std::unique_lock<std::mutex> lock(mu_);
+  const bool poll_files = tls_ && !config_.knap.router_tls_certificates_dir.empty();
+  auto next_file_poll = std::chrono::steady_clock::now();
   while (!stopping_) {
-    cv_.wait(lock, [this] { return stopping_ || routes_dirty_ || revisions_dirty_; });
+    auto work = [this] { return stopping_ || routes_dirty_ || revisions_dirty_ || (tls_ && certs_dirty_); };
+    if (poll_files) {
+      cv_.wait_until(lock, next_file_poll, work);
+    } else {
+      cv_.wait(lock, work);
+    }
     if (stopping_) break;
-    bool routes = routes_dirty_, revisions = revisions_dirty_;
-    routes_dirty_ = revisions_dirty_ = false;
+    bool routes = routes_dirty_, revisions = revisions_dirty_, certs = tls_ && certs_dirty_;
+    routes_dirty_ = revisions_dirty_ = certs_dirty_ = false;
+    const bool files_due = poll_files && std::chrono::steady_clock::now() >= next_file_poll;
+    if (files_due) next_file_poll = std::chrono::steady_clock::now() + kCertFilePoll;
     lock.unlock();
     if (revisions) syncRevisions();  // configs first: a new route may point at a new revision
     if (routes) syncRoutes();
+    if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
+    if (tls_ && (certs || routes || files_due)) {
+      syncCertificates();  // after the routes: Secrets serve the routed hosts of their namespace
+    }
     lock.lock();
   }
 }
@@ -196,7 +282,9 @@ void DataPlane::syncRoutes() {
   std::vector<json> bodies;
   for (auto& r : *routes) bodies.push_back(std::move(r.body));
   std::vector<router::HostGroup> groups;
+  std::map<std::string, std::vector<std::string>> external_hosts;
   for (const auto& [host, target] : controller::hostTable(config_, bodies)) {
+    if (!target.split.cluster_local) external_hosts[target.ns].push_back(host);
     router::HostGroup g;
     g.namespace_name = target.ns;
     g.route_name = target.route;
@@ -234,6 +322,129 @@ void DataPlane::syncRoutes() {
     return;
   }
   router_->setRoutingTable(*table);
+  external_hosts_ = std::move(external_hosts);
+}
+
+void DataPlane::syncCertificates() {
+  // 1. Files: <name>.crt with <name>.key beside it; re-read when either changed.
+  std::map<std::string, LoadedCert> files;
+  const std::string& dir = config_.knap.router_tls_certificates_dir;
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::vector<std::string> crts;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().extension() == ".crt") crts.push_back(it->path().string());
+    }
+    if (ec && dir_error_ != ec.message()) {
+      LOG(WARNING) << "knap.router-tls-certificates-dir " << dir << ": " << ec.message();
+    }
+    dir_error_ = ec ? ec.message() : "";
+    for (const std::string& crt : crts) {
+      const std::string key = crt.substr(0, crt.size() - 4) + ".key";
+      const std::string stamp = fileStamp(crt) + "/" + fileStamp(key);
+      auto old = file_certs_.find(crt);
+      if (old != file_certs_.end() && old->second.fingerprint == stamp) {
+        files[crt] = old->second;
+        continue;
+      }
+      LoadedCert lc;
+      lc.fingerprint = stamp;
+      auto chain = readPem(crt);
+      auto pem_key = readPem(key);
+      if (!chain.isOk()) {
+        lc.error = chain.status().message();
+      } else if (!pem_key.isOk()) {
+        lc.error = "file " + crt + ": no readable key beside it (" + pem_key.status().message() + ")";
+      } else {
+        auto cert = tls::loadServerCertificate(*chain, *pem_key, "file " + crt);
+        if (cert.isOk()) {
+          lc.cert = std::move(*cert);
+        } else {
+          lc.error = cert.status().message();
+        }
+      }
+      if (!lc.error.empty()) LOG(WARNING) << "router TLS: " << lc.error << " (not served)";
+      warnIfExpiring(lc, "file " + crt);
+      files[crt] = std::move(lc);
+    }
+  }
+  file_certs_ = std::move(files);
+
+  // 2. kubernetes.io/tls Secrets (only re-listed after a Secret or Route change).
+  if (secret_certs_stale_) {
+    secret_certs_stale_ = false;
+    std::map<std::string, LoadedCert> secrets;
+    auto listed = store_.list("Secret", "");
+    if (!listed.isOk()) {
+      LOG(WARNING) << "router TLS: cannot list Secrets: " << listed.status().message();
+      secrets = secret_certs_;
+    } else {
+      for (const auto& obj : *listed) {
+        const json& body = obj.body;
+        if (body.value("type", "") != "kubernetes.io/tls") continue;
+        const std::string id = obj.key.ns + "/" + obj.key.name;
+        const std::string stamp = std::to_string(obj.resource_version);
+        auto old = secret_certs_.find(id);
+        if (old != secret_certs_.end() && old->second.fingerprint == stamp) {
+          secrets[id] = old->second;
+          continue;
+        }
+        LoadedCert lc;
+        lc.fingerprint = stamp;
+        const json data = body.value("data", json::object());
+        std::string chain, key;
+        if (!data.is_object() || !data.value("tls.crt", json()).is_string() ||
+            !data.value("tls.key", json()).is_string() ||
+            !base64Decode(data["tls.crt"].get<std::string>(), &chain) ||
+            !base64Decode(data["tls.key"].get<std::string>(), &key)) {
+          lc.error = "Secret " + id + ": data needs base64 tls.crt and tls.key";
+        } else {
+          auto cert = tls::loadServerCertificate(chain, key, "Secret " + id);
+          if (cert.isOk()) {
+            lc.cert = std::move(*cert);
+          } else {
+            lc.error = cert.status().message();
+          }
+        }
+        if (!lc.error.empty()) LOG(WARNING) << "router TLS: " << lc.error << " (not served)";
+        warnIfExpiring(lc, "Secret " + id);
+        secrets[id] = std::move(lc);
+      }
+    }
+    secret_certs_ = std::move(secrets);
+  }
+
+  // 3. The table: files first (every name), then each Secret for the
+  // routed external hosts of its namespace it covers.
+  std::string fingerprint;
+  std::vector<router::CertEntry> entries;
+  for (const auto& [path, lc] : file_certs_) {
+    fingerprint += path + "=" + lc.fingerprint + ";";
+    if (!lc.error.empty()) continue;
+    for (const std::string& n : lc.cert.names) entries.push_back({n, lc.cert.ctx, "file " + path});
+  }
+  for (const auto& [id, lc] : secret_certs_) {
+    fingerprint += id + "=" + lc.fingerprint + ";";
+    if (!lc.error.empty()) continue;
+    auto hosts = external_hosts_.find(id.substr(0, id.find('/')));
+    if (hosts == external_hosts_.end()) continue;
+    for (const std::string& h : hosts->second) {
+      fingerprint += h + ",";
+      for (const std::string& n : lc.cert.names) {
+        if (tls::nameCovers(n, h)) {
+          entries.push_back({h, lc.cert.ctx, "Secret " + id});
+          break;
+        }
+      }
+    }
+  }
+  if (fingerprint == certs_applied_) return;
+  certs_applied_ = fingerprint;
+  std::vector<std::string> shadowed;
+  auto table = router::CertTable::build(std::move(entries), &shadowed);
+  for (const std::string& s : shadowed) LOG(WARNING) << "router TLS: " << s;
+  LOG(INFO) << "router TLS: serving " << table->size() << " certificate names";
+  router_->setCertificates(std::move(table));
 }
 
 void DataPlane::syncRevisions() {

@@ -5,6 +5,15 @@
 // the router's request metrics and cold-request pokes to the ScalerDriver,
 // whose decisions go to the runtime's ScaleTarget.
 //
+// HTTPS (knap.router-tls-listen): the router's CertTable is rebuilt from
+// the certificate files (knap.router-tls-certificates-dir, looked at every
+// two seconds, reloaded when a file's size or mtime changed) and from
+// kubernetes.io/tls Secrets (on every Secret or Route change). Files are the
+// operator's and serve every name they carry, wildcards included; a
+// Secret's certificate serves only the external hosts routed in the
+// Secret's own namespace that it covers (a tenant cannot take another
+// namespace's host). Files come first when both name a host.
+//
 // Threading: store events only mark work dirty (never block the store's
 // writer); one sync thread rebuilds from the store. The ScalerTicker runs on
 // its own thread. setEndpoints() may be called from any thread.
@@ -22,6 +31,7 @@
 #include "common/config.h"
 #include "common/event_recorder.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "router/router.h"
 #include "scaler/driver.h"
 #include "store/store.h"
@@ -34,8 +44,9 @@ class DataPlane {
   // `events` (borrowed) gets the autoscaler's scaling Events. `router_fd` >= 0:
   // an already-listening socket (socket activation, common/listen_fds.h)
   // the router serves instead of binding knap.router-listen; owned from here on.
+  // `router_tls_fd`: the same for knap.router-tls-listen.
   DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
-            scaler::ScaleTarget& scale, EventRecorder& events, int router_fd = -1);
+            scaler::ScaleTarget& scale, EventRecorder& events, int router_fd = -1, int router_tls_fd = -1);
   ~DataPlane();
 
   // Binds the router's listeners and starts the sync and ticker threads.
@@ -59,11 +70,21 @@ class DataPlane {
   // The revision's warm pool changed (from the runtime): router metrics.
   void setWarmPool(const std::string& revision, const router::WarmPoolStats& pool);
 
+  // One loaded certificate source (a file pair or a Secret) and what it
+  // was loaded from, so an unchanged source is not parsed again.
+  struct LoadedCert {
+    std::string fingerprint;
+    std::string error;  // non-empty: unusable (logged once per change)
+    tls::ServerCertificate cert;
+  };
+
  private:
   void onStoreEvent(const store::Event& event);
   void syncLoop();
   void syncRoutes();
   void syncRevisions();
+  void syncCertificates();
+  bool tls_ = false;
 
   const Config& config_;
   store::Store& store_;
@@ -79,9 +100,17 @@ class DataPlane {
   std::condition_variable cv_;
   bool routes_dirty_ = true;
   bool revisions_dirty_ = true;
+  bool certs_dirty_ = true;  // a Secret changed
   bool stopping_ = false;
   std::thread sync_thread_;
   std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
+  // Sync thread only:
+  std::map<std::string, std::vector<std::string>> external_hosts_;  // namespace -> routed external hosts
+  std::map<std::string, LoadedCert> file_certs_;    // "<dir>/<name>" -> loaded pair
+  std::map<std::string, LoadedCert> secret_certs_;  // "ns/name" -> loaded Secret
+  std::string certs_applied_;                       // fingerprint of the table the router has
+  std::string dir_error_;                           // last error reading the certificate directory
+  bool secret_certs_stale_ = true;                  // Secrets changed since they were last listed
 };
 
 // "127.0.0.1:8080" -> {address, port}; kInvalidArgument on a malformed value.

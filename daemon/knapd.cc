@@ -63,16 +63,19 @@ int usageError(const std::string& message) {
 }
 
 // Listening sockets handed over by a service manager (systemd .socket units
-// with FileDescriptorName=router / api) or by a parent that keeps them across
-// restarts, so no connection is refused while knapd restarts.
-Status inheritSockets(int* router_fd, int* api_fd) {
+// with FileDescriptorName=router / router-tls / api) or by a parent that keeps
+// them across restarts, so no connection is refused while knapd restarts.
+Status inheritSockets(int* router_fd, int* router_tls_fd, int* api_fd) {
   auto fds = takeListenFds();
   if (!fds.isOk()) return fds.status();
   for (const ListenFd& f : *fds) {
-    int* slot = f.name == "router" ? router_fd : f.name == "api" ? api_fd : nullptr;
+    int* slot = f.name == "router"       ? router_fd
+                : f.name == "router-tls" ? router_tls_fd
+                : f.name == "api"        ? api_fd
+                                         : nullptr;
     if (slot == nullptr || *slot >= 0) {
       LOG(WARNING) << "ignoring inherited socket fd " << f.fd << " named \"" << f.name
-                   << "\" (knapd takes one \"router\" and one \"api\")";
+                   << "\" (knapd takes one \"router\", one \"router-tls\" and one \"api\")";
       ::close(f.fd);
       continue;
     }
@@ -116,8 +119,8 @@ int run(int argc, char** argv) {
   if (flags.runtime != "auto" && flags.runtime != "containerd" && flags.runtime != "none")
     return usageError("--runtime must be auto, containerd or none, got \"" + flags.runtime + "\"");
 
-  int router_fd = -1, api_fd = -1;
-  if (Status st = inheritSockets(&router_fd, &api_fd); !st.isOk()) {
+  int router_fd = -1, router_tls_fd = -1, api_fd = -1;
+  if (Status st = inheritSockets(&router_fd, &router_tls_fd, &api_fd); !st.isOk()) {
     std::cerr << "knapd: refusing to start: inherited sockets: " << st.message() << "\n";
     return 1;
   }
@@ -200,7 +203,7 @@ int run(int argc, char** argv) {
   }
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
   DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(), event_recorder,
-                       router_fd);
+                       router_fd, router_tls_fd);
   (*runtime)->setEndpointsListener([&data_plane](const std::string& revision,
                                                   const std::vector<router::Endpoint>& endpoints,
                                                   const router::WakeInfo& wake, uint64_t version) {

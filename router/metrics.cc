@@ -185,7 +185,11 @@ RouterMetrics::RouterMetrics()
                            {"listener"}),
       accept_errors("knap_router_accept_errors_total",
                     "accept() failures on a router listener (out of file descriptors and the like).",
-                    {"listener"}) {}
+                    {"listener"}),
+      tls_handshakes("knap_router_tls_handshakes_total",
+                     "TLS handshakes on the HTTPS listener, by result (failed: no certificate for the "
+                     "SNI host, no shared protocol or cipher, timeout, client gone).",
+                     {"result"}) {}
 
 std::string RouterMetrics::render() const {
   std::string out;
@@ -201,6 +205,7 @@ std::string RouterMetrics::render() const {
   open_connections.render(out);
   rejected_connections.render(out);
   accept_errors.render(out);
+  tls_handshakes.render(out);
   return out;
 }
 

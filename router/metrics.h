@@ -111,6 +111,7 @@ class RouterMetrics {
   GaugeFamily open_connections;        // {listener="external|internal|admin"}
   CounterFamily rejected_connections;  // {listener}: over router max-connections, answered 503
   CounterFamily accept_errors;         // {listener}: accept() failures (EMFILE, ENFILE, ...)
+  CounterFamily tls_handshakes;        // {result="ok|failed"}: HTTPS listener handshakes
 };
 
 }  // namespace knap::router

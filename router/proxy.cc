@@ -75,13 +75,20 @@ struct Relay {
   std::function<void(beast::tcp_stream&)> arm_read, arm_write;  // timeouts
 };
 
+// The TCP layer of either side (timeouts live there).
+beast::tcp_stream& tcpOf(beast::tcp_stream& s) { return s; }
+beast::tcp_stream& tcpOf(ClientStream& s) { return s.tcpStream(); }
+tcp::socket& socketOf(tcp::socket& s) { return s; }
+tcp::socket& socketOf(ClientStream& s) { return s.socket(); }
+
 // Moves one message body from `from` (bytes already read in `fbuf`) to
 // `to`, decoding its framing and writing it re-framed; the first write
 // carries `prefix` (the message head). Stops exactly at the body's end:
-// bytes after it stay in `fbuf`.
-awaitable<RelayEnd> relayBody(beast::tcp_stream& from, beast::flat_buffer& fbuf, beast::tcp_stream& to,
-                              const std::string& prefix, const Relay& r, beast::error_code& read_ec,
-                              std::string& framing_error) {
+// bytes after it stay in `fbuf`. (From, To: the client's ClientStream and
+// the pod's tcp_stream, either way round.)
+template <class From, class To>
+awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, const std::string& prefix,
+                              const Relay& r, beast::error_code& read_ec, std::string& framing_error) {
   static const char kCrlf[] = "\r\n";
   static const char kLastChunk[] = "0\r\n\r\n";
   beast::error_code ec;
@@ -129,14 +136,14 @@ awaitable<RelayEnd> relayBody(beast::tcp_stream& from, beast::flat_buffer& fbuf,
     if (total > 0 && r.chunked_out) out.push_back(asio::buffer(kCrlf, 2));
     if (finished && r.chunked_out) out.push_back(asio::buffer(kLastChunk, 5));
     if (!out.empty()) {
-      r.arm_write(to);
+      r.arm_write(tcpOf(to));
       co_await asio::async_write(to, out, tok(ec));
       if (ec) co_return RelayEnd::kWriteFailed;
       prefix_sent = true;
     }
     fbuf.consume(consume);
     if (finished) co_return RelayEnd::kDone;
-    r.arm_read(from);
+    r.arm_read(tcpOf(from));
     const size_t n = co_await from.async_read_some(fbuf.prepare(kChunkBytes), tok(read_ec));
     fbuf.commit(n);
     if (read_ec == asio::error::eof && r.framing == Framing::kUntilClose) {
@@ -173,12 +180,11 @@ awaitable<http1::Parse> readResponseHead(beast::tcp_stream& up, beast::flat_buff
   }
 }
 
-}  // namespace
-
-awaitable<void> Router::Impl::pump(std::shared_ptr<Tunnel> t, bool client_to_pod) {
-  tcp::socket& from = client_to_pod ? t->client : t->pod;
-  tcp::socket& to = client_to_pod ? t->pod : t->client;
-  std::string& leftover = client_to_pod ? t->client_leftover : t->pod_leftover;
+// One direction of a tunnel: bytes from `from` to `to` until EOF or error.
+// EOF half-closes `to` (the other way may go on); an error closes both.
+template <class From, class To>
+awaitable<void> pumpOneWay(From& from, To& to, std::string& leftover,
+                           std::chrono::steady_clock::time_point& last_io) {
   beast::error_code ec;
   if (!leftover.empty()) {
     co_await asio::async_write(to, asio::buffer(leftover), tok(ec));
@@ -188,15 +194,26 @@ awaitable<void> Router::Impl::pump(std::shared_ptr<Tunnel> t, bool client_to_pod
   while (!ec) {
     const size_t n = co_await from.async_read_some(asio::buffer(data), tok(ec));
     if (ec) break;
-    t->last_io = std::chrono::steady_clock::now();
+    last_io = std::chrono::steady_clock::now();
     co_await asio::async_write(to, asio::buffer(data.data(), n), tok(ec));
   }
   beast::error_code ignored;
+  // (A TLS client's close_notify reads as stream_truncated or eof alike.)
   if (ec == asio::error::eof) {
-    to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close, the other way may go on
+    socketOf(to).shutdown(tcp::socket::shutdown_send, ignored);
   } else {
-    from.close(ignored);
-    to.close(ignored);
+    socketOf(from).close(ignored);
+    socketOf(to).close(ignored);
+  }
+}
+
+}  // namespace
+
+awaitable<void> Router::Impl::pump(std::shared_ptr<Tunnel> t, bool client_to_pod) {
+  if (client_to_pod) {
+    co_await pumpOneWay(t->client, t->pod, t->client_leftover, t->last_io);
+  } else {
+    co_await pumpOneWay(t->pod, t->client, t->pod_leftover, t->last_io);
   }
   if (--t->pumps_open == 0) t->idle_timer.cancel();
 }
@@ -211,7 +228,7 @@ awaitable<void> Router::Impl::tunnelWatchdog(std::shared_ptr<Tunnel> t) {
     if (t->pumps_open == 0) break;
     if (!ec && std::chrono::steady_clock::now() >= t->last_io + idle) {
       beast::error_code ignored;
-      t->client.close(ignored);  // both pumps fail and finish
+      t->client.socket().close(ignored);  // both pumps fail and finish
       t->pod.close(ignored);
       break;
     }
@@ -239,7 +256,7 @@ awaitable<std::shared_ptr<const RoutingTable>> Router::Impl::awaitFirstTable(Wor
   co_return snapshot();
 }
 
-awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::flat_buffer& buf,
+awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_buffer& buf,
                                             http1::RequestHead& head, Kind kind, Worker& w,
                                             const std::string& client_ip, std::shared_ptr<ClientConn>& conn) {
   const MonoTime start = time.monotonic();
@@ -262,6 +279,14 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     std::string nhost = normalizeHost(host);
     co_return co_await handleProbe(client, head, std::move(value), std::move(nhost), tbl, kind);
   }
+  if (kind == Kind::kExternal && !client.isTls() && isAcmeChallenge(head.target) &&
+      (head.method == "GET" || head.method == "HEAD")) {
+    // ACME HTTP-01 validation of a certificate order of ours.
+    if (std::optional<std::string> answer = acmeAnswer(head.target)) {
+      const bool keep = reusable() && !draining.load();
+      co_return co_await sendLocal(client, acmeResponse(version, *answer, keep, head.method == "HEAD"), keep);
+    }
+  }
   const HostRoute* route = tbl->lookup(host, lk);
   if (route == nullptr && opts.startup_hold > Duration::zero()) {
     // Just started: the routes may not be loaded yet. Hold, not 404.
@@ -271,6 +296,20 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
   if (route == nullptr) {
     countUnrouted();
     const std::string msg = "no route for host \"" + normalizeHost(host) + "\"";
+    co_return co_await writeLocal(client, version, http::status::not_found, msg, reusable());
+  }
+  if (kind == Kind::kExternal && !client.isTls() && opts.http_protocol != HttpProtocol::kEnabled &&
+      httpsPort() >= 0 && !isAcmeChallenge(head.target)) {
+    // http-protocol: Redirected / Disabled, while the HTTPS listener is on.
+    if (opts.http_protocol == HttpProtocol::kRedirected) {
+      const std::string location = httpsLocation(host, head.target);
+      const std::string msg = "served over HTTPS: " + location;
+      const auto extra = locationHeader(location);
+      co_return co_await writeLocal(client, version, http::status::permanent_redirect, msg, reusable(), extra);
+    }
+    countUnrouted();
+    const std::string msg = "host \"" + normalizeHost(host) +
+                            "\" is served over HTTPS only (config-network http-protocol: Disabled)";
     co_return co_await writeLocal(client, version, http::status::not_found, msg, reusable());
   }
   const std::string revision = route->pick();
@@ -375,7 +414,8 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
   const bool head_request = head.method == "HEAD";
   const bool zero_length = head.framing == Framing::kNone &&
                            head.fields.find(http::field::content_length) != head.fields.end();
-  rewriteRequestHeaders(head.fields, client_ip, opts.forwarded_proto, is_upgrade);
+  rewriteRequestHeaders(head.fields, client_ip, client.isTls() ? std::string_view("https") : opts.forwarded_proto,
+                        is_upgrade);
   head.fields.erase(http::field::content_length);
   head.fields.erase(http::field::transfer_encoding);
   const std::string pod_head = podRequestHead(head, zero_length);
@@ -384,7 +424,7 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
     beast::error_code ec;
     client.expires_after(opts.client_io_timeout);
-    co_await asio::async_write(client.socket(), asio::buffer(kContinue, sizeof kContinue - 1), tok(ec));
+    co_await asio::async_write(client, asio::buffer(kContinue, sizeof kContinue - 1), tok(ec));
     if (ec) co_return false;
   }
 
@@ -530,14 +570,15 @@ awaitable<bool> Router::Impl::handleRequest(beast::tcp_stream& client, beast::fl
     client.expires_after(opts.client_io_timeout);
     co_await asio::async_write(client, asio::buffer(out), tok(ec));
     if (ec) co_return false;
-    auto tunnel = std::make_shared<Tunnel>(client.release_socket(), up->release_socket());
+    client.tcpStream().expires_never();  // the tunnel has its own idle timeout
+    auto tunnel = std::make_shared<Tunnel>(std::move(client), up->release_socket());
     const std::string_view cb = bufView(buf);
     tunnel->client_leftover.assign(cb.data(), cb.size());
     buf.consume(buf.size());
     const std::string_view pb = bufView(ubuf);
     tunnel->pod_leftover.assign(pb.data(), pb.size());
     tunnel->guard = std::move(guard);
-    conn->socket = &tunnel->client;
+    conn->socket = &tunnel->client.socket();
     tunnel->conn = std::move(conn);
     asio::co_spawn(w.ioc, pump(tunnel, true), asio::detached);
     asio::co_spawn(w.ioc, pump(tunnel, false), asio::detached);

@@ -14,11 +14,14 @@
 #include <set>
 #include <thread>
 
+#include <openssl/ssl.h>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 
 #include "common/listen_fds.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "router/headers.h"
 #include "router/router_impl.h"
 
@@ -43,7 +46,42 @@ struct ListenerSpec {
   std::string address;
   int port;
   int fd;  // adopt this listening socket instead of binding (-1: bind)
+  bool tls = false;
 };
+
+// SNI: switches the handshake to the context of the certificate for the
+// requested host (Router::Impl::certs). No SNI, or a host no certificate
+// covers: the handshake fails with unrecognized_name (the listener has no
+// default certificate, so a wrong one is never served).
+int selectCertificate(SSL* ssl, int* alert, void* arg) {
+  auto* impl = static_cast<Router::Impl*>(arg);
+  const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  if (name == nullptr) {
+    *alert = SSL_AD_UNRECOGNIZED_NAME;
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+  }
+  std::shared_ptr<const CertTable> certs = impl->certSnapshot();
+  const CertEntry* e = certs->lookup(name);
+  if (e == nullptr) {
+    *alert = SSL_AD_UNRECOGNIZED_NAME;
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+  }
+  SSL_set_SSL_CTX(ssl, e->ctx.get());  // holds its own reference to the context
+  return SSL_TLSEXT_ERR_OK;
+}
+
+// ALPN: the router speaks HTTP/1.1 to clients; a client offering only h2
+// gets no protocol (and falls back or fails on its side).
+int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
+               void*) {
+  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, outlen, kHttp11, sizeof kHttp11, in, inlen) != OPENSSL_NPN_NEGOTIATED) {
+    return SSL_TLSEXT_ERR_NOACK;
+  }
+  *out = selected;
+  return SSL_TLSEXT_ERR_OK;
+}
 
 // Adopts an already-listening TCP socket (socket activation); checks that it
 // is one, so a wrong fd is a clear error, not a silent hang.
@@ -109,7 +147,7 @@ void Router::Impl::forEachPool(std::function<void(UpstreamPool&)> fn) {
   }
 }
 
-awaitable<bool> Router::Impl::writeLocal(beast::tcp_stream& client, unsigned version,
+awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version,
                                          http::status status, const std::string& body,
                                          bool keep_alive,
                                          const std::vector<std::pair<std::string, std::string>>& extra,
@@ -126,7 +164,7 @@ awaitable<bool> Router::Impl::writeLocal(beast::tcp_stream& client, unsigned ver
   return sendLocal(client, std::move(r), keep_alive);
 }
 
-awaitable<bool> Router::Impl::sendLocal(beast::tcp_stream& client, std::unique_ptr<LocalResponse> r,
+awaitable<bool> Router::Impl::sendLocal(ClientStream& client, std::unique_ptr<LocalResponse> r,
                                         bool keep_alive) {
   client.expires_after(opts.client_io_timeout);
   beast::error_code ec;
@@ -148,6 +186,22 @@ std::string Router::Impl::noteColdStart(RevisionState& st, const std::string& re
   char dur[32];
   std::snprintf(dur, sizeof dur, "%.3f", secs);
   return "path=" + path + "; dur=" + dur;
+}
+
+std::string Router::Impl::httpsLocation(const std::string& host, const std::string& target) const {
+  const std::string h = normalizeHost(host);
+  const int port = opts.tls_redirect_port > 0 ? opts.tls_redirect_port : httpsPort();
+  std::string out = "https://";
+  out += h.find(':') != std::string::npos ? "[" + h + "]" : h;  // an IPv6 literal
+  if (port != 443) out += ":" + std::to_string(port);
+  // An absolute-form target (a proxy request) keeps only its path.
+  std::string path = target;
+  if (path.rfind("http://", 0) == 0) {
+    const size_t slash = path.find('/', 7);
+    path = slash == std::string::npos ? "/" : path.substr(slash);
+  }
+  if (path.empty() || path[0] != '/') path = "/" + path;
+  return out + path;
 }
 
 // -- listeners ----------------------------------------------------------------
@@ -190,6 +244,10 @@ awaitable<void> Router::Impl::acceptLoop(Listener* l) {
     sock.set_option(tcp::no_delay(true), ec);
     if (opts.max_connections > 0 && l->open.load() >= opts.max_connections) {
       metrics.rejected_connections.with({l->name}).inc();
+      if (l->tls) {
+        sock.close(ec);  // no TLS handshake spent on a connection over the limit
+        continue;
+      }
       asio::co_spawn(w.ioc, rejectConnection(std::move(sock)), asio::detached);
       continue;
     }
@@ -245,9 +303,21 @@ awaitable<void> Router::Impl::sweepLoop(Worker* w) {
 awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Worker* w) {
   const Kind kind = l->kind;
   auto conn = std::make_shared<ClientConn>(this, l, w);
-  beast::tcp_stream client(std::move(sock));
+  const std::string client_ip = peerIp(sock);
+  ClientStream client = l->tls ? ClientStream(std::move(sock), *ssl_ctx) : ClientStream(std::move(sock));
   conn->socket = &client.socket();
-  const std::string client_ip = peerIp(client.socket());
+  if (l->tls) {
+    // The handshake counts against the header timeout of a new connection.
+    beast::error_code ec;
+    client.expires_after(opts.header_read_timeout);
+    co_await client.tlsStream().async_handshake(asio::ssl::stream_base::server, tok(ec));
+    countHandshake(!ec);
+    if (ec) {
+      conn->socket = nullptr;
+      client.tcpStream().close();
+      co_return;
+    }
+  }
   beast::flat_buffer buf;
   bool first = true;
   for (;;) {
@@ -305,14 +375,14 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
     if (buf.size() == 0) buf.shrink_to_fit();  // idle connections hold no big buffer
   }
   if (conn) conn->socket = nullptr;  // (null: the connection went on as a tunnel)
-  if (client.socket().is_open()) {
+  if (client.valid() && client.socket().is_open()) {
     beast::error_code ec;
     client.socket().shutdown(tcp::socket::shutdown_send, ec);
-    client.close();
+    client.tcpStream().close();
   }
 }
 
-awaitable<bool> Router::Impl::handleAdmin(beast::tcp_stream& client, const http1::RequestHead& head) {
+awaitable<bool> Router::Impl::handleAdmin(ClientStream& client, const http1::RequestHead& head) {
   const bool keep = head.keep_alive && head.framing == http1::Framing::kNone;
   const std::string path = head.target.substr(0, head.target.find('?'));
   if (head.method != "GET" && head.method != "HEAD") {
@@ -331,7 +401,7 @@ awaitable<bool> Router::Impl::handleAdmin(beast::tcp_stream& client, const http1
 
 // Answers K-Network-Probe requests (§5.5, §5.6, §5.10); never forwarded
 // and never counted as requests of a revision.
-awaitable<bool> Router::Impl::handleProbe(beast::tcp_stream& client, const http1::RequestHead& head,
+awaitable<bool> Router::Impl::handleProbe(ClientStream& client, const http1::RequestHead& head,
                                           std::string value, std::string host,
                                           std::shared_ptr<const RoutingTable> table, Kind kind) {
   const bool keep = head.keep_alive && head.framing == http1::Framing::kNone;
@@ -382,10 +452,25 @@ Status Router::start() {
       {Kind::kExternal, "external", im.opts.address, im.opts.port, im.opts.external_fd},
       {Kind::kInternal, "internal", im.opts.internal_address, im.opts.internal_port, -1},
       {Kind::kAdmin, "admin", im.opts.admin_address, im.opts.admin_port, -1},
+      {Kind::kExternal, "external-tls", im.opts.tls_address, im.opts.tls_port, im.opts.tls_fd, true},
   };
+  if (im.opts.tls_port >= 0 || im.opts.tls_fd >= 0) {
+    im.ssl_ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+    SSL_CTX* native = im.ssl_ctx->native_handle();
+    if (Status st = tls::applyServerPolicy(native); !st.isOk()) {
+      im.workers.clear();
+      return st;
+    }
+    static const unsigned char kSessionContext[] = "knap-router";
+    SSL_CTX_set_session_id_context(native, kSessionContext, sizeof kSessionContext - 1);
+    SSL_CTX_set_tlsext_servername_callback(native, selectCertificate);
+    SSL_CTX_set_tlsext_servername_arg(native, &im);
+    SSL_CTX_set_alpn_select_cb(native, selectAlpn, nullptr);
+  }
   for (const ListenerSpec& spec : specs) {
     auto l = std::make_unique<Listener>();
     l->kind = spec.kind;
+    l->tls = spec.tls;
     l->name = spec.name;
     l->open_gauge = &im.metrics.open_connections.with({spec.name});
     if (spec.fd >= 0) {
@@ -427,7 +512,7 @@ Status Router::start() {
     wp->thread = std::thread([wp] { wp->ioc.run(); });
   }
   LOG(INFO) << "router: listening external=" << port() << " internal=" << internalPort()
-            << " admin=" << adminPort() << " threads=" << im.workers.size();
+            << " admin=" << adminPort() << " https=" << tlsPort() << " threads=" << im.workers.size();
   return Status::ok();
 }
 
@@ -520,6 +605,33 @@ int Router::internalPort() const {
 }
 int Router::adminPort() const {
   return impl_->listeners.size() > 2 ? impl_->listeners[2]->port : -1;
+}
+int Router::tlsPort() const {
+  return impl_->listeners.size() > 3 ? impl_->listeners[3]->port : -1;
+}
+
+std::optional<std::string> Router::Impl::acmeAnswer(const std::string& target) const {
+  static constexpr std::string_view kPrefix = "/.well-known/acme-challenge/";
+  std::shared_ptr<const AcmeChallenges> challenges;
+  {
+    std::lock_guard<std::mutex> lock(certs_mu);
+    challenges = acme;
+  }
+  if (!challenges || target.size() <= kPrefix.size()) return std::nullopt;
+  auto it = challenges->find(target.substr(kPrefix.size()));
+  if (it == challenges->end()) return std::nullopt;
+  return it->second;
+}
+
+void Router::setAcmeChallenges(std::shared_ptr<const AcmeChallenges> challenges) {
+  std::lock_guard<std::mutex> lock(impl_->certs_mu);
+  impl_->acme = std::move(challenges);
+}
+
+void Router::setCertificates(std::shared_ptr<const CertTable> certs) {
+  if (!certs) certs = CertTable::empty();
+  std::lock_guard<std::mutex> lock(impl_->certs_mu);
+  impl_->certs = std::move(certs);
 }
 
 void Router::setRoutingTable(std::shared_ptr<const RoutingTable> table) {

@@ -6,8 +6,10 @@
 //             on_cold_request at zero pods) ─► keep-alive pool ─► pod ip:port
 //
 // Listeners: external (`port`), internal (`internal_port`, also serves
-// cluster-local hosts) and admin (`admin_port`, GET /metrics and /healthz,
-// meant for 127.0.0.1). Any of them may be disabled with -1; 0 = ephemeral.
+// cluster-local hosts), admin (`admin_port`, GET /metrics and /healthz,
+// meant for 127.0.0.1) and HTTPS (`tls_port`: the external hosts over TLS,
+// the certificate chosen by SNI from the CertTable given to
+// setCertificates()). Any of them may be disabled with -1; 0 = ephemeral.
 // One io_context per worker thread; one acceptor per listener hands new
 // connections to workers round robin; a connection lives on one worker, so
 // its handlers never run concurrently (the io_context is its strand).
@@ -35,11 +37,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
 #include "router/activator_queue.h"
+#include "router/certs.h"
 #include "router/metrics.h"
 #include "router/routing_table.h"
 #include "scaler/driver.h"
@@ -83,6 +87,14 @@ struct RevisionConfig {
   Duration idle_timeout{0};                       // 0 = none
 };
 
+// What the plain external listener does with a routed host while the HTTPS
+// listener is on (config-network `http-protocol`).
+enum class HttpProtocol {
+  kEnabled,     // served over HTTP too
+  kRedirected,  // 308 to https://<host>[:tls port]<target>
+  kDisabled,    // 404: served over HTTPS only
+};
+
 struct RouterOptions {
   std::string address = "0.0.0.0";
   int port = 0;
@@ -117,6 +129,15 @@ struct RouterOptions {
   // the socket) to serve as the external listener instead of binding
   // `address:port`. The router owns it from start() on.
   int external_fd = -1;
+  // The HTTPS listener (external hosts over TLS); -1 = off.
+  std::string tls_address = "0.0.0.0";
+  int tls_port = -1;
+  int tls_fd = -1;  // as external_fd, for the HTTPS listener
+  // Applies only while the HTTPS listener is on. K-Network-Probe requests
+  // and /.well-known/acme-challenge/ are answered over HTTP in every mode.
+  HttpProtocol http_protocol = HttpProtocol::kEnabled;
+  // The port written in Redirected answers' Location; 0 = the bound HTTPS port.
+  int tls_redirect_port = 0;
 };
 
 class Router final : public scaler::MetricsSource {
@@ -146,6 +167,16 @@ class Router final : public scaler::MetricsSource {
   int port() const;
   int internalPort() const;
   int adminPort() const;
+  int tlsPort() const;
+
+  // Replaces the HTTPS listener's certificates; the next handshake uses them.
+  void setCertificates(std::shared_ptr<const CertTable> certs);
+  // ACME HTTP-01 (RFC 8555 §8.3): token -> key authorization. The plain
+  // external listener answers GET /.well-known/acme-challenge/<token> for a
+  // known token itself (200, text/plain, whatever the Host); other tokens
+  // go on to routing like any request.
+  using AcmeChallenges = std::unordered_map<std::string, std::string>;
+  void setAcmeChallenges(std::shared_ptr<const AcmeChallenges> challenges);
 
   // Replaces the routing table; requests already routed keep the old one.
   void setRoutingTable(std::shared_ptr<const RoutingTable> table);

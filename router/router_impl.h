@@ -20,10 +20,13 @@
 #include <boost/asio.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
+#include "router/certs.h"
 #include "router/http1.h"
 #include "router/router.h"
 #include "router/upstream.h"
@@ -63,6 +66,59 @@ struct RevisionState {
   scaler::RequestStats stats;
 };
 
+// The client side of a connection: plain TCP, or TLS over it (the HTTPS
+// listener). An AsyncReadStream/AsyncWriteStream whose reads and writes go
+// to the TLS layer when there is one; timeouts (expires_*) and the socket
+// are the TCP layer's. Moved whole into a Tunnel on an Upgrade (valid()
+// is false afterwards).
+class ClientStream {
+ public:
+  using executor_type = beast::tcp_stream::executor_type;
+  using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+  explicit ClientStream(tcp::socket s) : plain_(std::make_unique<beast::tcp_stream>(std::move(s))) {}
+  ClientStream(tcp::socket s, asio::ssl::context& ctx) : tls_(std::make_unique<TlsStream>(std::move(s), ctx)) {}
+  ClientStream(ClientStream&&) = default;
+  ClientStream& operator=(ClientStream&&) = default;
+
+  bool valid() const { return plain_ || tls_; }
+  bool isTls() const { return tls_ != nullptr; }
+  TlsStream& tlsStream() { return *tls_; }
+  beast::tcp_stream& tcpStream() { return tls_ ? tls_->next_layer() : *plain_; }
+  tcp::socket& socket() { return tcpStream().socket(); }
+  executor_type get_executor() { return tcpStream().get_executor(); }
+  void expires_after(Duration d) { tcpStream().expires_after(d); }
+  void expires_at(std::chrono::steady_clock::time_point t) { tcpStream().expires_at(t); }
+
+  template <class Buffers, class Token>
+  auto async_read_some(const Buffers& b, Token&& token) {
+    return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
+        [this](auto handler, const Buffers& bufs) {
+          if (tls_) {
+            tls_->async_read_some(bufs, std::move(handler));
+          } else {
+            plain_->async_read_some(bufs, std::move(handler));
+          }
+        },
+        token, b);
+  }
+  template <class Buffers, class Token>
+  auto async_write_some(const Buffers& b, Token&& token) {
+    return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
+        [this](auto handler, const Buffers& bufs) {
+          if (tls_) {
+            tls_->async_write_some(bufs, std::move(handler));
+          } else {
+            plain_->async_write_some(bufs, std::move(handler));
+          }
+        },
+        token, b);
+  }
+
+ private:
+  std::unique_ptr<beast::tcp_stream> plain_;
+  std::unique_ptr<TlsStream> tls_;
+};
+
 struct ClientConn;
 
 struct Worker {
@@ -81,7 +137,8 @@ struct Worker {
 
 struct Listener {
   Kind kind;
-  const char* name = "";  // metrics label: external, internal, admin
+  bool tls = false;       // the HTTPS listener (kind kExternal)
+  const char* name = "";  // metrics label: external, internal, admin, external-tls
   std::unique_ptr<tcp::acceptor> acceptor;
   int port = -1;
   std::atomic<int> open{0};    // client connections accepted and not yet closed
@@ -170,11 +227,11 @@ struct Router::Impl {
   // (A plain function building the message, then a coroutine sending it:
   // GCC 12 miscompiles string-literal arguments to coroutine parameters.)
   using LocalResponse = http::response<http::string_body>;
-  awaitable<bool> writeLocal(beast::tcp_stream& client, unsigned version, http::status status,
+  awaitable<bool> writeLocal(ClientStream& client, unsigned version, http::status status,
                              const std::string& body, bool keep_alive,
                              const std::vector<std::pair<std::string, std::string>>& extra = {},
                              const char* content_type = "text/plain; charset=utf-8");
-  awaitable<bool> sendLocal(beast::tcp_stream& client, std::unique_ptr<LocalResponse> r,
+  awaitable<bool> sendLocal(ClientStream& client, std::unique_ptr<LocalResponse> r,
                             bool keep_alive);
 
   // Helpers kept out of coroutine bodies (GCC 12 rejects braced lists of
@@ -182,6 +239,18 @@ struct Router::Impl {
   void countProbe(const char* kind) { metrics.probes_total.with({kind}).inc(); }
   std::string noteColdStart(RevisionState& st, const std::string& revision, WallTime arrived, Duration d);
   void countUnrouted() { metrics.requests_total.with({"", "404"}).inc(); }
+  static std::vector<std::pair<std::string, std::string>> locationHeader(const std::string& v) {
+    return {{"Location", v}};
+  }
+  // The bound HTTPS port; -1 when that listener is off.
+  int httpsPort() const { return listeners.size() > 3 ? listeners[3]->port : -1; }
+  // https://<host>[:port]<target> for a Redirected answer (the port of
+  // tls_redirect_port, else the bound one; none for 443).
+  std::string httpsLocation(const std::string& host, const std::string& target) const;
+  static bool isAcmeChallenge(const std::string& target) {
+    return target.rfind("/.well-known/acme-challenge/", 0) == 0;
+  }
+  void countHandshake(bool ok) { metrics.tls_handshakes.with({ok ? "ok" : "failed"}).inc(); }
   static std::vector<std::pair<std::string, std::string>> hashHeader(const std::string& v) {
     return {{std::string(kHashHeader), v}};
   }
@@ -192,13 +261,13 @@ struct Router::Impl {
   awaitable<void> sweepLoop(Worker* w);
   awaitable<void> serveConnection(tcp::socket sock, Listener* l, Worker* w);
   awaitable<void> rejectConnection(tcp::socket sock);
-  awaitable<bool> handleAdmin(beast::tcp_stream& client, const http1::RequestHead& head);
-  awaitable<bool> handleProbe(beast::tcp_stream& client, const http1::RequestHead& head,
+  awaitable<bool> handleAdmin(ClientStream& client, const http1::RequestHead& head);
+  awaitable<bool> handleProbe(ClientStream& client, const http1::RequestHead& head,
                               std::string value, std::string host,
                               std::shared_ptr<const RoutingTable> table, Kind kind);
   // proxy.cc: route, activate (the activator queue), proxy. Returns whether
   // the client connection stays usable for another request.
-  awaitable<bool> handleRequest(beast::tcp_stream& client, beast::flat_buffer& buf,
+  awaitable<bool> handleRequest(ClientStream& client, beast::flat_buffer& buf,
                                 http1::RequestHead& head, Kind kind, Worker& w,
                                 const std::string& client_ip, std::shared_ptr<ClientConn>& conn);
   // Waits (bounded by startup_hold) for the first routing table; the table then.
@@ -212,6 +281,31 @@ struct Router::Impl {
   const TimeSource& time;
   RouterMetrics metrics;
   std::function<void(const std::string&)>* on_cold = nullptr;
+
+  std::shared_ptr<const CertTable> certSnapshot() const {
+    std::lock_guard<std::mutex> lock(certs_mu);
+    return certs;
+  }
+  // The HTTPS listener's context: policy of common/tls.h, no certificate of
+  // its own; the SNI callback switches each handshake to its host's context.
+  std::unique_ptr<asio::ssl::context> ssl_ctx;
+  mutable std::mutex certs_mu;
+  std::shared_ptr<const CertTable> certs = CertTable::empty();  // under certs_mu
+  std::shared_ptr<const Router::AcmeChallenges> acme;           // under certs_mu; null = none
+  // The key authorization for an ACME HTTP-01 request target, if the token is known.
+  std::optional<std::string> acmeAnswer(const std::string& target) const;
+  // 200 with exactly `key_authorization` as the body (no newline added).
+  static std::unique_ptr<LocalResponse> acmeResponse(unsigned version, const std::string& key_authorization,
+                                                     bool keep_alive, bool head_only) {
+    auto r = std::make_unique<LocalResponse>(http::status::ok, version < 10 ? 11 : version);
+    r->set(http::field::server, "knap");
+    r->set(http::field::content_type, "application/octet-stream");
+    r->body() = key_authorization;
+    r->keep_alive(keep_alive);
+    r->prepare_payload();
+    if (head_only) r->body().clear();  // (Content-Length stays that of the GET answer)
+    return r;
+  }
 
   mutable std::mutex table_mu;
   std::shared_ptr<const RoutingTable> table;
@@ -235,9 +329,9 @@ struct Router::Impl {
 // An upgraded connection: bytes spliced both ways until both sides close
 // (or no byte moved for tunnel_idle_timeout).
 struct Tunnel {
-  Tunnel(tcp::socket c, tcp::socket p)
-      : client(std::move(c)), pod(std::move(p)), idle_timer(client.get_executor()) {}
-  tcp::socket client;
+  Tunnel(ClientStream c, tcp::socket p)
+      : client(std::move(c)), pod(std::move(p)), idle_timer(pod.get_executor()) {}
+  ClientStream client;
   tcp::socket pod;
   asio::steady_timer idle_timer;
   std::chrono::steady_clock::time_point last_io = std::chrono::steady_clock::now();

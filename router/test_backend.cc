@@ -1,6 +1,58 @@
 #include "router/test_backend.h"
 
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
 namespace knap::router::testing {
+
+namespace {
+
+std::string bioText(BIO* b) {
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(b, &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+TestCert selfSignedCert(const std::vector<std::string>& sans, const std::string& cn) {
+  static std::atomic<long> serial{1};
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509* x = X509_new();
+  X509_set_version(x, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(x), serial.fetch_add(1));
+  X509_gmtime_adj(X509_getm_notBefore(x), -60);
+  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+  X509_set_pubkey(x, key);
+  X509_NAME* name = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1,
+                             0);
+  X509_set_issuer_name(x, name);
+  if (!sans.empty()) {
+    std::string v;
+    for (const std::string& s : sans) v += (v.empty() ? "DNS:" : ",DNS:") + s;
+    X509V3_CTX ctx;
+    X509V3_set_ctx_nodb(&ctx);
+    X509V3_set_ctx(&ctx, x, x, nullptr, nullptr, 0);
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, NID_subject_alt_name, v.c_str());
+    X509_add_ext(x, ext, -1);
+    X509_EXTENSION_free(ext);
+  }
+  X509_sign(x, key, EVP_sha256());
+  TestCert out;
+  BIO* b = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(b, x);
+  out.cert = bioText(b);
+  BIO_free(b);
+  b = BIO_new(BIO_s_mem());
+  PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr);
+  out.key = bioText(b);
+  BIO_free(b);
+  X509_free(x);
+  EVP_PKEY_free(key);
+  return out;
+}
 
 TestBackend::TestBackend(ConnHandler handler)
     : acceptor_(ioc_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),

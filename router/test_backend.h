@@ -82,6 +82,13 @@ class TestClient {
   beast::error_code ec_;
 };
 
+// A self-signed EC P-256 certificate (PEM) valid for an hour, with `sans`
+// as its dNSName entries (none: no SAN extension) and subject CN `cn`.
+struct TestCert {
+  std::string cert, key;
+};
+TestCert selfSignedCert(const std::vector<std::string>& sans, const std::string& cn = "test");
+
 // One-shot GET on a fresh connection.
 StringResponse get(int port, const std::string& host, const std::string& target = "/",
                    const std::vector<std::pair<std::string, std::string>>& headers = {});

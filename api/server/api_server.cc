@@ -28,6 +28,7 @@
 #include "api/server/rest_handler.h"
 #include "common/listen_fds.h"
 #include "common/log.h"
+#include "common/tls.h"
 
 namespace knap::api {
 
@@ -774,12 +775,9 @@ Status ApiServer::Impl::makeSslContext() {
   const ApiServerOptions::Tls& tls = *options_.tls;
   ssl_ctx_.emplace(net::ssl::context::tls_server);
   beast::error_code ec;
-  ssl_ctx_->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
-                            net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
-                            net::ssl::context::single_dh_use,
-                        ec);
-  SSL_CTX_set_min_proto_version(ssl_ctx_->native_handle(), TLS1_2_VERSION);
-  if (!ec) ssl_ctx_->use_certificate_chain(net::buffer(tls.cert_chain_pem), ec);
+  // TLS 1.2+ and the cipher list every knap TLS listener uses (common/tls.h).
+  KNAP_RETURN_IF_ERROR(knap::tls::applyServerPolicy(ssl_ctx_->native_handle()));
+  ssl_ctx_->use_certificate_chain(net::buffer(tls.cert_chain_pem), ec);
   if (ec) return invalidArgument("the API serving certificate cannot be used: " + ec.message());
   ssl_ctx_->use_private_key(net::buffer(tls.key_pem), net::ssl::context::pem, ec);
   if (ec) return invalidArgument("the API serving key cannot be used: " + ec.message());

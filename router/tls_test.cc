@@ -1,0 +1,302 @@
+// The router's HTTPS listener over real loopback sockets: the certificate
+// chosen by SNI (exact, wildcard, none), swapped without a restart, the
+// request proxied with X-Forwarded-Proto: https, an Upgrade tunnelled over
+// TLS, TLS < 1.2 refused, and config-network http-protocol (Redirected,
+// Disabled) on the plain listener.
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <chrono>
+#include <thread>
+
+#include <boost/asio/ssl.hpp>
+#include <gtest/gtest.h>
+
+#include "router/router.h"
+#include "router/test_backend.h"
+
+namespace knap::router {
+namespace {
+
+using namespace knap::router::testing;
+using namespace std::chrono_literals;
+namespace ssl = boost::asio::ssl;
+
+constexpr const char* kHost = "hello.default.example.com";
+constexpr const char* kRev = "default/hello-00001";
+
+struct HttpsResult {
+  StringResponse resp;
+  std::string error;      // handshake or I/O error; empty on success
+  std::string peer_cert;  // the server's leaf certificate, PEM
+  std::string version;    // negotiated protocol, "TLSv1.3"
+};
+
+std::string certPem(X509* x) {
+  BIO* b = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(b, x);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(b, &data);
+  std::string out(data, static_cast<size_t>(n));
+  BIO_free(b);
+  return out;
+}
+
+// One HTTPS request on a fresh connection, verifying the server against
+// `trust` (PEM) for host `sni` (empty: no SNI sent, no verification).
+HttpsResult httpsRequest(int port, const std::string& sni, const std::string& trust, StringRequest req,
+                         int max_version = 0) {
+  HttpsResult out;
+  asio::io_context ioc;
+  ssl::context ctx(ssl::context::tls_client);
+  if (max_version != 0) SSL_CTX_set_max_proto_version(ctx.native_handle(), max_version);
+  if (max_version != 0 && max_version < TLS1_2_VERSION) {
+    SSL_CTX_set_security_level(ctx.native_handle(), 0);  // let the client even try
+    SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_VERSION);
+  }
+  beast::error_code ec;
+  if (!sni.empty() && !trust.empty()) {
+    ctx.add_certificate_authority(asio::buffer(trust), ec);
+    ctx.set_verify_mode(ssl::verify_peer);
+    ctx.set_verify_callback(ssl::host_name_verification(sni));
+  }
+  ssl::stream<tcp::socket> s(ioc, ctx);
+  if (!sni.empty()) SSL_set_tlsext_host_name(s.native_handle(), sni.c_str());
+  s.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec);
+  if (!ec) s.handshake(ssl::stream_base::client, ec);
+  if (ec) {
+    out.error = "handshake: " + ec.message();
+    return out;
+  }
+  out.version = SSL_get_version(s.native_handle());
+  if (X509* peer = SSL_get1_peer_certificate(s.native_handle())) {
+    out.peer_cert = certPem(peer);
+    X509_free(peer);
+  }
+  req.version(11);
+  req.prepare_payload();
+  http::write(s, req, ec);
+  beast::flat_buffer buf;
+  if (!ec) http::read(s, buf, out.resp, ec);
+  if (ec) out.error = "request: " + ec.message();
+  return out;
+}
+
+StringRequest getRequest(const std::string& host, const std::string& target = "/") {
+  StringRequest req(http::verb::get, target, 11);
+  req.set(http::field::host, host);
+  return req;
+}
+
+// Every request header, one "name: value" line each.
+std::string echoHeaders(const StringRequest& req) {
+  std::string out;
+  for (const auto& f : req) out += std::string(f.name_string()) + ": " + std::string(f.value()) + "\n";
+  return out;
+}
+
+std::shared_ptr<const CertTable> tableOf(const std::vector<TestCert>& certs) {
+  std::vector<CertEntry> entries;
+  for (size_t i = 0; i < certs.size(); ++i) {
+    auto c = tls::loadServerCertificate(certs[i].cert, certs[i].key, "cert " + std::to_string(i));
+    EXPECT_TRUE(c.isOk()) << c.status().message();
+    if (!c.isOk()) continue;
+    for (const std::string& n : c->names) entries.push_back({n, c->ctx, "cert " + std::to_string(i)});
+  }
+  return CertTable::build(std::move(entries));
+}
+
+class TlsRouterTest : public ::testing::Test {
+ protected:
+  void startRouter(HttpProtocol protocol = HttpProtocol::kEnabled) {
+    RouterOptions o;
+    o.address = "127.0.0.1";
+    o.port = 0;
+    o.tls_address = "127.0.0.1";
+    o.tls_port = 0;
+    o.admin_port = 0;
+    o.threads = 2;
+    o.header_read_timeout = 5s;
+    o.http_protocol = protocol;
+    router_ = std::make_unique<Router>(o, RealTimeSource::instance());
+    Status s = router_->start();
+    ASSERT_TRUE(s.isOk()) << s.toString();
+    ASSERT_GT(router_->tlsPort(), 0);
+    RouteSpec r;
+    r.namespace_name = "default";
+    r.name = "hello";
+    r.hosts = {kHost, "hello.apps.example.org"};
+    r.traffic = {{kRev, 100, ""}};
+    auto t = RoutingTable::build({r}, "hash-1");
+    ASSERT_TRUE(t.isOk()) << t.status().toString();
+    router_->setRoutingTable(*t);
+  }
+  void TearDown() override {
+    if (router_) router_->stop();
+  }
+  std::unique_ptr<Router> router_;
+};
+
+TEST_F(TlsRouterTest, ServesTheSniCertificateAndProxiesWithHttpsProto) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
+    resp.body() = echoHeaders(req);
+  }));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert exact = selfSignedCert({kHost});
+  TestCert wild = selfSignedCert({"*.apps.example.org"});
+  router_->setCertificates(tableOf({exact, wild}));
+
+  HttpsResult r = httpsRequest(router_->tlsPort(), kHost, exact.cert, getRequest(kHost, "/x"));
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.resp.result_int(), 200);
+  EXPECT_EQ(r.peer_cert, exact.cert);
+  EXPECT_TRUE(r.version == "TLSv1.3" || r.version == "TLSv1.2") << r.version;
+  EXPECT_NE(r.resp.body().find("X-Forwarded-Proto: https\n"), std::string::npos) << r.resp.body();
+
+  HttpsResult w = httpsRequest(router_->tlsPort(), "hello.apps.example.org", wild.cert,
+                               getRequest("hello.apps.example.org"));
+  ASSERT_EQ(w.error, "");
+  EXPECT_EQ(w.resp.result_int(), 200);
+  EXPECT_EQ(w.peer_cert, wild.cert);
+
+  // TLS 1.2 with the policy's cipher list works too.
+  HttpsResult v12 = httpsRequest(router_->tlsPort(), kHost, exact.cert, getRequest(kHost), TLS1_2_VERSION);
+  ASSERT_EQ(v12.error, "");
+  EXPECT_EQ(v12.version, "TLSv1.2");
+  EXPECT_EQ(v12.resp.result_int(), 200);
+}
+
+TEST_F(TlsRouterTest, UnknownOrMissingSniAndOldProtocolsFailTheHandshake) {
+  startRouter();
+  TestCert exact = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({exact}));
+  EXPECT_NE(httpsRequest(router_->tlsPort(), "other.example.com", "", getRequest("other.example.com")).error, "");
+  EXPECT_NE(httpsRequest(router_->tlsPort(), "", "", getRequest(kHost)).error, "");
+  EXPECT_NE(httpsRequest(router_->tlsPort(), kHost, "", getRequest(kHost), TLS1_1_VERSION).error, "");
+  EXPECT_NE(router_->renderMetrics().find("knap_router_tls_handshakes_total{result=\"failed\"} 3"), std::string::npos)
+      << router_->renderMetrics();
+}
+
+TEST_F(TlsRouterTest, NewCertificatesServeTheNextHandshakeWithoutRestart) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert first = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({first}));
+  HttpsResult a = httpsRequest(router_->tlsPort(), kHost, first.cert, getRequest(kHost));
+  ASSERT_EQ(a.error, "");
+  EXPECT_EQ(a.peer_cert, first.cert);
+
+  TestCert second = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({second}));
+  HttpsResult b = httpsRequest(router_->tlsPort(), kHost, second.cert, getRequest(kHost));
+  ASSERT_EQ(b.error, "");
+  EXPECT_EQ(b.peer_cert, second.cert);
+  EXPECT_EQ(b.resp.result_int(), 200);
+  // The old certificate no longer verifies the server.
+  EXPECT_NE(httpsRequest(router_->tlsPort(), kHost, first.cert, getRequest(kHost)).error, "");
+
+  router_->setCertificates(nullptr);  // none: the host is not served over TLS
+  EXPECT_NE(httpsRequest(router_->tlsPort(), kHost, "", getRequest(kHost)).error, "");
+}
+
+TEST_F(TlsRouterTest, UpgradeIsTunnelledOverTls) {
+  TestBackend pod([](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    asio::write(sock, asio::buffer(std::string(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")), ec);
+    char data[1024];
+    for (;;) {
+      const size_t n = sock.read_some(asio::buffer(data), ec);
+      if (ec) return;
+      asio::write(sock, asio::buffer("echo:" + std::string(data, n)), ec);
+    }
+  });
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert exact = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({exact}));
+
+  asio::io_context ioc;
+  ssl::context ctx(ssl::context::tls_client);
+  ssl::stream<tcp::socket> s(ioc, ctx);
+  SSL_set_tlsext_host_name(s.native_handle(), kHost);
+  beast::error_code ec;
+  s.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"),
+                                       static_cast<uint16_t>(router_->tlsPort())), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  s.handshake(ssl::stream_base::client, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  asio::write(s, asio::buffer("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
+                              "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"), ec);
+  beast::flat_buffer buf;
+  http::response_parser<http::empty_body> p;
+  http::read_header(s, buf, p, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(p.get().result_int(), 101);
+  for (const std::string msg : {"ping-1", "ping-2"}) {
+    asio::write(s, asio::buffer(msg), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    std::string got(static_cast<const char*>(buf.data().data()), buf.size());
+    buf.consume(buf.size());
+    char data[256];
+    while (got.size() < msg.size() + 5) {
+      const size_t n = s.read_some(asio::buffer(data), ec);
+      ASSERT_FALSE(ec) << ec.message();
+      got.append(data, n);
+    }
+    EXPECT_EQ(got, "echo:" + msg);
+  }
+}
+
+TEST_F(TlsRouterTest, RedirectedAnswers308ToHttpsExceptProbesAndAcmeChallenges) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
+    resp.body() = "pod saw " + std::string(req.target());
+  }));
+  startRouter(HttpProtocol::kRedirected);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  StringResponse r = get(router_->port(), std::string(kHost) + ":8080", "/a/b?c=d");
+  EXPECT_EQ(r.result_int(), 308);
+  EXPECT_EQ(r[http::field::location],
+            "https://" + std::string(kHost) + ":" + std::to_string(router_->tlsPort()) + "/a/b?c=d");
+  // An unknown host is still a 404 naming it.
+  EXPECT_EQ(get(router_->port(), "nobody.example.com").result_int(), 404);
+  // ACME HTTP-01 challenges go on over HTTP: a token the router holds is
+  // answered by the router (any Host), any other goes to the pod.
+  auto challenges = std::make_shared<Router::AcmeChallenges>();
+  (*challenges)["tok-1"] = "tok-1.thumbprint";
+  router_->setAcmeChallenges(challenges);
+  StringResponse mine = get(router_->port(), "other.example.net", "/.well-known/acme-challenge/tok-1");
+  EXPECT_EQ(mine.result_int(), 200);
+  EXPECT_EQ(mine.body(), "tok-1.thumbprint");  // exactly, no newline
+  StringResponse acme = get(router_->port(), kHost, "/.well-known/acme-challenge/tok");
+  EXPECT_EQ(acme.result_int(), 200);
+  EXPECT_EQ(acme.body(), "pod saw /.well-known/acme-challenge/tok");
+  router_->setAcmeChallenges(nullptr);
+  EXPECT_EQ(get(router_->port(), "other.example.net", "/.well-known/acme-challenge/tok-1").result_int(), 404);
+  // Network probes too.
+  StringResponse probe = get(router_->port(), kHost, "/", {{"K-Network-Probe", "probe"}, {"K-Network-Hash", "h"}});
+  EXPECT_EQ(probe.result_int(), 200);
+}
+
+TEST_F(TlsRouterTest, DisabledServesHttpsOnly) {
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  startRouter(HttpProtocol::kDisabled);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert exact = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({exact}));
+  StringResponse r = get(router_->port(), kHost, "/");
+  EXPECT_EQ(r.result_int(), 404);
+  EXPECT_NE(r.body().find("served over HTTPS only"), std::string::npos) << r.body();
+  HttpsResult s = httpsRequest(router_->tlsPort(), kHost, exact.cert, getRequest(kHost));
+  ASSERT_EQ(s.error, "");
+  EXPECT_EQ(s.resp.result_int(), 200);
+}
+
+}  // namespace
+}  // namespace knap::router
