@@ -55,7 +55,7 @@ namespace knap::store {
 
 class SqliteStore final : public Store {
  public:
-  static constexpr int kLatestSchemaVersion = 3;
+  static constexpr int kLatestSchemaVersion = 4;
 
   // Opens (creating if missing) the database at `path` (":memory:" for a
   // private in-memory database) and migrates it to kLatestSchemaVersion.

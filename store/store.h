@@ -59,6 +59,10 @@ class Txn {
   virtual ~Txn() = default;
   virtual StatusOr<Object> get(const Key& key) = 0;                    // kNotFound
   virtual StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) = 0;
+  // Keys of the objects in `ns` (every namespace when empty) whose
+  // metadata.ownerReferences may name `owner_uid`: an index lookup, a superset
+  // (callers check the body), in (namespace, kind, name) order.
+  virtual StatusOr<std::vector<Key>> dependentsOf(const std::string& ns, const std::string& owner_uid) = 0;
   // kAlreadyExists if the key exists. The body's server-set fields are overwritten.
   virtual StatusOr<Object> create(const Key& key, nlohmann::json body) = 0;
   // Replaces the object. If expected_rv != 0 and differs from the stored RV: kConflict.

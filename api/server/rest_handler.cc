@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <set>
 
 #include "api/admission.h"
@@ -154,38 +155,44 @@ bool hasOwnerUid(const json& obj, const std::set<std::string>& uids) {
 
 // Removes `obj` and, transitively, every object in the namespace whose
 // ownerReferences name a removed uid. With `orphan`, direct dependents instead
-// lose the ownerReference and stay.
+// lose the ownerReference and stay. Dependents come from the store's owner
+// index (Txn::dependentsOf), so the cost follows the number of dependents,
+// not the number of objects.
 Status cascadeDelete(store::Txn& txn, const store::Key& key, bool orphan,
                      std::vector<store::Object>* removed) {
   KNAP_ASSIGN_OR_RETURN(store::Object root, txn.remove(key));
-  std::set<std::string> uids = {metaString(root.body, "uid")};
-  removed->push_back(root);
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (const ResourceInfo* r : namespacedResources()) {
-      KNAP_ASSIGN_OR_RETURN(auto objs, txn.list(r->kind, key.ns));
-      for (store::Object& o : objs) {
-        if (!hasOwnerUid(o.body, uids)) continue;
-        if (orphan) {
-          json body = o.body;
-          json kept = json::array();
-          for (const json& ref : body["metadata"]["ownerReferences"]) {
-            if (!(ref.is_object() && ref.contains("uid") && ref["uid"].is_string() &&
-                  uids.count(ref["uid"].get<std::string>())))
-              kept.push_back(ref);
-          }
-          if (kept.empty()) body["metadata"].erase("ownerReferences");
-          else body["metadata"]["ownerReferences"] = kept;
-          KNAP_RETURN_IF_ERROR(txn.update(o.key, body, 0).status());
-          continue;
+  std::set<std::string> kinds;
+  for (const ResourceInfo* r : namespacedResources()) kinds.insert(r->kind);
+  std::deque<std::string> pending = {metaString(root.body, "uid")};
+  removed->push_back(std::move(root));
+  while (!pending.empty()) {
+    const std::set<std::string> uid = {pending.front()};
+    pending.pop_front();
+    if (uid.begin()->empty()) continue;
+    KNAP_ASSIGN_OR_RETURN(std::vector<store::Key> keys, txn.dependentsOf(key.ns, *uid.begin()));
+    for (const store::Key& k : keys) {
+      if (!kinds.count(k.kind)) continue;
+      auto got = txn.get(k);
+      if (!got.isOk() && got.status().code() == Code::kNotFound) continue;  // removed earlier in this cascade
+      KNAP_RETURN_IF_ERROR(got.status());
+      store::Object& o = *got;
+      if (!hasOwnerUid(o.body, uid)) continue;  // the index is a superset
+      if (orphan) {
+        json body = o.body;
+        json kept = json::array();
+        for (const json& ref : body["metadata"]["ownerReferences"]) {
+          if (!(ref.is_object() && ref.contains("uid") && ref["uid"].is_string() &&
+                uid.count(ref["uid"].get<std::string>())))
+            kept.push_back(ref);
         }
-        KNAP_ASSIGN_OR_RETURN(store::Object gone, txn.remove(o.key));
-        std::string uid = metaString(gone.body, "uid");
-        if (!uid.empty()) uids.insert(uid);
-        removed->push_back(std::move(gone));
-        progress = true;
+        if (kept.empty()) body["metadata"].erase("ownerReferences");
+        else body["metadata"]["ownerReferences"] = kept;
+        KNAP_RETURN_IF_ERROR(txn.update(o.key, body, 0).status());
+        continue;
       }
+      KNAP_ASSIGN_OR_RETURN(store::Object gone, txn.remove(o.key));
+      pending.push_back(metaString(gone.body, "uid"));
+      removed->push_back(std::move(gone));
     }
   }
   return Status::ok();
