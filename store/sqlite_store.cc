@@ -740,6 +740,43 @@ StatusOr<std::vector<Object>> SqliteStore::list(const std::string& kind, const s
   return TxnImpl::parseRows(cipher.get(), std::move(rows));
 }
 
+StatusOr<std::vector<Store::RawObject>> SqliteStore::listRaw(const std::string& kind, const std::string& ns) {
+  // SQLite's JSON reader extracts the labels (sealed bodies are opened and
+  // parsed here instead): no JSON tree per object.
+  std::string sql =
+      "SELECT namespace, name, resource_version, body, "
+      "CASE WHEN substr(body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" + std::string(kSealedPrefix) +
+      "' THEN NULL ELSE json_extract(body, '$.metadata.labels') END, "
+      "CASE WHEN substr(body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" + std::string(kSealedPrefix) +
+      "' THEN 1 ELSE 0 END FROM objects WHERE kind = ?";
+  if (!ns.empty()) sql += " AND namespace = ?";
+  sql += " ORDER BY namespace, name";
+  std::vector<RawObject> out;
+  std::vector<size_t> sealed;
+  std::shared_ptr<BodyCipher> cipher;
+  KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare(sql));
+    stmt->bind(1, kind);
+    if (!ns.empty()) stmt->bind(2, ns);
+    for (;;) {
+      KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+      if (!row) break;
+      if (stmt->i64(5)) sealed.push_back(out.size());
+      out.push_back(RawObject{{kind, stmt->text(0), stmt->text(1)}, stmt->i64(2), stmt->text(3), stmt->text(4)});
+    }
+    cipher = conn.cipher;
+    return Status::ok();
+  }));
+  for (size_t i : sealed) {
+    RawObject& r = out[i];
+    KNAP_ASSIGN_OR_RETURN(nlohmann::json body, parseStoredBody(cipher.get(), r.key, std::move(r.json)));
+    r.json = dumpJson(body);
+    const nlohmann::json* meta = body.contains("metadata") ? &body["metadata"] : nullptr;
+    r.labels = meta && meta->is_object() && meta->contains("labels") ? dumpJson((*meta)["labels"]) : "";
+  }
+  return out;
+}
+
 int64_t SqliteStore::currentResourceVersion() {
   return current_rv_.load();
 }

@@ -75,6 +75,7 @@ class SqliteStore final : public Store {
   SqliteStore& operator=(const SqliteStore&) = delete;
 
   StatusOr<Object> get(const Key& key) override;
+  StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns) override;
   StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) override;
   int64_t currentResourceVersion() override;
   Status transact(const std::function<Status(Txn&)>& fn) override;

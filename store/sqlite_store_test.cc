@@ -797,6 +797,34 @@ json ownedBody(const std::vector<std::string>& owner_uids) {
   return b;
 }
 
+// listRaw gives what list gives, as text, with the labels beside it.
+TEST(SqliteStoreListRaw, SameObjectsAsListWithTheirLabels) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  auto store = mustOpen(dir.file("knap.db"), clock);
+  json labelled = serviceBody("img");
+  labelled["metadata"]["labels"] = {{"app", "x"}, {"tier", "web"}};
+  ASSERT_TRUE(store->create(svc("b"), labelled).isOk());
+  ASSERT_TRUE(store->create(svc("a"), serviceBody("img")).isOk());
+  ASSERT_TRUE(store->create(svc("c", "other"), serviceBody("img")).isOk());
+  auto listed = store->list("Service", "default");
+  auto raw = store->listRaw("Service", "default");
+  ASSERT_TRUE(listed.isOk() && raw.isOk());
+  ASSERT_EQ(raw->size(), 2u);
+  for (size_t i = 0; i < raw->size(); ++i) {
+    EXPECT_EQ((*raw)[i].key.name, (*listed)[i].key.name);
+    EXPECT_EQ((*raw)[i].resource_version, (*listed)[i].resource_version);
+    EXPECT_EQ(json::parse((*raw)[i].json), (*listed)[i].body);
+    EXPECT_EQ((*raw)[i].json, (*listed)[i].body.dump());  // compact, keys sorted: the API sends it as is
+  }
+  EXPECT_EQ(json::parse((*raw)[1].labels), json({{"app", "x"}, {"tier", "web"}}));
+  json unlabelled = serviceBody("img");
+  unlabelled["metadata"].erase("labels");
+  ASSERT_TRUE(store->update(svc("a"), unlabelled, 0).isOk());
+  EXPECT_EQ(store->listRaw("Service", "default").value()[0].labels, "");
+  EXPECT_EQ(store->listRaw("Service", "").value().size(), 3u);
+}
+
 // The owner index follows every write: create, an update that changes the
 // references, and remove.
 TEST(SqliteStoreOwnerIndex, FollowsCreateUpdateAndRemove) {

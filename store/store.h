@@ -79,6 +79,17 @@ class Store {
   virtual StatusOr<Object> get(const Key& key) = 0;
   // ns empty = all namespaces. Sorted by namespace, then name.
   virtual StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) = 0;
+  // The same list as stored text: each object's compact JSON (keys sorted, as
+  // nlohmann::json dumps them) and its metadata.labels as JSON text ("" when
+  // it has none), without building a JSON tree per object. The API's list
+  // answers with it. The default implementation dumps list().
+  struct RawObject {
+    Key key;
+    int64_t resource_version = 0;
+    std::string json;
+    std::string labels;
+  };
+  virtual StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns);
   // The RV of the latest committed change (what a LIST reports as metadata.resourceVersion).
   virtual int64_t currentResourceVersion() = 0;
 
