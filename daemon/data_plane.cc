@@ -13,6 +13,10 @@ namespace {
 
 using nlohmann::json;
 
+std::string revisionKey(const json& obj) {
+  return obj["metadata"].value("namespace", "") + "/" + obj["metadata"].value("name", "");
+}
+
 scaler::ScalerSettings toScalerSettings(const api::AutoscalingSettings& a, const Config& config, bool reachable,
                                         Duration progress_deadline) {
   scaler::ScalerSettings s;
@@ -161,7 +165,9 @@ void DataPlane::onStoreEvent(const store::Event& event) {
   if (kind != "Route" && kind != "Revision") return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pending_.push_back(event);
+    if (kind == "Route") routes_dirty_ = true;
+    // A Route change moves routingState (reachability) of revisions too.
+    revisions_dirty_ = true;
   }
   cv_.notify_all();
 }
@@ -169,71 +175,25 @@ void DataPlane::onStoreEvent(const store::Event& event) {
 void DataPlane::syncLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    if (primed_) cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+    cv_.wait(lock, [this] { return stopping_ || routes_dirty_ || revisions_dirty_; });
     if (stopping_) break;
-    std::vector<store::Event> events;
-    events.swap(pending_);
+    bool routes = routes_dirty_, revisions = revisions_dirty_;
+    routes_dirty_ = revisions_dirty_ = false;
     lock.unlock();
-    bool routes_changed = false;
-    if (!primed_) {
-      // The listener is registered before the list, so every change after
-      // the list is in `events` or later ones; older ones are skipped by RV.
-      if (!primeFromStore()) {
-        lock.lock();
-        events.insert(events.end(), std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.end()));
-        pending_ = std::move(events);
-        cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
-        continue;
-      }
-      routes_changed = true;
-    }
-    for (const store::Event& e : events) {
-      const store::Object& obj = e.object;
-      std::string key = obj.key.ns + "/" + obj.key.name;
-      bool deleted = e.type == store::EventType::kDeleted;
-      if (obj.key.kind == "Revision") {
-        applyRevision(key, deleted ? nullptr : &obj, e.resource_version);
-        continue;
-      }
-      auto it = routes_.find(key);
-      if (it != routes_.end() && it->second.resource_version >= e.resource_version) continue;  // older than the list
-      if (deleted) {
-        if (it == routes_.end()) continue;
-        routes_.erase(it);
-      } else {
-        routes_[key] = obj;
-      }
-      routes_changed = true;
-    }
-    if (routes_changed) rebuildRoutingTable();
+    if (revisions) syncRevisions();  // configs first: a new route may point at a new revision
+    if (routes) syncRoutes();
     lock.lock();
   }
 }
 
-bool DataPlane::primeFromStore() {
+void DataPlane::syncRoutes() {
   auto routes = store_.list("Route", "");
   if (!routes.isOk()) {
     LOG(WARNING) << "data plane: cannot list routes: " << routes.status().message();
-    return false;
+    return;
   }
-  auto revisions = store_.list("Revision", "");
-  if (!revisions.isOk()) {
-    LOG(WARNING) << "data plane: cannot list revisions: " << revisions.status().message();
-    return false;
-  }
-  for (store::Object& r : *routes) {
-    std::string key = r.key.ns + "/" + r.key.name;
-    routes_[key] = std::move(r);
-  }
-  for (const store::Object& r : *revisions) applyRevision(r.key.ns + "/" + r.key.name, &r, r.resource_version);
-  primed_ = true;
-  return true;
-}
-
-void DataPlane::rebuildRoutingTable() {
   std::vector<json> bodies;
-  bodies.reserve(routes_.size());
-  for (const auto& [key, route] : routes_) bodies.push_back(route.body);
+  for (auto& r : *routes) bodies.push_back(std::move(r.body));
   std::vector<router::HostGroup> groups;
   for (const auto& [host, target] : controller::hostTable(config_, bodies)) {
     router::HostGroup g;
@@ -255,52 +215,58 @@ void DataPlane::rebuildRoutingTable() {
   router_->setRoutingTable(*table);
 }
 
-// `revision` null: deleted at `rv`. States older than the one applied are skipped.
-void DataPlane::applyRevision(const std::string& key, const store::Object* revision, int64_t rv) {
-  KnownRevision& known = revisions_[key];
-  if (known.rv >= rv) return;
-  known.rv = rv;
-  if (!revision) {
-    // Events come in commit order, so nothing older than the deletion follows it.
-    if (known.live) {
-      driver_->removeRevision(key);
-      router_->removeRevision(key);
+void DataPlane::syncRevisions() {
+  auto revisions = store_.list("Revision", "");
+  if (!revisions.isOk()) {
+    LOG(WARNING) << "data plane: cannot list revisions: " << revisions.status().message();
+    return;
+  }
+  std::set<std::string> live;
+  for (const auto& obj : *revisions) {
+    const json& rev = obj.body;
+    std::string key = revisionKey(rev);
+    live.insert(key);
+    const json spec = rev.value("spec", json::object());
+    int64_t cc = spec.value("containerConcurrency", int64_t{0});
+    json annotations = rev["metadata"].value("annotations", json::object());
+    std::string routing_state = rev["metadata"].value("labels", json::object()).value(api::labels::kRoutingState, "");
+    bool reachable = routing_state != "reserve";
+    // Only re-apply when what the data plane uses changed.
+    std::string fingerprint = spec.dump() + annotations.dump() + (reachable ? "r" : "u");
+    auto known = known_revisions_.find(key);
+    if (known != known_revisions_.end() && known->second == fingerprint) continue;
+
+    router::RevisionConfig rc;
+    rc.container_concurrency = static_cast<int>(cc);
+    rc.timeout = std::chrono::seconds(spec.value("timeoutSeconds", int64_t{300}));
+    if (spec.contains("responseStartTimeoutSeconds"))
+      rc.response_start_timeout = std::chrono::seconds(spec.value("responseStartTimeoutSeconds", int64_t{0}));
+    if (spec.contains("idleTimeoutSeconds"))
+      rc.idle_timeout = std::chrono::seconds(spec.value("idleTimeoutSeconds", int64_t{0}));
+    router_->setRevisionConfig(key, rc);
+
+    auto settings = api::autoscalingSettings(annotations, config_, cc);
+    if (!settings.isOk()) {
+      LOG(WARNING) << "revision " << key << ": autoscaling settings: " << settings.status().message();
+      continue;
     }
-    revisions_.erase(key);
-    return;
+    Duration deadline = config_.deployment.progress_deadline;
+    auto st = driver_->addRevision(key, toScalerSettings(*settings, config_, reachable, deadline));
+    if (!st.isOk()) {
+      LOG(WARNING) << "revision " << key << ": scaler: " << st.message();
+      continue;
+    }
+    known_revisions_[key] = fingerprint;
   }
-  known.live = true;
-  const json& rev = revision->body;
-  const json spec = rev.value("spec", json::object());
-  int64_t cc = spec.value("containerConcurrency", int64_t{0});
-  json annotations = rev["metadata"].value("annotations", json::object());
-  std::string routing_state = rev["metadata"].value("labels", json::object()).value(api::labels::kRoutingState, "");
-  bool reachable = routing_state != "reserve";
-  // Only re-apply when what the data plane uses changed.
-  std::string fingerprint = spec.dump() + annotations.dump() + (reachable ? "r" : "u");
-  if (known.fingerprint == fingerprint) return;
-
-  router::RevisionConfig rc;
-  rc.container_concurrency = static_cast<int>(cc);
-  rc.timeout = std::chrono::seconds(spec.value("timeoutSeconds", int64_t{300}));
-  if (spec.contains("responseStartTimeoutSeconds"))
-    rc.response_start_timeout = std::chrono::seconds(spec.value("responseStartTimeoutSeconds", int64_t{0}));
-  if (spec.contains("idleTimeoutSeconds"))
-    rc.idle_timeout = std::chrono::seconds(spec.value("idleTimeoutSeconds", int64_t{0}));
-  router_->setRevisionConfig(key, rc);
-
-  auto settings = api::autoscalingSettings(annotations, config_, cc);
-  if (!settings.isOk()) {
-    LOG(WARNING) << "revision " << key << ": autoscaling settings: " << settings.status().message();
-    return;
+  for (auto it = known_revisions_.begin(); it != known_revisions_.end();) {
+    if (live.count(it->first)) {
+      ++it;
+      continue;
+    }
+    driver_->removeRevision(it->first);
+    router_->removeRevision(it->first);
+    it = known_revisions_.erase(it);
   }
-  Duration deadline = config_.deployment.progress_deadline;
-  auto st = driver_->addRevision(key, toScalerSettings(*settings, config_, reachable, deadline));
-  if (!st.isOk()) {
-    LOG(WARNING) << "revision " << key << ": scaler: " << st.message();
-    return;
-  }
-  known.fingerprint = fingerprint;
 }
 
 }  // namespace knap::daemon

@@ -4,13 +4,9 @@
 // the router's request metrics and cold-request pokes to the ScalerDriver,
 // whose decisions go to the runtime's ScaleTarget.
 //
-// Threading: store events are only queued (never block the store's writer);
-// one sync thread lists Routes and Revisions once, then applies the queued
-// events: a Revision's settings are recomputed only when it changed, and the
-// routing table is rebuilt from an in-memory copy of the Routes, so a change
-// costs what it touches, not a list and parse of every object. The
-// ScalerTicker runs on its own thread. setEndpoints() may be called from any
-// thread.
+// Threading: store events only mark work dirty (never block the store's
+// writer); one sync thread rebuilds from the store. The ScalerTicker runs on
+// its own thread. setEndpoints() may be called from any thread.
 #pragma once
 
 #include <condition_variable>
@@ -65,10 +61,8 @@ class DataPlane {
  private:
   void onStoreEvent(const store::Event& event);
   void syncLoop();
-  // Lists Routes and Revisions (the first sync, or after a failed list).
-  bool primeFromStore();
-  void applyRevision(const std::string& key, const store::Object* revision, int64_t rv);
-  void rebuildRoutingTable();
+  void syncRoutes();
+  void syncRevisions();
 
   const Config& config_;
   store::Store& store_;
@@ -82,19 +76,11 @@ class DataPlane {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<store::Event> pending_;  // Route and Revision events not yet applied (guarded by mu_)
+  bool routes_dirty_ = true;
+  bool revisions_dirty_ = true;
   bool stopping_ = false;
   std::thread sync_thread_;
-
-  // Owned by the sync thread.
-  bool primed_ = false;
-  std::map<std::string, store::Object> routes_;  // "ns/name" -> the newest Route seen
-  struct KnownRevision {
-    int64_t rv = 0;           // resourceVersion of the state applied (or of its deletion)
-    std::string fingerprint;  // of the settings applied; empty: not applied
-    bool live = false;
-  };
-  std::map<std::string, KnownRevision> revisions_;  // "ns/name"
+  std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
 };
 
 // "127.0.0.1:8080" -> {address, port}; kInvalidArgument on a malformed value.

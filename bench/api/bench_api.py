@@ -64,11 +64,10 @@ def api_connection(data_dir, port, timeout):
     """HTTPS to knapd's API as its admin (the CA and client certificate knapd created under data/pki);
     None until knapd has created them."""
     pki = os.path.join(data_dir, "pki")
-    try:  # knapd writes the files one by one at its first start
-        ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
-        ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
-    except (OSError, ssl.SSLError):
+    if not os.path.exists(os.path.join(pki, "admin.key")):
         return None
+    ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+    ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
     return http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
 
 
@@ -81,7 +80,7 @@ def main():
     port = free_port()
     cfg = os.path.join(work, "config.yaml")
     with open(cfg, "w") as f:
-        f.write(f"knap:\n  data-dir: {work}/data\n  api-listen: 127.0.0.1:{port}\n  router-listen: 127.0.0.1:{free_port()}\n  metrics-listen: 127.0.0.1:0\n")
+        f.write(f"knap:\n  data-dir: {work}/data\n  api-listen: 127.0.0.1:{port}\n  router-listen: 127.0.0.1:{free_port()}\n")
     log_path = os.path.join(work, "knapd.log")
     log = open(log_path, "w")
     proc = subprocess.Popen([os.path.join(args.build, "daemon", "knapd"), "--config", cfg, "--runtime", "none",
