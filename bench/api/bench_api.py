@@ -80,7 +80,7 @@ def main():
     port = free_port()
     cfg = os.path.join(work, "config.yaml")
     with open(cfg, "w") as f:
-        f.write(f"knap:\n  data-dir: {work}/data\n  api-listen: 127.0.0.1:{port}\n  router-listen: 127.0.0.1:{free_port()}\n")
+        f.write(f"knap:\n  data-dir: {work}/data\n  api-listen: 127.0.0.1:{port}\n  router-listen: 127.0.0.1:{free_port()}\n  metrics-listen: 127.0.0.1:0\n")
     log_path = os.path.join(work, "knapd.log")
     log = open(log_path, "w")
     proc = subprocess.Popen([os.path.join(args.build, "daemon", "knapd"), "--config", cfg, "--runtime", "none",
