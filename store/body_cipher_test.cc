@@ -96,6 +96,11 @@ TEST_F(CipherDir, StoreSealsSecretsInEveryTable) {
   EXPECT_EQ(got->body["data"]["password"], "plaintext-canary-2");
   auto listed = (*store)->list("Secret", "");
   ASSERT_TRUE(listed.isOk());
+  // The raw list (the API's list) opens sealed bodies too, labels included.
+  auto raw = (*store)->listRaw("Secret", "");
+  ASSERT_TRUE(raw.isOk()) << raw.status().toString();
+  ASSERT_EQ(raw->size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse((*raw)[0].json), (*listed)[0].body);
   ASSERT_EQ(listed->size(), 1u);
   auto events = (*store)->eventsSince(0, "Secret");
   ASSERT_TRUE(events.isOk());

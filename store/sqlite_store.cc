@@ -41,6 +41,20 @@ Status sqliteError(sqlite3* db, int rc, const std::string& context) {
   }
 }
 
+// The JSON text of a stored body (opened with `cipher` when sealed).
+StatusOr<std::string> decodeBody(BodyCipher* cipher, const Key& key, std::string text) {
+  if (text.rfind(kSealedPrefix, 0) != 0) return text;
+  if (!cipher) return internalError("stored body of " + key.toString() + " is encrypted and knapd has no key");
+  return cipher->open(key, text);
+}
+
+StatusOr<nlohmann::json> parseStoredBody(BodyCipher* cipher, const Key& key, std::string stored) {
+  KNAP_ASSIGN_OR_RETURN(std::string text, decodeBody(cipher, key, std::move(stored)));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return internalError("stored body of " + key.toString() + " is not valid JSON");
+  return j;
+}
+
 // One migration step: `sql` takes the schema from version-1 to version.
 struct Migration {
   int version;
@@ -66,6 +80,27 @@ const Migration kMigrations[] = {
      // Changes made before this version have no events: history starts now.
      "INSERT INTO meta(key, value) SELECT 'compacted_rv', value FROM meta WHERE key = 'resource_version';"},
     {3, "index objects by uid (owner-reference lookups)", "CREATE INDEX objects_uid ON objects(uid);"},
+    // The uids an object's metadata.ownerReferences name, so that a cascading
+    // delete finds dependents without parsing every object. Bodies that are not
+    // JSON (sealed) are indexed under '*' ("may name any owner"): callers check
+    // the body, and the object's next write indexes it properly.
+    {4, "index ownerReferences (cascading deletes)",
+     "CREATE TABLE owner_refs ("
+     "  owner_uid TEXT NOT NULL, kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,"
+     "  PRIMARY KEY (owner_uid, namespace, kind, name)) WITHOUT ROWID;"
+     "CREATE INDEX owner_refs_object ON owner_refs(kind, namespace, name);"
+     "WITH v AS MATERIALIZED (SELECT kind, namespace, name, body FROM objects WHERE json_valid(body)),"
+     "     refs AS MATERIALIZED ("
+     "       SELECT v.kind, v.namespace, v.name, r.type AS type, r.value AS value"
+     "       FROM v, json_each(v.body, '$.metadata.ownerReferences') r"
+     "       WHERE json_type(v.body, '$.metadata.ownerReferences') = 'array'),"
+     "     uids AS MATERIALIZED ("
+     "       SELECT kind, namespace, name, CASE WHEN type = 'object' THEN json_extract(value, '$.uid') END AS uid"
+     "       FROM refs)"
+     "INSERT OR IGNORE INTO owner_refs(owner_uid, kind, namespace, name)"
+     "  SELECT uid, kind, namespace, name FROM uids WHERE typeof(uid) = 'text';"
+     "INSERT OR IGNORE INTO owner_refs(owner_uid, kind, namespace, name)"
+     "  SELECT '*', kind, namespace, name FROM objects WHERE NOT json_valid(body);"},
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == SqliteStore::kLatestSchemaVersion);
 
@@ -182,11 +217,7 @@ class SqliteStore::Conn {
     return cipher->seal(key, text);
   }
   // The JSON text of a stored body (opened when sealed).
-  StatusOr<std::string> decode(const Key& key, std::string text) {
-    if (text.rfind(kSealedPrefix, 0) != 0) return text;
-    if (!cipher) return internalError("stored body of " + key.toString() + " is encrypted and knapd has no key");
-    return cipher->open(key, text);
-  }
+  StatusOr<std::string> decode(const Key& key, std::string text) { return decodeBody(cipher.get(), key, std::move(text)); }
   ~Conn() {
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
     sqlite3_close_v2(db_);
@@ -306,6 +337,24 @@ class SqliteStore::TxnImpl final : public Txn {
     return listObjects(conn_, kind, ns);
   }
 
+  StatusOr<std::vector<Key>> dependentsOf(const std::string& ns, const std::string& owner_uid) override {
+    KNAP_RETURN_IF_ERROR(checkUsable());
+    std::string sql = "SELECT DISTINCT kind, namespace, name FROM owner_refs WHERE owner_uid IN (?, '*')";
+    if (!ns.empty()) sql += " AND namespace = ?";
+    sql += " ORDER BY namespace, kind, name";
+    KNAP_ASSIGN_OR_RETURN(auto stmt, prepare(sql));
+    stmt->bind(1, owner_uid);
+    if (!ns.empty()) stmt->bind(2, ns);
+    std::vector<Key> out;
+    for (;;) {
+      StatusOr<bool> row = stmt->step();
+      KNAP_RETURN_IF_ERROR(track(row.isOk() ? Status::ok() : row.status()));
+      if (!*row) break;
+      out.push_back(Key{stmt->text(0), stmt->text(1), stmt->text(2)});
+    }
+    return out;
+  }
+
   StatusOr<Object> create(const Key& key, nlohmann::json body) override {
     KNAP_RETURN_IF_ERROR(checkUsable());
     KNAP_RETURN_IF_ERROR(checkKey(key));
@@ -333,6 +382,7 @@ class SqliteStore::TxnImpl final : public Txn {
                 "VALUES (?, ?, ?, ?, ?, 1, ?)"));
     stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name).bind(4, uid).bind(5, rv).bind(6, text);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
+    KNAP_RETURN_IF_ERROR(indexOwners(key, &body));
     Object obj{key, std::move(body), rv};
     KNAP_RETURN_IF_ERROR(record(EventType::kAdded, obj, text));
     return obj;
@@ -377,6 +427,7 @@ class SqliteStore::TxnImpl final : public Txn {
                                   "WHERE kind = ? AND namespace = ? AND name = ?"));
     stmt->bind(1, rv).bind(2, generation).bind(3, text).bind(4, key.kind).bind(5, key.ns).bind(6, key.name);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
+    KNAP_RETURN_IF_ERROR(indexOwners(key, &body));
     Object obj{key, std::move(body), rv};
     KNAP_RETURN_IF_ERROR(record(EventType::kModified, obj, text));
     return obj;
@@ -391,6 +442,7 @@ class SqliteStore::TxnImpl final : public Txn {
                           prepare("DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?"));
     stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
+    KNAP_RETURN_IF_ERROR(indexOwners(key, nullptr));
     int64_t rv = rv_ + 1;
     Object obj = std::move(old->object);
     if (!obj.body["metadata"].is_object()) obj.body["metadata"] = nlohmann::json::object();
@@ -402,26 +454,53 @@ class SqliteStore::TxnImpl final : public Txn {
     return obj;
   }
 
+  // A row as stored: the body still sealed/unparsed, so that Store::get/list
+  // can decode and parse it after releasing the connection.
+  struct Row {
+    Key key;
+    int64_t resource_version = 0;
+    std::string stored;
+  };
+
   // Static so Store::get/list share the code outside a write transaction.
-  static StatusOr<std::vector<Object>> listObjects(Conn& conn, const std::string& kind,
-                                                   const std::string& ns) {
+  static StatusOr<std::vector<Row>> listRows(Conn& conn, const std::string& kind, const std::string& ns) {
     std::string sql = "SELECT namespace, name, resource_version, body FROM objects WHERE kind = ?";
     if (!ns.empty()) sql += " AND namespace = ?";
     sql += " ORDER BY namespace, name";
     KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare(sql));
     stmt->bind(1, kind);
     if (!ns.empty()) stmt->bind(2, ns);
-    std::vector<Object> out;
+    std::vector<Row> out;
     for (;;) {
       KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
       if (!row) break;
-      Object obj;
-      obj.key = {kind, stmt->text(0), stmt->text(1)};
-      obj.resource_version = stmt->i64(2);
-      KNAP_ASSIGN_OR_RETURN(obj.body, parseBody(conn, obj.key, stmt->text(3)));
-      out.push_back(std::move(obj));
+      out.push_back(Row{{kind, stmt->text(0), stmt->text(1)}, stmt->i64(2), stmt->text(3)});
     }
     return out;
+  }
+
+  static StatusOr<std::vector<Object>> parseRows(BodyCipher* cipher, std::vector<Row> rows) {
+    std::vector<Object> out;
+    out.reserve(rows.size());
+    for (Row& r : rows) {
+      KNAP_ASSIGN_OR_RETURN(nlohmann::json body, parseStoredBody(cipher, r.key, std::move(r.stored)));
+      out.push_back(Object{std::move(r.key), std::move(body), r.resource_version});
+    }
+    return out;
+  }
+
+  static StatusOr<std::vector<Object>> listObjects(Conn& conn, const std::string& kind, const std::string& ns) {
+    KNAP_ASSIGN_OR_RETURN(std::vector<Row> rows, listRows(conn, kind, ns));
+    return parseRows(conn.cipher.get(), std::move(rows));
+  }
+
+  static StatusOr<std::optional<Row>> loadRow(Conn& conn, const Key& key) {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare("SELECT resource_version, body FROM objects "
+                                                  "WHERE kind = ? AND namespace = ? AND name = ?"));
+    stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
+    KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+    if (!row) return std::optional<Row>();
+    return std::optional<Row>(Row{key, stmt->i64(0), stmt->text(1)});
   }
 
   struct Stored {
@@ -447,10 +526,7 @@ class SqliteStore::TxnImpl final : public Txn {
   }
 
   static StatusOr<nlohmann::json> parseBody(Conn& conn, const Key& key, const std::string& stored) {
-    KNAP_ASSIGN_OR_RETURN(std::string text, conn.decode(key, stored));
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return internalError("stored body of " + key.toString() + " is not valid JSON");
-    return j;
+    return parseStoredBody(conn.cipher.get(), key, stored);
   }
 
   // After fn returned OK: persists the counter, prunes old events. Still inside the transaction.
@@ -495,6 +571,30 @@ class SqliteStore::TxnImpl final : public Txn {
     if (!r.isOk()) (void)track(r.status());
     return r;
   }
+  // Replaces the owner_refs rows of `key` with the uids `body`'s ownerReferences
+  // name (none when body is null: the object is gone).
+  Status indexOwners(const Key& key, const nlohmann::json* body) {
+    KNAP_ASSIGN_OR_RETURN(auto del,
+                          prepare("DELETE FROM owner_refs WHERE kind = ? AND namespace = ? AND name = ?"));
+    del->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
+    KNAP_RETURN_IF_ERROR(track(del->run()));
+    if (!body) return Status::ok();
+    auto meta = body->find("metadata");
+    if (meta == body->end() || !meta->is_object()) return Status::ok();
+    auto refs = meta->find("ownerReferences");
+    if (refs == meta->end() || !refs->is_array()) return Status::ok();
+    for (const nlohmann::json& ref : *refs) {
+      if (!ref.is_object()) continue;
+      auto uid = ref.find("uid");
+      if (uid == ref.end() || !uid->is_string()) continue;
+      KNAP_ASSIGN_OR_RETURN(auto ins, prepare("INSERT OR IGNORE INTO owner_refs(owner_uid, kind, namespace, name) "
+                                              "VALUES (?, ?, ?, ?)"));
+      ins->bind(1, uid->get<std::string>()).bind(2, key.kind).bind(3, key.ns).bind(4, key.name);
+      KNAP_RETURN_IF_ERROR(track(ins->run()));
+    }
+    return Status::ok();
+  }
+
   Status record(EventType type, const Object& obj, const std::string& text) {
     KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("INSERT INTO events(rv, type, kind, namespace, name, body) "
                                              "VALUES (?, ?, ?, ?, ?, ?)"));
@@ -613,23 +713,67 @@ Status SqliteStore::withConnection(const std::function<Status(Conn&)>& fn) {
   return fn(*conn_);
 }
 
+// get and list read under the connection's mutex and decode/parse after
+// releasing it, so that readers and writers wait only for SQLite, not for JSON.
 StatusOr<Object> SqliteStore::get(const Key& key) {
   KNAP_RETURN_IF_ERROR(checkKey(key));
-  std::optional<TxnImpl::Stored> found;
+  std::optional<TxnImpl::Row> found;
+  std::shared_ptr<BodyCipher> cipher;
   KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
-    KNAP_ASSIGN_OR_RETURN(found, TxnImpl::loadFrom(conn, key));
+    KNAP_ASSIGN_OR_RETURN(found, TxnImpl::loadRow(conn, key));
+    cipher = conn.cipher;
     return Status::ok();
   }));
   if (!found) return notFound(resourceName(key.kind) + " \"" + key.name + "\" not found");
-  return std::move(found->object);
+  KNAP_ASSIGN_OR_RETURN(nlohmann::json body, parseStoredBody(cipher.get(), key, std::move(found->stored)));
+  return Object{key, std::move(body), found->resource_version};
 }
 
 StatusOr<std::vector<Object>> SqliteStore::list(const std::string& kind, const std::string& ns) {
-  std::vector<Object> out;
+  std::vector<TxnImpl::Row> rows;
+  std::shared_ptr<BodyCipher> cipher;
   KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
-    KNAP_ASSIGN_OR_RETURN(out, TxnImpl::listObjects(conn, kind, ns));
+    KNAP_ASSIGN_OR_RETURN(rows, TxnImpl::listRows(conn, kind, ns));
+    cipher = conn.cipher;
     return Status::ok();
   }));
+  return TxnImpl::parseRows(cipher.get(), std::move(rows));
+}
+
+StatusOr<std::vector<Store::RawObject>> SqliteStore::listRaw(const std::string& kind, const std::string& ns) {
+  // SQLite's JSON reader extracts the labels (sealed bodies are opened and
+  // parsed here instead): no JSON tree per object.
+  std::string sql =
+      "SELECT namespace, name, resource_version, body, "
+      "CASE WHEN substr(body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" + std::string(kSealedPrefix) +
+      "' THEN NULL ELSE json_extract(body, '$.metadata.labels') END, "
+      "CASE WHEN substr(body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" + std::string(kSealedPrefix) +
+      "' THEN 1 ELSE 0 END FROM objects WHERE kind = ?";
+  if (!ns.empty()) sql += " AND namespace = ?";
+  sql += " ORDER BY namespace, name";
+  std::vector<RawObject> out;
+  std::vector<size_t> sealed;
+  std::shared_ptr<BodyCipher> cipher;
+  KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
+    KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare(sql));
+    stmt->bind(1, kind);
+    if (!ns.empty()) stmt->bind(2, ns);
+    for (;;) {
+      KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
+      if (!row) break;
+      if (stmt->i64(5)) sealed.push_back(out.size());
+      out.push_back(RawObject{{kind, stmt->text(0), stmt->text(1)}, stmt->i64(2), stmt->text(3), stmt->text(4)});
+    }
+    cipher = conn.cipher;
+    return Status::ok();
+  }));
+  for (size_t i : sealed) {
+    RawObject& r = out[i];
+    KNAP_ASSIGN_OR_RETURN(nlohmann::json body, parseStoredBody(cipher.get(), r.key, std::move(r.json)));
+    r.json = dumpJson(body);
+    const nlohmann::json* meta = body.contains("metadata") ? &body["metadata"] : nullptr;
+    r.labels = meta && meta->is_object() && meta->contains("labels") ? dumpJson((*meta)["labels"]) : "";
+  }
   return out;
 }
 

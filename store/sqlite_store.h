@@ -55,7 +55,7 @@ namespace knap::store {
 
 class SqliteStore final : public Store {
  public:
-  static constexpr int kLatestSchemaVersion = 3;
+  static constexpr int kLatestSchemaVersion = 4;
 
   // Opens (creating if missing) the database at `path` (":memory:" for a
   // private in-memory database) and migrates it to kLatestSchemaVersion.
@@ -75,6 +75,7 @@ class SqliteStore final : public Store {
   SqliteStore& operator=(const SqliteStore&) = delete;
 
   StatusOr<Object> get(const Key& key) override;
+  StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns) override;
   StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) override;
   int64_t currentResourceVersion() override;
   Status transact(const std::function<Status(Txn&)>& fn) override;

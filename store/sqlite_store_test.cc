@@ -777,6 +777,104 @@ INSTANTIATE_TEST_SUITE_P(EveryEarlierVersion, MigrationFrom,
                            return "V" + std::to_string(info.param);
                          });
 
+std::vector<std::string> dependentNames(SqliteStore& store, const std::string& ns, const std::string& uid) {
+  std::vector<std::string> names;
+  EXPECT_TRUE(store
+                  .transact([&](Txn& txn) -> Status {
+                    KNAP_ASSIGN_OR_RETURN(auto keys, txn.dependentsOf(ns, uid));
+                    for (const Key& k : keys) names.push_back(k.kind + "/" + k.ns + "/" + k.name);
+                    return Status::ok();
+                  })
+                  .isOk());
+  return names;
+}
+
+json ownedBody(const std::vector<std::string>& owner_uids) {
+  json b = serviceBody("img");
+  json refs = json::array();
+  for (const auto& u : owner_uids) refs.push_back({{"apiVersion", "v1"}, {"kind", "X"}, {"name", "o"}, {"uid", u}});
+  b["metadata"]["ownerReferences"] = refs;
+  return b;
+}
+
+// listRaw gives what list gives, as text, with the labels beside it.
+TEST(SqliteStoreListRaw, SameObjectsAsListWithTheirLabels) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  auto store = mustOpen(dir.file("knap.db"), clock);
+  json labelled = serviceBody("img");
+  labelled["metadata"]["labels"] = {{"app", "x"}, {"tier", "web"}};
+  ASSERT_TRUE(store->create(svc("b"), labelled).isOk());
+  ASSERT_TRUE(store->create(svc("a"), serviceBody("img")).isOk());
+  ASSERT_TRUE(store->create(svc("c", "other"), serviceBody("img")).isOk());
+  auto listed = store->list("Service", "default");
+  auto raw = store->listRaw("Service", "default");
+  ASSERT_TRUE(listed.isOk() && raw.isOk());
+  ASSERT_EQ(raw->size(), 2u);
+  for (size_t i = 0; i < raw->size(); ++i) {
+    EXPECT_EQ((*raw)[i].key.name, (*listed)[i].key.name);
+    EXPECT_EQ((*raw)[i].resource_version, (*listed)[i].resource_version);
+    EXPECT_EQ(json::parse((*raw)[i].json), (*listed)[i].body);
+    EXPECT_EQ((*raw)[i].json, (*listed)[i].body.dump());  // compact, keys sorted: the API sends it as is
+  }
+  EXPECT_EQ(json::parse((*raw)[1].labels), json({{"app", "x"}, {"tier", "web"}}));
+  json unlabelled = serviceBody("img");
+  unlabelled["metadata"].erase("labels");
+  ASSERT_TRUE(store->update(svc("a"), unlabelled, 0).isOk());
+  EXPECT_EQ(store->listRaw("Service", "default").value()[0].labels, "");
+  EXPECT_EQ(store->listRaw("Service", "").value().size(), 3u);
+}
+
+// The owner index follows every write: create, an update that changes the
+// references, and remove.
+TEST(SqliteStoreOwnerIndex, FollowsCreateUpdateAndRemove) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  auto store = mustOpen(dir.file("knap.db"), clock);
+  ASSERT_TRUE(store->create(svc("a"), ownedBody({"u1"})).isOk());
+  ASSERT_TRUE(store->create(svc("b"), ownedBody({"u1", "u2"})).isOk());
+  ASSERT_TRUE(store->create(svc("c", "other"), ownedBody({"u1"})).isOk());
+  ASSERT_TRUE(store->create(svc("d"), serviceBody("img")).isOk());
+  EXPECT_EQ(dependentNames(*store, "default", "u1"),
+            (std::vector<std::string>{"Service/default/a", "Service/default/b"}));
+  EXPECT_EQ(dependentNames(*store, "", "u1"),
+            (std::vector<std::string>{"Service/default/a", "Service/default/b", "Service/other/c"}));
+  EXPECT_EQ(dependentNames(*store, "default", "u2"), (std::vector<std::string>{"Service/default/b"}));
+
+  ASSERT_TRUE(store->update(svc("b"), ownedBody({"u2"}), 0).isOk());
+  EXPECT_EQ(dependentNames(*store, "default", "u1"), (std::vector<std::string>{"Service/default/a"}));
+  ASSERT_TRUE(store->remove(svc("a")).isOk());
+  EXPECT_TRUE(dependentNames(*store, "default", "u1").empty());
+  EXPECT_EQ(dependentNames(*store, "default", "u2"), (std::vector<std::string>{"Service/default/b"}));
+}
+
+// Migrating to the owner index reads the references of every stored body,
+// whatever shape a client gave them, and marks bodies it cannot read
+// (sealed) as "may name any owner".
+TEST(SqliteStoreOwnerIndex, MigrationIndexesExistingObjects) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  std::string path = dir.file("knap.db");
+  ASSERT_TRUE(SqliteStore::createAtSchemaVersionForTest(path, 3).isOk());
+  auto row = [](const std::string& name, const std::string& body) {
+    return "INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) VALUES "
+           "('Service', 'default', '" + name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
+  };
+  rawExec(path, row("owned", R"({"metadata":{"ownerReferences":[{"uid":"u1"},{"uid":"u2"}]}})") +
+                    row("string-refs", R"({"metadata":{"ownerReferences":["u1", 7, null]}})") +
+                    row("object-refs", R"({"metadata":{"ownerReferences":{"uid":"u1"}}})") +
+                    row("number-uid", R"({"metadata":{"ownerReferences":[{"uid":1}]}})") +
+                    row("none", R"({"metadata":{}})") + row("sealed", "knap:enc:not-json") +
+                    "UPDATE meta SET value = 1 WHERE key = 'resource_version';");
+  auto store = mustOpen(path, clock);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(dependentNames(*store, "default", "u1"),
+            (std::vector<std::string>{"Service/default/owned", "Service/default/sealed"}));
+  EXPECT_EQ(dependentNames(*store, "default", "u2"),
+            (std::vector<std::string>{"Service/default/owned", "Service/default/sealed"}));
+  EXPECT_EQ(rawQuery(path, "PRAGMA integrity_check"), "ok");
+}
+
 // Several processes opening one fresh file at once must all succeed: each
 // migration step re-checks the version under the write lock.
 TEST(SqliteStoreMigration, ConcurrentOpenersOfAFreshFileAllSucceed) {

@@ -59,6 +59,10 @@ class Txn {
   virtual ~Txn() = default;
   virtual StatusOr<Object> get(const Key& key) = 0;                    // kNotFound
   virtual StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) = 0;
+  // Keys of the objects in `ns` (every namespace when empty) whose
+  // metadata.ownerReferences may name `owner_uid`: an index lookup, a superset
+  // (callers check the body), in (namespace, kind, name) order.
+  virtual StatusOr<std::vector<Key>> dependentsOf(const std::string& ns, const std::string& owner_uid) = 0;
   // kAlreadyExists if the key exists. The body's server-set fields are overwritten.
   virtual StatusOr<Object> create(const Key& key, nlohmann::json body) = 0;
   // Replaces the object. If expected_rv != 0 and differs from the stored RV: kConflict.
@@ -75,6 +79,17 @@ class Store {
   virtual StatusOr<Object> get(const Key& key) = 0;
   // ns empty = all namespaces. Sorted by namespace, then name.
   virtual StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) = 0;
+  // The same list as stored text: each object's compact JSON (keys sorted, as
+  // nlohmann::json dumps them) and its metadata.labels as JSON text ("" when
+  // it has none), without building a JSON tree per object. The API's list
+  // answers with it. The default implementation dumps list().
+  struct RawObject {
+    Key key;
+    int64_t resource_version = 0;
+    std::string json;
+    std::string labels;
+  };
+  virtual StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns);
   // The RV of the latest committed change (what a LIST reports as metadata.resourceVersion).
   virtual int64_t currentResourceVersion() = 0;
 

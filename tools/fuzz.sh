@@ -21,11 +21,15 @@ if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ meson setup "$build" "$here" --buildtype=debugoptimized -Dfuzz=true \
     -Dcontainerd=disabled -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
-targets=$(meson introspect --targets "$build" | python3 -c '
-import json, sys
-print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"].startswith("fuzz_") and t["type"] == "executable" and not t["name"].endswith("_test"))))')
-[ -n "$targets" ] || { echo "fuzz.sh: no fuzz_* targets" >&2; exit 1; }
-nice -n 5 ninja -C "$build" $targets >/dev/null
+# ninja names an executable by its path under the build dir (tests/fuzz/fuzz_patch).
+paths=$(meson introspect --targets "$build" | python3 -c '
+import json, os, sys
+b = os.path.realpath(sys.argv[1])
+print(" ".join(sorted(os.path.relpath(t["filename"][0], b) for t in json.load(sys.stdin)
+                      if t["name"].startswith("fuzz_") and t["type"] == "executable" and not t["name"].endswith("_test"))))' "$build")
+[ -n "$paths" ] || { echo "fuzz.sh: no fuzz_* targets" >&2; exit 1; }
+nice -n 5 ninja -C "$build" $paths >/dev/null
+targets=$(for p in $paths; do basename "$p"; done)
 mkdir -p "$build/artifacts"
 total=0
 status=0

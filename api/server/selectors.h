@@ -49,6 +49,7 @@ class FieldSelector {
                                        const std::map<std::string, std::string>& extra_fields = {});
   // `obj` is a full object with metadata.
   bool matches(const nlohmann::json& obj) const;
+  bool empty() const { return terms_.empty(); }
 
  private:
   struct Term {

@@ -53,7 +53,7 @@ class Knapd:
         self.cfg = os.path.join(work, "config.yaml")
         with open(self.cfg, "w") as f:
             f.write(f"knap:\n  data-dir: {work}/data\n  api-listen: 127.0.0.1:{self.port}\n"
-                    f"  router-listen: 127.0.0.1:{free_port()}\n")
+                    f"  router-listen: 127.0.0.1:{free_port()}\n  metrics-listen: 127.0.0.1:0\n")
         self.log_path = os.path.join(work, "knapd.log")
         self.proc = None
         self.conn = None
