@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "controller/certificate_status.h"
 #include "controller/object_cache.h"
 #include "controller/revision_backend.h"
 #include "store/store.h"
@@ -37,6 +38,10 @@ class Reconcilers {
   Status reconcileConfiguration(const store::Key& key);
   Status reconcileRevision(const store::Key& key);
   Status reconcileRoute(const store::Key& key);
+  // The source of CertificateProvisioned for external hosts (the built-in
+  // ACME client); nullptr (the default) = certificates are the operator's.
+  // Set before the controller starts.
+  void setCertificateStatus(const CertificateStatus* status) { certificates_ = status; }
 
  private:
   // Writes desired over current when they differ; returns the stored result.
@@ -60,6 +65,7 @@ class Reconcilers {
   RevisionBackend& backend_;
   TimeSource& clock_;
   const Config& config_;
+  const CertificateStatus* certificates_ = nullptr;
   // What backend.ensure() last saw per revision (uid, labels, annotations,
   // spec), so ensure() runs on create/change only and cannot feed a loop
   // through the backend's change callback.
