@@ -91,15 +91,23 @@ void CertificateManager::stop() {
 }
 
 void CertificateManager::setHosts(const std::vector<std::string>& hosts) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::map<std::string, Entry> next;
-  for (const std::string& h : hosts) {
-    auto it = hosts_.find(h);
-    next[h] = it != hosts_.end() ? it->second : Entry{};
+  std::vector<std::string> added;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::map<std::string, Entry> next;
+    for (const std::string& h : hosts) {
+      auto it = hosts_.find(h);
+      if (it == hosts_.end()) added.push_back(h);
+      next[h] = it != hosts_.end() ? it->second : Entry{};
+    }
+    hosts_ = std::move(next);
   }
-  bool added = next.size() != hosts_.size();
-  hosts_ = std::move(next);
-  if (added) cv_.notify_all();
+  if (added.empty()) return;
+  cv_.notify_all();
+  // A new host is pending: its Route's condition says so from now on.
+  if (options_.on_change) {
+    for (const std::string& h : added) options_.on_change(h);
+  }
 }
 
 std::optional<HostState> CertificateManager::state(const std::string& host) const {

@@ -306,13 +306,14 @@ void DataPlane::syncRoutes() {
   }
   router_->setRoutingTable(*table);
   external_hosts_ = std::move(external_hosts);
-  if (acme_ != nullptr && config_.network.externalDomainTls()) {
-    std::vector<std::string> hosts;
-    for (const auto& [h, r] : host_routes) hosts.push_back(h);
-    acme_->setHosts(hosts);
+  std::vector<std::string> hosts;
+  for (const auto& [h, r] : host_routes) hosts.push_back(h);
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    host_routes_ = std::move(host_routes);
   }
-  std::lock_guard<std::mutex> lock(hosts_mu_);
-  host_routes_ = std::move(host_routes);
+  // After host_routes_: a new host's state change looks its Route up.
+  if (acme_ != nullptr && config_.network.externalDomainTls()) acme_->setHosts(hosts);
 }
 
 bool DataPlane::routeOfHost(const std::string& host, std::string* ns, std::string* name) const {

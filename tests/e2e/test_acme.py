@@ -186,8 +186,9 @@ def test_acme_issues_renews_and_reports_failures(acme, workdir):
     k = acme
     host = f"web.default.{DOMAIN}"
     apply(k, service("web"))  # --wait: Ready needs CertificateProvisioned, i.e. the certificate issued
-    cond = route_condition(k, "web", "CertificateProvisioned")
-    assert cond and cond["status"] == "True", cond
+    cond = until(lambda: (lambda c: c if c and c["status"] == "True" else None)(
+        route_condition(k, "web", "CertificateProvisioned")), timeout=90, what="CertificateProvisioned True")
+    assert cond["reason"] == "CertificateProvisioned", cond
 
     # pebble's root (its management endpoint) verifies the certificate knap serves.
     with urllib.request.urlopen(k.mgmt + "/roots/0", context=k.ca_ctx, timeout=30) as r:
