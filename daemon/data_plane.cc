@@ -371,6 +371,16 @@ void DataPlane::syncCertificates() {
           lc.error = cert.status().message();
         }
       }
+      if (!lc.error.empty() && old != file_certs_.end() && old->second.error.empty()) {
+        // Mid-replacement (a new key beside the old certificate, as the
+        // ACME client's two renames can be seen): keep serving the previous
+        // pair until the files agree again (their stamp changes then).
+        LOG(WARNING) << "router TLS: " << lc.error << " (the previous certificate is served)";
+        LoadedCert keep = old->second;
+        keep.fingerprint = stamp;
+        files[crt] = std::move(keep);
+        continue;
+      }
       if (!lc.error.empty()) LOG(WARNING) << "router TLS: " << lc.error << " (not served)";
       warnIfExpiring(lc, "file " + crt);
       files[crt] = std::move(lc);
