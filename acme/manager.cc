@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -96,6 +97,15 @@ void CertificateManager::setHosts(const std::vector<std::string>& hosts) {
     std::lock_guard<std::mutex> lock(mu_);
     std::map<std::string, Entry> next;
     for (const std::string& h : hosts) {
+      // The host names a file: DNS names only (no '/', no "..", no wildcard).
+      const bool dns = !h.empty() && h.size() <= 253 && h.front() != '.' && h.find("..") == std::string::npos &&
+                       std::all_of(h.begin(), h.end(), [](char c) {
+                         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+                       });
+      if (!dns) {
+        LOG(WARNING) << "ACME: not a DNS host name, no certificate requested: \"" << h.substr(0, 100) << "\"";
+        continue;
+      }
       auto it = hosts_.find(h);
       if (it == hosts_.end()) added.push_back(h);
       next[h] = it != hosts_.end() ? it->second : Entry{};

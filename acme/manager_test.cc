@@ -72,6 +72,10 @@ TEST(CertificateManagerTest, KeyKeptAndFailureReported) {
     EXPECT_GE(changes.load(), 2);  // added (pending), then failed
     m.setHosts({});
     EXPECT_FALSE(m.state("a.example.com").has_value());
+    // Names that are not DNS host names (they would name files) are refused.
+    m.setHosts({"../../etc/x", "*.example.com", "A.example.com", ""});
+    EXPECT_FALSE(m.state("../../etc/x").has_value());
+    EXPECT_FALSE(m.state("*.example.com").has_value());
     m.stop();
   }
   {
