@@ -726,6 +726,22 @@ SectionSpec knapSpec(KnapConfig& c) {
   });
   s.keys["router-tls-certificates-dir"] =
       str(&c.router_tls_certificates_dir, [](const std::string& v) { return checkAbsolutePath(v, true); });
+  s.keys["acme-directory"] = str(&c.acme_directory, [](const std::string& v) -> std::string {
+    if (v.empty() || v.rfind("https://", 0) == 0 || v.rfind("http://", 0) == 0) return "";
+    return "must be an https:// URL (the ACME directory) or empty, got " + quoted(v);
+  });
+  s.keys["acme-email"] = str(&c.acme_email, [](const std::string& v) -> std::string {
+    if (v.empty() || (v.find('@') != std::string::npos && v.find_first_of(" \t\r\n,<>") == std::string::npos)) return "";
+    return "must be an e-mail address or empty, got " + quoted(v);
+  });
+  s.keys["acme-ca-file"] = str(&c.acme_ca_file, [](const std::string& v) { return checkAbsolutePath(v, true); });
+  s.keys["acme-renew-before"] = [&c](const std::string& v) {
+    Seconds d{};
+    std::string err = parseSeconds(v, &d);
+    if (err.empty() && d.count() <= 0) err = "must be a positive duration, got " + quoted(v);
+    if (err.empty()) c.acme_renew_before = d;
+    return err;
+  };
   s.keys["containerd-namespace"] = str(&c.containerd_namespace, [](const std::string& v) -> std::string {
     if (v.empty() || v.size() > 76) return "must be 1..76 characters, got " + quoted(v);
     for (char ch : v) {

@@ -250,6 +250,17 @@ INSTANTIATE_TEST_SUITE_P(
                    EXPECT_TRUE(c.network.externalDomainTls());
                    EXPECT_EQ(c.network.http_protocol, "Redirected");
                  }},
+        GoodCase{"Acme",
+                 "knap:\n  acme-directory: https://acme.example/dir\n  acme-email: ops@example.com\n"
+                 "  acme-ca-file: /etc/knap/acme-ca.crt\n  acme-renew-before: 240h",
+                 [](const Config& c) {
+                   EXPECT_EQ(c.knap.acme_directory, "https://acme.example/dir");
+                   EXPECT_EQ(c.knap.acme_email, "ops@example.com");
+                   EXPECT_EQ(c.knap.acme_ca_file, "/etc/knap/acme-ca.crt");
+                   EXPECT_EQ(c.knap.acme_renew_before.count(), 240 * 3600);
+                 }},
+        GoodCase{"AcmeDefaults", "knap:\n  data-dir: /var/lib/knap",
+                 CHECK(c.knap.acme_directory.empty() && c.knap.acme_renew_before.count() == 30 * 24 * 3600)},
         GoodCase{"ExternalDomainTlsDefaultOff", "network:\n  http-protocol: Enabled",
                  CHECK(!c.network.externalDomainTls() && c.knap.router_tls_listen.empty())},
         GoodCase{"KnapSection",
@@ -578,6 +589,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "knap.router-tls-listen: must be host:port"},
         BadCase{"RouterTlsDirRelative", "knap:\n  router-tls-certificates-dir: tls",
                 "knap.router-tls-certificates-dir: must be an absolute path"},
+        BadCase{"AcmeDirectoryNotUrl", "knap:\n  acme-directory: acme.example/dir",
+                "knap.acme-directory: must be an https:// URL"},
+        BadCase{"AcmeEmailBad", "knap:\n  acme-email: \"ops at example\"", "knap.acme-email: must be an e-mail address"},
+        BadCase{"AcmeRenewZero", "knap:\n  acme-renew-before: 0s", "knap.acme-renew-before: must be a positive duration"},
+        BadCase{"AcmeCaRelative", "knap:\n  acme-ca-file: ca.crt", "knap.acme-ca-file: must be an absolute path"},
         BadCase{"RouterInternalBad", "knap:\n  router-internal-listen: \"10.0.0.1\"",
                 "knap.router-internal-listen: must be host:port"},
         BadCase{"MetricsListenBad", "knap:\n  metrics-listen: \"9095\"",

@@ -77,6 +77,8 @@ class Controller {
   // store list is logged (the next call retries).
   void enqueueAll();
   Stats stats() const;
+  // See Reconcilers::setCertificateStatus; before start().
+  void setCertificateStatus(const CertificateStatus* status) { reconcilers_.setCertificateStatus(status); }
 
   // Reconciles one key synchronously (with conflict retries) and fans out to
   // related keys as the worker would. For tests and tools.

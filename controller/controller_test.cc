@@ -219,6 +219,45 @@ TEST_F(ControllerTest, FirstRevisionAndFullConvergence) {
   EXPECT_EQ(s["status"]["latestCreatedRevisionName"], "hello-00001");
 }
 
+// With a certificate source (the built-in ACME client), the Route's
+// CertificateProvisioned (and Ready) follow the external host's state.
+TEST_F(ControllerTest, CertificateProvisionedFollowsTheCertificateSource) {
+  struct FakeCerts : CertificateStatus {
+    std::optional<CertificateCondition> state;
+    std::optional<CertificateCondition> certificateFor(const std::string& host) const override {
+      return host == "hello.default.example.com" ? state : std::nullopt;
+    }
+  } certs;
+  config_.network.other["external-domain-tls"] = "Enabled";
+  makeController();
+  ctl_->setCertificateStatus(&certs);
+  certs.state = CertificateCondition{CertificateCondition::State::kPending, ""};
+  createReadyService("hello");
+  json r = get("Route", "hello");
+  EXPECT_EQ(r["status"]["url"], "https://hello.default.example.com");
+  EXPECT_EQ(cond(r, "CertificateProvisioned").status, "Unknown");
+  EXPECT_EQ(cond(r, "CertificateProvisioned").reason, "CertificateNotReady");
+  EXPECT_EQ(ready(r), "Unknown");
+
+  certs.state = CertificateCondition{CertificateCondition::State::kFailed, "urn:ietf:params:acme:error:connection: refused"};
+  ctl_->enqueue(Key{"Route", kNs, "hello"});
+  settle();
+  r = get("Route", "hello");
+  EXPECT_EQ(cond(r, "CertificateProvisioned").status, "False");
+  EXPECT_EQ(cond(r, "CertificateProvisioned").reason, "CertificateProvisionFailed");
+  EXPECT_NE(cond(r, "CertificateProvisioned").message.find("hello.default.example.com: urn:ietf:params:acme:error:connection"),
+            std::string::npos);
+  EXPECT_EQ(ready(r), "False");
+
+  certs.state = CertificateCondition{CertificateCondition::State::kIssued, ""};
+  ctl_->enqueue(Key{"Route", kNs, "hello"});
+  settle();
+  r = get("Route", "hello");
+  EXPECT_EQ(cond(r, "CertificateProvisioned").status, "True");
+  EXPECT_EQ(ready(r), "True");
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+}
+
 TEST_F(ControllerTest, SecondReconcileWritesNothing) {
   createReadyService("hello");
   int64_t rv = store_->currentResourceVersion();

@@ -616,12 +616,41 @@ Status Reconcilers::reconcileRoute(const Key& key) {
                   : conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
   }
   // Certificates are the operator's (knap.router-tls-certificates-dir and
-  // kubernetes.io/tls Secrets, served by the router by SNI).
+  // kubernetes.io/tls Secrets, served by the router by SNI) unless the
+  // built-in ACME client provisions the route's external hosts.
   ConditionState cert = config_.network.externalDomainTls()
                             ? conditionTrue("ExternalCertificates",
                                             "certificates come from knap.router-tls-certificates-dir and "
                                             "kubernetes.io/tls Secrets, chosen by SNI")
                             : conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
+  if (config_.network.externalDomainTls() && certificates_ != nullptr && problems.empty()) {
+    std::vector<std::string> urls = {stringAt(st, "url")};
+    for (const json& t : st.value("traffic", json::array())) urls.push_back(stringAt(t, "url"));
+    std::vector<std::string> pending, failed;
+    bool any = false;
+    for (const std::string& u : urls) {
+      auto scheme = u.find("://");
+      if (scheme == std::string::npos) continue;
+      const std::string host = u.substr(scheme + 3, u.find('/', scheme + 3) - scheme - 3);
+      auto c = certificates_->certificateFor(host);
+      if (!c) continue;
+      any = true;
+      if (c->state == CertificateCondition::State::kPending) pending.push_back(host);
+      if (c->state == CertificateCondition::State::kFailed) failed.push_back(host + ": " + c->message);
+    }
+    auto join = [](const std::vector<std::string>& v, const char* sep) {
+      std::string out;
+      for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
+      return out;
+    };
+    if (!failed.empty()) {
+      cert = conditionFalse("CertificateProvisionFailed", "ACME: " + join(failed, "; "));
+    } else if (!pending.empty()) {
+      cert = conditionUnknown("CertificateNotReady", "ACME certificate being issued for " + join(pending, ", "));
+    } else if (any) {
+      cert = conditionTrue("CertificateProvisioned", "ACME certificates issued for the external hosts");
+    }
+  }
 
   KNAP_RETURN_IF_ERROR(syncRoutingMetadata(key.ns, key.name, ref_configs, ref_revs));
 

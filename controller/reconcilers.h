@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "controller/certificate_status.h"
 #include "controller/object_cache.h"
 #include "controller/revision_backend.h"
 #include "store/store.h"
@@ -46,6 +47,10 @@ class Reconcilers {
   // has traffic for the router to serve. A deleted mapping releases the claim
   // its namespace holds (with autocreate on, as Knative's FinalizeKind).
   Status reconcileDomainMapping(const store::Key& key);
+  // The source of CertificateProvisioned for external hosts (the built-in
+  // ACME client); nullptr (the default) = certificates are the operator's.
+  // Set before the controller starts.
+  void setCertificateStatus(const CertificateStatus* status) { certificates_ = status; }
 
  private:
   // Writes desired over current when they differ; returns the stored result.
@@ -69,6 +74,7 @@ class Reconcilers {
   RevisionBackend& backend_;
   TimeSource& clock_;
   const Config& config_;
+  const CertificateStatus* certificates_ = nullptr;
   // What backend.ensure() last saw per revision (uid, labels, annotations,
   // spec), so ensure() runs on create/change only and cannot feed a loop
   // through the backend's change callback.

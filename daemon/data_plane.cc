@@ -248,7 +248,7 @@ void DataPlane::onStoreEvent(const store::Event& event) {
 
 void DataPlane::syncLoop() {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool poll_files = tls_ && !config_.knap.router_tls_certificates_dir.empty();
+  const bool poll_files = tls_ && (!config_.knap.router_tls_certificates_dir.empty() || acme_ != nullptr);
   auto next_file_poll = std::chrono::steady_clock::now();
   while (!stopping_) {
     auto work = [this] { return stopping_ || routes_dirty_ || revisions_dirty_ || (tls_ && certs_dirty_); };
@@ -283,8 +283,12 @@ void DataPlane::syncRoutes() {
   for (auto& r : *routes) bodies.push_back(std::move(r.body));
   std::vector<router::HostGroup> groups;
   std::map<std::string, std::vector<std::string>> external_hosts;
+  std::map<std::string, std::pair<std::string, std::string>> host_routes;
   for (const auto& [host, target] : controller::hostTable(config_, bodies)) {
-    if (!target.split.cluster_local) external_hosts[target.ns].push_back(host);
+    if (!target.split.cluster_local) {
+      external_hosts[target.ns].push_back(host);
+      host_routes[host] = {target.ns, target.route};
+    }
     router::HostGroup g;
     g.namespace_name = target.ns;
     g.route_name = target.route;
@@ -323,22 +327,47 @@ void DataPlane::syncRoutes() {
   }
   router_->setRoutingTable(*table);
   external_hosts_ = std::move(external_hosts);
+  std::vector<std::string> hosts;
+  for (const auto& [h, r] : host_routes) hosts.push_back(h);
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    host_routes_ = std::move(host_routes);
+  }
+  // After host_routes_: a new host's state change looks its Route up.
+  if (acme_ != nullptr && config_.network.externalDomainTls()) acme_->setHosts(hosts);
+}
+
+bool DataPlane::routeOfHost(const std::string& host, std::string* ns, std::string* name) const {
+  std::lock_guard<std::mutex> lock(hosts_mu_);
+  auto it = host_routes_.find(host);
+  if (it == host_routes_.end()) return false;
+  *ns = it->second.first;
+  *name = it->second.second;
+  return true;
 }
 
 void DataPlane::syncCertificates() {
-  // 1. Files: <name>.crt with <name>.key beside it; re-read when either changed.
+  // 1. Files: <name>.crt with <name>.key beside it; re-read when either
+  // changed. The operator's directory, then the ACME client's.
   std::map<std::string, LoadedCert> files;
-  const std::string& dir = config_.knap.router_tls_certificates_dir;
-  if (!dir.empty()) {
+  std::vector<std::string> dirs;
+  if (!config_.knap.router_tls_certificates_dir.empty()) dirs.push_back(config_.knap.router_tls_certificates_dir);
+  if (acme_ != nullptr) dirs.push_back(acme_->certDir());
+  std::vector<std::string> crts;
+  std::string dir_error;
+  for (const std::string& dir : dirs) {
     std::error_code ec;
-    std::vector<std::string> crts;
+    std::vector<std::string> in_dir;
     for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      if (it->path().extension() == ".crt") crts.push_back(it->path().string());
+      if (it->path().extension() == ".crt") in_dir.push_back(it->path().string());
     }
-    if (ec && dir_error_ != ec.message()) {
-      LOG(WARNING) << "knap.router-tls-certificates-dir " << dir << ": " << ec.message();
-    }
-    dir_error_ = ec ? ec.message() : "";
+    std::sort(in_dir.begin(), in_dir.end());
+    crts.insert(crts.end(), in_dir.begin(), in_dir.end());
+    if (ec) dir_error += dir + ": " + ec.message() + "; ";
+  }
+  if (!dir_error.empty() && dir_error_ != dir_error) LOG(WARNING) << "router TLS certificate directory " << dir_error;
+  dir_error_ = dir_error;
+  {
     for (const std::string& crt : crts) {
       const std::string key = crt.substr(0, crt.size() - 4) + ".key";
       const std::string stamp = fileStamp(crt) + "/" + fileStamp(key);
@@ -362,6 +391,16 @@ void DataPlane::syncCertificates() {
         } else {
           lc.error = cert.status().message();
         }
+      }
+      if (!lc.error.empty() && old != file_certs_.end() && old->second.error.empty()) {
+        // Mid-replacement (a new key beside the old certificate, as the
+        // ACME client's two renames can be seen): keep serving the previous
+        // pair until the files agree again (their stamp changes then).
+        LOG(WARNING) << "router TLS: " << lc.error << " (the previous certificate is served)";
+        LoadedCert keep = old->second;
+        keep.fingerprint = stamp;
+        files[crt] = std::move(keep);
+        continue;
       }
       if (!lc.error.empty()) LOG(WARNING) << "router TLS: " << lc.error << " (not served)";
       warnIfExpiring(lc, "file " + crt);
@@ -418,10 +457,14 @@ void DataPlane::syncCertificates() {
   // routed external hosts of its namespace it covers.
   std::string fingerprint;
   std::vector<router::CertEntry> entries;
-  for (const auto& [path, lc] : file_certs_) {
-    fingerprint += path + "=" + lc.fingerprint + ";";
-    if (!lc.error.empty()) continue;
-    for (const std::string& n : lc.cert.names) entries.push_back({n, lc.cert.ctx, "file " + path});
+  const std::string acme_prefix = acme_ != nullptr ? acme_->certDir() + "/" : std::string("\0", 1);
+  for (bool acme_pass : {false, true}) {  // the operator's files win over ACME's
+    for (const auto& [path, lc] : file_certs_) {
+      if ((path.rfind(acme_prefix, 0) == 0) != acme_pass) continue;
+      fingerprint += path + "=" + lc.fingerprint + ";";
+      if (!lc.error.empty()) continue;
+      for (const std::string& n : lc.cert.names) entries.push_back({n, lc.cert.ctx, "file " + path});
+    }
   }
   for (const auto& [id, lc] : secret_certs_) {
     fingerprint += id + "=" + lc.fingerprint + ";";

@@ -12,7 +12,10 @@
 // operator's and serve every name they carry, wildcards included; a
 // Secret's certificate serves only the external hosts routed in the
 // Secret's own namespace that it covers (a tenant cannot take another
-// namespace's host). Files come first when both name a host.
+// namespace's host). Files come first when both name a host. With the
+// built-in ACME client (setAcme), the routed external hosts are its host
+// list and its directory <data-dir>/acme/certs is read exactly like the
+// certificates directory (after it: an operator's file wins).
 //
 // Threading: store events only mark work dirty (never block the store's
 // writer); one sync thread rebuilds from the store. The ScalerTicker runs on
@@ -27,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "acme/manager.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/event_recorder.h"
@@ -57,6 +61,12 @@ class DataPlane {
   // knap.router-drain-timeout (Router::drain). Call before stop().
   void drain();
   void stop();  // idempotent
+  // The ACME certificate keeper (borrowed), before start(); its hosts are
+  // the routed external hosts when network.external-domain-tls is Enabled.
+  void setAcme(acme::CertificateManager* acme) { acme_ = acme; }
+  // The Route ("ns", "name") serving external host `host`, for ACME state
+  // changes; false when none does. Any thread.
+  bool routeOfHost(const std::string& host, std::string* ns, std::string* name) const;
 
   router::Router& router() { return *router_; }
   scaler::ScalerDriver& scaler() { return *driver_; }
@@ -85,6 +95,9 @@ class DataPlane {
   void syncRevisions();
   void syncCertificates();
   bool tls_ = false;
+  acme::CertificateManager* acme_ = nullptr;
+  mutable std::mutex hosts_mu_;
+  std::map<std::string, std::pair<std::string, std::string>> host_routes_;  // external host -> (ns, route)
 
   const Config& config_;
   store::Store& store_;

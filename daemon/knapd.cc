@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "acme/manager.h"
 #include "api/server/api_server.h"
 #include "common/clock.h"
 #include "common/config.h"
@@ -210,6 +211,55 @@ int run(int argc, char** argv) {
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
   DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(), event_recorder,
                        router_fd, router_tls_fd);
+  // Built-in ACME (issue 14): certificates for the routed external hosts,
+  // served from <data-dir>/acme/certs like the certificates directory, and
+  // CertificateProvisioned on their Routes.
+  std::unique_ptr<acme::CertificateManager> acme_manager;
+  struct AcmeStatus : controller::CertificateStatus {
+    acme::CertificateManager* manager = nullptr;
+    std::optional<controller::CertificateCondition> certificateFor(const std::string& host) const override {
+      auto s = manager->state(host);
+      if (!s) return std::nullopt;
+      controller::CertificateCondition c;
+      c.state = s->kind == acme::HostState::Kind::kIssued   ? controller::CertificateCondition::State::kIssued
+                : s->kind == acme::HostState::Kind::kFailed ? controller::CertificateCondition::State::kFailed
+                                                            : controller::CertificateCondition::State::kPending;
+      c.message = s->message;
+      return c;
+    }
+  } acme_status;
+  if (!config.knap.acme_directory.empty()) {
+    if (config.knap.router_tls_listen.empty() && router_tls_fd < 0) {
+      LOG(WARNING) << "knap.acme-directory is set but the router has no HTTPS listener (knap.router-tls-listen): "
+                      "no ACME certificates";
+    } else if (!config.network.externalDomainTls()) {
+      LOG(WARNING) << "knap.acme-directory is set but network.external-domain-tls is not Enabled: "
+                      "no ACME certificates";
+    } else {
+      acme::ManagerOptions ao;
+      ao.directory_url = config.knap.acme_directory;
+      ao.email = config.knap.acme_email;
+      ao.ca_file = config.knap.acme_ca_file;
+      ao.data_dir = dir;
+      ao.renew_before = config.knap.acme_renew_before;
+      ao.set_challenges = [&data_plane](std::shared_ptr<const acme::Challenges> c) {
+        data_plane.router().setAcmeChallenges(std::move(c));
+      };
+      ao.on_change = [&data_plane, &controller](const std::string& host) {
+        std::string ns, name;
+        if (data_plane.routeOfHost(host, &ns, &name)) controller.enqueue({"Route", ns, name});
+      };
+      acme_manager = std::make_unique<acme::CertificateManager>(std::move(ao));
+      if (Status st = acme_manager->start(); !st.isOk()) {
+        std::cerr << "knapd: " << st.message() << "\n";
+        return 1;
+      }
+      acme_status.manager = acme_manager.get();
+      data_plane.setAcme(acme_manager.get());
+      controller.setCertificateStatus(&acme_status);
+      LOG(INFO) << "ACME: certificates for external hosts from " << config.knap.acme_directory;
+    }
+  }
   (*runtime)->setEndpointsListener([&data_plane](const std::string& revision,
                                                   const std::vector<router::Endpoint>& endpoints,
                                                   const router::WakeInfo& wake, uint64_t version) {
@@ -299,6 +349,7 @@ int run(int argc, char** argv) {
   notify(systemd.stopping(std::string("received ") + strsignal(sig) + ", shutting down (pods keep running)"));
   data_plane.drain();  // in-flight requests finish first (the runtime still serves them)
   server.stop();
+  if (acme_manager) acme_manager->stop();
   data_plane.stop();
   controller.stop();
   (*runtime)->stop();
