@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cmath>
+#include <algorithm>
 #include <optional>
 #include <map>
 #include <memory>
@@ -550,9 +551,53 @@ void emit(const json& v, int indent, std::string& out) {
   }
 }
 
+// The offset of the first byte that is not part of well-formed UTF-8
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
+std::optional<size_t> firstInvalidUtf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    unsigned char c = p[i];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text, const DecodeLimits& limits) {
+  // YAML streams are Unicode; libfyaml 0.8 loops forever on some invalid
+  // UTF-8 (a directive line "%\xff" was found by fuzz_admission), so bytes
+  // that are not UTF-8 never reach it.
+  if (auto bad = firstInvalidUtf8(text)) {
+    size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + *bad, '\n'));
+    size_t line_start = text.rfind('\n', *bad == 0 ? 0 : *bad - 1);
+    size_t column = line_start == std::string::npos || *bad == 0 ? *bad + 1 : *bad - line_start;
+    return invalidArgument("yaml: invalid UTF-8 at line " + std::to_string(line) + ", column " +
+                           std::to_string(column) + " (byte " + std::to_string(*bad) + ")");
+  }
   // Diagnostics are collected (for the error message), never printed.
   fy_diag_cfg dcfg;
   fy_diag_cfg_default(&dcfg);

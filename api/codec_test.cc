@@ -95,6 +95,24 @@ TEST(CodecTest, LoneCommaIsASyntaxError) {
   }
 }
 
+// libfyaml 0.8 loops forever on a directive holding invalid UTF-8 ("%\xff",
+// found by fuzz_admission): input that is not UTF-8 is refused before it,
+// naming where.
+TEST(CodecTest, InvalidUtf8IsRefusedWithItsPosition) {
+  auto docs = parseYamlDocuments(std::string("%\xdb\xd4"));
+  ASSERT_FALSE(docs.isOk());
+  EXPECT_EQ(docs.status().message(), "yaml: invalid UTF-8 at line 1, column 2 (byte 1)");
+  docs = parseYamlDocuments(std::string("a: 1\nb: x\xc0\xafy\n"));
+  ASSERT_FALSE(docs.isOk());
+  EXPECT_EQ(docs.status().message(), "yaml: invalid UTF-8 at line 2, column 5 (byte 9)");
+  for (const char* bad : {"\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80"}) {
+    EXPECT_FALSE(parseYamlDocuments(std::string("a: ") + bad).isOk()) << bad;
+  }
+  auto ok = parseYamlDocuments("a: \"h\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+  ASSERT_TRUE(ok.isOk()) << ok.status().toString();
+  EXPECT_EQ((*ok)[0]["a"], "h\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+}
+
 // Was 8.4 s and 949 MB for 302 bytes (issue 9).
 TEST(CodecTest, AliasBombStopsAtTheNodeBudget) {
   std::string bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n";
