@@ -4,9 +4,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -75,10 +77,9 @@ void unmountEmptyDirs(const std::string& pod_dir) {
 
 bool okOrNotFound(const Status& s) { return s.isOk() || s.code() == Code::kNotFound; }
 
-// Finds `rel` (e.g. "etc/passwd") in the snapshot's layers without mounting:
-// the upper/lower directories of an overlay mount (topmost first) or the
-// source of a bind mount.
-std::optional<std::string> readFromMounts(const std::vector<containerd::Mount>& mounts, const std::string& rel) {
+// The layer directories of a snapshot's mounts, topmost first: the
+// upper/lower directories of an overlay mount or the source of a bind mount.
+std::vector<std::string> layerDirs(const std::vector<containerd::Mount>& mounts) {
   std::vector<std::string> dirs;
   for (const auto& m : mounts) {
     if (m.type == "bind") dirs.push_back(m.source);
@@ -91,12 +92,129 @@ std::optional<std::string> readFromMounts(const std::vector<containerd::Mount>& 
       }
     }
   }
-  for (const auto& d : dirs) {
-    if (auto text = readSmallFile(d + "/" + rel)) return text;
-  }
-  return std::nullopt;
+  return dirs;
 }
 
+// Finds `rel` in the snapshot's layers without mounting.
+StatusOr<std::optional<std::string>> readFromMounts(const std::vector<containerd::Mount>& mounts,
+                                                    const std::string& rel) {
+  return readFromLayers(layerDirs(mounts), rel);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = o.fd_;
+      o.fd_ = -1;
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+StatusOr<std::optional<std::string>> readLayerFile(const std::string& root, const std::string& rel,
+                                                   int64_t max_bytes) {
+  const std::string what = root + "/" + rel;
+  std::vector<std::string> parts;
+  {
+    std::stringstream ss(rel);
+    std::string p;
+    while (std::getline(ss, p, '/')) {
+      if (p.empty() || p == ".") continue;
+      if (p == "..") return invalidArgument("path " + rel + " leaves the layer");
+      parts.push_back(p);
+    }
+  }
+  if (parts.empty()) return invalidArgument("empty path in layer " + root);
+  Fd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::optional<std::string>();
+    return internalError("open layer " + root + ": " + std::strerror(errno));
+  }
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    Fd next(::openat(dir.get(), parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (next.get() < 0) {
+      if (errno == ENOENT) return std::optional<std::string>();
+      // ENOTDIR: a file, or a symlink (O_NOFOLLOW|O_DIRECTORY gives ENOTDIR
+      // or ELOOP for one): whatever it is, it shadows lower layers.
+      if (errno == ENOTDIR || errno == ELOOP) {
+        return failedPrecondition(what + ": " + parts[i] + " is not a directory (symlinks are not followed)");
+      }
+      return internalError("open " + what + ": " + std::strerror(errno));
+    }
+    dir = std::move(next);
+  }
+  const std::string& name = parts.back();
+  // Look before opening: opening a device node can have side effects.
+  struct stat st;
+  if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return internalError("stat " + what + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return failedPrecondition(what + " is not a regular file (symlinks are not followed)");
+  }
+  // O_NONBLOCK: should it have been swapped for a FIFO since, the open does not hang.
+  Fd f(::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (f.get() < 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    if (errno == ELOOP) return failedPrecondition(what + " is not a regular file (symlinks are not followed)");
+    return internalError("open " + what + ": " + std::strerror(errno));
+  }
+  if (::fstat(f.get(), &st) != 0) return internalError("stat " + what + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return failedPrecondition(what + " is not a regular file");
+  auto too_big = [&] {
+    return Status(Code::kResourceExhausted, what + " is larger than the limit of " + std::to_string(max_bytes) +
+                                                " bytes for an image's user database file");
+  };
+  if (st.st_size > max_bytes) return too_big();
+  std::string text;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(f.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return internalError("read " + what + ": " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    if (static_cast<int64_t>(text.size()) + n > max_bytes) return too_big();  // grew since fstat
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return std::optional<std::string>(std::move(text));
+}
+
+StatusOr<std::optional<std::string>> readFromLayers(const std::vector<std::string>& layer_dirs,
+                                                    const std::string& rel) {
+  for (const auto& d : layer_dirs) {
+    auto r = readLayerFile(d, rel);
+    if (!r.isOk()) {
+      if (r.status().code() == Code::kFailedPrecondition) {
+        // A symlink or whiteout shadows the lower layers: the image has no
+        // usable file (a symlinked /etc/passwd is not followed, by design).
+        LOG(WARNING) << "pod driver: ignoring " << rel << ": " << r.status().message();
+        return std::optional<std::string>();
+      }
+      return r.status();
+    }
+    if (r->has_value()) return r;
+  }
+  return std::optional<std::string>();
+}
+
+namespace {
 }  // namespace
 
 std::string fileTail(const std::string& path, int lines) {
@@ -288,8 +406,14 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   in.revision_name = req.revision_name;
   in.pod_id = req.pod_id;
   in.netns_path = net->netns_path;
-  in.etc_passwd = readFromMounts(*mounts, "etc/passwd");
-  in.etc_group = readFromMounts(*mounts, "etc/group");
+  {
+    auto passwd = readFromMounts(*mounts, "etc/passwd");
+    if (!passwd.isOk()) return fail(passwd.status().annotate("image " + req.image));
+    auto group = readFromMounts(*mounts, "etc/group");
+    if (!group.isOk()) return fail(group.status().annotate("image " + req.image));
+    in.etc_passwd = *passwd;
+    in.etc_group = *group;
+  }
   in.resolv_conf_path = dir + "/resolv.conf";
   in.hosts_path = dir + "/hosts";
   in.hostname_path = dir + "/hostname";
@@ -396,8 +520,14 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     sin.container_index = sp.index;
     sin.image_config = json::parse(sp.info.config.json, nullptr, false);
     if (sin.image_config.is_discarded()) return fail(internalError("image config of " + sp.image + " is not JSON"));
-    sin.etc_passwd = readFromMounts(*smounts, "etc/passwd");
-    sin.etc_group = readFromMounts(*smounts, "etc/group");
+    {
+      auto passwd = readFromMounts(*smounts, "etc/passwd");
+      if (!passwd.isOk()) return fail(passwd.status().annotate("image " + sp.image + " (container " + sp.name + ")"));
+      auto group = readFromMounts(*smounts, "etc/group");
+      if (!group.isOk()) return fail(group.status().annotate("image " + sp.image + " (container " + sp.name + ")"));
+      sin.etc_passwd = *passwd;
+      sin.etc_group = *group;
+    }
     sin.cgroups_path = "/" + options_.cgroup_parent + "/" + sp.id;
     sin.tmp_dir = cdir + "/tmp";
     if (Status s = makeTmpDir(sin.tmp_dir); !s.isOk()) return fail(s);
@@ -536,6 +666,20 @@ StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
     pod_waits_[pod.pod_id] = true;
   }
   for (auto& t : threads) t.join();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      pod_waits_.erase(pod.pod_id);
+    }
+    return unavailable("wait for pod " + pod.pod_id + ": cannot start a thread per container (" +
+                       std::to_string(side.size() + 1) + " containers): " + e.what());
+  }
+  StatusOr<PodExit> result = unavailable("no result");
+  {
+    std::unique_lock<std::mutex> l(first->mu);
+    first->cv.wait(l, [&] { return first->result.has_value(); });
+    result = *first->result;
+  }
+  end_waits();
   {
     std::lock_guard<std::mutex> l(mu_);
     pod_waits_.erase(pod.pod_id);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -523,6 +524,101 @@ TEST(ContainerdPodDriverPure, FileTail) {
   EXPECT_EQ(fileTail(p, 5), "last");  // at most 2 KiB, starting at a line
   EXPECT_EQ(fileTail(dir + "/missing", 5), "");
   fs::remove_all(dir);
+}
+
+// H1: an image's /etc/passwd is read without trusting its layers: no symlink
+// is followed (to a host file, /dev/zero, or within the layer), a FIFO does
+// not hang, and a huge (sparse) file is refused with the limit named.
+TEST(ContainerdPodDriverPure, ReadLayerFileDoesNotTrustTheLayer) {
+  char tmpl[] = "/tmp/knap-layer-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  auto layer = [&](const std::string& name) {
+    std::string d = root + "/" + name;
+    fs::create_directories(d + "/etc");
+    return d;
+  };
+  const std::string host_file = root + "/host-secret";
+  { std::ofstream(host_file) << "root:x:0:0:HOST FILE:/root:/bin/sh\n"; }
+
+  const std::string good = layer("good");
+  { std::ofstream(good + "/etc/passwd") << "app:x:1000:1000::/home/app:/bin/sh\n"; }
+  auto r = readLayerFile(good, "etc/passwd");
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ(**r, "app:x:1000:1000::/home/app:/bin/sh\n");
+
+  const std::string empty = layer("empty");
+  r = readLayerFile(empty, "etc/passwd");
+  ASSERT_TRUE(r.isOk());
+  EXPECT_FALSE(r->has_value());
+  r = readLayerFile(root + "/no-such-layer", "etc/passwd");
+  ASSERT_TRUE(r.isOk());
+  EXPECT_FALSE(r->has_value());
+
+  const std::string zero = layer("zero");  // would read forever through std::ifstream
+  fs::create_symlink("/dev/zero", zero + "/etc/passwd");
+  r = readLayerFile(zero, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition) << r.status().toString();
+
+  const std::string host = layer("host");  // a host file parsed as the image's passwd
+  fs::create_symlink(host_file, host + "/etc/passwd");
+  r = readLayerFile(host, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+
+  const std::string etc_link = root + "/etclink";  // a symlinked directory on the way
+  fs::create_directories(etc_link);
+  fs::create_directory_symlink(root + "/good/etc", etc_link + "/etc");
+  r = readLayerFile(etc_link, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+
+  const std::string fifo = layer("fifo");  // opening it for reading would hang
+  ASSERT_EQ(::mkfifo((fifo + "/etc/passwd").c_str(), 0644), 0);
+  r = readLayerFile(fifo, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+
+  const std::string huge = layer("huge");  // 8 GiB sparse: refused before reading
+  {
+    std::ofstream(huge + "/etc/passwd") << "x";
+    fs::resize_file(huge + "/etc/passwd", uint64_t{8} << 30);
+  }
+  r = readLayerFile(huge, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("etc/passwd"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("1048576 bytes"), std::string::npos) << r.status().message();
+  {
+    std::ofstream(huge + "/etc/group") << std::string(kMaxImageUserFileBytes, 'g');
+  }
+  r = readLayerFile(huge, "etc/group");  // exactly the limit: read
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ((*r)->size(), static_cast<size_t>(kMaxImageUserFileBytes));
+
+  r = readLayerFile(good, "../good/etc/passwd");
+  EXPECT_FALSE(r.isOk());
+
+  // Across layers (topmost first): the first layer with the path decides; a
+  // symlink shadows the lower layers' file, which is then not read either.
+  auto l = readFromLayers({empty, good}, "etc/passwd");
+  ASSERT_TRUE(l.isOk());
+  ASSERT_TRUE(l->has_value());
+  EXPECT_NE((*l)->find("app:x:1000"), std::string::npos);
+  l = readFromLayers({zero, good}, "etc/passwd");
+  ASSERT_TRUE(l.isOk()) << l.status().toString();
+  EXPECT_FALSE(l->has_value());
+  l = readFromLayers({fifo, host}, "etc/passwd");
+  ASSERT_TRUE(l.isOk());
+  EXPECT_FALSE(l->has_value());
+  l = readFromLayers({empty, huge}, "etc/passwd");
+  ASSERT_FALSE(l.isOk());
+  EXPECT_EQ(l.status().code(), Code::kResourceExhausted);
+  l = readFromLayers({empty}, "etc/passwd");
+  ASSERT_TRUE(l.isOk());
+  EXPECT_FALSE(l->has_value());
+  fs::remove_all(root);
 }
 
 // Resources knap leaves in containerd and the kernel, for leak checks.
