@@ -34,6 +34,12 @@ constexpr const char* kRequired = "FieldValueRequired";
 constexpr const char* kNotSupported = "FieldValueNotSupported";
 constexpr const char* kForbidden = "FieldValueForbidden";
 constexpr const char* kDuplicate = "FieldValueDuplicate";
+constexpr const char* kTooMany = "FieldValueTooMany";
+
+// Containers (and init containers) per Revision. Kubernetes sets no hard cap;
+// each of knap's containers costs a snapshot, a shim and a waiting thread,
+// so a Revision may have at most this many (field.TooMany's wording).
+constexpr size_t kMaxContainers = 10;
 
 constexpr int64_t kMaxInt32 = 2147483647;
 
@@ -1039,6 +1045,14 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
   }
 
   // Containers.
+  for (const char* list : {"containers", "initContainers"}) {
+    if (size_t n = arr(spec, list).size(); n > kMaxContainers) {
+      errs.add(path + "." + list,
+               "Too many: " + std::to_string(n) + ": must have at most " + std::to_string(kMaxContainers) + " items",
+               kTooMany);
+      return;  // not each of thousands of containers
+    }
+  }
   if (containers.empty()) {
     errs.missing(path + ".containers");
   } else if (containers.size() > 1) {

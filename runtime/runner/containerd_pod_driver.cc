@@ -647,25 +647,29 @@ StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
     if (!first->result) first->result = std::move(r);
     first->cv.notify_all();
   };
-  threads.emplace_back(run, pod.pod_id, "", "");
-  for (const auto& sc : side) threads.emplace_back(run, sc.id, sc.name, podDir(pod.pod_id) + "/containers/" + sc.name);
-  StatusOr<PodExit> result = unavailable("no result");
-  {
-    std::unique_lock<std::mutex> l(first->mu);
-    first->cv.wait(l, [&] { return first->result.has_value(); });
-    result = *first->result;
-  }
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = cancellers_.find(pod.pod_id);
-    if (it != cancellers_.end()) it->second->cancel();
-    for (const auto& sc : side) {
-      auto s = cancellers_.find(sc.id);
-      if (s != cancellers_.end()) s->second->cancel();
+  // Ends the waits started so far (a wait registering later sees
+  // pod_waits_ set and cancels itself) and joins their threads.
+  auto end_waits = [&] {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = cancellers_.find(pod.pod_id);
+      if (it != cancellers_.end()) it->second->cancel();
+      for (const auto& sc : side) {
+        auto s = cancellers_.find(sc.id);
+        if (s != cancellers_.end()) s->second->cancel();
+      }
+      pod_waits_[pod.pod_id] = true;
     }
-    pod_waits_[pod.pod_id] = true;
-  }
-  for (auto& t : threads) t.join();
+    for (auto& t : threads) t.join();
+  };
+  // A thread that cannot be started (std::system_error: out of threads or
+  // memory) must not unwind past the joinable ones (std::terminate).
+  try {
+    threads.reserve(side.size() + 1);
+    threads.emplace_back(run, pod.pod_id, "", "");
+    for (const auto& sc : side) threads.emplace_back(run, sc.id, sc.name, podDir(pod.pod_id) + "/containers/" + sc.name);
+  } catch (const std::exception& e) {
+    end_waits();
     {
       std::lock_guard<std::mutex> l(mu_);
       pod_waits_.erase(pod.pod_id);
