@@ -307,6 +307,15 @@ const std::vector<Case> kInvalidCases = {
      },
      "spec.template.spec.initContainers", "Too many: 11: must have at most 10 items", "FieldValueTooMany", true,
      2},  // and: the init-containers feature flag is off
+    {"UnnamedSidecarNameTaken", helloRevision,
+     [](json& o) {
+       // Admission names unnamed containers; one validated as given (a
+       // controller-made Revision) runs its sidecar at index 1 as
+       // "container-1", so no container may take that name.
+       o["spec"]["containers"] = json::parse(
+           R"([{"name":"container-1","image":"x","ports":[{"containerPort":8080}]},{"image":"y"}])");
+     },
+     "spec.containers[0].name", "duplicate container name \"container-1\"", "FieldValueDuplicate", false},
     {"ReservedEnvPort", helloService,
      [](json& o) {
        c0(o)["env"].push_back({{"name", "PORT"}, {"value", "1"}});
