@@ -1669,6 +1669,29 @@ TEST(MetricsOfNamespace, KeepsOnlyTheNamespacesRevisionsAndTheirFamilyHeaders) {
   EXPECT_EQ(metricsOfNamespace(text, "nope"), "");
 }
 
+TEST_F(ApiServerTest, ApiResponsesAreNeverCachedNorSniffed) {
+  auto raw = [&](const std::string& target, const std::string& extra = "") {
+    RawConn c(server_->tcpPort());
+    c.send("GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra + "\r\n");
+    return c.readAll();
+  };
+  auto head = [](const std::string& resp) { return resp.substr(0, resp.find("\r\n\r\n") + 2); };
+  for (const std::string& target :
+       {std::string("/version"), std::string("/apis/serving.knative.dev/v1/namespaces/default/services"),
+        std::string("/apis/serving.knative.dev/v1/namespaces/default/services/missing"), std::string("/nope"),
+        std::string("/apis/serving.knative.dev/v1/namespaces/default/services?watch=true&timeoutSeconds=1")}) {
+    std::string h = head(raw(target));
+    ASSERT_EQ(h.rfind("HTTP/1.1 ", 0), 0u) << target << "\n" << h;
+    EXPECT_NE(h.find("Cache-Control: no-store\r\n"), std::string::npos) << target << "\n" << h;
+    EXPECT_EQ(h.find("no-cache"), std::string::npos) << target << "\n" << h;
+    EXPECT_NE(h.find("X-Content-Type-Options: nosniff\r\n"), std::string::npos) << target << "\n" << h;
+  }
+  // The console's files keep their own caching (and one Cache-Control).
+  std::string ui = head(raw("/ui/"));
+  EXPECT_NE(ui.find("Cache-Control: no-cache\r\n"), std::string::npos) << ui;
+  EXPECT_EQ(ui.find("no-store"), std::string::npos) << ui;
+}
+
 TEST_F(ApiServerTest, ConsoleFilesAreServedWithStrictHeaders) {
   auto raw = [&](const std::string& target, const std::string& extra = "") {
     RawConn c(server_->tcpPort());
