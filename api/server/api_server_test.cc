@@ -1756,6 +1756,47 @@ TEST_F(ApiServerTest, RevisionLogViewServesTheTailOfEachPodsStreams) {
   fs::remove_all(dir);
 }
 
+TEST_F(ApiServerTest, RevisionLogViewIsBoundedAcrossPods) {
+  const size_t kLogViewMaxPods = 20, kLogViewMaxBytes = 4 << 20;  // rest_handler.cc
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(::testing::TempDir()) / ("knap-api-logs-bound-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::string line = std::string(99, 'x') + "\n";
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += line;  // 300 KB per stream
+  const size_t pods = kLogViewMaxPods + 5;
+  for (size_t i = 0; i < pods; ++i) {
+    fs::path pd = dir / "pods" / ("pod-" + std::to_string(100 + i));
+    fs::create_directories(pd);
+    std::ofstream(pd / "meta.json") << R"({"pod":"pod-)" << 100 + i
+                                    << R"(","namespace":"default","revision":"hello-00001","service":"hello"})";
+    std::ofstream(pd / "stdout.log") << text;
+    std::ofstream(pd / "stderr.log") << text;
+  }
+  ApiServerOptions opts;
+  opts.policy.pod_data_dir = dir.string();
+  startServer(opts);
+  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  Resp r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=1048576");
+  ASSERT_EQ(r.code, 200) << r.body.substr(0, 300);
+  ASSERT_EQ(r.j["pods"].size(), kLogViewMaxPods);
+  EXPECT_EQ(r.j["podsOmitted"], 5);
+  size_t total = 0;
+  bool cut = false;
+  for (const auto& p : r.j["pods"]) {
+    for (const auto& st : p["streams"]) {
+      total += st.value("text", std::string()).size();
+      if (st["truncated"] == true) cut = true;
+    }
+  }
+  EXPECT_LE(total, kLogViewMaxBytes);
+  EXPECT_GT(total, kLogViewMaxBytes - 2 * text.size());  // the budget is used, not wasted
+  EXPECT_TRUE(cut);
+  EXPECT_EQ(r.j["pods"][kLogViewMaxPods - 1]["streams"][1]["truncated"], true);
+  EXPECT_EQ(r.j["pods"][kLogViewMaxPods - 1]["streams"][1]["text"], "");
+  fs::remove_all(dir);
+}
+
 TEST_F(ApiServerTest, WriteKubeconfig) {
   std::string path = ::testing::TempDir() + "knap-kubeconfig-" + std::to_string(::getpid());
   ASSERT_TRUE(writeKubeconfig(path, server_->url()).isOk());
