@@ -888,9 +888,18 @@ std::string ContainerdPodDriver::logDriverUri(const std::string& driver, const s
 
 void ContainerdPodDriver::rotateLogs(const std::string& pod_id) {
   if (!options_.log_driver.empty()) return;  // knap-logdrain rotates
-  for (const char* name : {"stdout.log", "stderr.log"}) {
-    std::string path = podDir(pod_id) + "/" + name;
+  // The serving container's logs and every sidecar's (containers/<name>/).
+  std::vector<std::string> paths;
+  const std::string dir = podDir(pod_id);
+  for (const char* name : {"stdout.log", "stderr.log"}) paths.push_back(dir + "/" + name);
+  std::error_code dec;
+  for (const auto& e : fs::directory_iterator(dir + "/containers", dec)) {
+    if (e.is_symlink(dec) || !e.is_directory(dec)) continue;
+    for (const char* name : {"stdout.log", "stderr.log"}) paths.push_back(e.path().string() + "/" + name);
+  }
+  for (const std::string& path : paths) {
     std::error_code ec;
+    if (fs::is_symlink(path, ec) || !fs::is_regular_file(path, ec)) continue;
     auto size = fs::file_size(path, ec);
     if (ec || static_cast<int64_t>(size) <= options_.log_rotate_bytes) continue;
     // copytruncate: the shim holds an O_APPEND fd, so truncating in place is

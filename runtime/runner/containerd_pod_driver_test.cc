@@ -526,6 +526,37 @@ TEST(ContainerdPodDriverPure, FileTail) {
   fs::remove_all(dir);
 }
 
+// Without a log driver, rotateLogs copy-truncates the sidecars' logs
+// (<pod dir>/containers/<name>/) as well as the serving container's.
+TEST(ContainerdPodDriverPure, RotateLogsCoversSidecars) {
+  char tmpl[] = "/tmp/knap-rotate-XXXXXX";
+  const std::string data = ::mkdtemp(tmpl);
+  containerd::ContainerdClient client(containerd::ContainerdClient::Options{.address = data + "/no-containerd.sock"});
+  runtime::CniNetwork net(runtime::CniOptions{});
+  ContainerdPodDriverOptions opts;
+  opts.data_dir = data;
+  opts.log_rotate_bytes = 100;
+  ContainerdPodDriver driver(client, net, RealTimeSource::instance(), opts);
+  const std::string dir = driver.podDir("p1");
+  fs::create_directories(dir + "/containers/side");
+  fs::create_directories(dir + "/containers/small");
+  auto write = [](const std::string& path, size_t n) { std::ofstream(path) << std::string(n, 'x'); };
+  write(dir + "/stdout.log", 500);
+  write(dir + "/containers/side/stdout.log", 500);
+  write(dir + "/containers/side/stderr.log", 300);
+  write(dir + "/containers/small/stdout.log", 50);
+  driver.rotateLogs("p1");
+  for (const std::string& rotated :
+       {dir + "/stdout.log", dir + "/containers/side/stdout.log", dir + "/containers/side/stderr.log"}) {
+    EXPECT_EQ(fs::file_size(rotated), 0u) << rotated;
+    ASSERT_TRUE(fs::exists(rotated + ".1")) << rotated;
+    EXPECT_GE(fs::file_size(rotated + ".1"), 300u) << rotated;
+  }
+  EXPECT_EQ(fs::file_size(dir + "/containers/small/stdout.log"), 50u);
+  EXPECT_FALSE(fs::exists(dir + "/containers/small/stdout.log.1"));
+  fs::remove_all(data);
+}
+
 // H1: an image's /etc/passwd is read without trusting its layers: no symlink
 // is followed (to a host file, /dev/zero, or within the layer), a FIFO does
 // not hang, and a huge (sparse) file is refused with the limit named.
