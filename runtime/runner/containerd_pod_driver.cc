@@ -55,24 +55,50 @@ std::string label(const json& obj, const char* key) {
   return "";
 }
 
-// A container's /tmp on the host: mode 1777 whatever the umask.
-Status makeTmpDir(const std::string& path) {
+// A container's /tmp on the host: a tmpfs knapd mounts (mode 1777 whatever
+// the umask and the image's /tmp; nosuid, nodev; at most `bytes`), bound into
+// the container. Its pages count against the memory of the container writing
+// them (like an emptyDir with medium: Memory), and it cannot fill the data
+// disk that holds knap.db.
+Status mountTmp(const std::string& path, int64_t bytes) {
   std::error_code ec;
   fs::create_directories(path, ec);
   if (ec) return internalError("mkdir " + path + ": " + ec.message());
-  if (::chmod(path.c_str(), 01777) != 0) return internalError("chmod " + path + ": " + std::strerror(errno));
+  const std::string options = "mode=1777,size=" + std::to_string(bytes);
+  if (::mount("tmpfs", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+    return internalError("mount a tmpfs for /tmp at " + path + ": " + std::strerror(errno));
+  }
   return Status::ok();
 }
 
-// Unmounts the shared emptyDir tmpfs mounts of a pod directory (before it is
-// removed: remove_all would empty a mounted tmpfs and then fail on it).
-void unmountEmptyDirs(const std::string& pod_dir) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(pod_dir + "/emptydir", ec)) {
-    if (::umount2(e.path().c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-      LOG(WARNING) << "pod driver: umount " << e.path().string() << ": " << std::strerror(errno);
+// The size of container `index`'s /tmp: its memory limit, else `fallback`.
+int64_t tmpBytes(const json& revision, int index, int64_t fallback) {
+  try {
+    const json& spec = revision.contains("spec") ? revision["spec"] : revision;
+    const json& limits = spec.at("containers").at(index).at("resources").at("limits");
+    if (limits.contains("memory")) {
+      auto bytes = runtime::parseQuantityJson(limits["memory"]);
+      if (bytes.isOk() && *bytes > 0) return *bytes;
     }
+  } catch (...) {
   }
+  return fallback;
+}
+
+void unmountIfMounted(const std::string& path) {
+  if (::umount2(path.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
+    LOG(WARNING) << "pod driver: umount " << path << ": " << std::strerror(errno);
+  }
+}
+
+// Unmounts the tmpfs mounts of a pod directory: the shared emptyDirs and
+// every container's /tmp (before it is removed: remove_all would empty a
+// mounted tmpfs and then fail on it).
+void unmountPodTmpfs(const std::string& pod_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(pod_dir + "/emptydir", ec)) unmountIfMounted(e.path().string());
+  unmountIfMounted(pod_dir + "/tmp");
+  for (const auto& e : fs::directory_iterator(pod_dir + "/containers", ec)) unmountIfMounted(e.path().string() + "/tmp");
 }
 
 bool okOrNotFound(const Status& s) { return s.isOk() || s.code() == Code::kNotFound; }
@@ -326,7 +352,7 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     if (snap) (void)client_.removeSnapshot(req.pod_id);
     if (net_up) (void)network_.tearDown(req.pod_id);
     if (!lease.empty()) (void)client_.deleteLease(lease);
-    unmountEmptyDirs(dir);
+    unmountPodTmpfs(dir);
     std::error_code ec;
     fs::remove_all(dir, ec);
     LOG(WARNING) << "pod driver: create " << req.pod_id << " failed: " << s.toString();
@@ -419,7 +445,14 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   in.hostname_path = dir + "/hostname";
   in.cgroups_path = "/" + options_.cgroup_parent + "/" + req.pod_id;
   in.tmp_dir = dir + "/tmp";
-  if (Status s = makeTmpDir(in.tmp_dir); !s.isOk()) return fail(s);
+  {
+    const json& spec = req.revision.contains("spec") ? req.revision["spec"] : req.revision;
+    const json containers = spec.is_object() ? spec.value("containers", json::array()) : json::array();
+    const int serving = runtime::servingContainerIndex(containers);
+    if (Status s = mountTmp(in.tmp_dir, tmpBytes(req.revision, serving, options_.tmp_bytes)); !s.isOk()) {
+      return fail(s);
+    }
+  }
   in.pod_ip = h.ip;
   in.nofile_limit = runtime::maxNofileForPods();
   in.env_from = req.objects.env_from;
@@ -530,7 +563,9 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     }
     sin.cgroups_path = "/" + options_.cgroup_parent + "/" + sp.id;
     sin.tmp_dir = cdir + "/tmp";
-    if (Status s = makeTmpDir(sin.tmp_dir); !s.isOk()) return fail(s);
+    if (Status s = mountTmp(sin.tmp_dir, tmpBytes(req.revision, sp.index, options_.tmp_bytes)); !s.isOk()) {
+      return fail(s.annotate("container " + sp.name));
+    }
     sin.env_from.clear();
     sin.env_refs.clear();
     if (auto e = req.objects.sidecar_env.find(sp.name); e != req.objects.sidecar_env.end()) {
@@ -854,7 +889,7 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
   note(client_.removeSnapshot(id), "snapshot remove");
   note(client_.deleteContainer(id), "container delete");
   note(network_.tearDown(id), "network teardown");
-  unmountEmptyDirs(podDir(id));
+  unmountPodTmpfs(podDir(id));
   std::error_code ec;
   fs::remove_all(podDir(id), ec);
   {
@@ -1115,7 +1150,7 @@ Status ContainerdPodDriver::cleanupOrphans(const std::set<std::string>& live_pod
   for (const auto& e : fs::directory_iterator(options_.data_dir + "/pods", ec)) {
     std::string id = e.path().filename().string();
     if (live_pod_ids.count(id) || containers.count(id)) continue;
-    unmountEmptyDirs(e.path().string());
+    unmountPodTmpfs(e.path().string());
     fs::remove_all(e.path(), ec);
   }
   return first;

@@ -76,6 +76,9 @@ struct ContainerdPodDriverOptions {
   Duration log_check_interval = std::chrono::seconds(10);
   Duration lease_expiry = std::chrono::hours(1);
   int log_tail_lines = 20;
+  // Each container's /tmp is a tmpfs of its memory limit (resources.limits
+  // .memory), or of this size when it has none.
+  int64_t tmp_bytes = 64 << 20;
 };
 
 // The last `lines` lines (at most 2 KiB) of a file; "" if unreadable.

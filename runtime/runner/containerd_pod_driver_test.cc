@@ -5,9 +5,11 @@
 // Root only; skips loudly otherwise. Starts containerd if its socket is absent.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -268,6 +270,12 @@ TEST_F(RunnerE2eTest, PodServesAndHonoursTheRuntimeContract) {
   std::ifstream meta(opts_.data_dir + "/pods/" + pods[0].pod_id + "/meta.json");
   EXPECT_TRUE(meta.good());
   EXPECT_TRUE(fs::exists(opts_.data_dir + "/pods/" + pods[0].pod_id + "/stdout.log"));
+  // /tmp is a tmpfs of the memory limit, not a directory on the data disk.
+  const std::string tmp = opts_.data_dir + "/pods/" + pods[0].pod_id + "/tmp";
+  struct statfs sf {};
+  ASSERT_EQ(::statfs(tmp.c_str(), &sf), 0) << tmp;
+  EXPECT_EQ(static_cast<unsigned long>(sf.f_type), static_cast<unsigned long>(TMPFS_MAGIC)) << tmp;
+  EXPECT_EQ(static_cast<int64_t>(sf.f_blocks) * sf.f_bsize, 128 << 20);
 }
 
 TEST_F(RunnerE2eTest, ContainerPortAndRunAsUser) {
