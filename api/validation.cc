@@ -34,6 +34,12 @@ constexpr const char* kRequired = "FieldValueRequired";
 constexpr const char* kNotSupported = "FieldValueNotSupported";
 constexpr const char* kForbidden = "FieldValueForbidden";
 constexpr const char* kDuplicate = "FieldValueDuplicate";
+constexpr const char* kTooMany = "FieldValueTooMany";
+
+// Containers (and init containers) per Revision. Kubernetes sets no hard cap;
+// each of knap's containers costs a snapshot, a shim and a waiting thread,
+// so a Revision may have at most this many (field.TooMany's wording).
+constexpr size_t kMaxContainers = 10;
 
 constexpr int64_t kMaxInt32 = 2147483647;
 
@@ -1039,6 +1045,14 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
   }
 
   // Containers.
+  for (const char* list : {"containers", "initContainers"}) {
+    if (size_t n = arr(spec, list).size(); n > kMaxContainers) {
+      errs.add(path + "." + list,
+               "Too many: " + std::to_string(n) + ": must have at most " + std::to_string(kMaxContainers) + " items",
+               kTooMany);
+      return;  // not each of thousands of containers
+    }
+  }
   if (containers.empty()) {
     errs.missing(path + ".containers");
   } else if (containers.size() > 1) {
@@ -1057,24 +1071,30 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
     }
   }
   std::set<std::string> names;
-  auto checkName = [&](const json& c, const std::string& p) {
-    std::string name = str(c, "name");
+  auto checkName = [&](const std::string& name, const std::string& p) {
     if (name.empty()) return;
     if (names.count(name)) errs.add(p + ".name", "duplicate container name \"" + name + "\"", kDuplicate);
     names.insert(name);
   };
+  // An unnamed sidecar runs (and logs) as "container-<index>" (the pod
+  // driver's name for it), so that name must not be taken by another one.
+  for (size_t i = 0; i < containers.size(); ++i) {
+    std::string name = str(containers[i], "name");
+    bool serving = containers.size() == 1 || !arr(containers[i], "ports").empty();
+    if (name.empty() && !serving) checkName("container-" + std::to_string(i), idx(path, "containers", i));
+  }
   for (size_t i = 0; i < containers.size(); ++i) {
     std::string p = idx(path, "containers", i);
     bool serving = containers.size() == 1 || !arr(containers[i], "ports").empty();
     validateContainer(containers[i], p, serving ? "serving" : "sidecar", pod, errs);
-    checkName(containers[i], p);
+    checkName(str(containers[i], "name"), p);
   }
   if (feats.on("kubernetes.podspec-init-containers")) {
     const json& inits = arr(spec, "initContainers");
     for (size_t i = 0; i < inits.size(); ++i) {
       std::string p = idx(path, "initContainers", i);
       validateContainer(inits[i], p, "init", pod, errs);
-      checkName(inits[i], p);
+      checkName(str(inits[i], "name"), p);
     }
   }
 }

@@ -291,6 +291,31 @@ const std::vector<Case> kInvalidCases = {
            R"([{"name":"a","image":"x","ports":[{"containerPort":8080}]},{"name":"a","image":"y"}])");
      },
      "spec.template.spec.containers[1].name", "duplicate container name", "FieldValueDuplicate"},
+    {"TooManyContainers", helloService,
+     [](json& o) {
+       json cs = json::array();
+       cs.push_back({{"image", "x"}, {"ports", json::parse(R"([{"containerPort":8080}])")}});
+       for (int i = 0; i < 4000; ++i) cs.push_back({{"name", "s" + std::to_string(i)}, {"image", "y"}});
+       tspec(o)["containers"] = cs;
+     },
+     "spec.template.spec.containers", "Too many: 4001: must have at most 10 items", "FieldValueTooMany"},
+    {"TooManyInitContainers", helloService,
+     [](json& o) {
+       json cs = json::array();
+       for (int i = 0; i < 11; ++i) cs.push_back({{"name", "i" + std::to_string(i)}, {"image", "y"}});
+       tspec(o)["initContainers"] = cs;
+     },
+     "spec.template.spec.initContainers", "Too many: 11: must have at most 10 items", "FieldValueTooMany", true,
+     2},  // and: the init-containers feature flag is off
+    {"UnnamedSidecarNameTaken", helloRevision,
+     [](json& o) {
+       // Admission names unnamed containers; one validated as given (a
+       // controller-made Revision) runs its sidecar at index 1 as
+       // "container-1", so no container may take that name.
+       o["spec"]["containers"] = json::parse(
+           R"([{"name":"container-1","image":"x","ports":[{"containerPort":8080}]},{"image":"y"}])");
+     },
+     "spec.containers[0].name", "duplicate container name \"container-1\"", "FieldValueDuplicate", false},
     {"ReservedEnvPort", helloService,
      [](json& o) {
        c0(o)["env"].push_back({{"name", "PORT"}, {"value", "1"}});
@@ -718,6 +743,13 @@ TEST(ValidationTest, AcceptedVariations) {
        [](json& o) {
          tspec(o)["containers"] = json::parse(
              R"([{"image":"x","ports":[{"containerPort":8080}]},{"image":"y","env":[{"name":"PORT","value":"9"}]}])");
+       }},
+      {"ten containers, unnamed sidecars",
+       [](json& o) {
+         json cs = json::array();
+         cs.push_back({{"name", "container-0"}, {"image", "x"}, {"ports", json::parse(R"([{"containerPort":8080}])")}});
+         for (int i = 1; i < 10; ++i) cs.push_back({{"image", "y"}});
+         tspec(o)["containers"] = cs;
        }},
       {"autoscaling annotations",
        [](json& o) {

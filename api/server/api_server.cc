@@ -308,7 +308,10 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(resp.code), version_);
     res->set(http::field::server, "knapd");
     res->set(http::field::content_type, resp.content_type);
-    res->set(http::field::cache_control, "no-cache, private");
+    // API responses carry credentials-bound data: never stored by a cache,
+    // never content-sniffed. (The console's assets set their own caching.)
+    res->set(http::field::cache_control, "no-store");
+    res->set("X-Content-Type-Options", "nosniff");
     for (const auto& w : resp.warnings) res->insert(http::field::warning, w);
     for (const auto& [k, v] : resp.headers) res->set(k, v);
     res->keep_alive(keep_alive_);
@@ -336,6 +339,8 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(err.code), 11);
     res->set(http::field::server, "knapd");
     res->set(http::field::content_type, "application/json");
+    res->set(http::field::cache_control, "no-store");
+    res->set("X-Content-Type-Options", "nosniff");
     res->keep_alive(false);
     res->body() = toJsonText(err.body);
     res->prepare_payload();
@@ -449,8 +454,8 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
       }
     }
 
-    std::string header = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\n"
-                         "Server: knapd\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    std::string header = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
+                         "X-Content-Type-Options: nosniff\r\nServer: knapd\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
     enqueue(std::move(header));
     for (auto& [type, body] : initial) emitEvent(type, body);
 

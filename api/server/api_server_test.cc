@@ -1669,6 +1669,29 @@ TEST(MetricsOfNamespace, KeepsOnlyTheNamespacesRevisionsAndTheirFamilyHeaders) {
   EXPECT_EQ(metricsOfNamespace(text, "nope"), "");
 }
 
+TEST_F(ApiServerTest, ApiResponsesAreNeverCachedNorSniffed) {
+  auto raw = [&](const std::string& target, const std::string& extra = "") {
+    RawConn c(server_->tcpPort());
+    c.send("GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra + "\r\n");
+    return c.readAll();
+  };
+  auto head = [](const std::string& resp) { return resp.substr(0, resp.find("\r\n\r\n") + 2); };
+  for (const std::string& target :
+       {std::string("/version"), std::string("/apis/serving.knative.dev/v1/namespaces/default/services"),
+        std::string("/apis/serving.knative.dev/v1/namespaces/default/services/missing"), std::string("/nope"),
+        std::string("/apis/serving.knative.dev/v1/namespaces/default/services?watch=true&timeoutSeconds=1")}) {
+    std::string h = head(raw(target));
+    ASSERT_EQ(h.rfind("HTTP/1.1 ", 0), 0u) << target << "\n" << h;
+    EXPECT_NE(h.find("Cache-Control: no-store\r\n"), std::string::npos) << target << "\n" << h;
+    EXPECT_EQ(h.find("no-cache"), std::string::npos) << target << "\n" << h;
+    EXPECT_NE(h.find("X-Content-Type-Options: nosniff\r\n"), std::string::npos) << target << "\n" << h;
+  }
+  // The console's files keep their own caching (and one Cache-Control).
+  std::string ui = head(raw("/ui/"));
+  EXPECT_NE(ui.find("Cache-Control: no-cache\r\n"), std::string::npos) << ui;
+  EXPECT_EQ(ui.find("no-store"), std::string::npos) << ui;
+}
+
 TEST_F(ApiServerTest, ConsoleFilesAreServedWithStrictHeaders) {
   auto raw = [&](const std::string& target, const std::string& extra = "") {
     RawConn c(server_->tcpPort());
@@ -1730,6 +1753,47 @@ TEST_F(ApiServerTest, RevisionLogViewServesTheTailOfEachPodsStreams) {
   expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=x"), 400,
                "BadRequest");
   EXPECT_EQ(request("DELETE", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log").code, 405);
+  fs::remove_all(dir);
+}
+
+TEST_F(ApiServerTest, RevisionLogViewIsBoundedAcrossPods) {
+  const size_t kLogViewMaxPods = 20, kLogViewMaxBytes = 4 << 20;  // rest_handler.cc
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(::testing::TempDir()) / ("knap-api-logs-bound-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::string line = std::string(99, 'x') + "\n";
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += line;  // 300 KB per stream
+  const size_t pods = kLogViewMaxPods + 5;
+  for (size_t i = 0; i < pods; ++i) {
+    fs::path pd = dir / "pods" / ("pod-" + std::to_string(100 + i));
+    fs::create_directories(pd);
+    std::ofstream(pd / "meta.json") << R"({"pod":"pod-)" << 100 + i
+                                    << R"(","namespace":"default","revision":"hello-00001","service":"hello"})";
+    std::ofstream(pd / "stdout.log") << text;
+    std::ofstream(pd / "stderr.log") << text;
+  }
+  ApiServerOptions opts;
+  opts.policy.pod_data_dir = dir.string();
+  startServer(opts);
+  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  Resp r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=1048576");
+  ASSERT_EQ(r.code, 200) << r.body.substr(0, 300);
+  ASSERT_EQ(r.j["pods"].size(), kLogViewMaxPods);
+  EXPECT_EQ(r.j["podsOmitted"], 5);
+  size_t total = 0;
+  bool cut = false;
+  for (const auto& p : r.j["pods"]) {
+    for (const auto& st : p["streams"]) {
+      total += st.value("text", std::string()).size();
+      if (st["truncated"] == true) cut = true;
+    }
+  }
+  EXPECT_LE(total, kLogViewMaxBytes);
+  EXPECT_GT(total, kLogViewMaxBytes - 2 * text.size());  // the budget is used, not wasted
+  EXPECT_TRUE(cut);
+  EXPECT_EQ(r.j["pods"][kLogViewMaxPods - 1]["streams"][1]["truncated"], true);
+  EXPECT_EQ(r.j["pods"][kLogViewMaxPods - 1]["streams"][1]["text"], "");
   fs::remove_all(dir);
 }
 

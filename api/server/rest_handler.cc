@@ -1575,6 +1575,11 @@ HttpResponse RestHandler::metricsView(const Target& t) {
   return r;
 }
 
+// The log view's bounds per response (docs/console.md): pods listed, and log
+// text across them.
+constexpr size_t kLogViewMaxPods = 20;
+constexpr size_t kLogViewMaxBytes = 4 << 20;
+
 HttpResponse RestHandler::logView(const Target& t) {
   if (policy_.pod_data_dir.empty()) {
     return errorResponse(makeApiError(404, "NotFound", "pod logs are not available: this API server runs no pods"));
@@ -1592,14 +1597,27 @@ HttpResponse RestHandler::logView(const Target& t) {
       return errorResponse(badRequestError("limitBytes: invalid value \"" + text + "\": must be a positive integer"));
     limit = static_cast<size_t>(std::min<long long>(v, 1024 * 1024));
   }
+  // The whole response is bounded too: at most kLogViewMaxPods pods (the
+  // rest are counted in podsOmitted) and kLogViewMaxBytes of log text across
+  // them; a stream past the budget gets what is left of it (truncated).
   json pods = json::array();
+  size_t budget = kLogViewMaxBytes;
+  int64_t omitted = 0;
   for (const PodLogFiles& p : findPodLogs(policy_.pod_data_dir, t.ns, t.name)) {
     if (p.revision != t.name) continue;
+    if (pods.size() >= kLogViewMaxPods) {
+      ++omitted;
+      continue;
+    }
     json streams = json::array();
     for (const auto& [stream, path] : {std::pair<const char*, const std::string&>{"stdout", p.stdout_path},
                                        std::pair<const char*, const std::string&>{"stderr", p.stderr_path}}) {
       bool truncated = false;
-      auto tail = readLogTail(path, limit, &truncated);
+      const size_t want = std::min(limit, budget);
+      StatusOr<std::string> tail = std::string();
+      if (want > 0) tail = readLogTail(path, want, &truncated);
+      else truncated = true;  // the response's budget is spent
+      if (tail.isOk()) budget -= std::min(budget, tail->size());
       json s = {{"stream", stream}, {"truncated", truncated}};
       if (tail.isOk()) s["text"] = *tail;
       else s["error"] = tail.status().message();
@@ -1610,7 +1628,8 @@ HttpResponse RestHandler::logView(const Target& t) {
   return jsonResponse(200, {{"kind", "RevisionLog"},
                             {"apiVersion", "knap.dev/v1"},
                             {"metadata", {{"name", t.name}, {"namespace", t.ns}}},
-                            {"pods", std::move(pods)}});
+                            {"pods", std::move(pods)},
+                            {"podsOmitted", omitted}});
 }
 
 std::string metricsOfNamespace(const std::string& text, const std::string& ns) {

@@ -9,6 +9,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -23,6 +24,10 @@ namespace {
 constexpr size_t kKeyBytes = 32;
 constexpr int64_t kLeewaySeconds = 60;
 constexpr int64_t kMaxTokenSeconds = int64_t{1} << 32;  // Kubernetes' upper bound
+// The longest lifetime knapd issues (kube-apiserver's
+// --service-account-max-token-expiration): a longer expirationSeconds (valid
+// up to 2^32 s, as in Kubernetes) is clamped to this, not refused.
+constexpr int64_t kMaxIssuedTokenSeconds = 48 * 3600;
 constexpr size_t kMaxTokenBytes = 16 * 1024;
 
 const char kUrlAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -129,6 +134,7 @@ StatusOr<std::string> ServiceAccountTokens::issue(const std::string& ns, const s
     return invalidArgument("serviceAccountToken.expirationSeconds: must be in [600, 4294967296], got " +
                            std::to_string(expiration_seconds));
   }
+  expiration_seconds = std::min(expiration_seconds, kMaxIssuedTokenSeconds);
   const int64_t window = expiration_seconds * 4 / 5;
   const int64_t iat = now - now % window;
   json header = {{"alg", "HS256"}, {"typ", "JWT"}};

@@ -55,6 +55,23 @@ TEST(ServiceAccountTokenTest, LifetimeAndRotationWindow) {
   EXPECT_FALSE(kTokens.issue("", "sa", "api", 600, kNow).isOk());
 }
 
+constexpr int64_t kMaxIssuedTokenSeconds = 48 * 3600;  // service_account_token.cc
+
+TEST(ServiceAccountTokenTest, LongLifetimeIsClampedTo48Hours) {
+  // expirationSeconds up to 2^32 is valid (Kubernetes), but no token lives
+  // longer than kMaxIssuedTokenSeconds: clamped, as kube-apiserver does with
+  // --service-account-max-token-expiration.
+  for (int64_t asked : {kMaxIssuedTokenSeconds + 1, int64_t{1} << 32}) {
+    auto t = kTokens.issue("ns", "sa", "api", asked, kNow);
+    ASSERT_TRUE(t.isOk()) << asked << ": " << t.status().toString();
+    EXPECT_EQ(*t, *kTokens.issue("ns", "sa", "api", kMaxIssuedTokenSeconds, kNow)) << asked;
+    EXPECT_FALSE(kTokens.verify(*t, "api", kNow + kMaxIssuedTokenSeconds + 61).isOk()) << asked;
+  }
+  auto t = kTokens.issue("ns", "sa", "api", kMaxIssuedTokenSeconds, kNow);
+  ASSERT_TRUE(t.isOk());
+  EXPECT_TRUE(kTokens.verify(*t, "api", kNow).isOk());
+}
+
 TEST(ServiceAccountTokenTest, RejectsForgedAndMalformed) {
   auto token = kTokens.issue("ns", "sa", "api", 3600, kNow);
   ASSERT_TRUE(token.isOk());

@@ -4,9 +4,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -53,32 +55,57 @@ std::string label(const json& obj, const char* key) {
   return "";
 }
 
-// A container's /tmp on the host: mode 1777 whatever the umask.
-Status makeTmpDir(const std::string& path) {
+// A container's /tmp on the host: a tmpfs knapd mounts (mode 1777 whatever
+// the umask and the image's /tmp; nosuid, nodev; at most `bytes`), bound into
+// the container. Its pages count against the memory of the container writing
+// them (like an emptyDir with medium: Memory), and it cannot fill the data
+// disk that holds knap.db.
+Status mountTmp(const std::string& path, int64_t bytes) {
   std::error_code ec;
   fs::create_directories(path, ec);
   if (ec) return internalError("mkdir " + path + ": " + ec.message());
-  if (::chmod(path.c_str(), 01777) != 0) return internalError("chmod " + path + ": " + std::strerror(errno));
+  const std::string options = "mode=1777,size=" + std::to_string(bytes);
+  if (::mount("tmpfs", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+    return internalError("mount a tmpfs for /tmp at " + path + ": " + std::strerror(errno));
+  }
   return Status::ok();
 }
 
-// Unmounts the shared emptyDir tmpfs mounts of a pod directory (before it is
-// removed: remove_all would empty a mounted tmpfs and then fail on it).
-void unmountEmptyDirs(const std::string& pod_dir) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(pod_dir + "/emptydir", ec)) {
-    if (::umount2(e.path().c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-      LOG(WARNING) << "pod driver: umount " << e.path().string() << ": " << std::strerror(errno);
+// The size of container `index`'s /tmp: its memory limit, else `fallback`.
+int64_t tmpBytes(const json& revision, int index, int64_t fallback) {
+  try {
+    const json& spec = revision.contains("spec") ? revision["spec"] : revision;
+    const json& limits = spec.at("containers").at(index).at("resources").at("limits");
+    if (limits.contains("memory")) {
+      auto bytes = runtime::parseQuantityJson(limits["memory"]);
+      if (bytes.isOk() && *bytes > 0) return *bytes;
     }
+  } catch (...) {
   }
+  return fallback;
+}
+
+void unmountIfMounted(const std::string& path) {
+  if (::umount2(path.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
+    LOG(WARNING) << "pod driver: umount " << path << ": " << std::strerror(errno);
+  }
+}
+
+// Unmounts the tmpfs mounts of a pod directory: the shared emptyDirs and
+// every container's /tmp (before it is removed: remove_all would empty a
+// mounted tmpfs and then fail on it).
+void unmountPodTmpfs(const std::string& pod_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(pod_dir + "/emptydir", ec)) unmountIfMounted(e.path().string());
+  unmountIfMounted(pod_dir + "/tmp");
+  for (const auto& e : fs::directory_iterator(pod_dir + "/containers", ec)) unmountIfMounted(e.path().string() + "/tmp");
 }
 
 bool okOrNotFound(const Status& s) { return s.isOk() || s.code() == Code::kNotFound; }
 
-// Finds `rel` (e.g. "etc/passwd") in the snapshot's layers without mounting:
-// the upper/lower directories of an overlay mount (topmost first) or the
-// source of a bind mount.
-std::optional<std::string> readFromMounts(const std::vector<containerd::Mount>& mounts, const std::string& rel) {
+// The layer directories of a snapshot's mounts, topmost first: the
+// upper/lower directories of an overlay mount or the source of a bind mount.
+std::vector<std::string> layerDirs(const std::vector<containerd::Mount>& mounts) {
   std::vector<std::string> dirs;
   for (const auto& m : mounts) {
     if (m.type == "bind") dirs.push_back(m.source);
@@ -91,12 +118,129 @@ std::optional<std::string> readFromMounts(const std::vector<containerd::Mount>& 
       }
     }
   }
-  for (const auto& d : dirs) {
-    if (auto text = readSmallFile(d + "/" + rel)) return text;
-  }
-  return std::nullopt;
+  return dirs;
 }
 
+// Finds `rel` in the snapshot's layers without mounting.
+StatusOr<std::optional<std::string>> readFromMounts(const std::vector<containerd::Mount>& mounts,
+                                                    const std::string& rel) {
+  return readFromLayers(layerDirs(mounts), rel);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = o.fd_;
+      o.fd_ = -1;
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+StatusOr<std::optional<std::string>> readLayerFile(const std::string& root, const std::string& rel,
+                                                   int64_t max_bytes) {
+  const std::string what = root + "/" + rel;
+  std::vector<std::string> parts;
+  {
+    std::stringstream ss(rel);
+    std::string p;
+    while (std::getline(ss, p, '/')) {
+      if (p.empty() || p == ".") continue;
+      if (p == "..") return invalidArgument("path " + rel + " leaves the layer");
+      parts.push_back(p);
+    }
+  }
+  if (parts.empty()) return invalidArgument("empty path in layer " + root);
+  Fd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::optional<std::string>();
+    return internalError("open layer " + root + ": " + std::strerror(errno));
+  }
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    Fd next(::openat(dir.get(), parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (next.get() < 0) {
+      if (errno == ENOENT) return std::optional<std::string>();
+      // ENOTDIR: a file, or a symlink (O_NOFOLLOW|O_DIRECTORY gives ENOTDIR
+      // or ELOOP for one): whatever it is, it shadows lower layers.
+      if (errno == ENOTDIR || errno == ELOOP) {
+        return failedPrecondition(what + ": " + parts[i] + " is not a directory (symlinks are not followed)");
+      }
+      return internalError("open " + what + ": " + std::strerror(errno));
+    }
+    dir = std::move(next);
+  }
+  const std::string& name = parts.back();
+  // Look before opening: opening a device node can have side effects.
+  struct stat st;
+  if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return internalError("stat " + what + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return failedPrecondition(what + " is not a regular file (symlinks are not followed)");
+  }
+  // O_NONBLOCK: should it have been swapped for a FIFO since, the open does not hang.
+  Fd f(::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (f.get() < 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    if (errno == ELOOP) return failedPrecondition(what + " is not a regular file (symlinks are not followed)");
+    return internalError("open " + what + ": " + std::strerror(errno));
+  }
+  if (::fstat(f.get(), &st) != 0) return internalError("stat " + what + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return failedPrecondition(what + " is not a regular file");
+  auto too_big = [&] {
+    return Status(Code::kResourceExhausted, what + " is larger than the limit of " + std::to_string(max_bytes) +
+                                                " bytes for an image's user database file");
+  };
+  if (st.st_size > max_bytes) return too_big();
+  std::string text;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(f.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return internalError("read " + what + ": " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    if (static_cast<int64_t>(text.size()) + n > max_bytes) return too_big();  // grew since fstat
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return std::optional<std::string>(std::move(text));
+}
+
+StatusOr<std::optional<std::string>> readFromLayers(const std::vector<std::string>& layer_dirs,
+                                                    const std::string& rel) {
+  for (const auto& d : layer_dirs) {
+    auto r = readLayerFile(d, rel);
+    if (!r.isOk()) {
+      if (r.status().code() == Code::kFailedPrecondition) {
+        // A symlink or whiteout shadows the lower layers: the image has no
+        // usable file (a symlinked /etc/passwd is not followed, by design).
+        LOG(WARNING) << "pod driver: ignoring " << rel << ": " << r.status().message();
+        return std::optional<std::string>();
+      }
+      return r.status();
+    }
+    if (r->has_value()) return r;
+  }
+  return std::optional<std::string>();
+}
+
+namespace {
 }  // namespace
 
 std::string fileTail(const std::string& path, int lines) {
@@ -208,7 +352,7 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     if (snap) (void)client_.removeSnapshot(req.pod_id);
     if (net_up) (void)network_.tearDown(req.pod_id);
     if (!lease.empty()) (void)client_.deleteLease(lease);
-    unmountEmptyDirs(dir);
+    unmountPodTmpfs(dir);
     std::error_code ec;
     fs::remove_all(dir, ec);
     LOG(WARNING) << "pod driver: create " << req.pod_id << " failed: " << s.toString();
@@ -288,14 +432,27 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   in.revision_name = req.revision_name;
   in.pod_id = req.pod_id;
   in.netns_path = net->netns_path;
-  in.etc_passwd = readFromMounts(*mounts, "etc/passwd");
-  in.etc_group = readFromMounts(*mounts, "etc/group");
+  {
+    auto passwd = readFromMounts(*mounts, "etc/passwd");
+    if (!passwd.isOk()) return fail(passwd.status().annotate("image " + req.image));
+    auto group = readFromMounts(*mounts, "etc/group");
+    if (!group.isOk()) return fail(group.status().annotate("image " + req.image));
+    in.etc_passwd = *passwd;
+    in.etc_group = *group;
+  }
   in.resolv_conf_path = dir + "/resolv.conf";
   in.hosts_path = dir + "/hosts";
   in.hostname_path = dir + "/hostname";
   in.cgroups_path = "/" + options_.cgroup_parent + "/" + req.pod_id;
   in.tmp_dir = dir + "/tmp";
-  if (Status s = makeTmpDir(in.tmp_dir); !s.isOk()) return fail(s);
+  {
+    const json& spec = req.revision.contains("spec") ? req.revision["spec"] : req.revision;
+    const json containers = spec.is_object() ? spec.value("containers", json::array()) : json::array();
+    const int serving = runtime::servingContainerIndex(containers);
+    if (Status s = mountTmp(in.tmp_dir, tmpBytes(req.revision, serving, options_.tmp_bytes)); !s.isOk()) {
+      return fail(s);
+    }
+  }
   in.pod_ip = h.ip;
   in.nofile_limit = runtime::maxNofileForPods();
   in.env_from = req.objects.env_from;
@@ -396,11 +553,19 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     sin.container_index = sp.index;
     sin.image_config = json::parse(sp.info.config.json, nullptr, false);
     if (sin.image_config.is_discarded()) return fail(internalError("image config of " + sp.image + " is not JSON"));
-    sin.etc_passwd = readFromMounts(*smounts, "etc/passwd");
-    sin.etc_group = readFromMounts(*smounts, "etc/group");
+    {
+      auto passwd = readFromMounts(*smounts, "etc/passwd");
+      if (!passwd.isOk()) return fail(passwd.status().annotate("image " + sp.image + " (container " + sp.name + ")"));
+      auto group = readFromMounts(*smounts, "etc/group");
+      if (!group.isOk()) return fail(group.status().annotate("image " + sp.image + " (container " + sp.name + ")"));
+      sin.etc_passwd = *passwd;
+      sin.etc_group = *group;
+    }
     sin.cgroups_path = "/" + options_.cgroup_parent + "/" + sp.id;
     sin.tmp_dir = cdir + "/tmp";
-    if (Status s = makeTmpDir(sin.tmp_dir); !s.isOk()) return fail(s);
+    if (Status s = mountTmp(sin.tmp_dir, tmpBytes(req.revision, sp.index, options_.tmp_bytes)); !s.isOk()) {
+      return fail(s.annotate("container " + sp.name));
+    }
     sin.env_from.clear();
     sin.env_refs.clear();
     if (auto e = req.objects.sidecar_env.find(sp.name); e != req.objects.sidecar_env.end()) {
@@ -517,25 +682,43 @@ StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
     if (!first->result) first->result = std::move(r);
     first->cv.notify_all();
   };
-  threads.emplace_back(run, pod.pod_id, "", "");
-  for (const auto& sc : side) threads.emplace_back(run, sc.id, sc.name, podDir(pod.pod_id) + "/containers/" + sc.name);
+  // Ends the waits started so far (a wait registering later sees
+  // pod_waits_ set and cancels itself) and joins their threads.
+  auto end_waits = [&] {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = cancellers_.find(pod.pod_id);
+      if (it != cancellers_.end()) it->second->cancel();
+      for (const auto& sc : side) {
+        auto s = cancellers_.find(sc.id);
+        if (s != cancellers_.end()) s->second->cancel();
+      }
+      pod_waits_[pod.pod_id] = true;
+    }
+    for (auto& t : threads) t.join();
+  };
+  // A thread that cannot be started (std::system_error: out of threads or
+  // memory) must not unwind past the joinable ones (std::terminate).
+  try {
+    threads.reserve(side.size() + 1);
+    threads.emplace_back(run, pod.pod_id, "", "");
+    for (const auto& sc : side) threads.emplace_back(run, sc.id, sc.name, podDir(pod.pod_id) + "/containers/" + sc.name);
+  } catch (const std::exception& e) {
+    end_waits();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      pod_waits_.erase(pod.pod_id);
+    }
+    return unavailable("wait for pod " + pod.pod_id + ": cannot start a thread per container (" +
+                       std::to_string(side.size() + 1) + " containers): " + e.what());
+  }
   StatusOr<PodExit> result = unavailable("no result");
   {
     std::unique_lock<std::mutex> l(first->mu);
     first->cv.wait(l, [&] { return first->result.has_value(); });
     result = *first->result;
   }
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = cancellers_.find(pod.pod_id);
-    if (it != cancellers_.end()) it->second->cancel();
-    for (const auto& sc : side) {
-      auto s = cancellers_.find(sc.id);
-      if (s != cancellers_.end()) s->second->cancel();
-    }
-    pod_waits_[pod.pod_id] = true;
-  }
-  for (auto& t : threads) t.join();
+  end_waits();
   {
     std::lock_guard<std::mutex> l(mu_);
     pod_waits_.erase(pod.pod_id);
@@ -706,7 +889,7 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
   note(client_.removeSnapshot(id), "snapshot remove");
   note(client_.deleteContainer(id), "container delete");
   note(network_.tearDown(id), "network teardown");
-  unmountEmptyDirs(podDir(id));
+  unmountPodTmpfs(podDir(id));
   std::error_code ec;
   fs::remove_all(podDir(id), ec);
   {
@@ -740,9 +923,18 @@ std::string ContainerdPodDriver::logDriverUri(const std::string& driver, const s
 
 void ContainerdPodDriver::rotateLogs(const std::string& pod_id) {
   if (!options_.log_driver.empty()) return;  // knap-logdrain rotates
-  for (const char* name : {"stdout.log", "stderr.log"}) {
-    std::string path = podDir(pod_id) + "/" + name;
+  // The serving container's logs and every sidecar's (containers/<name>/).
+  std::vector<std::string> paths;
+  const std::string dir = podDir(pod_id);
+  for (const char* name : {"stdout.log", "stderr.log"}) paths.push_back(dir + "/" + name);
+  std::error_code dec;
+  for (const auto& e : fs::directory_iterator(dir + "/containers", dec)) {
+    if (e.is_symlink(dec) || !e.is_directory(dec)) continue;
+    for (const char* name : {"stdout.log", "stderr.log"}) paths.push_back(e.path().string() + "/" + name);
+  }
+  for (const std::string& path : paths) {
     std::error_code ec;
+    if (fs::is_symlink(path, ec) || !fs::is_regular_file(path, ec)) continue;
     auto size = fs::file_size(path, ec);
     if (ec || static_cast<int64_t>(size) <= options_.log_rotate_bytes) continue;
     // copytruncate: the shim holds an O_APPEND fd, so truncating in place is
@@ -958,7 +1150,7 @@ Status ContainerdPodDriver::cleanupOrphans(const std::set<std::string>& live_pod
   for (const auto& e : fs::directory_iterator(options_.data_dir + "/pods", ec)) {
     std::string id = e.path().filename().string();
     if (live_pod_ids.count(id) || containers.count(id)) continue;
-    unmountEmptyDirs(e.path().string());
+    unmountPodTmpfs(e.path().string());
     fs::remove_all(e.path(), ec);
   }
   return first;

@@ -76,10 +76,33 @@ struct ContainerdPodDriverOptions {
   Duration log_check_interval = std::chrono::seconds(10);
   Duration lease_expiry = std::chrono::hours(1);
   int log_tail_lines = 20;
+  // Each container's /tmp is a tmpfs of its memory limit (resources.limits
+  // .memory), or of this size when it has none.
+  int64_t tmp_bytes = 64 << 20;
 };
 
 // The last `lines` lines (at most 2 KiB) of a file; "" if unreadable.
 std::string fileTail(const std::string& path, int lines);
+
+// Reads `rel` (e.g. "etc/passwd") inside an image layer directory `root`
+// without trusting the layer: every component is opened relative to `root`
+// with O_NOFOLLOW, so no symlink is followed (neither to a host file nor
+// within the layer), and only a regular file of at most `max_bytes` is read
+// (never a FIFO or device, which could hang or never end). nullopt: the layer
+// has no such path (ENOENT/ENOTDIR on a component). A symlink, whiteout or
+// other non-regular file at `rel`, or a symlinked directory on the way, is
+// kFailedPrecondition; a larger file is kResourceExhausted naming the limit.
+inline constexpr int64_t kMaxImageUserFileBytes = 1 << 20;
+StatusOr<std::optional<std::string>> readLayerFile(const std::string& root, const std::string& rel,
+                                                   int64_t max_bytes = kMaxImageUserFileBytes);
+
+// `rel` as a container on these layers (topmost first) sees it: the first
+// layer that has the path decides. Present and readable: its text. Absent in
+// every layer, or shadowed by something that is not a regular file (a
+// symlink, a whiteout): nullopt (logged), as if the image had no such file.
+// Too large: the error.
+StatusOr<std::optional<std::string>> readFromLayers(const std::vector<std::string>& layer_dirs,
+                                                    const std::string& rel);
 
 class ContainerdPodDriver final : public PodDriver {
  public:

@@ -5,8 +5,11 @@
 // Root only; skips loudly otherwise. Starts containerd if its socket is absent.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -267,6 +270,12 @@ TEST_F(RunnerE2eTest, PodServesAndHonoursTheRuntimeContract) {
   std::ifstream meta(opts_.data_dir + "/pods/" + pods[0].pod_id + "/meta.json");
   EXPECT_TRUE(meta.good());
   EXPECT_TRUE(fs::exists(opts_.data_dir + "/pods/" + pods[0].pod_id + "/stdout.log"));
+  // /tmp is a tmpfs of the memory limit, not a directory on the data disk.
+  const std::string tmp = opts_.data_dir + "/pods/" + pods[0].pod_id + "/tmp";
+  struct statfs sf {};
+  ASSERT_EQ(::statfs(tmp.c_str(), &sf), 0) << tmp;
+  EXPECT_EQ(static_cast<unsigned long>(sf.f_type), static_cast<unsigned long>(TMPFS_MAGIC)) << tmp;
+  EXPECT_EQ(static_cast<int64_t>(sf.f_blocks) * sf.f_bsize, 128 << 20);
 }
 
 TEST_F(RunnerE2eTest, ContainerPortAndRunAsUser) {
@@ -523,6 +532,132 @@ TEST(ContainerdPodDriverPure, FileTail) {
   EXPECT_EQ(fileTail(p, 5), "last");  // at most 2 KiB, starting at a line
   EXPECT_EQ(fileTail(dir + "/missing", 5), "");
   fs::remove_all(dir);
+}
+
+// Without a log driver, rotateLogs copy-truncates the sidecars' logs
+// (<pod dir>/containers/<name>/) as well as the serving container's.
+TEST(ContainerdPodDriverPure, RotateLogsCoversSidecars) {
+  char tmpl[] = "/tmp/knap-rotate-XXXXXX";
+  const std::string data = ::mkdtemp(tmpl);
+  containerd::ContainerdClient client(containerd::ContainerdClient::Options{.address = data + "/no-containerd.sock"});
+  runtime::CniNetwork net(runtime::CniOptions{});
+  ContainerdPodDriverOptions opts;
+  opts.data_dir = data;
+  opts.log_rotate_bytes = 100;
+  ContainerdPodDriver driver(client, net, RealTimeSource::instance(), opts);
+  const std::string dir = driver.podDir("p1");
+  fs::create_directories(dir + "/containers/side");
+  fs::create_directories(dir + "/containers/small");
+  auto write = [](const std::string& path, size_t n) { std::ofstream(path) << std::string(n, 'x'); };
+  write(dir + "/stdout.log", 500);
+  write(dir + "/containers/side/stdout.log", 500);
+  write(dir + "/containers/side/stderr.log", 300);
+  write(dir + "/containers/small/stdout.log", 50);
+  driver.rotateLogs("p1");
+  for (const std::string& rotated :
+       {dir + "/stdout.log", dir + "/containers/side/stdout.log", dir + "/containers/side/stderr.log"}) {
+    EXPECT_EQ(fs::file_size(rotated), 0u) << rotated;
+    ASSERT_TRUE(fs::exists(rotated + ".1")) << rotated;
+    EXPECT_GE(fs::file_size(rotated + ".1"), 300u) << rotated;
+  }
+  EXPECT_EQ(fs::file_size(dir + "/containers/small/stdout.log"), 50u);
+  EXPECT_FALSE(fs::exists(dir + "/containers/small/stdout.log.1"));
+  fs::remove_all(data);
+}
+
+// H1: an image's /etc/passwd is read without trusting its layers: no symlink
+// is followed (to a host file, /dev/zero, or within the layer), a FIFO does
+// not hang, and a huge (sparse) file is refused with the limit named.
+TEST(ContainerdPodDriverPure, ReadLayerFileDoesNotTrustTheLayer) {
+  char tmpl[] = "/tmp/knap-layer-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  auto layer = [&](const std::string& name) {
+    std::string d = root + "/" + name;
+    fs::create_directories(d + "/etc");
+    return d;
+  };
+  const std::string host_file = root + "/host-secret";
+  { std::ofstream(host_file) << "root:x:0:0:HOST FILE:/root:/bin/sh\n"; }
+
+  const std::string good = layer("good");
+  { std::ofstream(good + "/etc/passwd") << "app:x:1000:1000::/home/app:/bin/sh\n"; }
+  auto r = readLayerFile(good, "etc/passwd");
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ(**r, "app:x:1000:1000::/home/app:/bin/sh\n");
+
+  const std::string empty = layer("empty");
+  r = readLayerFile(empty, "etc/passwd");
+  ASSERT_TRUE(r.isOk());
+  EXPECT_FALSE(r->has_value());
+  r = readLayerFile(root + "/no-such-layer", "etc/passwd");
+  ASSERT_TRUE(r.isOk());
+  EXPECT_FALSE(r->has_value());
+
+  const std::string zero = layer("zero");  // would read forever through std::ifstream
+  fs::create_symlink("/dev/zero", zero + "/etc/passwd");
+  r = readLayerFile(zero, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition) << r.status().toString();
+
+  const std::string host = layer("host");  // a host file parsed as the image's passwd
+  fs::create_symlink(host_file, host + "/etc/passwd");
+  r = readLayerFile(host, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+
+  const std::string etc_link = root + "/etclink";  // a symlinked directory on the way
+  fs::create_directories(etc_link);
+  fs::create_directory_symlink(root + "/good/etc", etc_link + "/etc");
+  r = readLayerFile(etc_link, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+
+  const std::string fifo = layer("fifo");  // opening it for reading would hang
+  ASSERT_EQ(::mkfifo((fifo + "/etc/passwd").c_str(), 0644), 0);
+  r = readLayerFile(fifo, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+
+  const std::string huge = layer("huge");  // 8 GiB sparse: refused before reading
+  {
+    std::ofstream(huge + "/etc/passwd") << "x";
+    fs::resize_file(huge + "/etc/passwd", uint64_t{8} << 30);
+  }
+  r = readLayerFile(huge, "etc/passwd");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("etc/passwd"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("1048576 bytes"), std::string::npos) << r.status().message();
+  {
+    std::ofstream(huge + "/etc/group") << std::string(kMaxImageUserFileBytes, 'g');
+  }
+  r = readLayerFile(huge, "etc/group");  // exactly the limit: read
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ((*r)->size(), static_cast<size_t>(kMaxImageUserFileBytes));
+
+  r = readLayerFile(good, "../good/etc/passwd");
+  EXPECT_FALSE(r.isOk());
+
+  // Across layers (topmost first): the first layer with the path decides; a
+  // symlink shadows the lower layers' file, which is then not read either.
+  auto l = readFromLayers({empty, good}, "etc/passwd");
+  ASSERT_TRUE(l.isOk());
+  ASSERT_TRUE(l->has_value());
+  EXPECT_NE((*l)->find("app:x:1000"), std::string::npos);
+  l = readFromLayers({zero, good}, "etc/passwd");
+  ASSERT_TRUE(l.isOk()) << l.status().toString();
+  EXPECT_FALSE(l->has_value());
+  l = readFromLayers({fifo, host}, "etc/passwd");
+  ASSERT_TRUE(l.isOk());
+  EXPECT_FALSE(l->has_value());
+  l = readFromLayers({empty, huge}, "etc/passwd");
+  ASSERT_FALSE(l.isOk());
+  EXPECT_EQ(l.status().code(), Code::kResourceExhausted);
+  l = readFromLayers({empty}, "etc/passwd");
+  ASSERT_TRUE(l.isOk());
+  EXPECT_FALSE(l->has_value());
+  fs::remove_all(root);
 }
 
 // Resources knap leaves in containerd and the kernel, for leak checks.
