@@ -1099,25 +1099,6 @@ StringRequest helloGet(const std::string& target = "/") {
   return req;
 }
 
-// A pod that answers an Upgrade with 101 and then echoes bytes ("echo:" + data).
-TestBackend::ConnHandler echoTunnelPod() {
-  return [](tcp::socket& sock) {
-    beast::flat_buffer buf;
-    StringRequest req;
-    beast::error_code ec;
-    http::read(sock, buf, req, ec);
-    if (ec) return;
-    asio::write(sock, asio::buffer(std::string(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")), ec);
-    char data[1024];
-    for (;;) {
-      const size_t n = sock.read_some(asio::buffer(data), ec);
-      if (ec) return;
-      asio::write(sock, asio::buffer("echo:" + std::string(data, n)), ec);
-    }
-  };
-}
-
 TEST_F(RouterTest, ConnectionsOverTheLimitGet503AndTheSlotFreesOnClose) {
   TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
   RouterOptions o = defaultOptions();
@@ -1188,7 +1169,7 @@ TEST_F(RouterTest, AcceptBacksOffWhileOutOfFileDescriptors) {
 }
 
 TEST_F(RouterTest, IdleTunnelIsClosedAndReleasesItsSlot) {
-  TestBackend pod(echoTunnelPod());
+  TestBackend pod(TestBackend::echoTunnel());
   RouterOptions o = defaultOptions();
   o.tunnel_idle_timeout = 1s;
   startRouter(o); setRoutes({helloRoute()});
@@ -1299,7 +1280,7 @@ TEST_F(RouterTest, DrainServesANewConnectionThatSendsWithinTheGrace) {
 }
 
 TEST_F(RouterTest, DrainGivesUpAtItsDeadline) {
-  TestBackend pod(echoTunnelPod());
+  TestBackend pod(TestBackend::echoTunnel());
   startRouter(); setRoutes({helloRoute()});
   router_->setEndpoints(kRev, {pod.endpoint()});
   TestClient c(router_->port());

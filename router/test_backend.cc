@@ -98,6 +98,24 @@ void TestBackend::acceptLoop() {
   }
 }
 
+TestBackend::ConnHandler TestBackend::echoTunnel() {
+  return [](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    asio::write(sock, asio::buffer(std::string(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")), ec);
+    char data[1024];
+    for (;;) {
+      const size_t n = sock.read_some(asio::buffer(data), ec);
+      if (ec) return;
+      asio::write(sock, asio::buffer("echo:" + std::string(data, n)), ec);
+    }
+  };
+}
+
 TestBackend::ConnHandler TestBackend::httpHandler(Respond respond) {
   return [respond](tcp::socket& sock) {
     beast::flat_buffer buf;

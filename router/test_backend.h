@@ -46,6 +46,8 @@ class TestBackend {
 
   // A keep-alive HTTP/1.1 server loop around `respond`.
   static ConnHandler httpHandler(Respond respond);
+  // A pod that answers an Upgrade with 101 and then echoes bytes ("echo:" + data).
+  static ConnHandler echoTunnel();
 
  private:
   void acceptLoop();

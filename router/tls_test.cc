@@ -202,21 +202,7 @@ TEST_F(TlsRouterTest, NewCertificatesServeTheNextHandshakeWithoutRestart) {
 }
 
 TEST_F(TlsRouterTest, UpgradeIsTunnelledOverTls) {
-  TestBackend pod([](tcp::socket& sock) {
-    beast::flat_buffer buf;
-    StringRequest req;
-    beast::error_code ec;
-    http::read(sock, buf, req, ec);
-    if (ec) return;
-    asio::write(sock, asio::buffer(std::string(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")), ec);
-    char data[1024];
-    for (;;) {
-      const size_t n = sock.read_some(asio::buffer(data), ec);
-      if (ec) return;
-      asio::write(sock, asio::buffer("echo:" + std::string(data, n)), ec);
-    }
-  });
+  TestBackend pod(TestBackend::echoTunnel());
   startRouter();
   router_->setEndpoints(kRev, {pod.endpoint()});
   TestCert exact = selfSignedCert({kHost});

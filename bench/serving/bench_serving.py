@@ -31,6 +31,15 @@ import conftest  # noqa: E402  (the e2e harness starts and drives knapd)
 IMAGE = "dev.local/knap-bench:v1"
 
 
+
+def first_pod_ip(data_dir):
+    """The address of a running pod of knapd's (its pods/<id>/meta.json)."""
+    pods = []
+    for meta in os.listdir(os.path.join(data_dir, "pods")):
+        with open(os.path.join(data_dir, "pods", meta, "meta.json")) as f:
+            pods.append(json.load(f))
+    return next(p.get("ip") for p in pods if p.get("ip"))
+
 def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
@@ -89,11 +98,7 @@ def main():
                                      "spec": {"containers": [{"image": IMAGE}]}}}}
         subprocess.run([k_cli, "--kubeconfig", k.kubeconfig, "apply", "-f", "-", "--wait"], input=json.dumps(svc), text=True,
                        check=True, capture_output=True)
-        pods = []
-        for meta in os.listdir(os.path.join(k.data_dir, "pods")):
-            with open(os.path.join(k.data_dir, "pods", meta, "meta.json")) as f:
-                pods.append(json.load(f))
-        pod_ip = next(p.get("ip") for p in pods if p.get("ip"))
+        pod_ip = first_pod_ip(k.data_dir)
         # nginx as a keep-alive reverse proxy to the same pod, one worker (like knap's data plane on one box).
         nport = conftest.free_port()
         conf = os.path.join(work, "nginx.conf")

@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import conftest  # noqa: E402  (the e2e harness starts and drives knapd)
+import bench_serving  # noqa: E402  (same folder: the pod address lookup)
 
 IMAGE = "dev.local/knap-bench:v1"
 HOST = "bench.default.example.com"
@@ -82,11 +83,7 @@ def main():
                                      "spec": {"containers": [{"image": IMAGE}]}}}}
         subprocess.run([k_cli, "--kubeconfig", k.kubeconfig, "apply", "-f", "-", "--wait"], input=json.dumps(svc),
                        text=True, check=True, capture_output=True)
-        pods = []
-        for meta in os.listdir(os.path.join(k.data_dir, "pods")):
-            with open(os.path.join(k.data_dir, "pods", meta, "meta.json")) as f:
-                pods.append(json.load(f))
-        pod_ip = next(p.get("ip") for p in pods if p.get("ip"))
+        pod_ip = bench_serving.first_pod_ip(k.data_dir)
         nport = conftest.free_port()
         conf = os.path.join(work, "nginx.conf")
         with open(conf, "w") as f:
