@@ -114,6 +114,11 @@ class ContainerdRuntime final : public Runtime {
     });
   }
 
+  StatusOr<RestartedPods> restartPods(const std::string& ns, const std::string& name) override {
+    runner::RestartResult r = runner_.restart(runner::PodRunner::key(ns, name));
+    return RestartedPods{std::move(r.pods), r.warm_pods};
+  }
+
   Status start() override {
     auto version = client_.version();
     if (!version.isOk()) return version.status();

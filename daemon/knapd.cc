@@ -278,6 +278,12 @@ int run(int argc, char** argv) {
   // The web console reads the router's metrics through the API (with the API's auth).
   options.policy.metrics_text = [&data_plane] { return data_plane.router().renderMetrics(); };
   options.policy.pod_data_dir = dir;  // the pod logs, <dir>/pods (common/pod_logs.h)
+  options.policy.restart_pods = [&runtime](const std::string& ns,
+                                           const std::string& name) -> StatusOr<api::PodRestart> {
+    auto r = (*runtime)->restartPods(ns, name);
+    if (!r.isOk()) return r.status();
+    return api::PodRestart{std::move(r->pods), r->warm_pods};
+  };
   options.threads = static_cast<int>(config.knap.api_threads);
   options.max_connections = static_cast<size_t>(config.knap.api_max_connections);
   api::KubeconfigCredentials credentials;

@@ -19,6 +19,12 @@
 
 namespace knap::daemon {
 
+// What a restart of a revision's pods replaces (runner::RestartResult).
+struct RestartedPods {
+  std::vector<std::string> pods;  // serving pods, replaced one by one; empty: none runs
+  int warm_pods = 0;              // warm pods stopped (the pool refills)
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -39,6 +45,13 @@ class Runtime {
   // Called (from any thread) whenever a revision's warm pool changes.
   using WarmPoolListener = std::function<void(const std::string& revision, const router::WarmPoolStats& pool)>;
   virtual void setWarmPoolListener(WarmPoolListener) {}
+  // Rolling restart of a revision's pods (runner::PodRunner::restart).
+  // kFailedPrecondition for a runtime that runs no pods.
+  virtual StatusOr<RestartedPods> restartPods(const std::string& ns, const std::string& name) {
+    (void)ns;
+    (void)name;
+    return failedPrecondition("knapd runs no pods (--runtime none): there is nothing to restart");
+  }
   virtual Status start() = 0;  // after the API server is up
   virtual void stop() = 0;
 };

@@ -11,7 +11,8 @@
 //    bindings).
 //      view  get, list, watch every resource knapd serves (no writes)
 //      edit  view + create, update, patch, delete, deletecollection of
-//            serving.knative.dev objects (not their /status)
+//            serving.knative.dev objects (not their /status), and create
+//            on knap.dev revisions/restart (restart a Revision's pods)
 //      admin every verb on every resource, /status included
 //    Any authenticated user may read discovery, OpenAPI and /version and ask
 //    SelfSubjectAccessReview / SelfSubjectReview about themselves.

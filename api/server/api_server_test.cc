@@ -1756,6 +1756,37 @@ TEST_F(ApiServerTest, RevisionLogViewServesTheTailOfEachPodsStreams) {
   fs::remove_all(dir);
 }
 
+TEST_F(ApiServerTest, RevisionRestartStartsARollingRestartOrSaysThereIsNothingToRestart) {
+  const std::string url = "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/restart";
+  expectStatus(request("POST", url), 404, "NotFound");  // no runtime: no restarts
+  std::vector<std::string> calls;
+  std::vector<std::string> running = {"hello-00001-a", "hello-00001-b"};
+  ApiServerOptions opts;
+  opts.policy.restart_pods = [&](const std::string& ns, const std::string& name) -> StatusOr<PodRestart> {
+    calls.push_back(ns + "/" + name);
+    return PodRestart{running, 0};
+  };
+  startServer(opts);
+  expectStatus(request("POST", url), 404, "NotFound");  // no such Revision
+  EXPECT_TRUE(calls.empty());
+  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  Resp r = request("POST", url);
+  ASSERT_EQ(r.code, 202) << r.body;
+  EXPECT_EQ(r.j["kind"], "RevisionRestart");
+  EXPECT_EQ(r.j["apiVersion"], "knap.dev/v1");
+  EXPECT_EQ(r.j["metadata"]["name"], "hello-00001");
+  EXPECT_EQ(r.j["pods"], json(running));
+  EXPECT_NE(r.j["message"].get<std::string>().find("restarting 2 pods"), std::string::npos) << r.body;
+  EXPECT_EQ(calls, std::vector<std::string>{"default/hello-00001"});
+  running.clear();  // scaled to zero
+  r = request("POST", url);
+  ASSERT_EQ(r.code, 200) << r.body;
+  EXPECT_EQ(r.j["pods"], json::array());
+  EXPECT_NE(r.j["message"].get<std::string>().find("scaled to zero"), std::string::npos) << r.body;
+  EXPECT_EQ(request("GET", url).code, 405);
+  EXPECT_EQ(request("DELETE", url).code, 405);
+}
+
 TEST_F(ApiServerTest, RevisionLogViewIsBoundedAcrossPods) {
   const size_t kLogViewMaxPods = 20, kLogViewMaxBytes = 4 << 20;  // rest_handler.cc
   namespace fs = std::filesystem;
@@ -1925,6 +1956,36 @@ TEST_F(AccessTest, ConsoleFilesAreOpenAndMetricsNeedARoleInTheNamespace) {
   EXPECT_EQ(r.body, "knap_router_requests_total{revision=\"default/a-00001\",code=\"200\"} 3\n");
   expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/other/metrics"), 403, "Forbidden");
   EXPECT_EQ(request("POST", "/apis/knap.dev/v1/namespaces/default/metrics", "{}").code, 403);
+}
+
+TEST_F(AccessTest, RevisionRestartNeedsTheEditRole) {
+  int restarts = 0;
+  ApiServerOptions opts;
+  auto tokens = TokenFile::parse("view-tok,viewer,1\nedit-tok,dev,2,\"devs\"\n", "tokens");
+  ASSERT_TRUE(tokens.isOk());
+  auto access = std::make_shared<AccessControl>();
+  access->tokens = std::move(*tokens);
+  access->bindings = {{"view", false, "viewer", "default"}, {"edit", true, "devs", "default"}};
+  opts.policy.access = access;
+  opts.policy.restart_pods = [&](const std::string&, const std::string&) -> StatusOr<PodRestart> {
+    ++restarts;
+    return PodRestart{{"p-1"}, 0};
+  };
+  startServer(opts);
+  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  const std::string url = "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/restart";
+  expectStatus(request("POST", url), 401, "Unauthorized");
+  bearer_ = "view-tok";
+  Resp denied = request("POST", url);
+  expectStatus(denied, 403, "Forbidden");
+  EXPECT_NE(denied.j["message"].get<std::string>().find("cannot create resource \"revisions/restart\""),
+            std::string::npos)
+      << denied.body;
+  EXPECT_EQ(restarts, 0);
+  bearer_ = "edit-tok";
+  EXPECT_EQ(request("POST", url).code, 202);
+  expectStatus(request("POST", "/apis/knap.dev/v1/namespaces/other/revisions/hello-00001/restart"), 403, "Forbidden");
+  EXPECT_EQ(restarts, 1);
 }
 
 TEST_F(AccessTest, SelfSubjectAccessReviewAndSelfSubjectReview) {

@@ -281,7 +281,7 @@ struct RestHandler::Query {
 };
 
 struct RestHandler::Target {
-  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling, kMetrics, kLog };
+  enum class Kind { kOther, kCollection, kItem, kStatus, kAutoscaling, kMetrics, kLog, kRestart };
   Kind kind = Kind::kOther;
   std::vector<std::string> segs;
   Query query;
@@ -381,8 +381,9 @@ struct RestHandler::Target {
         if (s.size() == 6) t.kind = Kind::kItem;
       }
     } else if (s.size() == 8 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" &&
-               s[3] == "namespaces" && s[5] == "revisions" && (s[7] == "autoscaling" || s[7] == "log")) {
-      t.kind = s[7] == "log" ? Kind::kLog : Kind::kAutoscaling;
+               s[3] == "namespaces" && s[5] == "revisions" &&
+               (s[7] == "autoscaling" || s[7] == "log" || s[7] == "restart")) {
+      t.kind = s[7] == "log" ? Kind::kLog : s[7] == "restart" ? Kind::kRestart : Kind::kAutoscaling;
       t.info = findPlural("revisions");
       t.ns = s[4];
       t.name = s[6];
@@ -642,6 +643,9 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
       return methodNotAllowed(m);
     case K::kLog:
       if (get) return logView(t);
+      return methodNotAllowed(m);
+    case K::kRestart:
+      if (m == "POST") return restartPods(t);
       return methodNotAllowed(m);
     case K::kOther:
       break;
@@ -1630,6 +1634,35 @@ HttpResponse RestHandler::logView(const Target& t) {
                             {"metadata", {{"name", t.name}, {"namespace", t.ns}}},
                             {"pods", std::move(pods)},
                             {"podsOmitted", omitted}});
+}
+
+// POST .../revisions/NAME/restart: a rolling restart of the Revision's pods
+// (docs/console.md). 202 with the pods being replaced; 200 with none when
+// the Revision is at zero (nothing runs, so nothing restarts).
+HttpResponse RestHandler::restartPods(const Target& t) {
+  if (!policy_.restart_pods) {
+    return errorResponse(makeApiError(404, "NotFound", "pod restarts are not available: this API server runs no pods"));
+  }
+  auto rev = store_.get({"Revision", t.ns, t.name});
+  if (!rev.isOk()) return errorResponse(errorFromStatus(rev.status(), t.info, t.name));
+  auto r = policy_.restart_pods(t.ns, t.name);
+  if (!r.isOk()) return errorResponse(errorFromStatus(r.status(), nullptr, t.name));
+  std::string message;
+  const size_t n = r->pods.size();
+  if (n == 0) {
+    message = "revision \"" + t.name + "\" has no running pods (it is scaled to zero): nothing to restart";
+  } else {
+    message = "restarting " + std::to_string(n) + " pod" + (n == 1 ? "" : "s") + " of revision \"" + t.name +
+              "\": each is stopped once a new pod is ready";
+  }
+  if (r->warm_pods > 0) message += "; " + std::to_string(r->warm_pods) + " warm pod(s) replaced";
+  LOG(INFO) << "api: " << t.ns << "/" << t.name << ": " << message;
+  return jsonResponse(n == 0 ? 200 : 202, {{"kind", "RevisionRestart"},
+                                           {"apiVersion", "knap.dev/v1"},
+                                           {"metadata", {{"name", t.name}, {"namespace", t.ns}}},
+                                           {"pods", r->pods},
+                                           {"warmPods", r->warm_pods},
+                                           {"message", message}});
 }
 
 std::string metricsOfNamespace(const std::string& text, const std::string& ns) {

@@ -74,6 +74,12 @@ struct WatchRequest {
   std::chrono::milliseconds bookmark_interval{60000};
 };
 
+// What a restart of a revision's pods replaces (RequestPolicy::restart_pods).
+struct PodRestart {
+  std::vector<std::string> pods;  // serving pods, replaced one by one; empty: none runs
+  int warm_pods = 0;              // warm pods stopped (the pool refills)
+};
+
 // Request policy knapd sets from its command line (daemon/knapd.cc).
 struct RequestPolicy {
   // Host names answered besides loopback names and IP literals (request_guard.h).
@@ -94,6 +100,10 @@ struct RequestPolicy {
   // served at /apis/knap.dev/v1/namespaces/NS/revisions/NAME/log for the web
   // console. Empty: that path answers 404.
   std::string pod_data_dir;
+  // Starts a rolling restart of a revision's pods (knapd: the pod runner),
+  // served as POST /apis/knap.dev/v1/namespaces/NS/revisions/NAME/restart.
+  // Null: that path answers 404.
+  std::function<StatusOr<PodRestart>(const std::string& ns, const std::string& name)> restart_pods;
 };
 
 // What one watch has told its client: which objects the client holds (they
@@ -169,6 +179,7 @@ class RestHandler {
   HttpResponse autoscalingView(const Target& t);
   HttpResponse metricsView(const Target& t);
   HttpResponse logView(const Target& t);
+  HttpResponse restartPods(const Target& t);
 
   // Shared by create, replace and patch: decode policy, status handling,
   // defaulting, validation, no-op detection, the store write.

@@ -584,9 +584,40 @@ std::vector<PodInfo> PodRunner::pods(const std::string& revision) {
     info.paused = pod.paused;
     info.origin = pod.origin;
     info.memory_bytes = pod.memory_bytes;
+    info.replaced = pod.replaced;
     out.push_back(std::move(info));
   }
   return out;
+}
+
+RestartResult PodRunner::restart(const std::string& revision) {
+  RestartResult out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = revisions_.find(revision);
+    if (it == revisions_.end() || it->second->object.is_null() || it->second->removed) return out;
+    Revision& rev = *it->second;
+    for (auto& [id, pod] : rev.pods) {
+      if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
+      if (pod.warm) {
+        requestStopLocked(rev, pod, nullptr);
+        ++out.warm_pods;
+      } else {
+        pod.replaced = true;
+        out.pods.push_back(id);
+      }
+    }
+    if (out.pods.empty() && out.warm_pods == 0) return out;
+    std::string what = std::to_string(out.pods.size()) + " pod" + (out.pods.size() == 1 ? "" : "s");
+    LOG(INFO) << "pod runner: restarting " << revision << ": replacing " << what << " one by one"
+              << (out.warm_pods > 0 ? ", and " + std::to_string(out.warm_pods) + " warm pod(s)" : "");
+    if (!out.pods.empty()) {
+      eventLocked(rev, EventType::kNormal, "Restarting",
+                  "Restarting " + what + ": each is stopped once a new pod is ready");
+    }
+  }
+  wake();
+  return out;  // std::map order: sorted
 }
 
 std::optional<MonoTime> PodRunner::nextDue() {
@@ -606,6 +637,8 @@ std::optional<MonoTime> PodRunner::nextDue() {
         consider(pod.next_probe);
       }
       if (pod.state == PodState::kWarm && !pod.busy && !pod.stop_requested) consider(pod.next_memory);
+      if (pod.state == PodState::kStopping && !pod.busy && !pod.stopped && pod.stop_after != MonoTime{})
+        consider(pod.stop_after);
       if (pod.state != PodState::kStopping && pod.state != PodState::kCrashed && !pod.stop_requested) {
         ++(pod.warm ? warm : active);
       }
@@ -914,14 +947,38 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
   // start/resume goes to the executor before any new pod's create.
   std::vector<std::function<void()>> creates;
   if (!rev.removed) {
-    std::vector<Pod*> serving, warm;
+    std::vector<Pod*> serving, warm, replaced;
     for (auto& [id, pod] : rev.pods) {
       if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
-      (pod.warm ? warm : serving).push_back(&pod);
+      (pod.replaced ? replaced : pod.warm ? warm : serving).push_back(&pod);
     }
     int have = static_cast<int>(serving.size());
     bool can_create = now >= rev.next_create && rev.spec_error.empty();
     int created = 0;
+    if (!replaced.empty()) {
+      // A restart under way: keep as many replaced pods as the desired count
+      // lacks ready new pods; stop the rest, the least useful first (not
+      // ready, then the oldest), after the drain.
+      int ready_new = static_cast<int>(
+          std::count_if(serving.begin(), serving.end(), [](const Pod* p) { return p->state == PodState::kReady; }));
+      int keep = std::max(0, rev.desired - ready_new);
+      std::sort(replaced.begin(), replaced.end(), [](const Pod* a, const Pod* b) {
+        bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
+        if (ra != rb) return !ra;
+        return a->started_at < b->started_at;
+      });
+      while (static_cast<int>(replaced.size()) > keep) {
+        Pod* p = replaced.front();
+        replaced.erase(replaced.begin());
+        requestStopLocked(rev, *p, work);
+        p->stop_after = now + options_.restart_drain;
+        LOG(INFO) << "pod runner: restart of " << k << ": stopping replaced pod " << p->handle.pod_id << " ("
+                  << ready_new << " new pod(s) ready)";
+      }
+    }
+    // Surge: while replaced pods run, at most one pod more than desired.
+    const int surge_room = replaced.empty() ? rev.desired
+                                            : std::max(0, rev.desired + 1 - static_cast<int>(replaced.size()));
     if (have > rev.desired) {
       // Stop the least useful first: not ready before ready, newest first.
       std::sort(serving.begin(), serving.end(), [](const Pod* a, const Pod* b) {
@@ -950,6 +1007,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
         serving.push_back(warm[promoted]);
       }
       warm.erase(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(promoted));
+      need = std::min(need, std::max(0, surge_room - static_cast<int>(serving.size())));
       if (need > 0 && can_create) {
         for (int i = 0; i < need; ++i) createPodLocked(rev, false, now, &creates);
         created = need;
@@ -1128,7 +1186,7 @@ void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std:
       });
       continue;
     }
-    if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited) {
+    if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited && now >= pod.stop_after) {
       pod.busy = true;
       // A warm pod serves nobody: no grace period. A frozen one is thawed
       // first, or the signal would wait for the thaw.

@@ -23,6 +23,14 @@
 // records how its first ready pod came to be (WakeReport: "warm", "frozen",
 // "cached" or "adopted"). Warm pods found at adoption (PAUSED or CREATED
 // tasks) are destroyed; the pool then refills.
+// Restart (restart()): a rolling replacement of a revision's serving pods,
+// as a Deployment's rollout: every serving pod at the time of the call is
+// marked "replaced"; new pods are created up to the desired count, at most
+// one pod more than desired at a time (surge 1, none unavailable), and each
+// time a new pod is Ready one replaced pod leaves the endpoints and is
+// stopped options.restart_drain later (requests already routed to it
+// finish). Replaced pods stay while new ones fail to start. Warm pods are
+// stopped at once (they serve nothing; the pool refills with new ones).
 // A crashed pod is destroyed and replaced after an exponential back-off
 // (options.backoff_initial doubling up to backoff_max; reset once a pod has
 // been ready for backoff_reset). A failing liveness probe stops the pod, which
@@ -111,6 +119,10 @@ struct PodRunnerOptions {
   // How often running pods' secret/configMap/projected volumes are refreshed
   // from the current objects (the kubelet's sync period is about a minute).
   Duration objects_refresh_interval = std::chrono::seconds(2);
+  // Restart: how long a replaced pod is out of the endpoints before its stop
+  // (SIGTERM) is sent, so that requests the router routed to it just before
+  // are not refused at connect.
+  Duration restart_drain = std::chrono::seconds(1);
 };
 
 // PodRunnerOptions from knapd's config (progress deadline, initial/min/max
@@ -138,6 +150,13 @@ struct PodInfo {
   bool paused = false;        // task frozen
   std::string origin;         // "cached", "warm", "frozen" or "adopted": how it came to serve
   int64_t memory_bytes = -1;  // last reading for Warm pods (-1: none yet)
+  bool replaced = false;      // restart(): replaced once a new pod is Ready
+};
+
+// What restart() did.
+struct RestartResult {
+  std::vector<std::string> pods;  // serving pods being replaced, sorted (empty: none running)
+  int warm_pods = 0;              // warm pods stopped (the pool refills)
 };
 
 // How a revision's first ready pod came to be the last time it went from 0
@@ -216,6 +235,12 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   // The earliest time something is due (for tests driving a simulated clock).
   std::optional<MonoTime> nextDue();
   std::vector<PodInfo> pods(const std::string& revision);
+  // Rolling restart of the revision's pods (see the model above). Returns at
+  // once; the replacement goes on in the control loop. A revision with no
+  // serving pod (scaled to zero, or unknown to the runner) has nothing to
+  // restart: an empty result. Restarting again while a restart is under way
+  // also replaces the new pods created so far.
+  RestartResult restart(const std::string& revision);
   // Exits delivered by wait() threads so far (tests wait for this to grow).
   int exitsReceived() const { return exits_received_.load(); }
   // Pods whose wait() thread is still running.
@@ -240,6 +265,8 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     bool paused = false;           // pause() succeeded (frozen)
     bool pause_pending = false;    // frozen mode: readiness passed, pause() due
     bool resume_pending = false;   // promoted while paused: resume() due
+    bool replaced = false;         // restart(): stopped once a new pod is Ready
+    MonoTime stop_after{};         // a replaced pod's stop waits for the drain
     std::string origin = "cached";
     int64_t memory_bytes = -1;
     MonoTime next_memory{};

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "runtime/runner/fake_pod_driver.h"
@@ -1017,6 +1019,148 @@ TEST_F(WarmPoolTest, CrashOfAFrozenCandidateIsReplaced) {
   advance(seconds(2));  // back-off
   EXPECT_EQ(podsIn(PodState::kWarm).size(), 1u);
   EXPECT_NE(podsIn(PodState::kWarm).at(0).pod_id, id);
+}
+
+// --- restart(): a rolling replacement, never fewer ready pods than desired ---
+
+// Ready endpoints of r1, as pod ids.
+std::set<std::string> endpointIds(PodRunner& runner) {
+  std::set<std::string> out;
+  for (const Endpoint& e : runner.readyEndpoints("default/r1")) out.insert(e.pod_id);
+  return out;
+}
+
+TEST_F(PodRunnerTest, RestartReplacesPodsOneByOneKeepingTheDesiredReadyCount) {
+  testing::FakeEventRecorder events;
+  PodRunnerOptions o = options();
+  o.events = &events;
+  o.restart_drain = seconds(1);
+  make(o);
+  runner_->ensure(makeRevision("r1", {{"autoscaling.knative.dev/min-scale", "2"}}));
+  settle();
+  ASSERT_EQ(runner_->readyPods("default/r1"), 2);
+  std::set<std::string> old = endpointIds(*runner_);
+  ASSERT_EQ(old.size(), 2u);
+  // New pods pass readiness only when the test says so.
+  std::atomic<bool> new_ready{false};
+  driver_.setProbe([&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) {
+    return old.count(p.handle.pod_id) > 0 || new_ready.load();
+  });
+
+  RestartResult r = runner_->restart("default/r1");
+  EXPECT_EQ(std::set<std::string>(r.pods.begin(), r.pods.end()), old);
+  EXPECT_EQ(r.warm_pods, 0);
+  ASSERT_EQ(events.byReason("Restarting").size(), 1u);
+  EXPECT_NE(events.byReason("Restarting")[0].message.find("Restarting 2 pods"), std::string::npos);
+  advance(seconds(2));
+  // Surge 1: one new pod, not ready yet; both old pods still serve.
+  EXPECT_EQ(driver_.createCount(), 3);
+  EXPECT_EQ(endpointIds(*runner_), old);
+  EXPECT_EQ(driver_.stopCount(), 0);
+  int replaced = 0;
+  for (const PodInfo& p : runner_->pods("default/r1")) replaced += p.replaced ? 1 : 0;
+  EXPECT_EQ(replaced, 2);
+
+  // New pods become ready: the rest of the roll, checked at every step of
+  // simulated time: never fewer than 2 ready endpoints, never more than 3 pods
+  // besides those stopping.
+  new_ready = true;
+  bool done = false;
+  for (int step = 0; step < 400 && !done; ++step) {
+    time_.advance(milliseconds(100));
+    runner_->runOnce();
+    std::set<std::string> eps = endpointIds(*runner_);
+    ASSERT_GE(eps.size(), 2u) << "step " << step;
+    int running = 0;  // pods not on their way out (a drained pod may still be stopping)
+    for (const PodInfo& p : runner_->pods("default/r1")) running += p.state != PodState::kStopping ? 1 : 0;
+    ASSERT_LE(running, 3) << "step " << step;
+    bool any_old = false;
+    for (const std::string& id : driver_.livePods()) any_old = any_old || old.count(id) > 0;
+    done = !any_old && eps.size() == 2u;
+    std::this_thread::sleep_for(milliseconds(1));  // the fake's wait() threads deliver stop exits
+  }
+  ASSERT_TRUE(done) << "the old pods were not all replaced";
+  EXPECT_EQ(driver_.createCount(), 4);
+  EXPECT_EQ(driver_.stopCount(), 2);
+  for (const std::string& id : endpointIds(*runner_)) EXPECT_EQ(old.count(id), 0u) << id;
+  EXPECT_EQ(health().actual_replicas, 2);
+  EXPECT_EQ(health().container_healthy.status, "True");
+}
+
+TEST_F(PodRunnerTest, RestartedPodLeavesTheEndpointsBeforeItIsStopped) {
+  PodRunnerOptions o = options();
+  o.restart_drain = seconds(1);
+  make(o);
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  std::string old = driver_.createdPods().at(0);
+  runner_->restart("default/r1");
+  settle();  // the new pod is created, started and ready at once (probes pass)
+  ASSERT_EQ(driver_.createCount(), 2);
+  std::set<std::string> eps = endpointIds(*runner_);
+  ASSERT_EQ(eps.size(), 1u);
+  EXPECT_EQ(eps.count(old), 0u) << "the replaced pod left the endpoints";
+  EXPECT_EQ(driver_.stopCount(), 0) << "but is not stopped before the drain";
+  advance(milliseconds(500));
+  EXPECT_EQ(driver_.stopCount(), 0);
+  advance(milliseconds(600));
+  EXPECT_EQ(driver_.stopCount(), 1);
+  EXPECT_TRUE(settleUntil([&] { return driver_.livePods().size() == 1u; }));
+  EXPECT_NE(driver_.livePods().at(0), old);
+}
+
+TEST_F(PodRunnerTest, RestartKeepsTheOldPodWhileNewPodsFailToStart) {
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  std::string old = driver_.createdPods().at(0);
+  driver_.setProbe([&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == old; });
+  runner_->restart("default/r1");
+  for (int i = 0; i < 30; ++i) advance(seconds(1));
+  EXPECT_EQ(endpointIds(*runner_), std::set<std::string>{old});
+  EXPECT_EQ(driver_.stopCount(), 0);
+  EXPECT_EQ(driver_.createCount(), 2) << "one surge pod, not a pile of them";
+}
+
+TEST_F(PodRunnerTest, RestartOfARevisionAtZeroHasNothingToDo) {
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  runner_->setDesiredScale("default/r1", 0);
+  ASSERT_TRUE(settleUntil([&] { return driver_.livePods().empty(); }));
+  int creates = driver_.createCount();
+  RestartResult r = runner_->restart("default/r1");
+  EXPECT_TRUE(r.pods.empty());
+  EXPECT_EQ(r.warm_pods, 0);
+  settle();
+  EXPECT_EQ(driver_.createCount(), creates);
+  EXPECT_TRUE(runner_->restart("default/unknown").pods.empty());
+}
+
+TEST_F(PodRunnerTest, ScaleToZeroDuringARestartStopsTheReplacedPods) {
+  runner_->ensure(makeRevision("r1"));
+  settle();
+  std::string old = driver_.createdPods().at(0);
+  driver_.setProbe([&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == old; });
+  runner_->restart("default/r1");
+  settle();
+  runner_->setDesiredScale("default/r1", 0);
+  EXPECT_TRUE(settleUntil([&] {
+    time_.advance(milliseconds(100));
+    return driver_.livePods().empty();
+  }));
+}
+
+TEST_F(WarmPoolTest, RestartAtZeroReplacesOnlyTheWarmPods) {
+  makeWarm(WarmPoolMode::kFrozen);
+  deployAtZero();
+  auto warm = podsIn(PodState::kWarm);
+  ASSERT_EQ(warm.size(), 1u);
+  RestartResult r = runner_->restart("default/r1");
+  EXPECT_TRUE(r.pods.empty()) << "no serving pod at zero";
+  EXPECT_EQ(r.warm_pods, 1);
+  EXPECT_TRUE(settleUntil([&] {
+    auto now = podsIn(PodState::kWarm);
+    return now.size() == 1u && now[0].pod_id != warm[0].pod_id;
+  })) << "the pool refills with a new pod";
 }
 
 }  // namespace

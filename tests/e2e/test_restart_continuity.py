@@ -112,11 +112,11 @@ def containers(k):
     return sorted(c for c in out.split() if c.startswith("steady-"))
 
 
-def one_request(port, i):
+def one_request(port, i, host=HOST):
     """One GET on a new connection; None when it succeeded, else what went wrong."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-            s.sendall(f"GET /whoami HTTP/1.1\r\nHost: {HOST}\r\nX-Request-Id: r{i}\r\n"
+            s.sendall(f"GET /whoami HTTP/1.1\r\nHost: {host}\r\nX-Request-Id: r{i}\r\n"
                       "Connection: close\r\n\r\n".encode())
             data = b""
             while True:
