@@ -22,12 +22,14 @@ export class ApiError extends Error {
 // patches (the same patch twice is the same object) and PUTs that carry a
 // resourceVersion (a repeat after success is a 409, never a lost update).
 // An attempt that has no answer after 10 s is abandoned and tried again too.
-async function fetchRetrying(path, init) {
+// The exception: a POST that starts something (a restart of a Revision's
+// pods) is sent once (retries = 0), so that a lost answer never restarts twice.
+async function fetchRetrying(path, init, retries = 3) {
   for (let attempt = 0; ; attempt++) {
     try {
       return await fetch(path, init.signal ? init : { ...init, signal: AbortSignal.timeout(10000) });
     } catch (e) {
-      if (attempt >= 3 || (init.signal && init.signal.aborted)) throw e;
+      if (attempt >= retries || (init.signal && init.signal.aborted)) throw e;
       await new Promise((r) => setTimeout(r, 250));
     }
   }
@@ -44,13 +46,13 @@ export class Api {
     return h;
   }
 
-  async request(method, path, body, contentType = "application/json") {
+  async request(method, path, body, contentType = "application/json", retries = 3) {
     const init = { method, headers: this.headers(), credentials: "omit", cache: "no-store" };
     if (body !== undefined) {
       init.headers["Content-Type"] = contentType;
       init.body = typeof body === "string" ? body : JSON.stringify(body);
     }
-    const res = await fetchRetrying(path, init);
+    const res = await fetchRetrying(path, init, retries);
     const text = await res.text();
     let json = null;
     if (text && (res.headers.get("Content-Type") || "").includes("json")) {
@@ -72,6 +74,11 @@ export class Api {
   }
   putYaml(path, text) {
     return this.request("PUT", path, text, "application/yaml");
+  }
+  // A rolling restart of a Revision's pods (RevisionRestart: pods, message); sent once.
+  restartRevision(namespace, name) {
+    return this.request("POST", `/apis/knap.dev/v1/namespaces/${encodeURIComponent(namespace)}/revisions/${encodeURIComponent(name)}/restart`,
+      undefined, undefined, 0);
   }
 
   async whoami() {

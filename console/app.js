@@ -1,7 +1,8 @@
 // knap's web console (issue 13): the Services of a namespace as a map
 // Service -> Configuration -> Revisions -> Route (and DomainMappings), live
 // from watches; Revision state, effective autoscaling and metrics; traffic,
-// YAML and redeploy edits through the same API kubectl uses. See docs/console.md.
+// YAML and redeploy edits and restarts of a Revision's pods, through the same
+// API kubectl uses. See docs/console.md.
 import { Api, ApiError, Follower } from "./api.js";
 import { RevisionMetrics, parsePrometheus } from "./metrics.js";
 import { age, condition, h, link, readyBadge, seconds, sparkline } from "./render.js";
@@ -422,10 +423,16 @@ class Console {
         this.openLogs.delete(name);
       }
     });
+    // Restart (edit role): new pods replace the running ones, each once a new one is ready.
+    const actions = this.canEdit
+      ? h("div", { class: "actions", role: "toolbar", "aria-label": `Revision ${name} actions` },
+        h("button", { type: "button", class: "restart", id: `restart-${name}`, onclick: () => this.restartRevision(name) },
+          "Restart pods"))
+      : null;
     return h("section", { class: `rev-panel${zero ? " at-zero" : ""}`, dataset: { revision: name } },
       h("h4", {}, name),
       h("dl", {}, rows.map(([k, ...v]) => [h("dt", {}, k), h("dd", {}, ...v)])),
-      auto, logs);
+      actions, auto, logs);
   }
 
   logView(name) {
@@ -652,6 +659,15 @@ class Console {
       h("button", { type: "button", onclick: () => this.closeEditor() }, readOnly ? "Close" : "Cancel")));
     $("detail-edit").replaceChildren(form);
     area.focus();
+  }
+
+  async restartRevision(name) {
+    try {
+      const r = await this.api.restartRevision(this.ns, name);
+      this.status(`${name}: ${r.message || "restarting"}`);
+    } catch (e) {
+      this.status(`restart of ${name} failed: ${e.message}`, true);
+    }
   }
 
   async redeploy(name) {

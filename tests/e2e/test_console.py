@@ -3,6 +3,7 @@ the DevTools protocol over a pipe, loopback only) against a real knapd:
 the embedded assets and their headers, sign-in with a bearer token, the
 Service map with tags, live updates from kubectl, traffic edits (a bad sum is
 refused and nothing is stored; 80/20 is stored and served by the router),
+a restart of a Revision's pods from its panel (new pods in the page),
 scale to zero and a cold start, the view role without edit controls, and the
 time to interactive with 200 Services. Screenshots go to
 $KNAP_TEST_ARTIFACTS (default: <build>/test-artifacts/console)."""
@@ -166,9 +167,11 @@ def test_view_role_sees_the_map_without_edit_controls_and_the_api_refuses_its_wr
     c.wait("document.querySelector('[data-service=hello]')", what="the card of hello")
     c.eval("location.hash = '#/ns/default/services/hello'; true")
     c.wait("document.getElementById('view-yaml')", what="the detail of hello")
-    edit_controls = c.eval("['edit-traffic', 'edit-yaml', 'redeploy', 'traffic-editor']"
+    c.wait("document.querySelector('.rev-panel[data-revision=\"hello-00001\"]')", what="the Revision panel of hello")
+    edit_controls = c.eval("['edit-traffic', 'edit-yaml', 'redeploy', 'traffic-editor', 'restart-hello-00001']"
                            ".filter(id => document.getElementById(id))")
     assert edit_controls == [], edit_controls
+    assert c.eval("document.querySelectorAll('.rev-panel button.restart').length") == 0
     c.eval("document.getElementById('view-yaml').click(); true")
     c.wait("document.getElementById('yaml-text') && document.getElementById('yaml-text').readOnly")
     assert c.eval("document.getElementById('yaml-save')") is None
@@ -178,6 +181,9 @@ def test_view_role_sees_the_map_without_edit_controls_and_the_api_refuses_its_wr
     path = f"{API}/services/hello"
     status = c.eval(f"knapConsole.api.mergePatch({json.dumps(path)}, {{spec: {{traffic: [{{latestRevision: true, percent: 100, tag: 'x'}}]}}}})"
                     ".then(() => 'stored', e => e.status)")
+    assert status == 403
+    # A restart of the Revision's pods too (it needs the edit role).
+    status = c.eval("knapConsole.api.restartRevision('default', 'hello-00001').then(() => 'restarted', e => e.status)")
     assert status == 403
     assert "traffic" not in k.get_json(path)["spec"] or not any(
         t.get("tag") == "x" for t in k.get_json(path)["spec"]["traffic"])
@@ -375,6 +381,24 @@ def test_split_edit_router_share_scale_to_zero_and_cold_start(console_serving, b
     c.eval("document.querySelector('.rev-panel[data-revision=\"web-one\"] details.logs').open = true; true")
     c.wait("(document.querySelector('.rev-panel[data-revision=\"web-one\"] details.logs pre') || {}).textContent"
            "?.includes('knap-testapp: starting')", timeout=30, what="the pod log in the page")
+
+    # Restart of web-one's pods from its panel: the log view (polled every 2 s) lists other pods afterwards.
+    pods_in_page = ("[...document.querySelectorAll('.rev-panel[data-revision=\"web-one\"] details.logs .log > p.muted')]"
+                    ".map(e => e.textContent.split(' ')[0]).filter((v, i, a) => a.indexOf(v) === i).sort()")
+    old_pods = c.wait(f"(() => {{ const p = {pods_in_page}; return p.length ? p : null; }})()",
+                      timeout=30, what="web-one's pods in the log view")
+    ctr = ["ctr", "-n", f"knap-e2e-{os.getpid() % 150 + 60}", "containers", "ls", "-q"]
+    containers = lambda: sorted(x for x in subprocess.run(ctr, capture_output=True, text=True).stdout.split()
+                                if x.startswith("web-one-"))
+    assert containers() == old_pods, (containers(), old_pods)
+    c.eval("document.getElementById('restart-web-one').click(); true")
+    c.wait("document.getElementById('status').textContent.match(/restarting [0-9]+ pod/)", timeout=30,
+           what="the restart's answer in the page")
+    new_pods = c.wait(f"""(() => {{ const p = {pods_in_page}; const old = {json.dumps(old_pods)};
+        return p.length && p.every(x => !old.includes(x)) ? p : null; }})()""", timeout=90,
+                      what="new pods in web-one's log view")
+    k.wait_for(lambda: containers() == new_pods, timeout=60, what="the old pod containers gone")
+    c.screenshot(artifact("restart.png"))
 
     # Idle: both Revisions show scaled to zero; one request shows a cold start.
     c.wait("document.querySelectorAll('.rev-panel.at-zero .badge.zero').length === 2", timeout=150,
