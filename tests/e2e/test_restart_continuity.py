@@ -1,19 +1,36 @@
-"""Restart continuity: knapd restarted 5 times under steady load, 0 failed requests.
+"""Restart continuity: knapd restarted 5 times and upgraded once under steady load, 0 failed requests.
 
 The test process plays the service manager: it holds the router's listening
 socket and hands it to each knapd through systemd's socket-activation
 protocol (LISTEN_PID / LISTEN_FDS / LISTEN_FDNAMES=router:api, fds 3 and
-4; the API socket too, so kubectl's address never changes). While one
-knapd drains (SIGTERM) and the next starts, new connections wait in the
-socket's backlog; the new knapd holds requests until its routes are loaded
-and the pod it adopted is reported. The pod is adopted, never restarted: its
+4; the API socket too, so kubectl's address never changes), and listens on
+a NOTIFY_SOCKET: each knapd counts as started when its READY=1 (with its
+MAINPID) arrives, as systemd's Type=notify does. While one knapd drains
+(SIGTERM) and the next starts, new connections wait in the socket's
+backlog; the new knapd holds requests until its routes are loaded and the
+pod it adopted is reported. The pod is adopted, never restarted: its
 container id is the same before and after.
+
+The upgrade: after the 5 restarts, knapd is replaced by the knapd of a
+Debian package built from this build by tools/package.sh (version
+UPGRADE_VERSION, extracted with dpkg-deb -x; a stripped binary at another
+path that finds its knap-logdrain under the extracted usr/libexec), as
+`apt install ./knap_<new>.deb` does: stop the old knapd, start the new one
+on the same sockets and data dir. Without dpkg-buildpackage (tools/setup.sh
+--test installs it) the test says so loudly and upgrades to a copy of the
+build's knapd at another path instead.
+
+Load: 4 client threads, a new connection per request; each knapd (the
+first, the 5 restarted, the upgraded one) serves at least MIN_REQUESTS / 7
+of them before the next restart, so at least MIN_REQUESTS in all.
 
 Needs root and a running containerd (the real-pod setup of test_serving.py).
 """
 import fcntl
+import filecmp
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +39,7 @@ import time
 
 import pytest
 
-from conftest import KNAP, KNAPD, Knapd
+from conftest import BUILD, KNAP, KNAPD, ROOT, Knapd
 from test_serving import import_testapp, IMAGE, MKIMAGE, TESTAPP, apply, containerd_ok, service
 
 pytestmark = pytest.mark.skipif(
@@ -32,6 +49,9 @@ pytestmark = pytest.mark.skipif(
 HOST = "steady.default.localhost"
 RESTARTS = 5
 CLIENTS = 4
+MIN_REQUESTS = 5000
+PER_KNAPD = MIN_REQUESTS // (RESTARTS + 2)  # requests served by each knapd (the first, 5 restarted, the upgraded)
+UPGRADE_VERSION = "99.0+continuity1"
 
 
 def listener():
@@ -42,15 +62,46 @@ def listener():
 
 
 class SocketKnapd(Knapd):
-    """A knapd that serves the router and API sockets this test holds (socket activation)."""
+    """A knapd that serves the router and API sockets this test holds (socket activation) and reports
+    READY=1 on this test's NOTIFY_SOCKET (Type=notify)."""
 
     def __init__(self, workdir, router_sock, api_sock, **kw):
         super().__init__(workdir, **kw)
         self.socks = (router_sock, api_sock)
         self.router_port = router_sock.getsockname()[1]
         self.api_port = api_sock.getsockname()[1]  # (self.url follows)
+        self.binary = KNAPD
+        self.notify_path = os.path.join(workdir, "notify.sock")
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(self.notify_path)
+        self.ready_messages = []  # the READY=1 datagram of every start
+
+    def wait_ready_notification(self, timeout):
+        """The READY=1 datagram of the knapd just started (its MAINPID must be ours), or an error with the log."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"knapd exited with {self.proc.returncode}:\n{self.log()}")
+            self.notify.settimeout(0.2)
+            try:
+                msg = self.notify.recv(4096).decode()
+            except socket.timeout:
+                continue
+            lines = msg.split("\n")
+            if "READY=1" in lines:
+                assert f"MAINPID={self.proc.pid}" in lines, f"READY=1 from another process: {msg!r}"
+                self.ready_messages.append(msg)
+                return msg
+        raise RuntimeError("no READY=1 on NOTIFY_SOCKET:\n" + self.log())
 
     def start(self, timeout=60):
+        # Notifications of the previous knapd (STOPPING=1, ...) are not this one's.
+        self.notify.setblocking(False)
+        try:
+            while True:
+                self.notify.recv(4096)
+        except BlockingIOError:
+            pass
         log = open(self.log_path, "a")
         # Copies at fds >= 20, so that moving them to 3 and 4 overwrites nothing.
         hi = [fcntl.fcntl(s.fileno(), fcntl.F_DUPFD_CLOEXEC, 20) for s in self.socks]
@@ -62,11 +113,13 @@ class SocketKnapd(Knapd):
                    "os.execv(sys.argv[1], sys.argv[1:])\n")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", wrapper, KNAPD, "--config", self.config_path, "--runtime", self.runtime],
-                stdout=log, stderr=subprocess.STDOUT, pass_fds=hi)
+                [sys.executable, "-c", wrapper, self.binary, "--config", self.config_path, "--runtime", self.runtime],
+                stdout=log, stderr=subprocess.STDOUT, pass_fds=hi, env=dict(os.environ, NOTIFY_SOCKET=self.notify_path))
         finally:
             for fd in hi:
                 os.close(fd)
+        # Type=notify: started means READY=1 arrived; then the API answers at once.
+        self.wait_ready_notification(timeout)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -104,7 +157,35 @@ def steady(workdir):
     k.stop()
     router_sock.close()
     api_sock.close()
+    k.notify.close()
     subprocess.run(["ctr", "-n", ns, "images", "rm", IMAGE], capture_output=True)
+
+
+def upgraded_knapd(workdir):
+    """The knapd to upgrade to, and what it is (see the module docstring)."""
+    out = os.path.join(workdir, "deb")
+    if shutil.which("dpkg-buildpackage") and shutil.which("dh"):
+        t0 = time.time()
+        p = subprocess.run([os.path.join(ROOT, "tools", "package.sh"), "--build-dir", BUILD, "--version",
+                            UPGRADE_VERSION, "--out", out, "--no-lintian"],
+                           capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, f"tools/package.sh failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        deb = p.stdout.strip().splitlines()[-1]
+        version = subprocess.run(["dpkg-deb", "-f", deb, "Version"], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+        assert version == UPGRADE_VERSION, version
+        root = os.path.join(workdir, "upgrade-root")
+        subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
+        binary = os.path.join(root, "usr", "bin", "knapd")
+        assert not filecmp.cmp(binary, KNAPD, shallow=False), "the packaged knapd is the build's file"
+        assert os.path.exists(os.path.join(root, "usr", "libexec", "knap", "knap-logdrain"))
+        return binary, f"knapd of {os.path.basename(deb)} (built in {time.time() - t0:.0f} s, dpkg-deb -x)"
+    print("\n" + "#" * 78 + "\n!!! dpkg-buildpackage is missing (tools/setup.sh --test): the upgrade runs a COPY of "
+          "the build's knapd at another path, not a packaged one !!!\n" + "#" * 78)
+    binary = os.path.join(workdir, "upgrade", "knapd")
+    os.makedirs(os.path.dirname(binary))
+    shutil.copy2(KNAPD, binary)
+    return binary, "a copy of the build's knapd"
 
 
 def containers(k):
@@ -135,8 +216,10 @@ def one_request(port, i, host=HOST):
     return None
 
 
-def test_five_restarts_under_load_fail_no_request_and_keep_the_pod(steady):
+def test_five_restarts_and_an_upgrade_under_load_fail_no_request_and_keep_the_pod(steady, workdir):
     k = steady
+    # The package first: building it while the load runs would only slow the load down.
+    upgrade_binary, upgrade_what = upgraded_knapd(workdir)
     apply(k, service("steady", annotations={"autoscaling.knative.dev/min-scale": "1"}))
     assert one_request(k.router_port, 0) is None
     k.wait_for(lambda: len(containers(k)) == 1, timeout=30, what="one pod")
@@ -158,28 +241,38 @@ def test_five_restarts_under_load_fail_no_request_and_keep_the_pod(steady):
                     failures.append(err)
             time.sleep(0.005)
 
+    def restart(what, binary):
+        before = done[0]
+        k.stop()  # SIGTERM: drain, then exit
+        assert k.proc.returncode == 0, f"knapd exit code {k.proc.returncode} at {what}:\n{k.log()}"
+        k.binary = binary
+        k.start(timeout=60)  # READY=1 on the NOTIFY_SOCKET, then /readyz
+        # Traffic flows through the new knapd before the next restart: an equal share of the load per knapd.
+        k.wait_for(lambda: done[0] >= before + PER_KNAPD, timeout=300, what=f"{PER_KNAPD} requests after {what}")
+
     threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(CLIENTS)]
+    t0 = time.time()
     for t in threads:
         t.start()
     try:
-        time.sleep(2)
+        k.wait_for(lambda: done[0] >= PER_KNAPD, timeout=300, what=f"{PER_KNAPD} requests before the first restart")
         for r in range(RESTARTS):
-            before = done[0]
-            k.stop()  # SIGTERM: drain, then exit
-            assert k.proc.returncode == 0, f"knapd exit code {k.proc.returncode} at restart {r}:\n{k.log()}"
-            k.start(timeout=60)
-            # Traffic flows through the new knapd before the next restart.
-            k.wait_for(lambda: done[0] >= before + 20, timeout=60, what=f"requests after restart {r}")
-            time.sleep(1)
+            restart(f"restart {r}", KNAPD)
+        restart("the upgrade", upgrade_binary)
+        # At least MIN_REQUESTS in all (the load goes on through the upgraded knapd).
+        k.wait_for(lambda: done[0] >= MIN_REQUESTS, timeout=600, what=f"{MIN_REQUESTS} requests")
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=120)
     total = done[0]
-    print(f"\nrestart continuity: {total} requests across {RESTARTS} knapd restarts, "
-          f"{len(failures)} failed")
+    print(f"\nrestart continuity: {total} requests in {time.time() - t0:.0f} s across {RESTARTS} knapd restarts "
+          f"and 1 upgrade (to {upgrade_what}), {len(failures)} failed; "
+          f"{len(k.ready_messages)} READY=1 notifications")
     assert failures == [], f"{len(failures)} of {total} requests failed: {failures[:10]}\n{k.log()}"
-    assert total >= 100, total
+    assert total >= MIN_REQUESTS, total
+    assert len(k.ready_messages) == 1 + RESTARTS + 1, k.ready_messages
     assert containers(k) == pods_before, "the pod was replaced, not adopted"
+    assert k.proc.args[3] == upgrade_binary, k.proc.args  # the upgraded knapd serves now
     code, body, _ = k.http("GET", "/apis/serving.knative.dev/v1/namespaces/default/revisions/steady-00001")
     assert code == 200 and json.loads(body)["status"].get("actualReplicas") == 1, body
