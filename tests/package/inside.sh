@@ -59,8 +59,28 @@ uid=$(ksvc_uid)
 ready=$(journalctl -u knapd -p info..info -o cat --no-pager | grep "knapd ready" | tail -1)
 [[ -n "$ready" ]] || { journalctl -u knapd --no-pager | tail; fail "no 'knapd ready' line at PRIORITY 6 in journalctl -u knapd"; }
 [[ "$ready" == "I "* ]] || fail "the level prefix was not taken by journald: $ready"
-journalctl -u knapd -p err..emerg -o cat --no-pager | grep -q "knapd ready" && fail "'knapd ready' logged at error level"
+# (grep without -q reads all of journalctl's output: an early exit would SIGPIPE it, a failure under pipefail.)
+journalctl -u knapd -p err..emerg -o cat --no-pager | grep -F "knapd ready" >/dev/null && fail "'knapd ready' logged at error level"
 ok "journalctl -u knapd: '${ready:0:60}...' at PRIORITY 6 (info)"
+# Every knapd log line (level letter, then a timestamp) is stored at its level's
+# PRIORITY: D 7, I 6, W 4, E 3; none at another. _SYSTEMD_UNIT selects what
+# knapd's processes wrote (not systemd's own lines about the unit).
+knapd_lines() { journalctl _SYSTEMD_UNIT=knapd.service -p "$1" -o cat --no-pager | grep -E '^[DIWE] [0-9]{4}-[0-9]{2}-[0-9]{2}T'; }
+total=$(knapd_lines 0..7 | wc -l)
+levels=""
+counted=0
+for spec in 7:D 6:I 4:W 3:E; do
+  prio=${spec%%:*}
+  letter=${spec##*:}
+  wrong=$(knapd_lines "$prio..$prio" | grep -v "^$letter " | head -3)
+  [[ -z "$wrong" ]] || fail "journalctl has knapd lines at PRIORITY $prio that are not level $letter: $wrong"
+  n=$(knapd_lines "$prio..$prio" | wc -l)
+  counted=$((counted + n))
+  levels+=" $letter=$n"
+done
+((total > 0)) || fail "no knapd log lines in journalctl _SYSTEMD_UNIT=knapd.service"
+((counted == total)) || fail "$((total - counted)) knapd log lines at a PRIORITY other than 7, 6, 4 or 3"
+ok "journalctl: all $total knapd log lines at their level's PRIORITY (lines per level:$levels)"
 
 # --- restart keeps state ------------------------------------------------------------------
 pid_before=$(knapd_pid)
@@ -69,7 +89,8 @@ systemctl is-active -q knapd || fail "knapd not active after restart"
 [[ "$(knapd_pid)" != "$pid_before" ]] || fail "knapd's pid did not change on restart"
 until_ok 60 ksvc_ready || fail "hello not Ready after restart"
 [[ "$(ksvc_uid)" == "$uid" ]] || fail "hello's uid changed across restart"
-journalctl -u knapd --no-pager | grep -q "shutting down" || fail "no shutdown line in the journal"
+journal_has() { journalctl -u knapd --no-pager | grep -F "$1" >/dev/null; }
+until_ok 20 journal_has "shutting down" || fail "no shutdown line in the journal"
 ok "systemctl restart knapd: new pid, hello kept (uid $uid)"
 if [[ -f /lib/systemd/system/knapd-router.socket ]]; then
   # Socket activation: the listening sockets are systemd's, and the new knapd serves on them.

@@ -7,7 +7,8 @@
 #     with the socket units when the package has them;
 #   - knap and kubectl (the generated kubeconfig) work; a Service applied is Ready;
 #   - `systemctl restart knapd` keeps every object (same uid);
-#   - journalctl -u knapd has knapd's lines with their levels (PRIORITY);
+#   - journalctl -u knapd has knapd's lines with their levels (PRIORITY), each
+#     line at its own level's PRIORITY;
 #   - upgrade old .deb -> new .deb restarts knapd and keeps every object;
 #   - remove keeps /var/lib/knap (reinstall brings the objects back); purge deletes it.
 # knapd runs with --runtime none inside (a drop-in): the root shares the host's
