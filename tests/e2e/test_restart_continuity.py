@@ -16,9 +16,9 @@ Debian package built from this build by tools/package.sh (version
 UPGRADE_VERSION, extracted with dpkg-deb -x; a stripped binary at another
 path that finds its knap-logdrain under the extracted usr/libexec), as
 `apt install ./knap_<new>.deb` does: stop the old knapd, start the new one
-on the same sockets and data dir. Without dpkg-buildpackage (tools/setup.sh
---test installs it) the test says so loudly and upgrades to a copy of the
-build's knapd at another path instead.
+on the same sockets and data dir. Without what tools/package.sh needs
+(dpkg-buildpackage, dh, lintian: tools/setup.sh --test) the test says so
+loudly and upgrades to a copy of the build's knapd at another path instead.
 
 Load: 4 client threads, a new connection per request; each knapd (the
 first, the 5 restarted, the upgraded one) serves at least MIN_REQUESTS / 7
@@ -164,7 +164,7 @@ def steady(workdir):
 def upgraded_knapd(workdir):
     """The knapd to upgrade to, and what it is (see the module docstring)."""
     out = os.path.join(workdir, "deb")
-    if shutil.which("dpkg-buildpackage") and shutil.which("dh"):
+    if all(shutil.which(tool) for tool in ("dpkg-buildpackage", "dh", "lintian")):  # what tools/package.sh needs
         t0 = time.time()
         p = subprocess.run([os.path.join(ROOT, "tools", "package.sh"), "--build-dir", BUILD, "--version",
                             UPGRADE_VERSION, "--out", out, "--no-lintian"],
@@ -180,8 +180,8 @@ def upgraded_knapd(workdir):
         assert not filecmp.cmp(binary, KNAPD, shallow=False), "the packaged knapd is the build's file"
         assert os.path.exists(os.path.join(root, "usr", "libexec", "knap", "knap-logdrain"))
         return binary, f"knapd of {os.path.basename(deb)} (built in {time.time() - t0:.0f} s, dpkg-deb -x)"
-    print("\n" + "#" * 78 + "\n!!! dpkg-buildpackage is missing (tools/setup.sh --test): the upgrade runs a COPY of "
-          "the build's knapd at another path, not a packaged one !!!\n" + "#" * 78)
+    print("\n" + "#" * 78 + "\n!!! dpkg-buildpackage, dh or lintian is missing (tools/setup.sh --test): "
+          "the upgrade runs a COPY of the build's knapd at another path, not a packaged one !!!\n" + "#" * 78)
     binary = os.path.join(workdir, "upgrade", "knapd")
     os.makedirs(os.path.dirname(binary))
     shutil.copy2(KNAPD, binary)
