@@ -7,6 +7,8 @@
 
 #include <set>
 
+#include "common/base64.h"
+
 namespace knap::acme {
 namespace {
 
@@ -44,8 +46,8 @@ class FakeAcme : public Transport {
     if (method != "POST") return unavailable("fake: unexpected " + method + " " + url);
     json jws = json::parse(body);
     std::string prot, payload;
-    EXPECT_TRUE(base64urlDecode(jws["protected"].get<std::string>(), &prot));
-    EXPECT_TRUE(base64urlDecode(jws["payload"].get<std::string>(), &payload));
+    EXPECT_TRUE(base64UrlDecode(jws["protected"].get<std::string>(), &prot));
+    EXPECT_TRUE(base64UrlDecode(jws["payload"].get<std::string>(), &payload));
     json p = json::parse(prot);
     EXPECT_EQ(p["url"], url);
     posted_urls.push_back(url);

@@ -44,27 +44,6 @@ bool isP256(EVP_PKEY* k) {
 
 }  // namespace
 
-std::string base64url(std::string_view in) {
-  std::string s = base64Encode(in);
-  while (!s.empty() && s.back() == '=') s.pop_back();
-  for (char& c : s) {
-    if (c == '+') c = '-';
-    if (c == '/') c = '_';
-  }
-  return s;
-}
-
-bool base64urlDecode(std::string_view in, std::string* out) {
-  std::string s(in);
-  for (char& c : s) {
-    if (c == '+' || c == '/' || c == '=') return false;
-    if (c == '-') c = '+';
-    if (c == '_') c = '/';
-  }
-  if (s.size() % 4 == 1) return false;
-  while (s.size() % 4 != 0) s += '=';
-  return base64Decode(s, out);
-}
 
 StatusOr<AccountKey> AccountKey::generate() {
   EVP_PKEY* k = EVP_EC_gen("P-256");
@@ -97,7 +76,7 @@ json AccountKey::jwk() const {
   BIGNUM* y = nullptr;
   EVP_PKEY_get_bn_param(key_.get(), OSSL_PKEY_PARAM_EC_PUB_X, &x);
   EVP_PKEY_get_bn_param(key_.get(), OSSL_PKEY_PARAM_EC_PUB_Y, &y);
-  json out = {{"crv", "P-256"}, {"kty", "EC"}, {"x", base64url(fixedBytes(x, 32))}, {"y", base64url(fixedBytes(y, 32))}};
+  json out = {{"crv", "P-256"}, {"kty", "EC"}, {"x", base64UrlEncode(fixedBytes(x, 32))}, {"y", base64UrlEncode(fixedBytes(y, 32))}};
   BN_free(x);
   BN_free(y);
   return out;
@@ -110,7 +89,7 @@ std::string AccountKey::thumbprint() const {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(canonical.data(), canonical.size(), md, &len, EVP_sha256(), nullptr);
-  return base64url(std::string_view(reinterpret_cast<const char*>(md), len));
+  return base64UrlEncode(std::string_view(reinterpret_cast<const char*>(md), len));
 }
 
 StatusOr<std::string> AccountKey::sign(std::string_view data) const {
@@ -153,10 +132,10 @@ StatusOr<json> signRequest(const AccountKey& key, const std::string& url, const 
   } else {
     header["kid"] = kid;
   }
-  const std::string protected64 = base64url(header.dump());
-  const std::string payload64 = payload ? base64url(payload->dump()) : "";
+  const std::string protected64 = base64UrlEncode(header.dump());
+  const std::string payload64 = payload ? base64UrlEncode(payload->dump()) : "";
   KNAP_ASSIGN_OR_RETURN(std::string sig, key.sign(protected64 + "." + payload64));
-  return json{{"protected", protected64}, {"payload", payload64}, {"signature", base64url(sig)}};
+  return json{{"protected", protected64}, {"payload", payload64}, {"signature", base64UrlEncode(sig)}};
 }
 
 StatusOr<std::string> makeCsr(const AccountKey& key, const std::vector<std::string>& hosts) {
@@ -195,7 +174,7 @@ StatusOr<std::string> makeCsr(const AccountKey& key, const std::vector<std::stri
   if (len <= 0) return internalError("CSR: cannot encode");
   std::string out(reinterpret_cast<const char*>(der), static_cast<size_t>(len));
   OPENSSL_free(der);
-  return base64url(out);
+  return base64UrlEncode(out);
 }
 
 }  // namespace knap::acme

@@ -22,9 +22,6 @@ struct evp_pkey_st;  // OpenSSL's EVP_PKEY
 
 namespace knap::acme {
 
-// base64url without padding (RFC 7515 §2), and its strict inverse.
-std::string base64url(std::string_view in);
-bool base64urlDecode(std::string_view in, std::string* out);
 
 class AccountKey {
  public:

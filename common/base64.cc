@@ -58,4 +58,26 @@ bool base64Decode(std::string_view in, std::string* out) {
   return true;
 }
 
+std::string base64UrlEncode(std::string_view in) {
+  std::string s = base64Encode(in);
+  while (!s.empty() && s.back() == '=') s.pop_back();
+  for (char& c : s) {
+    if (c == '+') c = '-';
+    if (c == '/') c = '_';
+  }
+  return s;
+}
+
+bool base64UrlDecode(std::string_view in, std::string* out) {
+  std::string s(in);
+  for (char& c : s) {
+    if (c == '+' || c == '/' || c == '=') return false;
+    if (c == '-') c = '+';
+    if (c == '_') c = '/';
+  }
+  if (s.size() % 4 == 1) return false;
+  while (s.size() % 4 != 0) s += '=';
+  return base64Decode(s, out);
+}
+
 }  // namespace knap

@@ -13,4 +13,10 @@ std::string base64Encode(std::string_view in);
 // base64.StdEncoding accepts). Returns false on anything else.
 bool base64Decode(std::string_view in, std::string* out);
 
+// base64url without padding (RFC 4648 §5, RFC 7515 §2), as JWTs and ACME's
+// JWS use. Decode is as strict as base64Decode: only the URL alphabet, no
+// '=', no length of 1 mod 4, no stray bits in the last group.
+std::string base64UrlEncode(std::string_view in);
+bool base64UrlDecode(std::string_view in, std::string* out);
+
 }  // namespace knap

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace knap {
 namespace {
 
@@ -32,6 +35,31 @@ TEST(Base64, RejectsWhatGoRejects) {
                           "-_-_", "####"}) {
     EXPECT_FALSE(base64Decode(bad, &out)) << bad;
   }
+}
+
+TEST(Base64Url, RoundTripsWithoutPadding) {
+  for (const std::string& s : std::vector<std::string>{"", "f", "fo", "foo", "foob", "fooba", "foobar", std::string("\xff\xfe\x00\x01", 4)}) {
+    std::string enc = base64UrlEncode(s), dec;
+    EXPECT_EQ(enc.find_first_of("+/="), std::string::npos) << enc;
+    ASSERT_TRUE(base64UrlDecode(enc, &dec)) << enc;
+    EXPECT_EQ(dec, s);
+  }
+  std::string out;
+  EXPECT_FALSE(base64UrlDecode("a", &out));
+  EXPECT_FALSE(base64UrlDecode("ab+c", &out));
+  EXPECT_FALSE(base64UrlDecode("Zh", &out));  // stray bits: not canonical
+}
+
+TEST(Base64Url, KnownValuesAndStrictness) {
+  const std::string bytes("\xfb\xff\x00\x01", 4);
+  EXPECT_EQ(base64UrlEncode(bytes), "-_8AAQ");
+  std::string out;
+  ASSERT_TRUE(base64UrlDecode("-_8AAQ", &out));
+  EXPECT_EQ(out, bytes);
+  EXPECT_FALSE(base64UrlDecode("+/8AAQ", &out));   // the standard alphabet is not base64url
+  EXPECT_FALSE(base64UrlDecode("-_8AAQ==", &out)); // no padding
+  EXPECT_FALSE(base64UrlDecode("A", &out));
+  EXPECT_EQ(base64UrlEncode(""), "");
 }
 
 }  // namespace

@@ -107,9 +107,10 @@ void ObjectCache::putLocked(const Object& object) {
   const std::string id = object.key.toString();
   if (auto t = tombstones_.find(id); t != tombstones_.end() && t->second >= object.resource_version) return;
   auto it = objects_.find(id);
-  if (it != objects_.end() && it->second.object.resource_version >= object.resource_version) return;
+  if (it != objects_.end() && it->second.resource_version >= object.resource_version) return;
   eraseLocked(id, 0);
-  Entry e{object, indexKeysOf(object)};
+  Entry e{object.key, object.resource_version, object.body.dump(-1, ' ', false, json::error_handler_t::replace),
+          indexKeysOf(object)};
   for (const std::string& ik : e.index_keys) index_[ik].insert(id);
   objects_.emplace(id, std::move(e));
 }
@@ -120,7 +121,7 @@ void ObjectCache::apply(const store::Event& event) {
   if (event.type == store::EventType::kDeleted) {
     const std::string id = event.object.key.toString();
     auto it = objects_.find(id);
-    if (it != objects_.end() && it->second.object.resource_version > event.resource_version)
+    if (it != objects_.end() && it->second.resource_version > event.resource_version)
       return;  // recreated
     eraseLocked(id, event.resource_version);
   } else {
@@ -151,11 +152,22 @@ bool ObjectCache::primed() const {
   return primed_;
 }
 
+Object ObjectCache::objectOf(const Entry& e) {
+  // The text is what dump() wrote: it parses.
+  return Object{e.key, json::parse(e.text), e.resource_version};
+}
+
 std::optional<Object> ObjectCache::get(const Key& key) const {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = objects_.find(key.toString());
-  if (it == objects_.end()) return std::nullopt;
-  return it->second.object;
+  Entry copy;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = objects_.find(key.toString());
+    if (it == objects_.end()) return std::nullopt;
+    copy.key = it->second.key;
+    copy.resource_version = it->second.resource_version;
+    copy.text = it->second.text;
+  }
+  return objectOf(copy);
 }
 
 std::vector<std::string> ObjectCache::idsAtLocked(const std::string& index_key) const {
@@ -164,13 +176,23 @@ std::vector<std::string> ObjectCache::idsAtLocked(const std::string& index_key) 
   return std::vector<std::string>(it->second.begin(), it->second.end());
 }
 
-std::vector<Object> ObjectCache::revisionsOf(const std::string& ns, const std::string& configuration) const {
-  std::lock_guard<std::mutex> l(mu_);
-  std::vector<Object> out;
-  for (const std::string& id : idsAtLocked(indexKey({"rev-of", ns, configuration}))) {
-    out.push_back(objects_.at(id).object);
+std::vector<Object> ObjectCache::objectsAt(const std::string& index_key) const {
+  std::vector<Entry> copies;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const std::string& id : idsAtLocked(index_key)) {
+      const Entry& e = objects_.at(id);
+      copies.push_back(Entry{e.key, e.resource_version, e.text, {}});
+    }
   }
+  std::vector<Object> out;
+  out.reserve(copies.size());
+  for (const Entry& e : copies) out.push_back(objectOf(e));
   return out;  // sorted by id, i.e. by name within the namespace
+}
+
+std::vector<Object> ObjectCache::revisionsOf(const std::string& ns, const std::string& configuration) const {
+  return objectsAt(indexKey({"rev-of", ns, configuration}));
 }
 
 std::vector<Key> ObjectCache::routesReferencing(const std::string& ns, const std::string& kind,
@@ -178,32 +200,27 @@ std::vector<Key> ObjectCache::routesReferencing(const std::string& ns, const std
   std::lock_guard<std::mutex> l(mu_);
   std::vector<Key> out;
   for (const std::string& id : idsAtLocked(indexKey({"route-ref", ns, kind, name}))) {
-    out.push_back(objects_.at(id).object.key);
+    out.push_back(objects_.at(id).key);
   }
   return out;
 }
 
 std::vector<Object> ObjectCache::annotatedWith(const std::string& kind, const std::string& ns,
                                                const std::string& route) const {
-  std::lock_guard<std::mutex> l(mu_);
-  std::vector<Object> out;
-  for (const std::string& id : idsAtLocked(indexKey({"annotated", kind, ns, route}))) {
-    out.push_back(objects_.at(id).object);
-  }
-  return out;
+  return objectsAt(indexKey({"annotated", kind, ns, route}));
 }
 
 std::vector<Key> ObjectCache::domainMappingsNamed(const std::string& name) const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<Key> out;
-  for (const std::string& id : idsAtLocked(indexKey({"dm-name", name}))) out.push_back(objects_.at(id).object.key);
+  for (const std::string& id : idsAtLocked(indexKey({"dm-name", name}))) out.push_back(objects_.at(id).key);
   return out;
 }
 
 std::vector<Key> ObjectCache::domainMappingsTargeting(const std::string& ns, const std::string& route) const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<Key> out;
-  for (const std::string& id : idsAtLocked(indexKey({"dm-route", ns, route}))) out.push_back(objects_.at(id).object.key);
+  for (const std::string& id : idsAtLocked(indexKey({"dm-route", ns, route}))) out.push_back(objects_.at(id).key);
   return out;
 }
 

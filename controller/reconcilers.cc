@@ -447,10 +447,11 @@ Status Reconcilers::reconcileRevision(const Key& key) {
                {"labels", r["metadata"].value("labels", json::object())},
                {"annotations", r["metadata"].value("annotations", json::object())},
                {"spec", r.value("spec", json::object())}};
+  std::string view_text = view.dump(-1, ' ', false, json::error_handler_t::replace);
   auto seen = ensured_.find(id);
-  if (seen == ensured_.end() || seen->second != view) {
+  if (seen == ensured_.end() || seen->second != view_text) {
     backend_.ensure(r);
-    ensured_[id] = std::move(view);
+    ensured_[id] = std::move(view_text);
   }
   RevisionHealth h = backend_.health(key.ns, key.name);
 

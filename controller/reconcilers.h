@@ -77,8 +77,9 @@ class Reconcilers {
   const CertificateStatus* certificates_ = nullptr;
   // What backend.ensure() last saw per revision (uid, labels, annotations,
   // spec), so ensure() runs on create/change only and cannot feed a loop
-  // through the backend's change callback.
-  std::map<std::string, nlohmann::json> ensured_;
+  // through the backend's change callback. Kept as compact JSON text: a
+  // parsed copy per Revision cost more memory than the ObjectCache.
+  std::map<std::string, std::string> ensured_;
 };
 
 }  // namespace knap::controller

@@ -8,8 +8,8 @@
 // every data span lies inside its input, and feeding the same bytes in two
 // pieces gives the same body and outcome as feeding them at once.
 //
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
-//     router/fuzz_http1.cc router/http1.cc -o /tmp/fuzz_http1 && /tmp/fuzz_http1 -max_total_time=60
+//   tools/fuzz.sh builds it (-Dfuzz=true, router/meson.build) and runs it over
+//   the seeds in tests/fuzz/corpus/http1 (first byte: where to split the rest).
 #include <cstdint>
 #include <cstdlib>
 #include <string>

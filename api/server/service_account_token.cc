@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base64.h"
+
 namespace knap::api {
 
 using nlohmann::json;
@@ -30,57 +32,7 @@ constexpr int64_t kMaxTokenSeconds = int64_t{1} << 32;  // Kubernetes' upper bou
 constexpr int64_t kMaxIssuedTokenSeconds = 48 * 3600;
 constexpr size_t kMaxTokenBytes = 16 * 1024;
 
-const char kUrlAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-int urlValue(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '-') return 62;
-  if (c == '_') return 63;
-  return -1;
-}
-
 }  // namespace
-
-std::string base64UrlEncode(const std::string& in) {
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kUrlAlphabet[(v >> s) & 63];
-  }
-  if (i + 1 == in.size()) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
-    out += kUrlAlphabet[(v >> 18) & 63];
-    out += kUrlAlphabet[(v >> 12) & 63];
-  } else if (i + 2 == in.size()) {
-    uint32_t v = (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8);
-    out += kUrlAlphabet[(v >> 18) & 63];
-    out += kUrlAlphabet[(v >> 12) & 63];
-    out += kUrlAlphabet[(v >> 6) & 63];
-  }
-  return out;
-}
-
-bool base64UrlDecode(const std::string& in, std::string* out) {
-  out->clear();
-  if (in.size() % 4 == 1) return false;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v = urlValue(c);
-    if (v < 0) return false;
-    acc = (acc << 6) | uint32_t(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out->push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  // Leftover bits must be zero (a canonical encoding).
-  return bits == 0 || (acc & ((1u << bits) - 1)) == 0;
-}
 
 StatusOr<ServiceAccountTokens> ServiceAccountTokens::loadOrCreate(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

@@ -65,8 +65,5 @@ class ServiceAccountTokens {
   std::string key_;
 };
 
-// base64url without padding (RFC 4648 §5), as JWTs use; decode is strict.
-std::string base64UrlEncode(const std::string& in);
-bool base64UrlDecode(const std::string& in, std::string* out);
 
 }  // namespace knap::api
