@@ -1,5 +1,7 @@
 #include "controller/controller.h"
 
+#include <utility>
+
 #include "common/log.h"
 #include "controller/object_util.h"
 
@@ -28,6 +30,8 @@ Controller::Controller(store::Store& store, RevisionBackend& backend, TimeSource
   listener_id_ = store_.addListener([this](const store::Event& e) { onStoreEvent(e); });
   if (Status st = cache_.prime(store_); !st.isOk()) {
     LOG(WARNING) << "controller: cannot fill the cache (retried before each reconcile): " << st.toString();
+  } else {
+    primed_at_construction_ = true;
   }
   backend_.setOnChange(
       [this](const std::string& ns, const std::string& name) { enqueue(store::Key{"Revision", ns, name}); });
@@ -69,7 +73,17 @@ void Controller::enqueue(const store::Key& key) {
 
 void Controller::enqueueAll() {
   std::vector<store::Key> keys;
-  if (Status st = cache_.prime(store_, &keys); !st.isOk()) {
+  bool fresh;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    fresh = std::exchange(primed_at_construction_, false);
+  }
+  if (fresh) {
+    // The constructor listed everything a moment ago, with the listener already registered: nothing can
+    // have been missed, so the start-up resync takes its keys from the cache instead of listing (and
+    // parsing) every object a second time.
+    keys = cache_.keys();
+  } else if (Status st = cache_.prime(store_, &keys); !st.isOk()) {
     LOG(WARNING) << "controller: resync cannot list objects: " << st.toString();
     return;
   }
@@ -94,6 +108,9 @@ void Controller::onStoreEvent(const store::Event& event) {
   if (const json* ref = controllerRefOf(event.object.body); ref != nullptr) {
     enqueue(store::Key{ref->value("kind", ""), key.ns, ref->value("name", "")});
   }
+  // Routes follow the Configurations and Revisions they name. Only on a change: re-reconciling every Route
+  // after every Configuration and Revision reconcile was most of a restart's reconciles.
+  if (key.kind == "Configuration" || key.kind == "Revision") enqueueRelatedRoutes(event.object);
   // DomainMappings follow their target (a Service's Route has its name) and
   // their domain's claim; a deleted mapping frees the domain for the others.
   if (key.kind == "Service" || key.kind == "Route") {
@@ -142,7 +159,6 @@ Status Controller::process(const store::Key& key) {
     LOG(WARNING) << "controller: reconcile " << key.toString() << ": " << st.toString() << " (retry in "
                  << std::chrono::duration_cast<std::chrono::milliseconds>(retry_in).count() << "ms)";
   }
-  if (key.kind == "Configuration" || key.kind == "Revision") enqueueRelatedRoutes(key);
   {
     std::lock_guard<std::mutex> l(mu_);
     queue_.done(key);
@@ -158,18 +174,16 @@ Status Controller::process(const store::Key& key) {
   return st;
 }
 
-void Controller::enqueueRelatedRoutes(const store::Key& key) {
+void Controller::enqueueRelatedRoutes(const store::Object& obj) {
+  const store::Key& key = obj.key;
   std::vector<store::Key> routes = cache_.routesReferencing(key.ns, key.kind, key.name);
-  auto obj = cache_.get(key);
-  if (obj) {
-    for (const std::string& r : splitList(annotationOf(obj->body, "serving.knative.dev/routes"))) {
-      routes.push_back(store::Key{"Route", key.ns, r});
-    }
-    if (key.kind == "Revision") {
-      std::string config_name = labelOf(obj->body, "serving.knative.dev/configuration");
-      if (!config_name.empty()) {
-        for (auto& r : cache_.routesReferencing(key.ns, "Configuration", config_name)) routes.push_back(r);
-      }
+  for (const std::string& r : splitList(annotationOf(obj.body, "serving.knative.dev/routes"))) {
+    routes.push_back(store::Key{"Route", key.ns, r});
+  }
+  if (key.kind == "Revision") {
+    std::string config_name = labelOf(obj.body, "serving.knative.dev/configuration");
+    if (!config_name.empty()) {
+      for (auto& r : cache_.routesReferencing(key.ns, "Configuration", config_name)) routes.push_back(r);
     }
   }
   for (const auto& r : routes) enqueue(r);

@@ -6,8 +6,8 @@
 // What enqueues what:
 //   - every committed store event enqueues the object and its controller
 //     owner (ownerReferences), so children's status reaches the parent;
-//   - after a Configuration or Revision is reconciled, the Routes that
-//     reference it (by spec or status traffic, or its routes annotation);
+//   - a Configuration or Revision event, the Routes that reference it (by
+//     spec or status traffic, or its routes annotation);
 //   - a Service or Route event, the DomainMappings that target it; a
 //     ClusterDomainClaim or DomainMapping event, the DomainMappings of that
 //     domain in every namespace;
@@ -74,7 +74,9 @@ class Controller {
   void enqueue(const store::Key& key);
   // Queues every Service, Configuration, Revision and Route in the store
   // (resync lane) and refreshes the cache from the same lists. A failing
-  // store list is logged (the next call retries).
+  // store list is logged (the next call retries). The first call after
+  // construction takes the keys from the cache the constructor just filled
+  // (the store listener was registered first, so nothing was missed).
   void enqueueAll();
   Stats stats() const;
   // See Reconcilers::setCertificateStatus; before start().
@@ -100,7 +102,7 @@ class Controller {
   // handed out by queue_.get()).
   Status process(const store::Key& key);
   Status dispatch(const store::Key& key);
-  void enqueueRelatedRoutes(const store::Key& key);
+  void enqueueRelatedRoutes(const store::Object& obj);
 
   store::Store& store_;
   RevisionBackend& backend_;
@@ -118,6 +120,7 @@ class Controller {
   uint64_t reconciles_ = 0, failures_ = 0;
   MonoTime resync_started_{};  // the last enqueueAll(), until the queue drains (logged)
   size_t resync_keys_ = 0;
+  bool primed_at_construction_ = false;  // the first enqueueAll() may use the cache as it is
   bool stopping_ = false;
   std::thread worker_;
 };

@@ -229,4 +229,12 @@ size_t ObjectCache::size() const {
   return objects_.size();
 }
 
+std::vector<Key> ObjectCache::keys() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Key> out;
+  out.reserve(objects_.size());
+  for (const auto& [id, entry] : objects_) out.push_back(entry.object.key);
+  return out;
+}
+
 }  // namespace knap::controller

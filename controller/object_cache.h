@@ -66,6 +66,8 @@ class ObjectCache {
   std::vector<store::Key> domainMappingsNamed(const std::string& name) const;
   std::vector<store::Key> domainMappingsTargeting(const std::string& ns, const std::string& route) const;
   size_t size() const;
+  // The keys of every cached object (not tombstones).
+  std::vector<store::Key> keys() const;
 
  private:
   struct Entry {

@@ -74,7 +74,26 @@ json withoutResourceVersion(const json& v) {
 }
 
 bool sameIgnoringResourceVersion(const json& a, const json& b) {
-  return withoutResourceVersion(a) == withoutResourceVersion(b);
+  // Field by field, without copying either side (a reconcile compares every object it looks at).
+  if (!a.is_object() || !b.is_object()) return a == b;
+  auto metadataSame = [](const json& ma, const json& mb) {
+    if (!ma.is_object() || !mb.is_object()) return ma == mb;
+    auto counted = [](const json& m) { return m.size() - (m.contains("resourceVersion") ? 1 : 0); };
+    if (counted(ma) != counted(mb)) return false;
+    for (auto it = ma.begin(); it != ma.end(); ++it) {
+      if (it.key() == "resourceVersion") continue;
+      auto other = mb.find(it.key());
+      if (other == mb.end() || *other != it.value()) return false;
+    }
+    return true;
+  };
+  if (a.size() != b.size()) return false;
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    auto other = b.find(it.key());
+    if (other == b.end()) return false;
+    if (it.key() == "metadata" ? !metadataSame(it.value(), *other) : *other != it.value()) return false;
+  }
+  return true;
 }
 
 json controllerOwnerRef(const json& owner) {

@@ -1,10 +1,14 @@
 #include "store/sqlite_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -16,10 +20,27 @@
 namespace knap::store {
 namespace {
 
+// 0 when a file can be created in `dir`, else the errno (EROFS: the disk is read-only).
+int probeWritable(const std::string& dir) {
+  std::string probe = dir + "/.knapd-write-test";
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return 0;
+}
+
 // Every SQLite result code becomes a Status here, and nowhere else.
 Status sqliteError(sqlite3* db, int rc, const std::string& context) {
   std::string msg = context + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)) + " (sqlite code " +
                     std::to_string(rc) + ")";
+  // The directory of the database: what an operator looks at when the disk is the problem.
+  auto dataDir = [db] {
+    const char* file = db ? sqlite3_db_filename(db, "main") : nullptr;
+    std::string where = file && *file ? std::string(file) : std::string("the database");
+    if (size_t slash = where.rfind('/'); slash != std::string::npos) where = where.substr(0, slash);
+    return where;
+  };
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
@@ -27,12 +48,25 @@ Status sqliteError(sqlite3* db, int rc, const std::string& context) {
     case SQLITE_READONLY:
     case SQLITE_PERM:
       return {Code::kUnavailable, msg};
-    case SQLITE_FULL: {
+    case SQLITE_FULL:
       // Not kResourceExhausted: that is 429, which clients take for throttling and retry.
-      const char* file = db ? sqlite3_db_filename(db, "main") : nullptr;
-      std::string where = file && *file ? std::string(file) : std::string("the database");
-      if (size_t slash = where.rfind('/'); slash != std::string::npos) where = where.substr(0, slash);
-      return {Code::kInternal, "disk full: no space left on the disk holding the data dir " + where + " (" + msg + ")"};
+      return {Code::kInternal,
+              "disk full: no space left on the disk holding the data dir " + dataDir() + " (" + msg + ")"};
+    case SQLITE_IOERR: {
+      // "disk I/O error" alone hides the cause; the OS error names it (EROFS: the disk went read-only).
+      // SQLite's own errno is often lost by then (it records errno after its clean-up calls), so a
+      // failed write also asks the disk: can a file be created next to the database?
+      int err = db ? sqlite3_system_errno(db) : 0;
+      if (err != EROFS && db && (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR_TRUNCATE ||
+                                 rc == SQLITE_IOERR_DIR_FSYNC)) {
+        if (probeWritable(dataDir()) == EROFS) err = EROFS;
+      }
+      if (err == EROFS) {
+        return {Code::kInternal, "read-only disk: the disk holding the data dir " + dataDir() +
+                                     " is read-only (" + msg + ": " + std::strerror(err) + ")"};
+      }
+      if (err != 0) msg += std::string(": ") + std::strerror(err);
+      return {Code::kInternal, msg};
     }
     case SQLITE_NOMEM:
       return {Code::kResourceExhausted, msg};

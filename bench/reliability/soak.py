@@ -60,17 +60,21 @@ class Soak:
                     f"  data-dir: {self.data}\n  api-listen: 127.0.0.1:{self.api}\n"
                     f"  router-listen: 127.0.0.1:{self.router}\n  containerd-namespace: {self.ns}\n"
                     f"  bridge-name: {self.bridge}\n  pod-subnet: 10.216.{tag}.0/24\n"
-                    "autoscaler:\n  stable-window: 6s\n  scale-to-zero-grace-period: 1s\n")
-        testapp = os.path.join(build, "tests", "apps", "knap-testapp")
+                    "autoscaler:\n  stable-window: 6s\n  panic-window-percentage: 20\n  scale-to-zero-grace-period: 1s\n")
+        self.proc = None
+        self.log = open(os.path.join(self.work, "knapd.log"), "a")
+
+    def start(self):
+        testapp = os.path.join(self.build, "tests", "apps", "knap-testapp")
         tar = os.path.join(self.work, "app.tar")
-        subprocess.run([os.path.join(build, "tools", "mkimage", "knap-mkimage"), "--out", tar, "--name", IMAGE,
+        subprocess.run([os.path.join(self.build, "tools", "mkimage", "knap-mkimage"), "--out", tar, "--name", IMAGE,
                         "--file", f"{testapp}:/app/knap-testapp", "--entrypoint", "/app/knap-testapp",
                         "--user", "app", "--workdir", "/app", "--expose", "8080"], check=True, capture_output=True)
-        subprocess.run([os.path.join(build, "tools", "knap"), "image", "import", tar, "--namespace", self.ns],
+        subprocess.run([os.path.join(self.build, "tools", "knap"), "image", "import", tar, "--namespace", self.ns],
                        check=True, capture_output=True)
-        self.log = open(os.path.join(self.work, "knapd.log"), "a")
-        self.proc = subprocess.Popen([os.path.join(build, "daemon", "knapd"), "--config", cfg, "--runtime",
-                                      "containerd"], stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([os.path.join(self.build, "daemon", "knapd"), "--config",
+                                      os.path.join(self.work, "config.yaml"), "--runtime", "containerd"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
         self.wait(lambda: self.req("GET", "/readyz")[0] == 200, 60, "knapd ready")
 
     def req(self, method, path, body=None, host=None, port=None, timeout=30):
@@ -101,8 +105,10 @@ class Soak:
             time.sleep(0.2)
         raise SystemExit(f"timed out: {what}\n" + open(self.log.name).read()[-3000:])
 
-    def pods(self):
-        return len(sh("ctr", "-n", self.ns, "tasks", "ls", "-q").split())
+    def tasks(self, status=None):
+        """The namespace's tasks (all, or those in `status`, e.g. RUNNING: a warm-pool pod is PAUSED)."""
+        rows = [line.split() for line in sh("ctr", "-n", self.ns, "tasks", "ls").splitlines()[1:]]
+        return len([r for r in rows if r and (status is None or r[-1] == status)])
 
     def ready(self, name):
         code, body = self.req("GET", f"{API}/{name}")
@@ -119,12 +125,13 @@ class Soak:
         self.wait(lambda: self.ready(name), 60, f"{name} Ready")
         host = f"{name}.default.localhost"
         self.wait(lambda: self.req("GET", "/", host=host, port=self.router)[0] == 200, 30, f"{name} serves")
-        self.wait(lambda: self.pods() == 0, 60, f"{name} scaled to zero")
+        self.wait(lambda: self.tasks("RUNNING") == 0, 60, f"{name} scaled to zero (no running pod; "
+                                                                "the warm pool's is paused)")
         code, _ = self.req("GET", "/", host=host, port=self.router, timeout=60)  # from zero
         assert code == 200, code
         code, _ = self.req("DELETE", f"{API}/{name}")
         assert code == 200, code
-        self.wait(lambda: self.pods() == 0, 60, f"{name} pods gone")
+        self.wait(lambda: self.tasks() == 0, 60, f"{name} pods gone (warm pool too)")
 
     def counts(self):
         def lines(*a):
@@ -151,14 +158,41 @@ class Soak:
         }
 
     def close(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        sh("ctr", "-n", self.ns, "images", "rm", IMAGE)
+        """Stops knapd and removes everything of this run, even after a failure: knapd leaves pods running
+        when it stops (it adopts them at start), so the namespace's tasks, containers, snapshots, leases and
+        image, the netns, the bridge and the pods' mounts go here."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        ctr = ("ctr", "-n", self.ns)
+        for t in sh(*ctr, "tasks", "ls", "-q").split():
+            sh(*ctr, "tasks", "kill", "-s", "SIGKILL", t)
+        time.sleep(0.5)
+        for t in sh(*ctr, "tasks", "ls", "-q").split():
+            sh(*ctr, "tasks", "rm", "-f", t)
+        for c in sh(*ctr, "containers", "ls", "-q").split():
+            sh(*ctr, "containers", "rm", c)
+        for lease in sh(*ctr, "leases", "ls", "-q").split():
+            sh(*ctr, "leases", "rm", lease)
+        sh(*ctr, "images", "rm", IMAGE)
+        for n in sh("ip", "netns", "list").split():
+            if n.startswith(f"knap-{self.bridge}+"):
+                sh("ip", "netns", "del", n)
         sh("ip", "link", "del", self.bridge)
+        with open("/proc/mounts") as f:
+            mounts = [line.split()[1] for line in f if line.split()[1].startswith(self.work + "/")]
+        for m in sorted(mounts, reverse=True):
+            sh("umount", "-l", m)
         shutil.rmtree(self.work, ignore_errors=True)
+        for _ in range(10):  # the snapshots go with containerd's GC, after the image and containers
+            if not sh(*ctr, "snapshots", "ls").splitlines()[1:]:
+                break
+            time.sleep(0.5)
+        sh("ctr", "namespaces", "rm", self.ns)
 
 
 def main(argv=None):
@@ -167,18 +201,27 @@ def main(argv=None):
     ap.add_argument("--duration", type=float, default=1800)
     args = ap.parse_args(argv)
     s = Soak(args.build, (os.getpid() + 11) % 150 + 60)
+    print(f"soak: load {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f} at start",
+          flush=True)
     try:
+        s.start()
         s.cycle("warmup")
         time.sleep(2)
         before = s.counts()
-        t0, n = time.time(), 0
+        t0, n, report = time.time(), 0, time.time() + 300
         while time.time() - t0 < args.duration:
             s.cycle(f"churn-{n % 3}")
             n += 1
+            if time.time() >= report:  # the trend, not only the end points
+                c = s.counts()
+                print(f"soak: {time.time() - t0:5.0f}s {n} cycles, knapd RSS {c['knapd_rss_kib']} KiB, "
+                      f"{c['knapd_fds']} fds, load {os.getloadavg()[0]:.1f}", flush=True)
+                report += 300
         time.sleep(3)
         after = s.counts()
         print(f"soak: {n} cycles (create, serve, scale to zero, serve from zero, delete) in "
-              f"{time.time() - t0:.0f}s")
+              f"{time.time() - t0:.0f}s; load {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
+              f"{os.getloadavg()[2]:.1f} at the end")
         leaked = []
         for k in before:
             print(f"  {k:16s} before {before[k]:8d}  after {after[k]:8d}")

@@ -1,11 +1,18 @@
 """Faults an operator meets on a bad day, with real pods (containerd, runc, CNI).
 
-The data dir (store, pod directories and their logs, CNI state) is a small
-tmpfs this test mounts and owns, so "disk full" is a filler file and
-"read-only disk" a remount; nothing outside it is touched. Each test uses its
-own containerd namespace, bridge and subnet (the serving fixture's scheme).
+The data dir (store, pod directories and their logs, CNI state) is a disk this
+test mounts and owns; nothing outside it is touched. "Disk full": a small
+tmpfs and a filler file. "Read-only disk": a FUSE passthrough (rofs.py) whose
+writes fail with EROFS, open files included, until a switch file goes away:
+Linux refuses to remount a file system read-only while files are open for
+writing on it (EBUSY), and ext4's own emergency read-only is only cleared by an
+unmount, so a real disk cannot go read-only and back under a running knapd
+(rofs.py says more). Each test uses its own containerd namespace, bridge and
+subnet (the serving fixture's scheme).
 """
 import concurrent.futures
+import errno
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import KNAP, Knapd
+from conftest import KNAP, KNAPD, Knapd
 from test_serving import import_testapp, IMAGE, MKIMAGE, TESTAPP, containerd_ok, get
 
 pytestmark = pytest.mark.skipif(
@@ -31,6 +38,51 @@ def mount_tmpfs(path, size):
 
 def umount(path):
     subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+ROFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rofs.py")
+
+
+class ReadOnlySwitch:
+    """`path` as a disk that turns read-only (EROFS, open files included) and back: rofs.py over `backing`."""
+
+    def __init__(self, backing, path):
+        self.path, self.switch = path, path + ".read-only"
+        os.makedirs(backing, exist_ok=True)
+        os.makedirs(path, exist_ok=True)
+        self.log = open(path + ".rofs.log", "a")
+        self.proc = subprocess.Popen(["/usr/bin/python3", ROFS, backing, path, self.switch], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while not self.mounted():
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.close()
+                raise RuntimeError("rofs did not mount: " + open(self.log.name).read()[-2000:])
+            time.sleep(0.05)
+
+    def mounted(self):
+        with open("/proc/mounts") as f:
+            return any(line.split()[1] == self.path for line in f)
+
+    def read_only(self, on):
+        if on:
+            open(self.switch, "w").close()
+        elif os.path.exists(self.switch):
+            os.unlink(self.switch)
+
+    def close(self):
+        self.read_only(False)
+        # Pod mounts (each pod's /tmp) may still sit on it when knapd failed: lazily, innermost first.
+        with open("/proc/mounts") as f:
+            inner = [line.split()[1] for line in f if line.split()[1].startswith(self.path + "/")]
+        for m in sorted(inner, reverse=True):
+            umount(m)
+        umount(self.path)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def fill(path):
@@ -81,20 +133,38 @@ def chatty_requests(k, host, n, pad=2000, timeout=10):
 
 
 @pytest.fixture
-def faulty(workdir):
+def faulty(workdir, request):
+    """knapd with real pods on a disk that fills (request.param "full") or turns read-only ("read-only")."""
+    fault = request.param
     tag = (os.getpid() + 37) % 150 + 60
     ns = f"knap-fault-{tag}"
     data = os.path.join(workdir, "data")
-    mount_tmpfs(data, "64m")
+    ro = None
+    if fault == "full":
+        mount_tmpfs(data, "64m")
+    else:
+        if importlib.util.find_spec("fusepy") is None or not os.path.exists("/dev/fuse"):
+            umount(data)
+            pytest.fail("the read-only disk needs FUSE and python3-fusepy (tools/packages/base.test)")
+        ro = ReadOnlySwitch(os.path.join(workdir, "backing"), data)
+    # The API socket off the faulty disk: a unix socket is no file the test means to break.
     k = Knapd(workdir, runtime="containerd", extra_config=(
         f"  containerd-namespace: {ns}\n"
         f"  bridge-name: knapf{tag}\n"
         f"  pod-subnet: 10.218.{tag}.0/24\n"
+        f"  api-socket: {workdir}/knapd.sock\n"
         f"  metrics-listen: 127.0.0.1:0\n"))
-    import_testapp(workdir, ns)
-    k.start(timeout=60)
+    k.fault, k.read_only = fault, (ro.read_only if ro else None)
+    try:
+        import_testapp(workdir, ns)
+        k.start(timeout=60)
+    except BaseException:
+        k.stop()
+        ro.close() if ro else umount(data)
+        raise
     yield k
-    subprocess.run(["mount", "-o", "remount,rw", data], capture_output=True)
+    if ro:
+        ro.read_only(False)
     free(os.path.join(data, "filler"))
     if k.alive():
         for svc in json.loads(k.http("GET", SERVICES)[1])["items"]:
@@ -104,21 +174,33 @@ def faulty(workdir):
     k.stop()
     subprocess.run(["ctr", "-n", ns, "images", "rm", IMAGE], capture_output=True)
     subprocess.run(["ip", "link", "del", f"knapf{tag}"], capture_output=True)
-    umount(data)
+    ro.close() if ro else umount(data)
 
 
-def create_acknowledged(k, names):
-    """Creates Services; returns the names the API acknowledged (201)."""
+def create_acknowledged(k, names, refused=None):
+    """Creates Services; returns the names the API acknowledged (201). Refusals go to `refused` (code, message):
+    a failing disk must be an error response, never a hang."""
     acked = []
     for n in names:
-        code, _, _ = k.http("POST", SERVICES, service_doc(n))
+        code, body, _ = k.http("POST", SERVICES, service_doc(n), timeout=30)
         if code == 201:
             acked.append(n)
+        elif refused is not None:
+            try:
+                refused.append((code, json.loads(body).get("message", "")))
+            except ValueError:
+                refused.append((code, body[:200]))
     return acked
 
 
-@pytest.mark.parametrize("fault", ["full"])  # read-only: remount,ro of the busy tmpfs fails (EBUSY); not done
-def test_pods_keep_serving_and_logging_on_a_full_or_read_only_disk(faulty, fault):
+def knap_logs(k, name):
+    out = subprocess.run([KNAP, "logs", name, "--data-dir", k.data_dir], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("faulty", ["full", "read-only"], indirect=True)
+def test_pods_keep_serving_and_logging_on_a_full_or_read_only_disk(faulty):
     k = faulty
     data = k.data_dir
     assert k.http("POST", SERVICES, service_doc("chatty"))[0] == 201
@@ -126,16 +208,28 @@ def test_pods_keep_serving_and_logging_on_a_full_or_read_only_disk(faulty, fault
     host = "chatty.default.localhost"
     assert chatty_requests(k, host, 20) == [200] * 20
 
-    # Services acknowledged while the disk is failing under them.
-    acked = []
-    t = threading.Thread(target=lambda: acked.extend(create_acknowledged(k, [f"late-{i}" for i in range(5)])))
-    t.start()
-    if fault == "full":
+    # Services acknowledged around the fault: while the disk fills (some reconciles then fail), or the one
+    # just before the disk turns read-only, and the four after it, which are refused.
+    acked, refused = [], []
+    if k.fault == "full":
+        t = threading.Thread(target=lambda: acked.extend(create_acknowledged(k, [f"late-{i}" for i in range(5)],
+                                                                             refused)))
+        t.start()
         filler = fill(data)
+        t.join()
     else:
-        time.sleep(0.05)
-        subprocess.run(["mount", "-o", "remount,ro", data], check=True)
-    t.join()
+        acked += create_acknowledged(k, ["late-0"])
+        k.read_only(True)
+        with pytest.raises(OSError) as e:  # the disk really is read-only
+            open(os.path.join(data, "probe"), "w").close()
+        assert e.value.errno == errno.EROFS
+        acked += create_acknowledged(k, [f"late-{i}" for i in range(1, 5)], refused)
+        assert len(refused) == 4, refused
+        # Refused with an error that says why, not a hang and not a bare "disk I/O error".
+        for code, message in refused:
+            assert code >= 500 and "read-only" in message.lower(), (code, message)
+    print(f"fault={k.fault}: {len(acked)} of 5 creates acknowledged around the fault, refused: {refused[:1]}")
+    assert all(code >= 500 for code, _ in refused), refused
 
     # ~2 MB of request lines, far beyond a pipe's 64 KiB: the app must not block on its stdout.
     t0 = time.time()
@@ -144,28 +238,37 @@ def test_pods_keep_serving_and_logging_on_a_full_or_read_only_disk(faulty, fault
     assert time.time() - t0 < 60
     # Still answering a while later (a hang after the pipe fills would show here).
     assert chatty_requests(k, host, 20) == [200] * 20
+    # What was logged before still reads.
+    assert "GET /?i=2&pad=" in knap_logs(k, "chatty")
+    if k.fault == "read-only":
+        # A knapd started now refuses, naming the data dir and why (the running one keeps serving).
+        out = subprocess.run([KNAPD, "--config", k.config_path, "--runtime", "none"], capture_output=True,
+                             text=True, timeout=30)
+        assert out.returncode != 0
+        assert f"the data dir {data} is not writable (Read-only file system)" in out.stderr, out.stderr
 
     # Space comes back: every acknowledged Service is reconciled within 10 s.
-    if fault == "full":
+    if k.fault == "full":
         free(filler)
     else:
-        subprocess.run(["mount", "-o", "remount,rw", data], check=True)
+        k.read_only(False)
     back = time.time()
     # More Services once the disk works again.
     acked += create_acknowledged(k, ["after-0"])
     for n in acked:
         k.wait_for(lambda: ready(k, n), timeout=max(1, 10 - (time.time() - back)) + 0.5,
-                   what=f"{n} Ready within 10 s of space returning")
+                   what=f"{n} Ready within 10 s of the disk working again")
     took = time.time() - back
-    print(f"fault={fault}: {len(acked)} acknowledged Services Ready {took:.1f}s after space returned")
+    print(f"fault={k.fault}: {len(acked)} acknowledged Services Ready {took:.1f}s after the disk worked again "
+          f"(load {os.getloadavg()[0]:.1f})")
 
     # The log says what was dropped, and `knap logs` still works.
     assert chatty_requests(k, host, 3) == [200] * 3
-    out = subprocess.run([KNAP, "logs", "chatty", "--data-dir", data],
-                         capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert "knap-logdrain: dropped" in out.stdout, out.stdout[-2000:]
-    assert "GET /?i=2&pad=" in out.stdout
+    out = knap_logs(k, "chatty")
+    assert "knap-logdrain: dropped" in out, out[-2000:]
+    assert "GET /?i=2&pad=" in out
+    if k.fault == "read-only":
+        assert "Read-only file system" in out, out[-2000:]
 
 
 @pytest.fixture

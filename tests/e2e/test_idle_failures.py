@@ -20,7 +20,9 @@ from conftest import Knapd
 from registry import require_root_and_containerd, teardown_knapd_pods
 
 API = "/apis/serving.knative.dev/v1/namespaces/default"
-N = 10
+# Unpullable and crash-looping Services: 10 of each in the suite. KNAP_IDLE_FAILURES="271,0" measures the
+# issue's case (271 Revisions whose image is missing) by hand; docs/reliability.md has the figure.
+N_NOPULL, N_CRASH = (int(x) for x in os.environ.get("KNAP_IDLE_FAILURES", "10,10").split(","))
 QUIET_WINDOW_S = 30
 
 
@@ -68,12 +70,13 @@ def test_idle_failing_revisions_make_almost_no_store_writes(knapd):
     missing = k.registry.image("app:does-not-exist")
     good = k.registry.image("app:v1")
     names = []
-    for i in range(N):
-        for name, doc in ((f"nopull-{i}", service(f"nopull-{i}", missing)),
-                          (f"crash-{i}", service(f"crash-{i}", good, ["--crash-after-ms", "0"]))):
-            code, body, _ = k.http("POST", API + "/services", json.dumps(doc))
-            assert code == 201, body
-            names.append(name)
+    docs = [(f"nopull-{i}", service(f"nopull-{i}", missing)) for i in range(N_NOPULL)]
+    docs += [(f"crash-{i}", service(f"crash-{i}", good, ["--crash-after-ms", "0"])) for i in range(N_CRASH)]
+    for name, doc in docs:
+        code, body, _ = k.http("POST", API + "/services", json.dumps(doc))
+        assert code == 201, body
+        names.append(name)
+    total = len(names)
 
     def all_failing():
         for name in names:
@@ -85,17 +88,17 @@ def test_idle_failing_revisions_make_almost_no_store_writes(knapd):
                 return False
         return True
 
-    k.wait_for(all_failing, timeout=240, what="every Service to report why it fails")
+    k.wait_for(all_failing, timeout=240 + total, what="every Service to report why it fails")
     # Let the first retries (1 s, 2 s, 4 s ...) and the first few repeats of each Event pass.
     time.sleep(20)
     start = global_rv(k)
     time.sleep(QUIET_WINDOW_S)
     writes = global_rv(k) - start
     rate = writes / QUIET_WINDOW_S
-    print(f"\nidle failing Revisions: {2 * N} ({N} unpullable, {N} crash-looping): "
-          f"{writes} store writes in {QUIET_WINDOW_S} s ({rate:.2f}/s)")
-    # The bound scales to the target (< 1 write/s for 271 failing Revisions).
-    assert rate < 2 * N / 271 * 3, f"{writes} store writes in {QUIET_WINDOW_S} s from idle failing Revisions"
+    print(f"\nidle failing Revisions: {total} ({N_NOPULL} unpullable, {N_CRASH} crash-looping): "
+          f"{writes} store writes in {QUIET_WINDOW_S} s ({rate:.2f}/s; load {os.getloadavg()[0]:.1f})")
+    # The bound scales to the target (< 1 write/s for 271 failing Revisions), with a margin below 271.
+    assert rate < min(1, total / 271 * 3), f"{writes} store writes in {QUIET_WINDOW_S} s from idle failing Revisions"
     # The failures are still reported (nothing was silenced to get here).
     for name in names:
         svc = k.get_json(f"{API}/services/{name}")
