@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "api/effective_config.h"
+#include "api/revision_settings.h"
 #include "api/resources.h"
 #include "common/base64.h"
 #include "common/log.h"
@@ -23,18 +23,22 @@ namespace {
 
 using nlohmann::json;
 
-std::string revisionKey(const json& obj) {
-  return obj["metadata"].value("namespace", "") + "/" + obj["metadata"].value("name", "");
+// obj[name] when obj is an object that has it, else null (stored objects are
+// not trusted to have admission's shape).
+const json& member(const json& obj, const char* name) {
+  static const json kNull;
+  if (!obj.is_object()) return kNull;
+  auto it = obj.find(name);
+  return it == obj.end() ? kNull : *it;
 }
 
-scaler::ScalerSettings toScalerSettings(const api::AutoscalingSettings& a, const Config& config, bool reachable,
-                                        Duration progress_deadline) {
+scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool reachable) {
+  const api::AutoscalingSettings& a = r.autoscaling;
   scaler::ScalerSettings s;
-  s.metric = a.metric == "rps" ? scaler::ScalingMetric::kRps : scaler::ScalingMetric::kConcurrency;
+  s.metric = scaler::parseScalingMetric(a.metric).value_or(scaler::ScalingMetric::kConcurrency);
   s.target_value = a.target_value;
   s.total_value = a.total_value;
-  s.aggregation = a.metric_aggregation_algorithm == "linear" ? scaler::Aggregation::kLinear
-                                                             : scaler::Aggregation::kWeightedExponential;
+  s.aggregation = scaler::parseAggregation(a.metric_aggregation_algorithm).value_or(scaler::Aggregation::kLinear);
   s.stable_window = a.stable_window;
   s.panic_window_percentage = a.panic_window_percentage;
   s.panic_threshold_percentage = a.panic_threshold_percentage;
@@ -50,8 +54,7 @@ scaler::ScalerSettings toScalerSettings(const api::AutoscalingSettings& a, const
   s.pod_retention_period = a.scale_to_zero_pod_retention_period;
   s.target_burst_capacity = a.target_burst_capacity;
   s.reachable = reachable;
-  s.progress_deadline = progress_deadline;
-  (void)config;
+  s.progress_deadline = r.progress_deadline;  // the Revision's progress-deadline, as the pod runner's
   return s;
 }
 
@@ -499,34 +502,28 @@ void DataPlane::syncRevisions() {
   std::set<std::string> live;
   for (const auto& obj : *revisions) {
     const json& rev = obj.body;
-    std::string key = revisionKey(rev);
+    std::string key = obj.key.ns + "/" + obj.key.name;
     live.insert(key);
-    const json spec = rev.value("spec", json::object());
-    int64_t cc = spec.value("containerConcurrency", int64_t{0});
-    json annotations = rev["metadata"].value("annotations", json::object());
-    std::string routing_state = rev["metadata"].value("labels", json::object()).value(api::labels::kRoutingState, "");
-    bool reachable = routing_state != "reserve";
+    const api::RevisionSettings settings = api::revisionSettings(rev, config_);
+    const json& md = member(rev, "metadata");
+    bool reachable = member(member(md, "labels"), api::labels::kRoutingState) != "reserve";
     // Only re-apply when what the data plane uses changed.
-    std::string fingerprint = spec.dump() + annotations.dump() + (reachable ? "r" : "u");
+    std::string fingerprint = member(rev, "spec").dump() + member(md, "annotations").dump() + (reachable ? "r" : "u");
     auto known = known_revisions_.find(key);
     if (known != known_revisions_.end() && known->second == fingerprint) continue;
 
     router::RevisionConfig rc;
-    rc.container_concurrency = static_cast<int>(cc);
-    rc.timeout = std::chrono::seconds(spec.value("timeoutSeconds", int64_t{300}));
-    if (spec.contains("responseStartTimeoutSeconds"))
-      rc.response_start_timeout = std::chrono::seconds(spec.value("responseStartTimeoutSeconds", int64_t{0}));
-    if (spec.contains("idleTimeoutSeconds"))
-      rc.idle_timeout = std::chrono::seconds(spec.value("idleTimeoutSeconds", int64_t{0}));
+    rc.container_concurrency = static_cast<int>(settings.container_concurrency);
+    rc.timeout = settings.timeout;
+    rc.response_start_timeout = settings.response_start_timeout;
+    rc.idle_timeout = settings.idle_timeout;
     router_->setRevisionConfig(key, rc);
 
-    auto settings = api::autoscalingSettings(annotations, config_, cc);
-    if (!settings.isOk()) {
-      LOG(WARNING) << "revision " << key << ": autoscaling settings: " << settings.status().message();
+    if (!settings.errors.empty()) {
+      LOG(WARNING) << "revision " << key << ": settings: " << settings.status().message();
       continue;
     }
-    Duration deadline = config_.deployment.progress_deadline;
-    auto st = driver_->addRevision(key, toScalerSettings(*settings, config_, reachable, deadline));
+    auto st = driver_->addRevision(key, toScalerSettings(settings, reachable));
     if (!st.isOk()) {
       LOG(WARNING) << "revision " << key << ": scaler: " << st.message();
       continue;

@@ -4,6 +4,7 @@
 #include <random>
 #include <sstream>
 
+#include "api/revision_settings.h"
 #include "common/duration.h"
 #include "common/log.h"
 #include "runtime/pod/oci_spec.h"
@@ -20,13 +21,6 @@ namespace {
 // once it has failed for this long (not for the refused connects of every
 // normal start-up).
 constexpr Duration kProbeFailureGrace = std::chrono::seconds(1);
-
-constexpr char kInitialScaleAnnotation[] = "autoscaling.knative.dev/initial-scale";
-constexpr char kMinScaleAnnotation[] = "autoscaling.knative.dev/min-scale";
-constexpr char kMinScaleLegacyAnnotation[] = "autoscaling.knative.dev/minScale";
-constexpr char kMaxScaleAnnotation[] = "autoscaling.knative.dev/max-scale";
-constexpr char kMaxScaleLegacyAnnotation[] = "autoscaling.knative.dev/maxScale";
-constexpr char kProgressDeadlineAnnotation[] = "serving.knative.dev/progress-deadline";
 
 std::optional<std::string> annotation(const json& obj, const char* key) {
   const json* md = obj.contains("metadata") && obj["metadata"].is_object() ? &obj["metadata"] : nullptr;
@@ -48,12 +42,6 @@ std::optional<int> annotationInt(const json& obj, const char* key) {
   } catch (...) {
     return std::nullopt;
   }
-}
-
-// The kebab-case autoscaling annotation, else its legacy camelCase alias.
-std::optional<int> scaleAnnotation(const json& obj, const char* kebab, const char* camel) {
-  if (annotation(obj, kebab)) return annotationInt(obj, kebab);
-  return annotationInt(obj, camel);
 }
 
 std::string str(const json& j, const char* a, const char* b) {
@@ -133,12 +121,7 @@ const char* warmPoolModeName(WarmPoolMode m) { return m == WarmPoolMode::kCreate
 
 PodRunnerOptions optionsFromConfig(const Config& config) {
   PodRunnerOptions o;
-  o.progress_deadline = config.deployment.progress_deadline;
-  o.default_initial_scale = config.autoscaler.initial_scale;
-  o.allow_zero_initial_scale = config.autoscaler.allow_zero_initial_scale;
-  o.default_min_scale = config.autoscaler.min_scale;
-  o.default_max_scale = config.autoscaler.max_scale;
-  o.enable_scale_to_zero = config.autoscaler.enable_scale_to_zero;
+  o.config = config;
   o.warm_pool_size = static_cast<int>(std::max<int64_t>(0, config.knap.warm_pool_size));
   o.warm_pool_mode = config.knap.warm_pool_mode == "created" ? WarmPoolMode::kCreated : WarmPoolMode::kFrozen;
   return o;
@@ -379,19 +362,18 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
       rev.spec_error = "livenessProbe: " + p.status().message();
     }
   }
-  int64_t timeout = 300;
-  if (object.contains("spec") && object["spec"].is_object() && object["spec"].contains("timeoutSeconds") &&
-      object["spec"]["timeoutSeconds"].is_number_integer()) {
-    timeout = object["spec"]["timeoutSeconds"].get<int64_t>();
+  const api::RevisionSettings settings = api::revisionSettings(object, options_.config);
+  if (!settings.errors.empty() && rev.settings_error != settings.errors.front()) {
+    LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << settings.errors.front()
+                 << " (the default is used)";
   }
-  rev.stop_grace = std::min<Duration>(seconds(timeout), options_.max_stop_grace);
-  rev.progress_deadline = options_.progress_deadline;
-  if (auto pd = annotation(object, kProgressDeadlineAnnotation)) {
-    auto d = parseGoDuration(*pd);
-    if (d.isOk() && d->count() > 0) rev.progress_deadline = *d;
-  }
-  rev.min_scale = scaleAnnotation(object, kMinScaleAnnotation, kMinScaleLegacyAnnotation).value_or(options_.default_min_scale);
-  rev.max_scale = scaleAnnotation(object, kMaxScaleAnnotation, kMaxScaleLegacyAnnotation).value_or(options_.default_max_scale);
+  rev.settings_error = settings.errors.empty() ? "" : settings.errors.front();
+  rev.stop_grace = std::min<Duration>(settings.timeout, options_.max_stop_grace);
+  rev.progress_deadline = settings.progress_deadline;
+  rev.min_scale = settings.autoscaling.min_scale;
+  rev.max_scale = settings.autoscaling.max_scale;
+  // Initial scale (KNATIVE-CONTRACT §4.7), at least min-scale.
+  rev.initial_scale = std::max(settings.autoscaling.initial_scale, rev.min_scale);
   int size = options_.warm_pool_size;
   if (auto w = annotation(object, kWarmPoolAnnotation)) {
     if (auto n = annotationInt(object, kWarmPoolAnnotation)) {
@@ -413,7 +395,7 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
     }
   }
   // Only revisions that can scale to zero keep a pool.
-  rev.warm_size = rev.min_scale == 0 && options_.enable_scale_to_zero ? size : 0;
+  rev.warm_size = rev.min_scale == 0 && settings.autoscaling.enable_scale_to_zero ? size : 0;
   rev.image_ready_at.reset();
   if (auto t = annotation(object, kImageReadyAtAnnotation)) {
     WallTime w{};
@@ -441,19 +423,12 @@ void PodRunner::ensure(const json& revision) {
     rev.removed = false;
     configureLocked(rev, revision);
     if (first) {
-      // Initial scale (KNATIVE-CONTRACT §4.7): annotation (0 only if allowed),
-      // else config; at least min-scale.
-      int initial = options_.default_initial_scale;
-      if (auto a = annotationInt(revision, kInitialScaleAnnotation)) {
-        if (*a != 0 || options_.allow_zero_initial_scale) initial = *a;
-      }
-      int min_scale = rev.min_scale;
       if (auto p = pending_scale_.find(k); p != pending_scale_.end()) {
         rev.desired = p->second;
         rev.scaler_set = true;
         pending_scale_.erase(p);
       }
-      if (!rev.scaler_set) rev.desired = std::max(initial, min_scale);
+      if (!rev.scaler_set) rev.desired = rev.initial_scale;
       attachAdoptedLocked(rev, now);
     }
   }

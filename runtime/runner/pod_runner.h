@@ -84,14 +84,13 @@ struct PodRunnerOptions {
   Duration backoff_initial = std::chrono::seconds(1);
   Duration backoff_max = std::chrono::minutes(5);
   Duration backoff_reset = std::chrono::minutes(1);  // ready this long: back-off starts over
-  Duration progress_deadline = std::chrono::seconds(600);  // config-deployment default
   Duration max_stop_grace = std::chrono::seconds(30);      // cap on timeoutSeconds as grace
   Duration loop_interval = std::chrono::milliseconds(20);  // control loop idle wake-up
-  int default_initial_scale = 1;
-  bool allow_zero_initial_scale = false;
-  int default_min_scale = 0;
-  int default_max_scale = 0;        // config-autoscaler max-scale (0 = no limit)
-  bool enable_scale_to_zero = true;  // false: no revision scales to zero, so no warm pools
+  // The defaults under each Revision's settings (api/revision_settings.h):
+  // config-autoscaler (initial/min/max scale, enable-scale-to-zero: false
+  // means no warm pools), config-deployment (progress deadline),
+  // config-defaults (timeoutSeconds, the stop grace up to max_stop_grace).
+  Config config;
   int warm_pool_size = 0;           // knap.warm-pool-size (optionsFromConfig); 0 = no pools by default
   WarmPoolMode warm_pool_mode = WarmPoolMode::kFrozen;
   Duration warm_memory_interval = std::chrono::seconds(10);  // how often warm pods' memory is read
@@ -113,8 +112,8 @@ struct PodRunnerOptions {
   Duration objects_refresh_interval = std::chrono::seconds(2);
 };
 
-// PodRunnerOptions from knapd's config (progress deadline, initial/min/max
-// scale, warm pool size and mode).
+// PodRunnerOptions from knapd's config (the settings defaults, warm pool size
+// and mode).
 PodRunnerOptions optionsFromConfig(const Config& config);
 
 struct Endpoint {
@@ -261,11 +260,13 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     runtime::ProbeSpec readiness_spec;
     std::optional<runtime::ProbeSpec> liveness_spec;
     int port = 8080;
+    int initial_scale = 1;    // already at least min-scale
     int min_scale = 0;
     int max_scale = 0;        // 0 = no limit
     int warm_size = 0;        // pool size before the max-scale cap (0 when min-scale > 0)
     WarmPoolMode warm_mode = WarmPoolMode::kFrozen;
     std::string warm_bad_value;  // an invalid knap.dev/warm-pool already logged
+    std::string settings_error;  // the refused setting already logged
     std::optional<WallTime> image_ready_at;
     WakeReport last_wake;
     WarmPoolStatus last_warm;
