@@ -1,5 +1,6 @@
 #include "controller/controller.h"
 
+#include "common/guard.h"
 #include "common/log.h"
 #include "controller/object_util.h"
 
@@ -43,7 +44,7 @@ void Controller::start() {
   std::lock_guard<std::mutex> l(mu_);
   if (worker_.joinable()) return;
   stopping_ = false;
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this] { runRestarting("controller worker", [this] { workerLoop(); }); });
 }
 
 void Controller::stop() {
@@ -92,7 +93,9 @@ void Controller::onStoreEvent(const store::Event& event) {
   const store::Key& key = event.object.key;
   enqueue(key);
   if (const json* ref = controllerRefOf(event.object.body); ref != nullptr) {
-    enqueue(store::Key{ref->value("kind", ""), key.ns, ref->value("name", "")});
+    const json& kind = ref->value("kind", json());
+    const json& name = ref->value("name", json());
+    if (kind.is_string() && name.is_string()) enqueue(store::Key{kind.get<std::string>(), key.ns, name.get<std::string>()});
   }
   // DomainMappings follow their target (a Service's Route has its name) and
   // their domain's claim; a deleted mapping frees the domain for the others.
@@ -122,7 +125,7 @@ Status Controller::process(const store::Key& key) {
     if (st.isOk()) {
       for (int attempt = 0; attempt < kMaxConflictRetries; ++attempt) {
         ++runs;
-        st = dispatch(key);
+        st = statusOfThrowing("reconcile " + key.toString(), [&] { return dispatch(key); });
         if (st.code() != Code::kConflict) break;
       }
     }

@@ -14,6 +14,7 @@
 #include "api/revision_settings.h"
 #include "api/resources.h"
 #include "common/base64.h"
+#include "common/guard.h"
 #include "common/log.h"
 #include "controller/domain_mappings.h"
 #include "controller/route_urls.h"
@@ -30,32 +31,6 @@ const json& member(const json& obj, const char* name) {
   if (!obj.is_object()) return kNull;
   auto it = obj.find(name);
   return it == obj.end() ? kNull : *it;
-}
-
-scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool reachable) {
-  const api::AutoscalingSettings& a = r.autoscaling;
-  scaler::ScalerSettings s;
-  s.metric = scaler::parseScalingMetric(a.metric).value_or(scaler::ScalingMetric::kConcurrency);
-  s.target_value = a.target_value;
-  s.total_value = a.total_value;
-  s.aggregation = scaler::parseAggregation(a.metric_aggregation_algorithm).value_or(scaler::Aggregation::kLinear);
-  s.stable_window = a.stable_window;
-  s.panic_window_percentage = a.panic_window_percentage;
-  s.panic_threshold_percentage = a.panic_threshold_percentage;
-  s.max_scale_up_rate = a.max_scale_up_rate;
-  s.max_scale_down_rate = a.max_scale_down_rate;
-  s.min_scale = a.min_scale;
-  s.max_scale = a.max_scale;
-  s.initial_scale = a.initial_scale;
-  s.activation_scale = a.activation_scale;
-  s.scale_down_delay = a.scale_down_delay;
-  s.enable_scale_to_zero = a.enable_scale_to_zero;
-  s.scale_to_zero_grace_period = a.scale_to_zero_grace_period;
-  s.pod_retention_period = a.scale_to_zero_pod_retention_period;
-  s.target_burst_capacity = a.target_burst_capacity;
-  s.reachable = reachable;
-  s.progress_deadline = r.progress_deadline;  // the Revision's progress-deadline, as the pod runner's
-  return s;
 }
 
 // How often the certificate directory is looked at for changed files.
@@ -101,6 +76,32 @@ router::HttpProtocol httpProtocol(const std::string& v) {
 }
 
 }  // namespace
+
+scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool reachable) {
+  const api::AutoscalingSettings& a = r.autoscaling;
+  scaler::ScalerSettings s;
+  s.metric = scaler::parseScalingMetric(a.metric).value_or(scaler::ScalingMetric::kConcurrency);
+  s.target_value = a.target_value;
+  s.total_value = a.total_value;
+  s.aggregation = scaler::parseAggregation(a.metric_aggregation_algorithm).value_or(scaler::Aggregation::kLinear);
+  s.stable_window = a.stable_window;
+  s.panic_window_percentage = a.panic_window_percentage;
+  s.panic_threshold_percentage = a.panic_threshold_percentage;
+  s.max_scale_up_rate = a.max_scale_up_rate;
+  s.max_scale_down_rate = a.max_scale_down_rate;
+  s.min_scale = a.min_scale;
+  s.max_scale = a.max_scale;
+  s.initial_scale = a.initial_scale;
+  s.activation_scale = a.activation_scale;
+  s.scale_down_delay = a.scale_down_delay;
+  s.enable_scale_to_zero = a.enable_scale_to_zero;
+  s.scale_to_zero_grace_period = a.scale_to_zero_grace_period;
+  s.pod_retention_period = a.scale_to_zero_pod_retention_period;
+  s.target_burst_capacity = a.target_burst_capacity;
+  s.reachable = reachable;
+  s.progress_deadline = r.progress_deadline;  // the Revision's progress-deadline, as the pod runner's
+  return s;
+}
 
 StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what) {
   auto colon = listen.rfind(':');
@@ -191,7 +192,7 @@ Status DataPlane::start() {
   KNAP_RETURN_IF_ERROR(init_status_);
   KNAP_RETURN_IF_ERROR(router_->start());
   listener_id_ = store_.addListener([this](const store::Event& e) { onStoreEvent(e); });
-  sync_thread_ = std::thread([this] { syncLoop(); });
+  sync_thread_ = std::thread([this] { runRestarting("data plane sync loop", [this] { syncLoop(); }); });
   ticker_->start();
   if (router_fd_ >= 0) {
     LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port() << ")";
@@ -266,11 +267,14 @@ void DataPlane::syncLoop() {
     const bool files_due = poll_files && std::chrono::steady_clock::now() >= next_file_poll;
     if (files_due) next_file_poll = std::chrono::steady_clock::now() + kCertFilePoll;
     lock.unlock();
-    if (revisions) syncRevisions();  // configs first: a new route may point at a new revision
-    if (routes) syncRoutes();
+    // Each step is guarded on its own: one that throws (a stored object of a
+    // shape no code expected) is logged and the others still run.
+    if (revisions) runGuarded("data plane: sync revisions", [this] { syncRevisions(); });  // configs first
+    if (routes) runGuarded("data plane: sync routes", [this] { syncRoutes(); });
     if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
     if (tls_ && (certs || routes || files_due)) {
-      syncCertificates();  // after the routes: Secrets serve the routed hosts of their namespace
+      // After the routes: Secrets serve the routed hosts of their namespace.
+      runGuarded("data plane: sync certificates", [this] { syncCertificates(); });
     }
     lock.lock();
   }

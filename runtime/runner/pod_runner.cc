@@ -6,6 +6,7 @@
 
 #include "api/revision_settings.h"
 #include "common/duration.h"
+#include "common/guard.h"
 #include "common/log.h"
 #include "runtime/pod/oci_spec.h"
 
@@ -150,12 +151,12 @@ void PodRunner::start() {
             fn = std::move(queue_.front());
             queue_.pop_front();
           }
-          fn();
+          runGuarded("pod runner: work item", fn);  // a throwing item fails alone
         }
       });
     }
   }
-  loop_thread_ = std::thread([this] { loop(); });
+  loop_thread_ = std::thread([this] { runRestarting("pod runner loop", [this] { loop(); }); });
 }
 
 void PodRunner::loop() {
@@ -332,8 +333,10 @@ void PodRunner::spawnWaiterLocked(Revision& rev, Pod& pod) {
     finished_waiters_.erase(id);
   }
   waiters_[id] = std::thread([this, k, id, h] {
-    StatusOr<PodExit> r = driver_.wait(h);
-    onExit(k, id, std::move(r));
+    runGuarded("pod runner: wait for " + id, [&] {
+      StatusOr<PodExit> r = driver_.wait(h);
+      onExit(k, id, std::move(r));
+    });
   });
 }
 
