@@ -883,286 +883,319 @@ void PodRunner::finishDriverCall(const std::string& rev_key, const std::string& 
   wake();
 }
 
-void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work) {
-  std::string k = key(rev.ns, rev.name);
+void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, Work* work) {
   if (rev.object.is_null() && !rev.removed) return;  // adopted pods wait for ensure()
-
-  // 1. Scale: count the pods that are (or will be) serving, and the pool.
   // Creates are queued after the per-pod work, so a promoted warm pod's
   // start/resume goes to the executor before any new pod's create.
-  std::vector<std::function<void()>> creates;
+  Work creates;
   if (!rev.removed) {
-    std::vector<Pod*> serving, warm;
-    for (auto& [id, pod] : rev.pods) {
-      if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
-      (pod.warm ? warm : serving).push_back(&pod);
-    }
-    int have = static_cast<int>(serving.size());
-    bool can_create = now >= rev.next_create && rev.spec_error.empty();
-    int created = 0;
-    if (have > rev.desired) {
-      // Stop the least useful first: not ready before ready, newest first.
-      std::sort(serving.begin(), serving.end(), [](const Pod* a, const Pod* b) {
-        bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
-        if (ra != rb) return !ra;
-        return a->started_at > b->started_at;
-      });
-      for (int i = 0; i < have - rev.desired; ++i) requestStopLocked(rev, *serving[i], work);
-      serving.erase(serving.begin(), serving.begin() + (have - rev.desired));
-    } else if (have < rev.desired) {
-      // Warm pods first (Warm, then the furthest along), then new pods.
-      auto rank = [](const Pod* p) {
-        if (p->state == PodState::kWarm) return 0;
-        if (p->pause_pending) return 1;
-        if (p->state == PodState::kStarting) return 2;
-        return 3;
-      };
-      std::stable_sort(warm.begin(), warm.end(), [&](const Pod* a, const Pod* b) {
-        if (rank(a) != rank(b)) return rank(a) < rank(b);
-        return a->started_at < b->started_at;
-      });
-      int need = rev.desired - have;
-      size_t promoted = 0;
-      for (; promoted < warm.size() && need > 0; ++promoted, --need) {
-        promoteLocked(rev, *warm[promoted], now);
-        serving.push_back(warm[promoted]);
-      }
-      warm.erase(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(promoted));
-      if (need > 0 && can_create) {
-        for (int i = 0; i < need; ++i) createPodLocked(rev, false, now, &creates);
-        created = need;
-      }
-    }
-
-    // The pool: fill up to its target once no serving pod is on its way
-    // (a wake gets the machine to itself), trim it when the target drops.
-    int target = warmTargetLocked(rev, static_cast<int>(serving.size()) + created);
-    int have_warm = static_cast<int>(warm.size());
-    if (have_warm > target) {
-      // Least advanced first, newest first.
-      std::sort(warm.begin(), warm.end(), [](const Pod* a, const Pod* b) {
-        if (a->state != b->state) return a->state < b->state;  // Creating < Starting < Warm
-        return a->started_at > b->started_at;
-      });
-      for (int i = 0; i < have_warm - target; ++i) requestStopLocked(rev, *warm[i], work);
-    } else if (have_warm < target && can_create) {
-      bool starting = created > 0;
-      for (const Pod* p : serving) starting = starting || p->state != PodState::kReady;
-      if (!starting) {
-        for (int i = have_warm; i < target; ++i) createPodLocked(rev, true, now, &creates);
-      }
-    }
+    scaleLocked(rev, now, work, &creates);
   } else {
     for (auto& [id, pod] : rev.pods) requestStopLocked(rev, pod, work);
   }
-
-  // 2. Per-pod work.
+  const std::string k = key(rev.ns, rev.name);
   for (auto& [id, pod] : rev.pods) {
-    if (pod.busy) continue;
-    std::string pid = id;
-    PodHandle h = pod.handle;
-    if (pod.state == PodState::kCreating && !pod.started && !pod.stop_requested) {
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        StatusOr<uint32_t> r = driver_.start(h);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          if (!r.isOk()) {
-            LOG(WARNING) << "pod runner: start " << pid << " of " << k << ": " << r.status().toString();
-            if (!rv.ever_ready) rv.failure = controller::ConditionState{"False", "StartError", r.status().message()};
-            p.counts_as_crash = true;
-            p.stop_requested = true;
-            p.state = PodState::kStopping;
-          } else if (p.state == PodState::kCreating) {
-            LOG(INFO) << "pod runner: started " << pid << " of " << k << " (pid " << *r << ")";
-            p.started = true;
-            p.handle.pid = *r;
-            p.state = PodState::kStarting;
-            p.started_at = t;
-            p.readiness.emplace(rv.readiness_spec, runtime::ProbeKind::kReadiness, t);
-            if (rv.liveness_spec) p.liveness.emplace(*rv.liveness_spec, runtime::ProbeKind::kLiveness, t);
-            p.next_probe = p.readiness->nextProbeAt();
-            if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
-          }
-        });
-      });
-      continue;
+    if (!pod.busy) stepPodLocked(rev, k, id, pod, now, work);
+  }
+  for (auto& c : creates) work->push_back(std::move(c));
+}
+
+// 1. Scale: count the pods that are (or will be) serving, and the pool.
+void PodRunner::scaleLocked(Revision& rev, MonoTime now, Work* work, Work* creates) {
+  std::vector<Pod*> serving, warm;
+  for (auto& [id, pod] : rev.pods) {
+    if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
+    (pod.warm ? warm : serving).push_back(&pod);
+  }
+  const bool can_create = now >= rev.next_create && rev.spec_error.empty();
+  const int created = scaleServingLocked(rev, serving, warm, can_create, now, work, creates);
+  sizeWarmPoolLocked(rev, serving, warm, created, can_create, now, work, creates);
+}
+
+// Stops surplus serving pods, or promotes warm pods and creates new ones up
+// to rev.desired. Returns how many pods it created.
+int PodRunner::scaleServingLocked(Revision& rev, std::vector<Pod*>& serving, std::vector<Pod*>& warm,
+                                  bool can_create, MonoTime now, Work* work, Work* creates) {
+  const int have = static_cast<int>(serving.size());
+  if (have > rev.desired) {
+    // Stop the least useful first: not ready before ready, newest first.
+    std::sort(serving.begin(), serving.end(), [](const Pod* a, const Pod* b) {
+      bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
+      if (ra != rb) return !ra;
+      return a->started_at > b->started_at;
+    });
+    for (int i = 0; i < have - rev.desired; ++i) requestStopLocked(rev, *serving[i], work);
+    serving.erase(serving.begin(), serving.begin() + (have - rev.desired));
+    return 0;
+  }
+  if (have == rev.desired) return 0;
+  // Warm pods first (Warm, then the furthest along), then new pods.
+  auto rank = [](const Pod* p) {
+    if (p->state == PodState::kWarm) return 0;
+    if (p->pause_pending) return 1;
+    if (p->state == PodState::kStarting) return 2;
+    return 3;
+  };
+  std::stable_sort(warm.begin(), warm.end(), [&](const Pod* a, const Pod* b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    return a->started_at < b->started_at;
+  });
+  int need = rev.desired - have;
+  size_t promoted = 0;
+  for (; promoted < warm.size() && need > 0; ++promoted, --need) {
+    promoteLocked(rev, *warm[promoted], now);
+    serving.push_back(warm[promoted]);
+  }
+  warm.erase(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(promoted));
+  if (need <= 0 || !can_create) return 0;
+  for (int i = 0; i < need; ++i) createPodLocked(rev, false, now, creates);
+  return need;
+}
+
+// The pool: fill up to its target once no serving pod is on its way (a wake
+// gets the machine to itself), trim it when the target drops.
+void PodRunner::sizeWarmPoolLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& warm,
+                                   int created, bool can_create, MonoTime now, Work* work, Work* creates) {
+  const int target = warmTargetLocked(rev, static_cast<int>(serving.size()) + created);
+  const int have_warm = static_cast<int>(warm.size());
+  if (have_warm > target) {
+    // Least advanced first, newest first.
+    std::sort(warm.begin(), warm.end(), [](const Pod* a, const Pod* b) {
+      if (a->state != b->state) return a->state < b->state;  // Creating < Starting < Warm
+      return a->started_at > b->started_at;
+    });
+    for (int i = 0; i < have_warm - target; ++i) requestStopLocked(rev, *warm[i], work);
+  } else if (have_warm < target && can_create) {
+    bool starting = created > 0;
+    for (const Pod* p : serving) starting = starting || p->state != PodState::kReady;
+    if (!starting) {
+      for (int i = have_warm; i < target; ++i) createPodLocked(rev, true, now, creates);
     }
-    if (pod.pause_pending && !pod.stop_requested) {
-      // Frozen mode: the warm pod passed readiness; freeze it.
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        Status r = driver_.pause(h);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          p.pause_pending = false;
-          if (!r.isOk()) {
-            LOG(WARNING) << "pod runner: pause " << pid << " of " << k << ": " << r.toString()
-                         << "; replacing the warm pod";
-            requestStopLocked(rv, p, nullptr);
-          } else {
-            p.paused = true;
-            if (p.stop_requested) {
-              // stopped meanwhile: the stop path thaws it
-            } else if (p.warm) {
-              p.state = PodState::kWarm;
-              p.next_memory = t;
-            } else {
-              p.origin = "frozen";  // promoted while the pause was in flight
-              p.resume_pending = true;
-            }
-          }
-        });
-      });
-      continue;
-    }
-    if (pod.resume_pending && !pod.stop_requested) {
-      // A promoted frozen pod: thaw it; it passed readiness before it froze.
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        Status r = driver_.resume(h);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          p.resume_pending = false;
-          if (!r.isOk()) {
-            LOG(WARNING) << "pod runner: resume " << pid << " of " << k << ": " << r.toString()
-                         << "; replacing it";
-            requestStopLocked(rv, p, nullptr);
-          } else {
-            p.paused = false;
-            if (!p.stop_requested) {
-              markReadyLocked(rv, p, t);
-              if (p.readiness) {
-                p.next_probe = p.readiness->nextProbeAt();
-                if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
-              }
-            }
-          }
-        });
-      });
-      continue;
-    }
-    if (pod.state == PodState::kWarm && !pod.stop_requested && now >= pod.next_memory) {
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        StatusOr<int64_t> r = driver_.memoryBytes(h);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          p.next_memory = time_.monotonic() + options_.warm_memory_interval;
-          if (r.isOk()) {
-            p.memory_bytes = *r;
-          } else {
-            LOG(WARNING) << "pod runner: memory of warm pod " << pid << ": " << r.status().toString();
-          }
-        });
-      });
-      continue;
-    }
-    if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.stop_requested &&
-        !pod.paused && pod.readiness && now >= pod.next_probe) {
-      bool liveness = pod.liveness && pod.liveness->nextProbeAt() <= now &&
-                      (pod.readiness->nextProbeAt() > now || pod.liveness->nextProbeAt() < pod.readiness->nextProbeAt());
-      runtime::ProbeSpec spec = liveness ? pod.liveness->spec() : pod.readiness->spec();
-      pod.busy = true;
-      work->push_back([this, k, pid, h, spec, liveness] {
-        MonoTime started = time_.monotonic();
-        runtime::ProbeResult r = driver_.probe(h, spec);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          if (p.stop_requested || !p.readiness) {
-            // stopping or crashed meanwhile: ignore the result
-          } else if (liveness && p.liveness) {
-            p.liveness->record(r.success, started, t);
-            if (!p.liveness->healthy()) {
-              LOG(WARNING) << "pod runner: liveness probe of " << pid << " failed (" << r.message
-                           << "): restarting";
-              eventLocked(rv, EventType::kWarning, "Unhealthy",
-                          "Liveness probe of pod " + pid + " failed: " + r.message + "; restarting it");
-              p.counts_as_crash = true;
-              p.stop_requested = true;
-              p.state = PodState::kStopping;
-            }
-          } else {
-            p.readiness->record(r.success, started, t);
-            if (!r.success && p.state == PodState::kStarting && !rv.ever_ready) {
-              if (rv.probe_failure.empty()) rv.probe_failing_since = t;
-              rv.probe_failure = r.message;
-              if (t - rv.probe_failing_since >= kProbeFailureGrace && rv.probe_failure_logged != r.message) {
-                LOG(WARNING) << "pod runner: readiness probe of " << pid << " failed: " << r.message;
-                rv.probe_failure_logged = r.message;
-              }
-            }
-            if (p.readiness->healthy() && p.state == PodState::kStarting && p.warm) {
-              p.pause_pending = true;  // frozen mode: ready to serve; freeze it until promoted
-              rv.failure.reset();
-            } else if (p.readiness->healthy() && p.state == PodState::kStarting) {
-              markReadyLocked(rv, p, t);
-            } else if (!p.readiness->healthy() && p.state == PodState::kReady) {
-              p.state = PodState::kStarting;
-              eventLocked(rv, EventType::kWarning, "Unhealthy",
-                          "Readiness probe of pod " + pid + " failed: " + r.message + "; it gets no requests");
-            }
-          }
+  }
+}
+
+// 2. Per-pod work: the one driver call a pod that is not busy needs next.
+void PodRunner::stepPodLocked(Revision& rev, const std::string& k, const std::string& pid, Pod& pod, MonoTime now,
+                              Work* work) {
+  const bool stopping = pod.stop_requested;
+  if (pod.state == PodState::kCreating && !pod.started && !stopping) return queueStartLocked(k, pid, pod, work);
+  // Frozen mode: the warm pod passed readiness; freeze it.
+  if (pod.pause_pending && !stopping) return queuePauseLocked(k, pid, pod, work);
+  // A promoted frozen pod: thaw it; it passed readiness before it froze.
+  if (pod.resume_pending && !stopping) return queueResumeLocked(k, pid, pod, work);
+  if (pod.state == PodState::kWarm && !stopping && now >= pod.next_memory) return queueMemoryLocked(k, pid, pod, work);
+  if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !stopping && !pod.paused &&
+      pod.readiness && now >= pod.next_probe) {
+    return queueProbeLocked(k, pid, pod, now, work);
+  }
+  if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited) {
+    return queueStopLocked(rev, k, pid, pod, work);
+  }
+  // Destroy once the process is known to be gone (or never ran).
+  const bool gone = pod.exited || !pod.waiter;
+  if ((pod.state == PodState::kCrashed || pod.state == PodState::kStopping) && gone && now >= pod.retry_destroy_at) {
+    queueDestroyLocked(k, pid, pod, work);
+  }
+}
+
+void PodRunner::queueStartLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    StatusOr<uint32_t> r = driver_.start(h);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      if (!r.isOk()) {
+        LOG(WARNING) << "pod runner: start " << pid << " of " << k << ": " << r.status().toString();
+        if (!rv.ever_ready) rv.failure = controller::ConditionState{"False", "StartError", r.status().message()};
+        p.counts_as_crash = true;
+        p.stop_requested = true;
+        p.state = PodState::kStopping;
+      } else if (p.state == PodState::kCreating) {
+        LOG(INFO) << "pod runner: started " << pid << " of " << k << " (pid " << *r << ")";
+        p.started = true;
+        p.handle.pid = *r;
+        p.state = PodState::kStarting;
+        p.started_at = t;
+        p.readiness.emplace(rv.readiness_spec, runtime::ProbeKind::kReadiness, t);
+        if (rv.liveness_spec) p.liveness.emplace(*rv.liveness_spec, runtime::ProbeKind::kLiveness, t);
+        p.next_probe = p.readiness->nextProbeAt();
+        if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
+      }
+    });
+  });
+}
+
+void PodRunner::queuePauseLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    Status r = driver_.pause(h);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      p.pause_pending = false;
+      if (!r.isOk()) {
+        LOG(WARNING) << "pod runner: pause " << pid << " of " << k << ": " << r.toString()
+                     << "; replacing the warm pod";
+        requestStopLocked(rv, p, nullptr);
+      } else {
+        p.paused = true;
+        if (p.stop_requested) {
+          // stopped meanwhile: the stop path thaws it
+        } else if (p.warm) {
+          p.state = PodState::kWarm;
+          p.next_memory = t;
+        } else {
+          p.origin = "frozen";  // promoted while the pause was in flight
+          p.resume_pending = true;
+        }
+      }
+    });
+  });
+}
+
+void PodRunner::queueResumeLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    Status r = driver_.resume(h);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      p.resume_pending = false;
+      if (!r.isOk()) {
+        LOG(WARNING) << "pod runner: resume " << pid << " of " << k << ": " << r.toString()
+                     << "; replacing it";
+        requestStopLocked(rv, p, nullptr);
+      } else {
+        p.paused = false;
+        if (!p.stop_requested) {
+          markReadyLocked(rv, p, t);
           if (p.readiness) {
             p.next_probe = p.readiness->nextProbeAt();
             if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
           }
-        });
-      });
-      continue;
-    }
-    if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited) {
-      pod.busy = true;
-      // A warm pod serves nobody: no grace period. A frozen one is thawed
-      // first, or the signal would wait for the thaw.
-      Duration grace = pod.warm ? Duration::zero() : rev.stop_grace;
-      bool thaw = pod.paused;
-      work->push_back([this, k, pid, h, grace, thaw] {
-        if (thaw) {
-          Status r = driver_.resume(h);
-          if (!r.isOk()) LOG(WARNING) << "pod runner: resume " << pid << " before stop: " << r.toString();
         }
-        Status s = driver_.stop(h, grace);
-        std::lock_guard<std::mutex> l(mu_);
-        auto rit = revisions_.find(k);
-        if (rit == revisions_.end()) return;
-        auto pit = rit->second->pods.find(pid);
-        if (pit == rit->second->pods.end()) return;
-        Pod& p = pit->second;
-        p.busy = false;
-        p.stopped = true;
-        p.paused = false;
-        if (!s.isOk()) {
-          LOG(WARNING) << "pod runner: stop " << pid << ": " << s.toString() << "; destroying anyway";
-          if (p.waiter && !p.exited) driver_.cancelWait(p.handle);
+      }
+    });
+  });
+}
+
+void PodRunner::queueMemoryLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    StatusOr<int64_t> r = driver_.memoryBytes(h);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      p.next_memory = time_.monotonic() + options_.warm_memory_interval;
+      if (r.isOk()) {
+        p.memory_bytes = *r;
+      } else {
+        LOG(WARNING) << "pod runner: memory of warm pod " << pid << ": " << r.status().toString();
+      }
+    });
+  });
+}
+
+void PodRunner::queueProbeLocked(const std::string& k, const std::string& pid, Pod& pod, MonoTime now, Work* work) {
+  bool liveness = pod.liveness && pod.liveness->nextProbeAt() <= now &&
+                  (pod.readiness->nextProbeAt() > now || pod.liveness->nextProbeAt() < pod.readiness->nextProbeAt());
+  runtime::ProbeSpec spec = liveness ? pod.liveness->spec() : pod.readiness->spec();
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h, spec, liveness] {
+    MonoTime started = time_.monotonic();
+    runtime::ProbeResult r = driver_.probe(h, spec);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      if (p.stop_requested || !p.readiness) {
+        // stopping or crashed meanwhile: ignore the result
+      } else if (liveness && p.liveness) {
+        p.liveness->record(r.success, started, t);
+        if (!p.liveness->healthy()) {
+          LOG(WARNING) << "pod runner: liveness probe of " << pid << " failed (" << r.message
+                       << "): restarting";
+          eventLocked(rv, EventType::kWarning, "Unhealthy",
+                      "Liveness probe of pod " + pid + " failed: " + r.message + "; restarting it");
+          p.counts_as_crash = true;
+          p.stop_requested = true;
+          p.state = PodState::kStopping;
         }
-        wake();
-      });
-      continue;
-    }
-    // Destroy once the process is known to be gone (or never ran).
-    bool gone = pod.exited || !pod.waiter;
-    if ((pod.state == PodState::kCrashed || pod.state == PodState::kStopping) && gone && now >= pod.retry_destroy_at) {
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        Status s = driver_.destroy(h);
-        Notes notes;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          auto rit = revisions_.find(k);
-          if (rit == revisions_.end()) return;
-          auto pit = rit->second->pods.find(pid);
-          if (pit == rit->second->pods.end()) return;
-          if (!s.isOk()) {
-            LOG(WARNING) << "pod runner: destroy " << pid << ": " << s.toString() << " (retrying)";
-            pit->second.busy = false;
-            pit->second.retry_destroy_at = time_.monotonic() + std::chrono::seconds(1);
-          } else {
-            rit->second->pods.erase(pit);
+      } else {
+        p.readiness->record(r.success, started, t);
+        if (!r.success && p.state == PodState::kStarting && !rv.ever_ready) {
+          if (rv.probe_failure.empty()) rv.probe_failing_since = t;
+          rv.probe_failure = r.message;
+          if (t - rv.probe_failing_since >= kProbeFailureGrace && rv.probe_failure_logged != r.message) {
+            LOG(WARNING) << "pod runner: readiness probe of " << pid << " failed: " << r.message;
+            rv.probe_failure_logged = r.message;
           }
-          collectNotesLocked(&notes);
         }
-        notifyAll(std::move(notes));
-        wake();
-      });
+        if (p.readiness->healthy() && p.state == PodState::kStarting && p.warm) {
+          p.pause_pending = true;  // frozen mode: ready to serve; freeze it until promoted
+          rv.failure.reset();
+        } else if (p.readiness->healthy() && p.state == PodState::kStarting) {
+          markReadyLocked(rv, p, t);
+        } else if (!p.readiness->healthy() && p.state == PodState::kReady) {
+          p.state = PodState::kStarting;
+          eventLocked(rv, EventType::kWarning, "Unhealthy",
+                      "Readiness probe of pod " + pid + " failed: " + r.message + "; it gets no requests");
+        }
+      }
+      if (p.readiness) {
+        p.next_probe = p.readiness->nextProbeAt();
+        if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
+      }
+    });
+  });
+}
+
+void PodRunner::queueStopLocked(const Revision& rev, const std::string& k, const std::string& pid, Pod& pod,
+                                Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  // A warm pod serves nobody: no grace period. A frozen one is thawed
+  // first, or the signal would wait for the thaw.
+  Duration grace = pod.warm ? Duration::zero() : rev.stop_grace;
+  bool thaw = pod.paused;
+  work->push_back([this, k, pid, h, grace, thaw] {
+    if (thaw) {
+      Status r = driver_.resume(h);
+      if (!r.isOk()) LOG(WARNING) << "pod runner: resume " << pid << " before stop: " << r.toString();
     }
-  }
-  for (auto& c : creates) work->push_back(std::move(c));
+    Status s = driver_.stop(h, grace);
+    std::lock_guard<std::mutex> l(mu_);
+    Pod* found = findPodLocked(k, pid).second;
+    if (found == nullptr) return;
+    Pod& p = *found;
+    p.busy = false;
+    p.stopped = true;
+    p.paused = false;
+    if (!s.isOk()) {
+      LOG(WARNING) << "pod runner: stop " << pid << ": " << s.toString() << "; destroying anyway";
+      if (p.waiter && !p.exited) driver_.cancelWait(p.handle);
+    }
+    wake();
+  });
+}
+
+void PodRunner::queueDestroyLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    Status s = driver_.destroy(h);
+    Notes notes;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto [rv, p] = findPodLocked(k, pid);
+      if (p == nullptr) return;
+      if (!s.isOk()) {
+        LOG(WARNING) << "pod runner: destroy " << pid << ": " << s.toString() << " (retrying)";
+        p->busy = false;
+        p->retry_destroy_at = time_.monotonic() + std::chrono::seconds(1);
+      } else {
+        rv->pods.erase(pid);
+      }
+      collectNotesLocked(&notes);
+    }
+    notifyAll(std::move(notes));
+    wake();
+  });
 }
 
 void PodRunner::onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit) {

@@ -291,7 +291,25 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   using Notes = std::vector<std::function<void()>>;
   void configureLocked(Revision& rev, const nlohmann::json& object);
   void attachAdoptedLocked(Revision& rev, MonoTime now);
-  void stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work);
+  using Work = std::vector<std::function<void()>>;  // driver calls, run after the lock is released
+  // One step of a revision: scale (serving pods, then the warm pool), then
+  // each idle pod's next driver call (start, pause, resume, memory read,
+  // probe, stop, destroy).
+  void stepRevisionLocked(Revision& rev, MonoTime now, Work* work);
+  void scaleLocked(Revision& rev, MonoTime now, Work* work, Work* creates);
+  int scaleServingLocked(Revision& rev, std::vector<Pod*>& serving, std::vector<Pod*>& warm, bool can_create,
+                         MonoTime now, Work* work, Work* creates);
+  void sizeWarmPoolLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& warm, int created,
+                          bool can_create, MonoTime now, Work* work, Work* creates);
+  void stepPodLocked(Revision& rev, const std::string& k, const std::string& pid, Pod& pod, MonoTime now,
+                     Work* work);
+  void queueStartLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queuePauseLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueResumeLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueMemoryLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueProbeLocked(const std::string& k, const std::string& pid, Pod& pod, MonoTime now, Work* work);
+  void queueStopLocked(const Revision& rev, const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueDestroyLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
   void spawnWaiterLocked(Revision& rev, Pod& pod);
   std::pair<Revision*, Pod*> findPodLocked(const std::string& revision, const std::string& pod_id);
   void finishDriverCall(const std::string& rev_key, const std::string& pod_id,
