@@ -19,7 +19,7 @@ constexpr std::string_view kPrefix = "autoscaling.knative.dev/";
 constexpr double kRpsTargetUtilization = 0.7;  // fixed for the rps metric (§4.3)
 constexpr int64_t kMaxSpecSeconds = 2147483647;
 
-// kebab-case name -> legacy camelCase alias (KNATIVE-CONTRACT §3.6).
+// kebab-case name -> legacy camelCase alias (Knative serving pkg/apis/autoscaling).
 std::string legacyAlias(std::string_view name) {
   static const std::pair<std::string_view, std::string_view> kAliases[] = {
       {"initial-scale", "initialScale"},

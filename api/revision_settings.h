@@ -1,6 +1,6 @@
 // The one typed model of a Revision's runtime settings, parsed once: its
 // autoscaling.knative.dev/* annotations (with their legacy camelCase aliases,
-// KNATIVE-CONTRACT §3.6) merged over config-autoscaler (§4.1-4.3, §4.7), the
+// Knative's pkg/apis/autoscaling) merged over config-autoscaler (docs/scaling.md), the
 // progress deadline (serving.knative.dev/progress-deadline over
 // config-deployment), and the spec's timeouts and containerConcurrency
 // (over config-defaults). Every consumer reads this model: the scaler (through

@@ -375,7 +375,7 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
   rev.progress_deadline = settings.progress_deadline;
   rev.min_scale = settings.autoscaling.min_scale;
   rev.max_scale = settings.autoscaling.max_scale;
-  // Initial scale (KNATIVE-CONTRACT §4.7), at least min-scale.
+  // Initial scale (api/revision_settings.h), at least min-scale.
   rev.initial_scale = std::max(settings.autoscaling.initial_scale, rev.min_scale);
   int size = options_.warm_pool_size;
   if (auto w = annotation(object, kWarmPoolAnnotation)) {
