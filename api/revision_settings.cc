@@ -65,7 +65,25 @@ Status bad(const AnnotationValue& a, const std::string& why) {
   return invalidArgument("annotation " + a.key + "=\"" + a.value + "\": " + why);
 }
 
-StatusOr<double> floatIn(const AnnotationValue& a, double lo, double hi, bool allow_minus_one = false) {
+const NumberRule& numberRule(std::string_view name) {
+  for (const NumberRule& r : numberAnnotationRules()) {
+    if (name == r.name) return r;
+  }
+  static const NumberRule kAny{"", -INFINITY, INFINITY, false};
+  return kAny;
+}
+
+const DurationRule& durationRule(std::string_view name) {
+  for (const DurationRule& r : durationAnnotationRules()) {
+    if (name == r.name) return r;
+  }
+  static const DurationRule kAny{"", nanoseconds::min(), nanoseconds::max(), false};
+  return kAny;
+}
+
+StatusOr<double> floatIn(const AnnotationValue& a, const NumberRule& rule) {
+  const double lo = rule.lo, hi = rule.hi;
+  const bool allow_minus_one = rule.allow_minus_one;
   char* end = nullptr;
   double v = std::strtod(a.value.c_str(), &end);
   if (a.value.empty() || *end != '\0' || std::isnan(v) || std::isinf(v)) return bad(a, "not a number");
@@ -84,7 +102,8 @@ StatusOr<int32_t> intIn(const AnnotationValue& a, int64_t lo) {
   return static_cast<int32_t>(v);
 }
 
-StatusOr<nanoseconds> durationIn(const AnnotationValue& a, nanoseconds lo, nanoseconds hi) {
+StatusOr<nanoseconds> durationIn(const AnnotationValue& a, const DurationRule& rule) {
+  const nanoseconds lo = rule.lo, hi = rule.hi;
   auto d = parseGoDuration(a.value);
   if (!d.isOk()) return bad(a, d.status().message());
   if (*d < lo || *d > hi)
@@ -153,7 +172,7 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
           "target", fmt(rps ? ac.requests_per_second_target_default : ac.container_concurrency_target_default),
           "config")) {
     double t = total;
-    r.take(floatIn(*a, 0.01, INFINITY), &t);
+    r.take(floatIn(*a, numberRule("target")), &t);
     total = t;
     if (s.metric == "concurrency" && cc > 0) total = std::min(t, static_cast<double>(cc));
   }
@@ -161,7 +180,7 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
                    : r.annotation("target-utilization-percentage", fmt(ac.targetUtilizationFraction() * 100),
                                   "config")) {
     double p = utilization * 100;
-    r.take(floatIn(*a, 1, 100), &p);
+    r.take(floatIn(*a, numberRule("target-utilization-percentage")), &p);
     utilization = p / 100;
   }
   s.target = total;
@@ -171,7 +190,7 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
 
   s.target_burst_capacity = ac.target_burst_capacity;
   if (auto a = r.annotation("target-burst-capacity", fmt(ac.target_burst_capacity), "config")) {
-    r.take(floatIn(*a, 0, INFINITY, /*allow_minus_one=*/true), &s.target_burst_capacity);
+    r.take(floatIn(*a, numberRule("target-burst-capacity")), &s.target_burst_capacity);
   }
 
   s.min_scale = ac.min_scale;
@@ -192,11 +211,11 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
 
   s.stable_window = std::chrono::duration_cast<nanoseconds>(ac.stable_window);
   if (auto a = r.annotation("window", fmtDuration(ac.stable_window), "config")) {
-    r.take(durationIn(*a, seconds(6), seconds(3600)), &s.stable_window);
+    r.take(durationIn(*a, durationRule("window")), &s.stable_window);
   }
   s.panic_window_percentage = ac.panic_window_percentage;
   if (auto a = r.annotation("panic-window-percentage", fmt(ac.panic_window_percentage), "config")) {
-    r.take(floatIn(*a, 1, 100), &s.panic_window_percentage);
+    r.take(floatIn(*a, numberRule("panic-window-percentage")), &s.panic_window_percentage);
   }
   {
     // Panic window = stable window * pct / 100, rounded to whole seconds, at least 1s.
@@ -205,18 +224,18 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
   }
   s.panic_threshold_percentage = ac.panic_threshold_percentage;
   if (auto a = r.annotation("panic-threshold-percentage", fmt(ac.panic_threshold_percentage), "config")) {
-    r.take(floatIn(*a, 110, 1000), &s.panic_threshold_percentage);
+    r.take(floatIn(*a, numberRule("panic-threshold-percentage")), &s.panic_threshold_percentage);
   }
 
   s.scale_down_delay = std::chrono::duration_cast<nanoseconds>(ac.scale_down_delay);
   if (auto a = r.annotation("scale-down-delay", fmtDuration(ac.scale_down_delay), "config")) {
-    r.take(durationIn(*a, seconds(0), seconds(3600)), &s.scale_down_delay);
+    r.take(durationIn(*a, durationRule("scale-down-delay")), &s.scale_down_delay);
   }
   s.scale_to_zero_pod_retention_period =
       std::chrono::duration_cast<nanoseconds>(ac.scale_to_zero_pod_retention_period);
   if (auto a = r.annotation("scale-to-zero-pod-retention-period", fmtDuration(ac.scale_to_zero_pod_retention_period),
                             "config")) {
-    r.take(durationIn(*a, seconds(0), seconds(3600)), &s.scale_to_zero_pod_retention_period);
+    r.take(durationIn(*a, durationRule("scale-to-zero-pod-retention-period")), &s.scale_to_zero_pod_retention_period);
   }
   s.enable_scale_to_zero = ac.enable_scale_to_zero;
   r.fixed("enable-scale-to-zero", ac.enable_scale_to_zero ? "true" : "false");
@@ -270,6 +289,26 @@ void parseProgressDeadline(const json& annotations, const Config& config, Revisi
 }
 
 }  // namespace
+
+const std::vector<NumberRule>& numberAnnotationRules() {
+  static const std::vector<NumberRule> kRules = {
+      {"panic-window-percentage", 1, 100, false},
+      {"panic-threshold-percentage", 110, 1000, false},
+      {"target", 0.01, INFINITY, false},
+      {"target-utilization-percentage", 1, 100, false},
+      {"target-burst-capacity", 0, INFINITY, true},
+  };
+  return kRules;
+}
+
+const std::vector<DurationRule>& durationAnnotationRules() {
+  static const std::vector<DurationRule> kRules = {
+      {"window", seconds(6), seconds(3600), true},
+      {"scale-down-delay", seconds(0), seconds(3600), true},
+      {"scale-to-zero-pod-retention-period", seconds(0), seconds(3600), false},
+  };
+  return kRules;
+}
 
 std::optional<AnnotationValue> autoscalingAnnotation(const json& annotations, std::string_view name) {
   if (!annotations.is_object()) return std::nullopt;

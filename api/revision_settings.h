@@ -49,6 +49,21 @@ struct AnnotationValue {
 std::optional<AnnotationValue> autoscalingAnnotation(const nlohmann::json& annotations,
                                                      std::string_view name);
 
+// The range of a numeric or duration autoscaling annotation: one table that
+// admission (api/validation.cc) and revisionSettings both apply.
+struct NumberRule {
+  const char* name;  // kebab-case, e.g. "target"
+  double lo, hi;
+  bool allow_minus_one;  // -1 = unlimited (target-burst-capacity)
+};
+struct DurationRule {
+  const char* name;
+  std::chrono::nanoseconds lo, hi;
+  bool whole_seconds;  // admission refuses sub-second precision
+};
+const std::vector<NumberRule>& numberAnnotationRules();
+const std::vector<DurationRule>& durationAnnotationRules();
+
 // One setting as shown to a user, with where its value came from.
 struct EffectiveValue {
   std::string key;     // setting name: "min-scale", "window", "timeoutSeconds", "progress-deadline", ...
