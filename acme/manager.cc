@@ -13,6 +13,7 @@
 
 #include "acme/client.h"
 #include "acme/jws.h"
+#include "common/guard.h"
 #include "common/log.h"
 #include "common/tls.h"
 
@@ -78,7 +79,7 @@ Status CertificateManager::start() {
     KNAP_RETURN_IF_ERROR(writeFile(key_path, account_pem_, 0600));
     LOG(INFO) << "ACME: created the account key " << key_path;
   }
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] { runRestarting("ACME loop", [this] { loop(); }); });
   return Status::ok();
 }
 

@@ -345,20 +345,8 @@ void validateAutoscalingAnnotations(const json& annotations, const std::string& 
     }
   }
 
-  // Float settings with their bounds.
-  struct FloatRule {
-    const char* name;
-    double lo, hi;
-    bool allow_minus_one;
-  };
-  static const FloatRule kFloats[] = {
-      {"panic-window-percentage", 1, 100, false},
-      {"panic-threshold-percentage", 110, 1000, false},
-      {"target", 0.01, INFINITY, false},
-      {"target-utilization-percentage", 1, 100, false},
-      {"target-burst-capacity", 0, INFINITY, true},
-  };
-  for (const auto& rule : kFloats) {
+  // Float settings with their bounds (the settings model's table).
+  for (const NumberRule& rule : numberAnnotationRules()) {
     auto a = lookup(rule.name);
     if (!a) continue;
     auto v = parseFloat(a->value);
@@ -374,18 +362,8 @@ void validateAutoscalingAnnotations(const json& annotations, const std::string& 
     }
   }
 
-  // Durations.
-  struct DurationRule {
-    const char* name;
-    nanoseconds lo, hi;
-    bool whole_seconds;
-  };
-  static const DurationRule kDurations[] = {
-      {"window", seconds(6), seconds(3600), true},
-      {"scale-down-delay", seconds(0), seconds(3600), true},
-      {"scale-to-zero-pod-retention-period", seconds(0), seconds(3600), false},
-  };
-  for (const auto& rule : kDurations) {
+  // Durations (the settings model's table).
+  for (const DurationRule& rule : durationAnnotationRules()) {
     auto a = lookup(rule.name);
     if (!a) continue;
     auto d = parseGoDuration(a->value);

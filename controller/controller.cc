@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/guard.h"
 #include "common/log.h"
 #include "controller/object_util.h"
 
@@ -47,7 +48,7 @@ void Controller::start() {
   std::lock_guard<std::mutex> l(mu_);
   if (worker_.joinable()) return;
   stopping_ = false;
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this] { runRestarting("controller worker", [this] { workerLoop(); }); });
 }
 
 void Controller::stop() {
@@ -106,7 +107,9 @@ void Controller::onStoreEvent(const store::Event& event) {
   const store::Key& key = event.object.key;
   enqueue(key);
   if (const json* ref = controllerRefOf(event.object.body); ref != nullptr) {
-    enqueue(store::Key{ref->value("kind", ""), key.ns, ref->value("name", "")});
+    const json& kind = ref->value("kind", json());
+    const json& name = ref->value("name", json());
+    if (kind.is_string() && name.is_string()) enqueue(store::Key{kind.get<std::string>(), key.ns, name.get<std::string>()});
   }
   // Routes follow the Configurations and Revisions they name. Only on a change: re-reconciling every Route
   // after every Configuration and Revision reconcile was most of a restart's reconciles.
@@ -139,7 +142,7 @@ Status Controller::process(const store::Key& key) {
     if (st.isOk()) {
       for (int attempt = 0; attempt < kMaxConflictRetries; ++attempt) {
         ++runs;
-        st = dispatch(key);
+        st = statusOfThrowing("reconcile " + key.toString(), [&] { return dispatch(key); });
         if (st.code() != Code::kConflict) break;
       }
     }

@@ -843,6 +843,149 @@ TEST_F(ControllerTest, WorkerWithConcurrentWritersAndBackendCallbacks) {
   EXPECT_EQ(store_->currentResourceVersion(), rv);
 }
 
+// Objects written straight into the store, bypassing admission (issue 15's
+// exception policy): each fails its own reconcile — no exception reaches the
+// worker — and every other object keeps reconciling.
+constexpr int kMalformedObjects = 9;
+json malformedObjects(int i) {
+  switch (i) {
+    case 0: {  // a Service whose spec.template is a string
+      json svc = serviceBody("bad-template", "x:1");
+      svc["spec"]["template"] = "a string";
+      return svc;
+    }
+    case 1: {  // a Service whose spec is a number and metadata.labels a list
+      json svc = serviceBody("bad-spec", "x:1");
+      svc["spec"] = 42;
+      svc["metadata"]["labels"] = json::array({1, 2});
+      return svc;
+    }
+    case 2: {  // a Revision whose annotations are a number and spec a string
+      return json{{"apiVersion", "serving.knative.dev/v1"},
+                  {"kind", "Revision"},
+                  {"metadata", {{"name", "bad-rev"}, {"namespace", kNs}, {"annotations", 7}}},
+                  {"spec", "a string"}};
+    }
+    case 3: {  // a Configuration whose controller ownerReference has a string "controller" and a numeric kind
+      json cfg = {{"apiVersion", "serving.knative.dev/v1"},
+                  {"kind", "Configuration"},
+                  {"metadata",
+                   {{"name", "bad-owner"},
+                    {"namespace", kNs},
+                    {"ownerReferences", json::array({{{"kind", 5}, {"name", "x"}, {"controller", "yes"}}})}}},
+                  {"spec", {{"template", json::array()}}}};
+      return cfg;
+    }
+    case 4: {  // a Route whose traffic is an object of numbers
+      return json{{"apiVersion", "serving.knative.dev/v1"},
+                  {"kind", "Route"},
+                  {"metadata", {{"name", "bad-route"}, {"namespace", kNs}}},
+                  {"spec", {{"traffic", {{"percent", 100}}}}}};
+    }
+    case 5: {  // a Route whose traffic targets have the wrong types
+      return json{{"apiVersion", "serving.knative.dev/v1"},
+                  {"kind", "Route"},
+                  {"metadata", {{"name", "bad-targets"}, {"namespace", kNs}, {"labels", "x"}}},
+                  {"spec",
+                   {{"traffic", json::array({{{"percent", "100"}, {"revisionName", 5}, {"tag", 7}},
+                                             {{"latestRevision", "yes"}, {"configurationName", json::array()}}})}}},
+                  {"status", "x"}};
+    }
+    case 6: {  // a Service whose metadata fields and traffic have the wrong types
+      json svc = serviceBody("bad-meta", "x:1");
+      svc["metadata"]["annotations"] = 5;
+      svc["metadata"]["generation"] = "one";
+      svc["spec"]["template"]["metadata"] = "x";
+      svc["spec"]["traffic"] = json::array({{{"percent", "all"}, {"latestRevision", 1}}});
+      svc["status"] = json::array();
+      return svc;
+    }
+    case 7: {  // a Configuration whose containers are a string
+      return json{{"apiVersion", "serving.knative.dev/v1"},
+                  {"kind", "Configuration"},
+                  {"metadata", {{"name", "bad-containers"}, {"namespace", kNs}, {"ownerReferences", "x"}}},
+                  {"spec", {{"template", {{"metadata", {{"labels", 3}}}, {"spec", {{"containers", "x"}}}}}}}};
+    }
+    default: {  // a DomainMapping whose spec is a string
+      return json{{"apiVersion", "serving.knative.dev/v1beta1"},
+                  {"kind", "DomainMapping"},
+                  {"metadata", {{"name", "bad.example.com"}, {"namespace", kNs}}},
+                  {"spec", "x"}};
+    }
+  }
+}
+
+TEST_F(ControllerTest, MalformedStoredObjectsFailAloneAndOthersKeepReconciling) {
+  for (int i = 0; i < kMalformedObjects; ++i) create(malformedObjects(i));
+  ASSERT_NO_THROW(createReadyService("good"));
+  EXPECT_EQ(ready(get("Service", "good")), "True");
+  EXPECT_TRUE(exists("Route", "good"));
+  // The malformed objects are still there, and retried with back-off rather than in a hot loop.
+  EXPECT_TRUE(exists("Service", "bad-template"));
+  ASSERT_NO_THROW(settle());
+  clock_.advance(std::chrono::minutes(10));
+  ASSERT_NO_THROW(settle());
+}
+
+TEST_F(ControllerTest, WorkerSurvivesMalformedStoredObjects) {
+  ctl_->start();
+  for (int i = 0; i < kMalformedObjects; ++i) create(malformedObjects(i));
+  create(serviceBody("good", "x:1"));
+  // Keys waiting for a back-off retry do not count as busy.
+  ASSERT_TRUE(ctl_->waitIdle(std::chrono::seconds(10)));
+  ASSERT_TRUE(exists("Revision", "good-00001"));
+  backend_.setReady(kNs, "good-00001");
+  ASSERT_TRUE(ctl_->waitIdle(std::chrono::seconds(10)));
+  EXPECT_EQ(ready(get("Service", "good")), "True");
+  ctl_->stop();
+}
+
+// A backend whose ensure() raises the nlohmann::json type_error a third-party
+// call raises on a stored object of an unexpected shape, for one revision.
+class ThrowingBackend final : public RevisionBackend {
+ public:
+  ThrowingBackend(RevisionBackend& inner, std::string throw_for) : inner_(inner), throw_for_(std::move(throw_for)) {}
+  void ensure(const json& revision) override {
+    if (metaString(revision, "name") == throw_for_) {
+      json not_an_object = "a string";
+      (void)not_an_object.value("spec", json::object());  // throws type_error 306
+    }
+    inner_.ensure(revision);
+  }
+  void remove(const std::string& ns, const std::string& name) override { inner_.remove(ns, name); }
+  RevisionHealth health(const std::string& ns, const std::string& name) override { return inner_.health(ns, name); }
+  void setOnChange(std::function<void(const std::string&, const std::string&)> fn) override {
+    inner_.setOnChange(std::move(fn));
+  }
+
+ private:
+  RevisionBackend& inner_;
+  std::string throw_for_;
+};
+
+// An exception inside one reconcile fails that key alone (kInternal, retried
+// with back-off) instead of unwinding out of the worker: the other Service
+// still becomes Ready.
+TEST_F(ControllerTest, ReconcileThatThrowsFailsItsKeyAlone) {
+  ctl_.reset();
+  ThrowingBackend throwing(backend_, "boom-00001");
+  Controller ctl(*faulty_, throwing, clock_, config_, backoff_);
+  create(serviceBody("boom", "x:1"));
+  create(serviceBody("good", "x:1"));
+  ASSERT_NO_THROW(ctl.runPending(5000));
+  backend_.setReady(kNs, "good-00001");
+  ASSERT_NO_THROW(ctl.runPending(5000));
+  EXPECT_EQ(ready(get("Service", "good")), "True");
+  EXPECT_TRUE(exists("Revision", "boom-00001"));
+  EXPECT_GT(ctl.stats().failures, 0u);
+  // Retried after the back-off, and failing alone again.
+  uint64_t failures = ctl.stats().failures;
+  clock_.advance(std::chrono::seconds(5));
+  ASSERT_NO_THROW(ctl.runPending(5000));
+  EXPECT_GT(ctl.stats().failures, failures);
+  EXPECT_EQ(ready(get("Service", "good")), "True");
+}
+
 // A Store that lets a test slip a competing write in before the next transaction.
 class InterferingStore final : public store::Store {
  public:

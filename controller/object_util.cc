@@ -23,6 +23,12 @@ std::map<std::string, std::string> stringMapAt(const json& obj, const char* fiel
   }
   return out;
 }
+
+// obj[field] as a string, "" when absent or not a string.
+std::string stringOf(const json& obj, const char* field) {
+  auto it = obj.find(field);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
+}
 }  // namespace
 
 std::string metaString(const json& obj, const char* field) {
@@ -110,7 +116,9 @@ const json* controllerRefOf(const json& obj) {
   auto it = md.find("ownerReferences");
   if (it == md.end() || !it->is_array()) return nullptr;
   for (const json& ref : *it) {
-    if (ref.is_object() && ref.value("controller", false)) return &ref;
+    if (!ref.is_object()) continue;
+    auto controller = ref.find("controller");
+    if (controller != ref.end() && controller->is_boolean() && controller->get<bool>()) return &ref;
   }
   return nullptr;
 }
@@ -119,7 +127,7 @@ bool isControlledBy(const json& obj, const json& owner) {
   const json* ref = controllerRefOf(obj);
   if (ref == nullptr) return false;
   std::string uid = metaString(owner, "uid");
-  return !uid.empty() && ref->value("uid", "") == uid;
+  return !uid.empty() && stringOf(*ref, "uid") == uid;
 }
 
 std::set<std::string> splitList(const std::string& csv) {

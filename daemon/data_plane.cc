@@ -11,9 +11,10 @@
 #include <set>
 #include <sstream>
 
-#include "api/effective_config.h"
+#include "api/revision_settings.h"
 #include "api/resources.h"
 #include "common/base64.h"
+#include "common/guard.h"
 #include "common/log.h"
 #include "controller/domain_mappings.h"
 #include "controller/route_urls.h"
@@ -23,36 +24,13 @@ namespace {
 
 using nlohmann::json;
 
-std::string revisionKey(const json& obj) {
-  return obj["metadata"].value("namespace", "") + "/" + obj["metadata"].value("name", "");
-}
-
-scaler::ScalerSettings toScalerSettings(const api::AutoscalingSettings& a, const Config& config, bool reachable,
-                                        Duration progress_deadline) {
-  scaler::ScalerSettings s;
-  s.metric = a.metric == "rps" ? scaler::ScalingMetric::kRps : scaler::ScalingMetric::kConcurrency;
-  s.target_value = a.target_value;
-  s.total_value = a.total_value;
-  s.aggregation = a.metric_aggregation_algorithm == "linear" ? scaler::Aggregation::kLinear
-                                                             : scaler::Aggregation::kWeightedExponential;
-  s.stable_window = a.stable_window;
-  s.panic_window_percentage = a.panic_window_percentage;
-  s.panic_threshold_percentage = a.panic_threshold_percentage;
-  s.max_scale_up_rate = a.max_scale_up_rate;
-  s.max_scale_down_rate = a.max_scale_down_rate;
-  s.min_scale = a.min_scale;
-  s.max_scale = a.max_scale;
-  s.initial_scale = a.initial_scale;
-  s.activation_scale = a.activation_scale;
-  s.scale_down_delay = a.scale_down_delay;
-  s.enable_scale_to_zero = a.enable_scale_to_zero;
-  s.scale_to_zero_grace_period = a.scale_to_zero_grace_period;
-  s.pod_retention_period = a.scale_to_zero_pod_retention_period;
-  s.target_burst_capacity = a.target_burst_capacity;
-  s.reachable = reachable;
-  s.progress_deadline = progress_deadline;
-  (void)config;
-  return s;
+// obj[name] when obj is an object that has it, else null (stored objects are
+// not trusted to have admission's shape).
+const json& member(const json& obj, const char* name) {
+  static const json kNull;
+  if (!obj.is_object()) return kNull;
+  auto it = obj.find(name);
+  return it == obj.end() ? kNull : *it;
 }
 
 // How often the certificate directory is looked at for changed files.
@@ -98,6 +76,32 @@ router::HttpProtocol httpProtocol(const std::string& v) {
 }
 
 }  // namespace
+
+scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool reachable) {
+  const api::AutoscalingSettings& a = r.autoscaling;
+  scaler::ScalerSettings s;
+  s.metric = scaler::parseScalingMetric(a.metric).value_or(scaler::ScalingMetric::kConcurrency);
+  s.target_value = a.target_value;
+  s.total_value = a.total_value;
+  s.aggregation = scaler::parseAggregation(a.metric_aggregation_algorithm).value_or(scaler::Aggregation::kLinear);
+  s.stable_window = a.stable_window;
+  s.panic_window_percentage = a.panic_window_percentage;
+  s.panic_threshold_percentage = a.panic_threshold_percentage;
+  s.max_scale_up_rate = a.max_scale_up_rate;
+  s.max_scale_down_rate = a.max_scale_down_rate;
+  s.min_scale = a.min_scale;
+  s.max_scale = a.max_scale;
+  s.initial_scale = a.initial_scale;
+  s.activation_scale = a.activation_scale;
+  s.scale_down_delay = a.scale_down_delay;
+  s.enable_scale_to_zero = a.enable_scale_to_zero;
+  s.scale_to_zero_grace_period = a.scale_to_zero_grace_period;
+  s.pod_retention_period = a.scale_to_zero_pod_retention_period;
+  s.target_burst_capacity = a.target_burst_capacity;
+  s.reachable = reachable;
+  s.progress_deadline = r.progress_deadline;  // the Revision's progress-deadline, as the pod runner's
+  return s;
+}
 
 StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what) {
   auto colon = listen.rfind(':');
@@ -188,7 +192,7 @@ Status DataPlane::start() {
   KNAP_RETURN_IF_ERROR(init_status_);
   KNAP_RETURN_IF_ERROR(router_->start());
   listener_id_ = store_.addListener([this](const store::Event& e) { onStoreEvent(e); });
-  sync_thread_ = std::thread([this] { syncLoop(); });
+  sync_thread_ = std::thread([this] { runRestarting("data plane sync loop", [this] { syncLoop(); }); });
   ticker_->start();
   if (router_fd_ >= 0) {
     LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port() << ")";
@@ -263,11 +267,14 @@ void DataPlane::syncLoop() {
     const bool files_due = poll_files && std::chrono::steady_clock::now() >= next_file_poll;
     if (files_due) next_file_poll = std::chrono::steady_clock::now() + kCertFilePoll;
     lock.unlock();
-    if (revisions) syncRevisions();  // configs first: a new route may point at a new revision
-    if (routes) syncRoutes();
+    // Each step is guarded on its own: one that throws (a stored object of a
+    // shape no code expected) is logged and the others still run.
+    if (revisions) runGuarded("data plane: sync revisions", [this] { syncRevisions(); });  // configs first
+    if (routes) runGuarded("data plane: sync routes", [this] { syncRoutes(); });
     if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
     if (tls_ && (certs || routes || files_due)) {
-      syncCertificates();  // after the routes: Secrets serve the routed hosts of their namespace
+      // After the routes: Secrets serve the routed hosts of their namespace.
+      runGuarded("data plane: sync certificates", [this] { syncCertificates(); });
     }
     lock.lock();
   }
@@ -499,34 +506,28 @@ void DataPlane::syncRevisions() {
   std::set<std::string> live;
   for (const auto& obj : *revisions) {
     const json& rev = obj.body;
-    std::string key = revisionKey(rev);
+    std::string key = obj.key.ns + "/" + obj.key.name;
     live.insert(key);
-    const json spec = rev.value("spec", json::object());
-    int64_t cc = spec.value("containerConcurrency", int64_t{0});
-    json annotations = rev["metadata"].value("annotations", json::object());
-    std::string routing_state = rev["metadata"].value("labels", json::object()).value(api::labels::kRoutingState, "");
-    bool reachable = routing_state != "reserve";
+    const api::RevisionSettings settings = api::revisionSettings(rev, config_);
+    const json& md = member(rev, "metadata");
+    bool reachable = member(member(md, "labels"), api::labels::kRoutingState) != "reserve";
     // Only re-apply when what the data plane uses changed.
-    std::string fingerprint = spec.dump() + annotations.dump() + (reachable ? "r" : "u");
+    std::string fingerprint = member(rev, "spec").dump() + member(md, "annotations").dump() + (reachable ? "r" : "u");
     auto known = known_revisions_.find(key);
     if (known != known_revisions_.end() && known->second == fingerprint) continue;
 
     router::RevisionConfig rc;
-    rc.container_concurrency = static_cast<int>(cc);
-    rc.timeout = std::chrono::seconds(spec.value("timeoutSeconds", int64_t{300}));
-    if (spec.contains("responseStartTimeoutSeconds"))
-      rc.response_start_timeout = std::chrono::seconds(spec.value("responseStartTimeoutSeconds", int64_t{0}));
-    if (spec.contains("idleTimeoutSeconds"))
-      rc.idle_timeout = std::chrono::seconds(spec.value("idleTimeoutSeconds", int64_t{0}));
+    rc.container_concurrency = static_cast<int>(settings.container_concurrency);
+    rc.timeout = settings.timeout;
+    rc.response_start_timeout = settings.response_start_timeout;
+    rc.idle_timeout = settings.idle_timeout;
     router_->setRevisionConfig(key, rc);
 
-    auto settings = api::autoscalingSettings(annotations, config_, cc);
-    if (!settings.isOk()) {
-      LOG(WARNING) << "revision " << key << ": autoscaling settings: " << settings.status().message();
+    if (!settings.errors.empty()) {
+      LOG(WARNING) << "revision " << key << ": settings: " << settings.status().message();
       continue;
     }
-    Duration deadline = config_.deployment.progress_deadline;
-    auto st = driver_->addRevision(key, toScalerSettings(*settings, config_, reachable, deadline));
+    auto st = driver_->addRevision(key, toScalerSettings(settings, reachable));
     if (!st.isOk()) {
       LOG(WARNING) << "revision " << key << ": scaler: " << st.message();
       continue;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "acme/manager.h"
+#include "api/revision_settings.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/event_recorder.h"
@@ -125,6 +126,10 @@ class DataPlane {
   std::string dir_error_;                           // last error reading the certificate directory
   bool secret_certs_stale_ = true;                  // Secrets changed since they were last listed
 };
+
+// The scaler's settings of a Revision: its settings model mapped into the
+// scaler's plain values; `reachable` false for routingState "reserve".
+scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& settings, bool reachable);
 
 // "127.0.0.1:8080" -> {address, port}; kInvalidArgument on a malformed value.
 StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/guard.h"
 #include "common/log.h"
 #include "events/events.h"
 
@@ -19,7 +20,7 @@ void StoreEventRecorder::start() {
   std::lock_guard<std::mutex> l(mu_);
   if (thread_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] { runRestarting("event recorder loop", [this] { loop(); }); });
 }
 
 void StoreEventRecorder::stop() {

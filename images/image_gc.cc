@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/guard.h"
 #include "common/log.h"
 
 namespace knap::images {
@@ -163,7 +164,7 @@ void ImageGc::start() {
     ran_ = true;
     last_pass_ = time_.monotonic();
   }
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] { runRestarting("image GC loop", [this] { loop(); }); });
 }
 
 void ImageGc::stop() {

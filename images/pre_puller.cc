@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/duration.h"
+#include "common/guard.h"
 #include "common/log.h"
 
 namespace knap::images {
@@ -93,9 +94,9 @@ void PrePuller::start() {
   started_ = true;
   stopping_ = false;
   if (!options_.executor) {
-    for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { workerLoop(); });
+    for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { runRestarting("pre-puller worker", [this] { workerLoop(); }); });
   }
-  loop_thread_ = std::thread([this] { loop(); });
+  loop_thread_ = std::thread([this] { runRestarting("pre-puller loop", [this] { loop(); }); });
 }
 
 void PrePuller::stop() {

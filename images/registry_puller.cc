@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "common/guard.h"
 #include "common/log.h"
 #include "runtime/containerd/digest.h"
 
@@ -226,7 +227,7 @@ StatusOr<PullResult> RegistryPuller::doPull(const std::string& image, PullFlight
       }
       size_t i = next.fetch_add(1);
       if (i >= blobs.size()) return;
-      Status s = ensureBlob(ref, blobs[i], session, st);
+      Status s = statusOfThrowing("fetch blob " + blobs[i].digest, [&] { return ensureBlob(ref, blobs[i], session, st); });
       if (!s.isOk()) {
         std::lock_guard<std::mutex> lock(err_mu);
         if (first_error.isOk()) first_error = s;

@@ -19,6 +19,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 
+#include "common/guard.h"
 #include "common/listen_fds.h"
 #include "common/log.h"
 #include "common/tls.h"
@@ -509,7 +510,7 @@ Status Router::start() {
     asio::co_spawn(w->ioc, im.sweepLoop(w.get()), asio::detached);
     w->guard.emplace(w->ioc.get_executor());
     Worker* wp = w.get();
-    wp->thread = std::thread([wp] { wp->ioc.run(); });
+    wp->thread = std::thread([wp] { runRestarting("router io_context", [wp] { wp->ioc.run(); }); });
   }
   LOG(INFO) << "router: listening external=" << port() << " internal=" << internalPort()
             << " admin=" << adminPort() << " https=" << tlsPort() << " threads=" << im.workers.size();

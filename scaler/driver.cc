@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/guard.h"
 #include "common/log.h"
 
 namespace knap::scaler {
@@ -156,7 +157,7 @@ ScalerTicker::~ScalerTicker() {
 void ScalerTicker::start() {
   if (thread_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] { runRestarting("scaler ticker", [this] { run(); }); });
 }
 
 void ScalerTicker::stop() {

@@ -202,11 +202,8 @@ TEST_F(DriverTest, PokeOfFirstRequestIsNotCountedTwice) {
 
 TEST_F(DriverTest, LoadScalesUpThroughPanic) {
   ScalerSettings s;
-  TargetInputs in;
-  in.container_concurrency = 10;
-  Targets t = computeTargets(in);
-  s.target_value = t.target_value;  // 7
-  s.total_value = t.total_value;
+  s.target_value = 7;  // containerConcurrency 10 at 70 % (api/revision_settings_test.cc)
+  s.total_value = 10;
   ASSERT_TRUE(driver_.addRevision(kRev, s).isOk());
   run(2);
   for (int i = 0; i < 50; ++i) router_.requestIn(kRev);  // 50 concurrent from now on

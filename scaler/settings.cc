@@ -57,33 +57,4 @@ Status validateSettings(const ScalerSettings& s) {
   return Status::ok();
 }
 
-Targets computeTargets(const TargetInputs& in) {
-  double total = 0;
-  double utilization = 0;
-  if (in.metric == ScalingMetric::kRps) {
-    total = in.requests_per_second_target_default;
-    utilization = kRpsTargetUtilization;
-  } else {
-    total = in.container_concurrency > 0 ? static_cast<double>(in.container_concurrency)
-                                         : in.container_concurrency_target_default;
-    double pct = in.container_concurrency_target_percentage;
-    utilization = pct > 1 ? pct / 100.0 : pct;
-  }
-  if (in.target_annotation) {
-    total = *in.target_annotation;
-    // Never aim above what the container admits (Knative's ResolveMetricTarget).
-    if (in.metric == ScalingMetric::kConcurrency && in.container_concurrency > 0) {
-      total = std::min(total, static_cast<double>(in.container_concurrency));
-    }
-  }
-  if (in.utilization_annotation) utilization = *in.utilization_annotation / 100.0;
-  return Targets{std::max(kTargetMin, total * utilization), total};
-}
-
-int resolveInitialScale(int config_initial_scale, std::optional<int> annotation,
-                        bool allow_zero_initial_scale) {
-  if (!annotation || (*annotation == 0 && !allow_zero_initial_scale)) return config_initial_scale;
-  return *annotation;
-}
-
 }  // namespace knap::scaler

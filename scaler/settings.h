@@ -1,9 +1,9 @@
 // ScalerSettings: every knob of the Knative Pod Autoscaler (KPA) for one
 // revision, already merged (annotation over config-autoscaler default) by the
 // caller. scaler/ deliberately knows nothing of api/ or common/config.h: the
-// caller (the revision reconciler) resolves annotations and passes plain values.
-// computeTargets() and resolveInitialScale() implement the two merges whose
-// arithmetic belongs to the KPA (KNATIVE-CONTRACT §4.3, §4.7).
+// merges (targets §4.3, initial scale §4.7, the progress deadline) are the
+// Revision settings model's (api/revision_settings.h), which daemon/ maps
+// into these plain values.
 //
 // Thread safety: plain values; copy freely.
 #pragma once
@@ -24,8 +24,6 @@ using namespace std::chrono_literals;
 inline constexpr Duration kTickInterval = 2s;  // decision cadence
 inline constexpr Duration kBucketSize = 1s;    // metric bucket and collection cadence
 inline constexpr Duration kActivationTimeoutBuffer = 30s;
-inline constexpr double kTargetMin = 0.01;  // TargetValue never goes below this
-inline constexpr double kRpsTargetUtilization = 0.7;
 
 enum class ScalingMetric { kConcurrency, kRps };
 enum class Aggregation { kLinear, kWeightedExponential };
@@ -48,7 +46,7 @@ struct ScalerSettings {
   double max_scale_down_rate = 2.0;   // > 1
   int min_scale = 0;
   int max_scale = 0;         // 0 = unbounded
-  int initial_scale = 1;     // already resolved, see resolveInitialScale()
+  int initial_scale = 1;     // already resolved (annotation, allow-zero-initial-scale, config)
   int activation_scale = 0;  // <= 1 means off
   Duration scale_down_delay = 0s;
   bool enable_scale_to_zero = true;
@@ -69,28 +67,5 @@ struct ScalerSettings {
 // Refuses settings the arithmetic cannot work with (target <= 0, rates <= 1,
 // windows < 1 s, negative scales, max < min). The message names the field.
 Status validateSettings(const ScalerSettings& settings);
-
-// Inputs of the target merge (§4.3). Config fields carry config-autoscaler values.
-struct TargetInputs {
-  ScalingMetric metric = ScalingMetric::kConcurrency;
-  int64_t container_concurrency = 0;                    // Revision spec.containerConcurrency
-  std::optional<double> target_annotation;              // autoscaling.knative.dev/target
-  std::optional<double> utilization_annotation;         // target-utilization-percentage, in [1,100]
-  double container_concurrency_target_percentage = 70;  // config; > 1 means percent, else fraction
-  double container_concurrency_target_default = 100;
-  double requests_per_second_target_default = 200;
-};
-
-struct Targets {
-  double target_value = 0;  // max(0.01, total * utilization)
-  double total_value = 0;
-};
-
-// §4.3: cc=0 -> 70, cc=10 -> 7, cc=1 -> 0.7, rps -> 140 with defaults.
-Targets computeTargets(const TargetInputs& in);
-
-// §4.7 GetInitialScale: the annotation wins unless it is 0 and zero initial scale is not allowed.
-int resolveInitialScale(int config_initial_scale, std::optional<int> annotation,
-                        bool allow_zero_initial_scale);
 
 }  // namespace knap::scaler

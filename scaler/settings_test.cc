@@ -5,87 +5,7 @@
 namespace knap::scaler {
 namespace {
 
-struct TargetCase {
-  std::string name;
-  TargetInputs in;
-  double want_target;
-  double want_total;
-};
-
-TargetInputs concurrency(int64_t cc) {
-  TargetInputs in;
-  in.container_concurrency = cc;
-  return in;
-}
-
-class TargetsTest : public ::testing::TestWithParam<TargetCase> {};
-
-TEST_P(TargetsTest, ComputesTargetAndTotal) {
-  const TargetCase& c = GetParam();
-  Targets t = computeTargets(c.in);
-  EXPECT_NEAR(t.target_value, c.want_target, 1e-9);
-  EXPECT_NEAR(t.total_value, c.want_total, 1e-9);
-}
-
-std::vector<TargetCase> targetCases() {
-  std::vector<TargetCase> cases;
-  // The contract's worked defaults (§4.3).
-  cases.push_back({"cc0_targets_70", concurrency(0), 70, 100});
-  cases.push_back({"cc10_targets_7", concurrency(10), 7, 10});
-  cases.push_back({"cc1_targets_0_7", concurrency(1), 0.7, 1});
-  {
-    TargetInputs in;
-    in.metric = ScalingMetric::kRps;
-    cases.push_back({"rps_default_200_at_0_7", in, 140, 200});
-  }
-  {
-    TargetInputs in = concurrency(0);
-    in.target_annotation = 50;
-    cases.push_back({"annotation_target_replaces_default", in, 35, 50});
-  }
-  {
-    TargetInputs in = concurrency(10);
-    in.target_annotation = 50;
-    cases.push_back({"annotation_target_capped_by_cc", in, 7, 10});
-  }
-  {
-    TargetInputs in = concurrency(10);
-    in.target_annotation = 4;
-    cases.push_back({"annotation_target_below_cc_wins", in, 2.8, 4});
-  }
-  {
-    TargetInputs in;
-    in.metric = ScalingMetric::kRps;
-    in.container_concurrency = 10;
-    in.target_annotation = 50;
-    cases.push_back({"rps_annotation_not_capped_by_cc", in, 35, 50});
-  }
-  {
-    TargetInputs in = concurrency(0);
-    in.utilization_annotation = 100;
-    cases.push_back({"utilization_annotation_100", in, 100, 100});
-  }
-  {
-    TargetInputs in;
-    in.metric = ScalingMetric::kRps;
-    in.utilization_annotation = 50;
-    cases.push_back({"rps_utilization_annotation", in, 100, 200});
-  }
-  {
-    TargetInputs in = concurrency(0);
-    in.container_concurrency_target_percentage = 0.5;  // already a fraction
-    cases.push_back({"config_fraction_below_one", in, 50, 100});
-  }
-  {
-    TargetInputs in = concurrency(0);
-    in.target_annotation = 0.01;
-    cases.push_back({"target_floor_0_01", in, 0.01, 0.01});
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Targets, TargetsTest, ::testing::ValuesIn(targetCases()),
-                         [](const auto& info) { return info.param.name; });
+// The target merge (§4.3) is the Revision settings model's: api/revision_settings_test.cc.
 
 TEST(SettingsTest, PanicWindowIsTenPercentRounded) {
   ScalerSettings s;
@@ -112,13 +32,6 @@ TEST(SettingsTest, RetentionIgnoredWhenUnreachable) {
   EXPECT_EQ(s.effectiveRetention(), 120s);
   s.reachable = false;
   EXPECT_EQ(s.effectiveRetention(), 0s);
-}
-
-TEST(SettingsTest, ResolveInitialScale) {
-  EXPECT_EQ(resolveInitialScale(1, std::nullopt, false), 1);
-  EXPECT_EQ(resolveInitialScale(1, 3, false), 3);
-  EXPECT_EQ(resolveInitialScale(1, 0, false), 1);  // zero needs allow-zero-initial-scale
-  EXPECT_EQ(resolveInitialScale(1, 0, true), 0);
 }
 
 TEST(SettingsTest, ValidateRefusesUnusableSettings) {

@@ -26,6 +26,7 @@
 #include "api/server/pki.h"
 #include "common/base64.h"
 #include "api/server/rest_handler.h"
+#include "common/guard.h"
 #include "common/listen_fds.h"
 #include "common/log.h"
 #include "common/tls.h"
@@ -737,7 +738,7 @@ Status ApiServer::Impl::start() {
   if (tcp_acceptor_) accept<net::ip::tcp>(*tcp_acceptor_, tcp_accept_state_);
   if (unix_acceptor_) accept<net::local::stream_protocol>(*unix_acceptor_, unix_accept_state_);
   work_.emplace(net::make_work_guard(ioc_));
-  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { ioc_.run(); });
+  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { runRestarting("api io_context", [this] { ioc_.run(); }); });
   started_ = true;
   LOG(INFO) << "api: serving Kubernetes-style REST" << (url_.empty() ? "" : " on " + url_)
             << (options_.unix_socket_path.empty() ? "" : " and unix:" + options_.unix_socket_path) << " with "

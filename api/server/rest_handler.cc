@@ -1556,11 +1556,8 @@ HttpResponse RestHandler::deleteCollection(const HttpRequest& req, const Target&
 HttpResponse RestHandler::autoscalingView(const Target& t) {
   auto rev = store_.get({"Revision", t.ns, t.name});
   if (!rev.isOk()) return errorResponse(errorFromStatus(rev.status(), t.info, t.name));
-  json annotations;
-  const json& md = rev->body["metadata"];
-  if (md.is_object() && md.contains("annotations")) annotations = md["annotations"];
   json items = json::array();
-  for (const EffectiveValue& e : effectiveAutoscaling(annotations, config_)) {
+  for (const EffectiveValue& e : effectiveSettings(rev->body, config_)) {
     items.push_back({{"key", e.key}, {"value", e.value}, {"source", e.source}});
   }
   return jsonResponse(200, {{"kind", "EffectiveAutoscaling"},

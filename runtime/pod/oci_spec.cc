@@ -647,11 +647,20 @@ StatusOr<ResolvedUser> resolveImageUser(const std::string& user, const std::opti
 
 namespace {
 
-StatusOr<json> buildSpec(const PodSpecInput& in) {
+// The container a spec is built for, located in the revision.
+struct Target {
+  const json* spec = nullptr;       // the revision's spec (or the bare spec)
+  const json* container = nullptr;  // spec.containers[index], an object
+  bool serving = false;             // the serving container (PORT is its alone)
+  std::string namespace_name = "default";
+};
+
+StatusOr<Target> locateContainer(const PodSpecInput& in) {
   // The revision: full object or bare spec.
-  const json* spec = member(in.revision, "spec");
-  if (spec == nullptr || !member(*spec, "containers")) spec = &in.revision;
-  const json* containers = member(*spec, "containers");
+  Target t;
+  t.spec = member(in.revision, "spec");
+  if (t.spec == nullptr || !member(*t.spec, "containers")) t.spec = &in.revision;
+  const json* containers = member(*t.spec, "containers");
   if (containers == nullptr || !containers->is_array() || containers->empty()) {
     return invalidArgument("spec.containers: the revision has no container");
   }
@@ -659,29 +668,39 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
   if (static_cast<size_t>(index) >= containers->size()) {
     return invalidArgument("spec.containers[" + std::to_string(index) + "]: no such container");
   }
-  const bool serving = index == servingContainerIndex(*containers);
-  const json& c = (*containers)[index];
-  if (!c.is_object()) return invalidArgument("spec.containers[" + std::to_string(index) + "]: must be an object");
-  std::string namespace_name = "default";
+  t.serving = index == servingContainerIndex(*containers);
+  t.container = &(*containers)[index];
+  if (!t.container->is_object()) {
+    return invalidArgument("spec.containers[" + std::to_string(index) + "]: must be an object");
+  }
   if (const json* md = member(in.revision, "metadata")) {
     if (const json* ns = member(*md, "namespace"); ns && ns->is_string()) {
-      namespace_name = ns->get<std::string>();
+      t.namespace_name = ns->get<std::string>();
     }
   }
-  if (in.pod_id.empty()) return invalidArgument("pod id: required");
-  if (in.nofile_limit == 0) return invalidArgument("nofile limit: must be positive");
+  return t;
+}
 
-  const json* image = member(in.image_config, "config");
-  if (image == nullptr || !image->is_object()) image = &in.image_config;
-  KNAP_ASSIGN_OR_RETURN(auto image_entrypoint, stringList(member(*image, "Entrypoint"), "image Entrypoint"));
-  KNAP_ASSIGN_OR_RETURN(auto image_cmd, stringList(member(*image, "Cmd"), "image Cmd"));
-  KNAP_ASSIGN_OR_RETURN(auto image_env, stringList(member(*image, "Env"), "image Env"));
-  std::string image_user, image_workdir;
-  if (const json* v = member(*image, "User"); v && v->is_string()) image_user = v->get<std::string>();
-  if (const json* v = member(*image, "WorkingDir"); v && v->is_string())
-    image_workdir = v->get<std::string>();
+// What the image's config contributes.
+struct ImageDefaults {
+  std::vector<std::string> entrypoint, cmd, env;
+  std::string user, workdir;
+};
 
-  // Port.
+StatusOr<ImageDefaults> imageDefaults(const json& image_config) {
+  const json* image = member(image_config, "config");
+  if (image == nullptr || !image->is_object()) image = &image_config;
+  ImageDefaults d;
+  KNAP_ASSIGN_OR_RETURN(d.entrypoint, stringList(member(*image, "Entrypoint"), "image Entrypoint"));
+  KNAP_ASSIGN_OR_RETURN(d.cmd, stringList(member(*image, "Cmd"), "image Cmd"));
+  KNAP_ASSIGN_OR_RETURN(d.env, stringList(member(*image, "Env"), "image Env"));
+  if (const json* v = member(*image, "User"); v && v->is_string()) d.user = v->get<std::string>();
+  if (const json* v = member(*image, "WorkingDir"); v && v->is_string()) d.workdir = v->get<std::string>();
+  return d;
+}
+
+// The serving port: ports[0].containerPort, else 8080.
+StatusOr<int> containerPort(const json& c) {
   int port = kDefaultPort;
   if (const json* ports = member(c, "ports"); ports && ports->is_array() && !ports->empty()) {
     KNAP_ASSIGN_OR_RETURN(auto cp, optionalInt((*ports)[0], "containerPort", "ports[0]"));
@@ -690,30 +709,38 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
       port = static_cast<int>(*cp);
     }
   }
+  return port;
+}
 
-  // Environment. The container's own variables (with the platform's) are the
-  // $(VAR) mapping for command and args, as in Kubernetes.
-  KNAP_ASSIGN_OR_RETURN(auto cenv, containerEnv(c, in, namespace_name));
-  std::vector<std::pair<std::string, std::string>> mapping;
-  for (const auto& e : cenv) mapping.emplace_back(e.name, e.value);
+using VarMapping = std::vector<std::pair<std::string, std::string>>;
+
+// The process environment, and the $(VAR) mapping for command and args: the
+// container's own variables with the platform's, as in Kubernetes.
+StatusOr<std::vector<std::string>> processEnv(const Target& t, const PodSpecInput& in, int port,
+                                              const ImageDefaults& image, VarMapping* mapping) {
+  KNAP_ASSIGN_OR_RETURN(auto cenv, containerEnv(*t.container, in, t.namespace_name));
+  for (const auto& e : cenv) mapping->emplace_back(e.name, e.value);
   const std::pair<std::string, std::string> reserved[] = {{"PORT", std::to_string(port)},
                                                           {"K_SERVICE", in.service_name},
                                                           {"K_CONFIGURATION", in.configuration_name},
                                                           {"K_REVISION", in.revision_name}};
   for (const auto& r : reserved) {
-    if (serving || r.first != "PORT") mapping.push_back(r);  // PORT: the serving container's only
+    if (t.serving || r.first != "PORT") mapping->push_back(r);  // PORT: the serving container's only
   }
   std::vector<std::string> env;
-  for (const auto& e : image_env) {
+  for (const auto& e : image.env) {
     if (e.empty() || e[0] == '=') continue;
     setEnv(env, envName(e), e.find('=') == std::string::npos ? "" : e.substr(e.find('=') + 1));
   }
   if (std::none_of(env.begin(), env.end(), [](const std::string& e) { return envName(e) == "PATH"; })) {
     env.insert(env.begin(), kDefaultPath);
   }
-  for (const auto& [k, v] : mapping) setEnv(env, k, v);
+  for (const auto& [k, v] : *mapping) setEnv(env, k, v);
+  return env;
+}
 
-  // Command line.
+// command + args over the image's Entrypoint + Cmd.
+StatusOr<std::vector<std::string>> commandLine(const json& c, const ImageDefaults& image, const VarMapping& mapping) {
   KNAP_ASSIGN_OR_RETURN(auto command, stringList(member(c, "command"), "command"));
   KNAP_ASSIGN_OR_RETURN(auto args_in, stringList(member(c, "args"), "args"));
   const bool has_command = member(c, "command") != nullptr;
@@ -723,48 +750,69 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     for (const auto& a : command) args.push_back(expandVars(a, mapping));
     for (const auto& a : args_in) args.push_back(expandVars(a, mapping));
   } else {
-    args = image_entrypoint;
+    args = image.entrypoint;
     if (has_args) {
       for (const auto& a : args_in) args.push_back(expandVars(a, mapping));
     } else {
-      args.insert(args.end(), image_cmd.begin(), image_cmd.end());
+      args.insert(args.end(), image.cmd.begin(), image.cmd.end());
     }
   }
   if (args.empty()) {
     return invalidArgument(
         "no command: the image has no Entrypoint or Cmd and the container sets no command");
   }
+  return args;
+}
 
-  // Working directory.
+StatusOr<std::string> workingDir(const json& c, const ImageDefaults& image) {
   std::string cwd = "/";
   if (const json* wd = member(c, "workingDir"); wd && wd->is_string() && !wd->get<std::string>().empty()) {
     cwd = wd->get<std::string>();
-  } else if (!image_workdir.empty()) {
-    cwd = image_workdir;
+  } else if (!image.workdir.empty()) {
+    cwd = image.workdir;
   }
   if (cwd[0] != '/') return invalidArgument("workingDir \"" + cwd + "\": must be an absolute path");
+  return cwd;
+}
 
-  // Security context: container over pod.
-  static const json kEmpty = json::object();
-  const json* psc = member(*spec, "securityContext");
-  const json* csc = member(c, "securityContext");
-  if (psc == nullptr) psc = &kEmpty;
-  if (csc == nullptr) csc = &kEmpty;
-  KNAP_ASSIGN_OR_RETURN(auto prun_user, optionalInt(*psc, "runAsUser", "spec.securityContext"));
-  KNAP_ASSIGN_OR_RETURN(auto prun_group, optionalInt(*psc, "runAsGroup", "spec.securityContext"));
-  KNAP_ASSIGN_OR_RETURN(auto pnon_root, optionalBool(*psc, "runAsNonRoot", "spec.securityContext"));
-  KNAP_ASSIGN_OR_RETURN(auto crun_user, optionalInt(*csc, "runAsUser", "securityContext"));
-  KNAP_ASSIGN_OR_RETURN(auto crun_group, optionalInt(*csc, "runAsGroup", "securityContext"));
-  KNAP_ASSIGN_OR_RETURN(auto cnon_root, optionalBool(*csc, "runAsNonRoot", "securityContext"));
-  KNAP_ASSIGN_OR_RETURN(auto ro_root, optionalBool(*csc, "readOnlyRootFilesystem", "securityContext"));
-  KNAP_ASSIGN_OR_RETURN(auto priv_esc, optionalBool(*csc, "allowPrivilegeEscalation", "securityContext"));
-  KNAP_ASSIGN_OR_RETURN(auto privileged, optionalBool(*csc, "privileged", "securityContext"));
-  if (privileged.value_or(false)) {
+// The security context, container over pod.
+struct Security {
+  ResolvedUser user;
+  std::vector<std::string> caps;
+  bool readonly_root = false;
+  bool no_new_privileges = true;
+};
+
+// securityContext's fields, pod-level (p) and container-level (c).
+struct SecurityFields {
+  std::optional<int64_t> prun_user, prun_group, crun_user, crun_group;
+  std::optional<bool> pnon_root, cnon_root, ro_root, priv_esc, privileged;
+};
+
+StatusOr<SecurityFields> securityFields(const json& psc, const json& csc) {
+  SecurityFields f;
+  KNAP_ASSIGN_OR_RETURN(f.prun_user, optionalInt(psc, "runAsUser", "spec.securityContext"));
+  KNAP_ASSIGN_OR_RETURN(f.prun_group, optionalInt(psc, "runAsGroup", "spec.securityContext"));
+  KNAP_ASSIGN_OR_RETURN(f.pnon_root, optionalBool(psc, "runAsNonRoot", "spec.securityContext"));
+  KNAP_ASSIGN_OR_RETURN(f.crun_user, optionalInt(csc, "runAsUser", "securityContext"));
+  KNAP_ASSIGN_OR_RETURN(f.crun_group, optionalInt(csc, "runAsGroup", "securityContext"));
+  KNAP_ASSIGN_OR_RETURN(f.cnon_root, optionalBool(csc, "runAsNonRoot", "securityContext"));
+  KNAP_ASSIGN_OR_RETURN(f.ro_root, optionalBool(csc, "readOnlyRootFilesystem", "securityContext"));
+  KNAP_ASSIGN_OR_RETURN(f.priv_esc, optionalBool(csc, "allowPrivilegeEscalation", "securityContext"));
+  KNAP_ASSIGN_OR_RETURN(f.privileged, optionalBool(csc, "privileged", "securityContext"));
+  if (f.privileged.value_or(false)) {
     return invalidArgument("securityContext.privileged: privileged containers are not allowed");
   }
-  const auto run_user = crun_user ? crun_user : prun_user;
-  const auto run_group = crun_group ? crun_group : prun_group;
-  const bool non_root = cnon_root ? *cnon_root : pnon_root.value_or(false);
+  return f;
+}
+
+// The process identity: runAsUser/runAsGroup (container over pod) over the
+// image's USER, plus supplementalGroups; refuses root under runAsNonRoot.
+StatusOr<ResolvedUser> processUser(const SecurityFields& f, const json& psc, const PodSpecInput& in,
+                                   const std::string& image_user) {
+  const auto run_user = f.crun_user ? f.crun_user : f.prun_user;
+  const auto run_group = f.crun_group ? f.crun_group : f.prun_group;
+  const bool non_root = f.cnon_root ? *f.cnon_root : f.pnon_root.value_or(false);
   for (const auto& id : {run_user, run_group}) {
     if (id && (*id < 0 || *id > 0x7fffffff)) {
       return invalidArgument("securityContext: runAsUser/runAsGroup must be in [0, 2147483647]");
@@ -788,7 +836,7 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     for (auto g : user.additional_gids) addGid(dedup, g);
     user.additional_gids = dedup;
   }
-  if (const json* sg = member(*psc, "supplementalGroups")) {
+  if (const json* sg = member(psc, "supplementalGroups")) {
     if (!sg->is_array()) return invalidArgument("spec.securityContext.supplementalGroups: must be a list");
     for (const auto& g : *sg) {
       if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 0x7fffffff) {
@@ -802,33 +850,54 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
         "securityContext.runAsNonRoot: the container would run as root (uid 0); "
         "set runAsUser or a non-root USER in the image");
   }
+  return user;
+}
 
-  // Capabilities.
+// containerd's default set with securityContext.capabilities applied.
+StatusOr<std::vector<std::string>> capabilities(const json& csc) {
   std::vector<std::string> caps = kDefaultCaps;
-  if (const json* capj = member(*csc, "capabilities")) {
-    KNAP_ASSIGN_OR_RETURN(auto add, stringList(member(*capj, "add"), "securityContext.capabilities.add"));
-    KNAP_ASSIGN_OR_RETURN(auto drop, stringList(member(*capj, "drop"), "securityContext.capabilities.drop"));
-    for (const auto& d : drop) {
-      if (normaliseCap(d) == "CAP_ALL") caps.clear();
-    }
-    for (const auto& a : add) {
-      const std::string cap = normaliseCap(a);
-      if (!kKnownCaps.count(cap)) {
-        return invalidArgument("securityContext.capabilities.add: unknown capability \"" + a + "\"");
-      }
-      if (std::find(caps.begin(), caps.end(), cap) == caps.end()) caps.push_back(cap);
-    }
-    for (const auto& d : drop) {
-      const std::string cap = normaliseCap(d);
-      if (cap == "CAP_ALL") continue;
-      if (!kKnownCaps.count(cap)) {
-        return invalidArgument("securityContext.capabilities.drop: unknown capability \"" + d + "\"");
-      }
-      caps.erase(std::remove(caps.begin(), caps.end(), cap), caps.end());
-    }
+  const json* capj = member(csc, "capabilities");
+  if (capj == nullptr) return caps;
+  KNAP_ASSIGN_OR_RETURN(auto add, stringList(member(*capj, "add"), "securityContext.capabilities.add"));
+  KNAP_ASSIGN_OR_RETURN(auto drop, stringList(member(*capj, "drop"), "securityContext.capabilities.drop"));
+  for (const auto& d : drop) {
+    if (normaliseCap(d) == "CAP_ALL") caps.clear();
   }
+  for (const auto& a : add) {
+    const std::string cap = normaliseCap(a);
+    if (!kKnownCaps.count(cap)) {
+      return invalidArgument("securityContext.capabilities.add: unknown capability \"" + a + "\"");
+    }
+    if (std::find(caps.begin(), caps.end(), cap) == caps.end()) caps.push_back(cap);
+  }
+  for (const auto& d : drop) {
+    const std::string cap = normaliseCap(d);
+    if (cap == "CAP_ALL") continue;
+    if (!kKnownCaps.count(cap)) {
+      return invalidArgument("securityContext.capabilities.drop: unknown capability \"" + d + "\"");
+    }
+    caps.erase(std::remove(caps.begin(), caps.end(), cap), caps.end());
+  }
+  return caps;
+}
 
-  // Resources.
+StatusOr<Security> securityContext(const Target& t, const PodSpecInput& in, const ImageDefaults& image) {
+  static const json kEmpty = json::object();
+  const json* psc = member(*t.spec, "securityContext");
+  const json* csc = member(*t.container, "securityContext");
+  if (psc == nullptr) psc = &kEmpty;
+  if (csc == nullptr) csc = &kEmpty;
+  KNAP_ASSIGN_OR_RETURN(const SecurityFields f, securityFields(*psc, *csc));
+  Security s;
+  KNAP_ASSIGN_OR_RETURN(s.user, processUser(f, *psc, in, image.user));
+  KNAP_ASSIGN_OR_RETURN(s.caps, capabilities(*csc));
+  s.readonly_root = f.ro_root.value_or(false);
+  s.no_new_privileges = !f.priv_esc.value_or(false);
+  return s;
+}
+
+// linux.resources: the device allow-list and the cgroup cpu/memory limits.
+StatusOr<json> linuxResources(const json& c) {
   json resources = json::object();
   resources["devices"] = json::array({
       deviceRule(false, nullptr, std::nullopt, std::nullopt, "rwm"),
@@ -874,8 +943,11 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     cpu["period"] = kCpuPeriodUs;
   }
   resources["cpu"] = cpu;
+  return resources;
+}
 
-  // Mounts.
+// The standard mounts, /tmp, the pod's /etc files and the volume mounts.
+StatusOr<json> podMounts(const Target& t, const PodSpecInput& in) {
   json mounts = json::array({
       mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
       mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
@@ -901,38 +973,57 @@ StatusOr<json> buildSpec(const PodSpecInput& in) {
     if ((*src)[0] != '/') return invalidArgument(std::string(dest) + " source must be an absolute path");
     mounts.push_back(mount(dest, "bind", *src, {"rbind", "rprivate", "ro"}));
   }
-
-  KNAP_ASSIGN_OR_RETURN(json volume_mounts, volumeMounts(*spec, c, in));
+  KNAP_ASSIGN_OR_RETURN(json volume_mounts, volumeMounts(*t.spec, *t.container, in));
   for (auto& m : volume_mounts) mounts.push_back(std::move(m));
+  return mounts;
+}
 
+json linuxNamespaces(const PodSpecInput& in) {
   json namespaces =
       json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}});
   json net = {{"type", "network"}};
   if (!in.netns_path.empty()) net["path"] = in.netns_path;
   namespaces.push_back(net);
+  return namespaces;
+}
 
+StatusOr<json> buildSpec(const PodSpecInput& in) {
+  KNAP_ASSIGN_OR_RETURN(const Target t, locateContainer(in));
+  if (in.pod_id.empty()) return invalidArgument("pod id: required");
+  if (in.nofile_limit == 0) return invalidArgument("nofile limit: must be positive");
+  KNAP_ASSIGN_OR_RETURN(const ImageDefaults image, imageDefaults(in.image_config));
+  KNAP_ASSIGN_OR_RETURN(const int port, containerPort(*t.container));
+  VarMapping mapping;
+  KNAP_ASSIGN_OR_RETURN(auto env, processEnv(t, in, port, image, &mapping));
+  KNAP_ASSIGN_OR_RETURN(auto args, commandLine(*t.container, image, mapping));
+  KNAP_ASSIGN_OR_RETURN(auto cwd, workingDir(*t.container, image));
+  KNAP_ASSIGN_OR_RETURN(const Security sec, securityContext(t, in, image));
+  KNAP_ASSIGN_OR_RETURN(json resources, linuxResources(*t.container));
+  KNAP_ASSIGN_OR_RETURN(json mounts, podMounts(t, in));
+
+  const ResolvedUser& user = sec.user;
   json process = {
       {"terminal", false},
       {"user", {{"uid", user.uid}, {"gid", user.gid}, {"additionalGids", user.additional_gids}}},
       {"args", args},
       {"env", env},
       {"cwd", cwd},
-      {"capabilities", {{"bounding", caps}, {"effective", caps}, {"permitted", caps}}},
+      {"capabilities", {{"bounding", sec.caps}, {"effective", sec.caps}, {"permitted", sec.caps}}},
       {"rlimits",
        json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", in.nofile_limit}, {"soft", in.nofile_limit}}})},
-      {"noNewPrivileges", !priv_esc.value_or(false)},
+      {"noNewPrivileges", sec.no_new_privileges},
   };
 
   json out = {
       {"ociVersion", "1.0.2-dev"},
       {"process", process},
-      {"root", {{"path", "rootfs"}, {"readonly", ro_root.value_or(false)}}},
+      {"root", {{"path", "rootfs"}, {"readonly", sec.readonly_root}}},
       {"hostname", in.pod_id.substr(0, 63)},
       {"mounts", mounts},
       {"linux",
        {{"resources", resources},
         {"cgroupsPath", in.cgroups_path.empty() ? "/knap/" + in.pod_id : in.cgroups_path},
-        {"namespaces", namespaces},
+        {"namespaces", linuxNamespaces(in)},
         {"maskedPaths",
          {"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
           "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"}},

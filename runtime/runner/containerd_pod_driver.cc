@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/duration.h"
+#include "common/guard.h"
 #include "common/log.h"
 #include "images/reference.h"
 #include "runtime/containerd/image_import.h"
@@ -677,7 +678,8 @@ StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
   }
   std::vector<std::thread> threads;
   auto run = [this, pod, first](std::string id, std::string name, std::string log_dir) {
-    StatusOr<PodExit> r = waitContainer(pod, id, name, log_dir);
+    StatusOr<PodExit> r = internalError("wait for container " + id + " threw");
+    runGuarded("wait for container " + id, [&] { r = waitContainer(pod, id, name, log_dir); });
     std::lock_guard<std::mutex> l(first->mu);
     if (!first->result) first->result = std::move(r);
     first->cv.notify_all();

@@ -187,7 +187,7 @@ class RunnerE2eTest : public ::testing::Test {
     PodRunnerOptions o;
     o.backoff_initial = milliseconds(200);
     o.backoff_max = seconds(2);
-    o.progress_deadline = seconds(60);
+    o.config.deployment.progress_deadline = seconds(60);
     o.max_stop_grace = seconds(5);
     auto r = std::make_unique<PodRunner>(d, RealTimeSource::instance(), o);
     return r;
@@ -776,7 +776,7 @@ TEST_P(WarmPoolE2eTest, PoolPodIsPromotedOnWake) {
   PodRunnerOptions o;
   o.backoff_initial = milliseconds(200);
   o.backoff_max = seconds(2);
-  o.progress_deadline = seconds(60);
+  o.config.deployment.progress_deadline = seconds(60);
   o.max_stop_grace = seconds(5);
   o.warm_pool_size = 1;
   o.warm_pool_mode = GetParam();

@@ -4,7 +4,9 @@
 #include <random>
 #include <sstream>
 
+#include "api/revision_settings.h"
 #include "common/duration.h"
+#include "common/guard.h"
 #include "common/log.h"
 #include "runtime/pod/oci_spec.h"
 
@@ -20,13 +22,6 @@ namespace {
 // once it has failed for this long (not for the refused connects of every
 // normal start-up).
 constexpr Duration kProbeFailureGrace = std::chrono::seconds(1);
-
-constexpr char kInitialScaleAnnotation[] = "autoscaling.knative.dev/initial-scale";
-constexpr char kMinScaleAnnotation[] = "autoscaling.knative.dev/min-scale";
-constexpr char kMinScaleLegacyAnnotation[] = "autoscaling.knative.dev/minScale";
-constexpr char kMaxScaleAnnotation[] = "autoscaling.knative.dev/max-scale";
-constexpr char kMaxScaleLegacyAnnotation[] = "autoscaling.knative.dev/maxScale";
-constexpr char kProgressDeadlineAnnotation[] = "serving.knative.dev/progress-deadline";
 
 std::optional<std::string> annotation(const json& obj, const char* key) {
   const json* md = obj.contains("metadata") && obj["metadata"].is_object() ? &obj["metadata"] : nullptr;
@@ -48,12 +43,6 @@ std::optional<int> annotationInt(const json& obj, const char* key) {
   } catch (...) {
     return std::nullopt;
   }
-}
-
-// The kebab-case autoscaling annotation, else its legacy camelCase alias.
-std::optional<int> scaleAnnotation(const json& obj, const char* kebab, const char* camel) {
-  if (annotation(obj, kebab)) return annotationInt(obj, kebab);
-  return annotationInt(obj, camel);
 }
 
 std::string str(const json& j, const char* a, const char* b) {
@@ -133,12 +122,7 @@ const char* warmPoolModeName(WarmPoolMode m) { return m == WarmPoolMode::kCreate
 
 PodRunnerOptions optionsFromConfig(const Config& config) {
   PodRunnerOptions o;
-  o.progress_deadline = config.deployment.progress_deadline;
-  o.default_initial_scale = config.autoscaler.initial_scale;
-  o.allow_zero_initial_scale = config.autoscaler.allow_zero_initial_scale;
-  o.default_min_scale = config.autoscaler.min_scale;
-  o.default_max_scale = config.autoscaler.max_scale;
-  o.enable_scale_to_zero = config.autoscaler.enable_scale_to_zero;
+  o.config = config;
   o.warm_pool_size = static_cast<int>(std::max<int64_t>(0, config.knap.warm_pool_size));
   o.warm_pool_mode = config.knap.warm_pool_mode == "created" ? WarmPoolMode::kCreated : WarmPoolMode::kFrozen;
   return o;
@@ -167,12 +151,12 @@ void PodRunner::start() {
             fn = std::move(queue_.front());
             queue_.pop_front();
           }
-          fn();
+          runGuarded("pod runner: work item", fn);  // a throwing item fails alone
         }
       });
     }
   }
-  loop_thread_ = std::thread([this] { loop(); });
+  loop_thread_ = std::thread([this] { runRestarting("pod runner loop", [this] { loop(); }); });
 }
 
 void PodRunner::loop() {
@@ -349,8 +333,10 @@ void PodRunner::spawnWaiterLocked(Revision& rev, Pod& pod) {
     finished_waiters_.erase(id);
   }
   waiters_[id] = std::thread([this, k, id, h] {
-    StatusOr<PodExit> r = driver_.wait(h);
-    onExit(k, id, std::move(r));
+    runGuarded("pod runner: wait for " + id, [&] {
+      StatusOr<PodExit> r = driver_.wait(h);
+      onExit(k, id, std::move(r));
+    });
   });
 }
 
@@ -379,19 +365,18 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
       rev.spec_error = "livenessProbe: " + p.status().message();
     }
   }
-  int64_t timeout = 300;
-  if (object.contains("spec") && object["spec"].is_object() && object["spec"].contains("timeoutSeconds") &&
-      object["spec"]["timeoutSeconds"].is_number_integer()) {
-    timeout = object["spec"]["timeoutSeconds"].get<int64_t>();
+  const api::RevisionSettings settings = api::revisionSettings(object, options_.config);
+  if (!settings.errors.empty() && rev.settings_error != settings.errors.front()) {
+    LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << settings.errors.front()
+                 << " (the default is used)";
   }
-  rev.stop_grace = std::min<Duration>(seconds(timeout), options_.max_stop_grace);
-  rev.progress_deadline = options_.progress_deadline;
-  if (auto pd = annotation(object, kProgressDeadlineAnnotation)) {
-    auto d = parseGoDuration(*pd);
-    if (d.isOk() && d->count() > 0) rev.progress_deadline = *d;
-  }
-  rev.min_scale = scaleAnnotation(object, kMinScaleAnnotation, kMinScaleLegacyAnnotation).value_or(options_.default_min_scale);
-  rev.max_scale = scaleAnnotation(object, kMaxScaleAnnotation, kMaxScaleLegacyAnnotation).value_or(options_.default_max_scale);
+  rev.settings_error = settings.errors.empty() ? "" : settings.errors.front();
+  rev.stop_grace = std::min<Duration>(settings.timeout, options_.max_stop_grace);
+  rev.progress_deadline = settings.progress_deadline;
+  rev.min_scale = settings.autoscaling.min_scale;
+  rev.max_scale = settings.autoscaling.max_scale;
+  // Initial scale (api/revision_settings.h), at least min-scale.
+  rev.initial_scale = std::max(settings.autoscaling.initial_scale, rev.min_scale);
   int size = options_.warm_pool_size;
   if (auto w = annotation(object, kWarmPoolAnnotation)) {
     if (auto n = annotationInt(object, kWarmPoolAnnotation)) {
@@ -413,7 +398,7 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
     }
   }
   // Only revisions that can scale to zero keep a pool.
-  rev.warm_size = rev.min_scale == 0 && options_.enable_scale_to_zero ? size : 0;
+  rev.warm_size = rev.min_scale == 0 && settings.autoscaling.enable_scale_to_zero ? size : 0;
   rev.image_ready_at.reset();
   if (auto t = annotation(object, kImageReadyAtAnnotation)) {
     WallTime w{};
@@ -441,19 +426,12 @@ void PodRunner::ensure(const json& revision) {
     rev.removed = false;
     configureLocked(rev, revision);
     if (first) {
-      // Initial scale (KNATIVE-CONTRACT §4.7): annotation (0 only if allowed),
-      // else config; at least min-scale.
-      int initial = options_.default_initial_scale;
-      if (auto a = annotationInt(revision, kInitialScaleAnnotation)) {
-        if (*a != 0 || options_.allow_zero_initial_scale) initial = *a;
-      }
-      int min_scale = rev.min_scale;
       if (auto p = pending_scale_.find(k); p != pending_scale_.end()) {
         rev.desired = p->second;
         rev.scaler_set = true;
         pending_scale_.erase(p);
       }
-      if (!rev.scaler_set) rev.desired = std::max(initial, min_scale);
+      if (!rev.scaler_set) rev.desired = rev.initial_scale;
       attachAdoptedLocked(rev, now);
     }
   }
@@ -938,311 +916,347 @@ void PodRunner::finishDriverCall(const std::string& rev_key, const std::string& 
   wake();
 }
 
-void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work) {
-  std::string k = key(rev.ns, rev.name);
+void PodRunner::stepRevisionLocked(Revision& rev, MonoTime now, Work* work) {
   if (rev.object.is_null() && !rev.removed) return;  // adopted pods wait for ensure()
-
-  // 1. Scale: count the pods that are (or will be) serving, and the pool.
   // Creates are queued after the per-pod work, so a promoted warm pod's
   // start/resume goes to the executor before any new pod's create.
-  std::vector<std::function<void()>> creates;
+  Work creates;
   if (!rev.removed) {
-    std::vector<Pod*> serving, warm, replaced;
-    for (auto& [id, pod] : rev.pods) {
-      if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
-      (pod.replaced ? replaced : pod.warm ? warm : serving).push_back(&pod);
-    }
-    int have = static_cast<int>(serving.size());
-    bool can_create = now >= rev.next_create && rev.spec_error.empty();
-    int created = 0;
-    if (!replaced.empty()) {
-      // A restart under way: keep as many replaced pods as the desired count
-      // lacks ready new pods; stop the rest, the least useful first (not
-      // ready, then the oldest), after the drain.
-      int ready_new = static_cast<int>(
-          std::count_if(serving.begin(), serving.end(), [](const Pod* p) { return p->state == PodState::kReady; }));
-      int keep = std::max(0, rev.desired - ready_new);
-      std::sort(replaced.begin(), replaced.end(), [](const Pod* a, const Pod* b) {
-        bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
-        if (ra != rb) return !ra;
-        return a->started_at < b->started_at;
-      });
-      while (static_cast<int>(replaced.size()) > keep) {
-        Pod* p = replaced.front();
-        replaced.erase(replaced.begin());
-        requestStopLocked(rev, *p, work);
-        p->stop_after = now + options_.restart_drain;
-        LOG(INFO) << "pod runner: restart of " << k << ": stopping replaced pod " << p->handle.pod_id << " ("
-                  << ready_new << " new pod(s) ready)";
-      }
-    }
-    // Surge: while replaced pods run, at most one pod more than desired.
-    const int surge_room = replaced.empty() ? rev.desired
-                                            : std::max(0, rev.desired + 1 - static_cast<int>(replaced.size()));
-    if (have > rev.desired) {
-      // Stop the least useful first: not ready before ready, newest first.
-      std::sort(serving.begin(), serving.end(), [](const Pod* a, const Pod* b) {
-        bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
-        if (ra != rb) return !ra;
-        return a->started_at > b->started_at;
-      });
-      for (int i = 0; i < have - rev.desired; ++i) requestStopLocked(rev, *serving[i], work);
-      serving.erase(serving.begin(), serving.begin() + (have - rev.desired));
-    } else if (have < rev.desired) {
-      // Warm pods first (Warm, then the furthest along), then new pods.
-      auto rank = [](const Pod* p) {
-        if (p->state == PodState::kWarm) return 0;
-        if (p->pause_pending) return 1;
-        if (p->state == PodState::kStarting) return 2;
-        return 3;
-      };
-      std::stable_sort(warm.begin(), warm.end(), [&](const Pod* a, const Pod* b) {
-        if (rank(a) != rank(b)) return rank(a) < rank(b);
-        return a->started_at < b->started_at;
-      });
-      int need = rev.desired - have;
-      size_t promoted = 0;
-      for (; promoted < warm.size() && need > 0; ++promoted, --need) {
-        promoteLocked(rev, *warm[promoted], now);
-        serving.push_back(warm[promoted]);
-      }
-      warm.erase(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(promoted));
-      need = std::min(need, std::max(0, surge_room - static_cast<int>(serving.size())));
-      if (need > 0 && can_create) {
-        for (int i = 0; i < need; ++i) createPodLocked(rev, false, now, &creates);
-        created = need;
-      }
-    }
-
-    // The pool: fill up to its target once no serving pod is on its way
-    // (a wake gets the machine to itself), trim it when the target drops.
-    int target = warmTargetLocked(rev, static_cast<int>(serving.size()) + created);
-    int have_warm = static_cast<int>(warm.size());
-    if (have_warm > target) {
-      // Least advanced first, newest first.
-      std::sort(warm.begin(), warm.end(), [](const Pod* a, const Pod* b) {
-        if (a->state != b->state) return a->state < b->state;  // Creating < Starting < Warm
-        return a->started_at > b->started_at;
-      });
-      for (int i = 0; i < have_warm - target; ++i) requestStopLocked(rev, *warm[i], work);
-    } else if (have_warm < target && can_create) {
-      bool starting = created > 0;
-      for (const Pod* p : serving) starting = starting || p->state != PodState::kReady;
-      if (!starting) {
-        for (int i = have_warm; i < target; ++i) createPodLocked(rev, true, now, &creates);
-      }
-    }
+    scaleLocked(rev, now, work, &creates);
   } else {
     for (auto& [id, pod] : rev.pods) requestStopLocked(rev, pod, work);
   }
-
-  // 2. Per-pod work.
+  const std::string k = key(rev.ns, rev.name);
   for (auto& [id, pod] : rev.pods) {
-    if (pod.busy) continue;
-    std::string pid = id;
-    PodHandle h = pod.handle;
-    if (pod.state == PodState::kCreating && !pod.started && !pod.stop_requested) {
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        StatusOr<uint32_t> r = driver_.start(h);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          if (!r.isOk()) {
-            LOG(WARNING) << "pod runner: start " << pid << " of " << k << ": " << r.status().toString();
-            if (!rv.ever_ready) rv.failure = controller::ConditionState{"False", "StartError", r.status().message()};
-            p.counts_as_crash = true;
-            p.stop_requested = true;
-            p.state = PodState::kStopping;
-          } else if (p.state == PodState::kCreating) {
-            LOG(INFO) << "pod runner: started " << pid << " of " << k << " (pid " << *r << ")";
-            p.started = true;
-            p.handle.pid = *r;
-            p.state = PodState::kStarting;
-            p.started_at = t;
-            p.readiness.emplace(rv.readiness_spec, runtime::ProbeKind::kReadiness, t);
-            if (rv.liveness_spec) p.liveness.emplace(*rv.liveness_spec, runtime::ProbeKind::kLiveness, t);
-            p.next_probe = p.readiness->nextProbeAt();
-            if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
-          }
-        });
-      });
-      continue;
+    if (!pod.busy) stepPodLocked(rev, k, id, pod, now, work);
+  }
+  for (auto& c : creates) work->push_back(std::move(c));
+}
+
+// 1. Scale: count the pods that are (or will be) serving, and the pool.
+void PodRunner::scaleLocked(Revision& rev, MonoTime now, Work* work, Work* creates) {
+  std::vector<Pod*> serving, warm, replaced;
+  for (auto& [id, pod] : rev.pods) {
+    if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
+    (pod.replaced ? replaced : pod.warm ? warm : serving).push_back(&pod);
+  }
+  const bool can_create = now >= rev.next_create && rev.spec_error.empty();
+  const int surge_room = retireReplacedLocked(rev, serving, replaced, now, work);
+  const int created = scaleServingLocked(rev, serving, warm, surge_room, can_create, now, work, creates);
+  sizeWarmPoolLocked(rev, serving, warm, created, can_create, now, work, creates);
+}
+
+// A restart under way (restart()): keeps as many replaced pods as the desired
+// count lacks ready new pods and stops the rest, the least useful first (not
+// ready, then the oldest), after the drain. Returns how many serving pods
+// may run: while replaced pods run, at most one pod more than desired.
+int PodRunner::retireReplacedLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& replaced,
+                                    MonoTime now, Work* work) {
+  if (replaced.empty()) return rev.desired;
+  const int ready_new = static_cast<int>(
+      std::count_if(serving.begin(), serving.end(), [](const Pod* p) { return p->state == PodState::kReady; }));
+  const int keep = std::max(0, rev.desired - ready_new);
+  std::sort(replaced.begin(), replaced.end(), [](const Pod* a, const Pod* b) {
+    bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
+    if (ra != rb) return !ra;
+    return a->started_at < b->started_at;
+  });
+  while (static_cast<int>(replaced.size()) > keep) {
+    Pod* p = replaced.front();
+    replaced.erase(replaced.begin());
+    requestStopLocked(rev, *p, work);
+    p->stop_after = now + options_.restart_drain;
+    LOG(INFO) << "pod runner: restart of " << key(rev.ns, rev.name) << ": stopping replaced pod "
+              << p->handle.pod_id << " (" << ready_new << " new pod(s) ready)";
+  }
+  return std::max(0, rev.desired + 1 - static_cast<int>(replaced.size()));
+}
+
+// Stops surplus serving pods, or promotes warm pods and creates new ones up
+// to rev.desired. Returns how many pods it created.
+int PodRunner::scaleServingLocked(Revision& rev, std::vector<Pod*>& serving, std::vector<Pod*>& warm,
+                                  int surge_room, bool can_create, MonoTime now, Work* work, Work* creates) {
+  const int have = static_cast<int>(serving.size());
+  if (have > rev.desired) {
+    // Stop the least useful first: not ready before ready, newest first.
+    std::sort(serving.begin(), serving.end(), [](const Pod* a, const Pod* b) {
+      bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
+      if (ra != rb) return !ra;
+      return a->started_at > b->started_at;
+    });
+    for (int i = 0; i < have - rev.desired; ++i) requestStopLocked(rev, *serving[i], work);
+    serving.erase(serving.begin(), serving.begin() + (have - rev.desired));
+    return 0;
+  }
+  if (have == rev.desired) return 0;
+  // Warm pods first (Warm, then the furthest along), then new pods.
+  auto rank = [](const Pod* p) {
+    if (p->state == PodState::kWarm) return 0;
+    if (p->pause_pending) return 1;
+    if (p->state == PodState::kStarting) return 2;
+    return 3;
+  };
+  std::stable_sort(warm.begin(), warm.end(), [&](const Pod* a, const Pod* b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    return a->started_at < b->started_at;
+  });
+  int need = rev.desired - have;
+  size_t promoted = 0;
+  for (; promoted < warm.size() && need > 0; ++promoted, --need) {
+    promoteLocked(rev, *warm[promoted], now);
+    serving.push_back(warm[promoted]);
+  }
+  warm.erase(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(promoted));
+  need = std::min(need, std::max(0, surge_room - static_cast<int>(serving.size())));
+  if (need <= 0 || !can_create) return 0;
+  for (int i = 0; i < need; ++i) createPodLocked(rev, false, now, creates);
+  return need;
+}
+
+// The pool: fill up to its target once no serving pod is on its way (a wake
+// gets the machine to itself), trim it when the target drops.
+void PodRunner::sizeWarmPoolLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& warm,
+                                   int created, bool can_create, MonoTime now, Work* work, Work* creates) {
+  const int target = warmTargetLocked(rev, static_cast<int>(serving.size()) + created);
+  const int have_warm = static_cast<int>(warm.size());
+  if (have_warm > target) {
+    // Least advanced first, newest first.
+    std::sort(warm.begin(), warm.end(), [](const Pod* a, const Pod* b) {
+      if (a->state != b->state) return a->state < b->state;  // Creating < Starting < Warm
+      return a->started_at > b->started_at;
+    });
+    for (int i = 0; i < have_warm - target; ++i) requestStopLocked(rev, *warm[i], work);
+  } else if (have_warm < target && can_create) {
+    bool starting = created > 0;
+    for (const Pod* p : serving) starting = starting || p->state != PodState::kReady;
+    if (!starting) {
+      for (int i = have_warm; i < target; ++i) createPodLocked(rev, true, now, creates);
     }
-    if (pod.pause_pending && !pod.stop_requested) {
-      // Frozen mode: the warm pod passed readiness; freeze it.
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        Status r = driver_.pause(h);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          p.pause_pending = false;
-          if (!r.isOk()) {
-            LOG(WARNING) << "pod runner: pause " << pid << " of " << k << ": " << r.toString()
-                         << "; replacing the warm pod";
-            requestStopLocked(rv, p, nullptr);
-          } else {
-            p.paused = true;
-            if (p.stop_requested) {
-              // stopped meanwhile: the stop path thaws it
-            } else if (p.warm) {
-              p.state = PodState::kWarm;
-              p.next_memory = t;
-            } else {
-              p.origin = "frozen";  // promoted while the pause was in flight
-              p.resume_pending = true;
-            }
-          }
-        });
-      });
-      continue;
-    }
-    if (pod.resume_pending && !pod.stop_requested) {
-      // A promoted frozen pod: thaw it; it passed readiness before it froze.
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        Status r = driver_.resume(h);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          p.resume_pending = false;
-          if (!r.isOk()) {
-            LOG(WARNING) << "pod runner: resume " << pid << " of " << k << ": " << r.toString()
-                         << "; replacing it";
-            requestStopLocked(rv, p, nullptr);
-          } else {
-            p.paused = false;
-            if (!p.stop_requested) {
-              markReadyLocked(rv, p, t);
-              if (p.readiness) {
-                p.next_probe = p.readiness->nextProbeAt();
-                if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
-              }
-            }
-          }
-        });
-      });
-      continue;
-    }
-    if (pod.state == PodState::kWarm && !pod.stop_requested && now >= pod.next_memory) {
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        StatusOr<int64_t> r = driver_.memoryBytes(h);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          p.next_memory = time_.monotonic() + options_.warm_memory_interval;
-          if (r.isOk()) {
-            p.memory_bytes = *r;
-          } else {
-            LOG(WARNING) << "pod runner: memory of warm pod " << pid << ": " << r.status().toString();
-          }
-        });
-      });
-      continue;
-    }
-    if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.stop_requested &&
-        !pod.paused && pod.readiness && now >= pod.next_probe) {
-      bool liveness = pod.liveness && pod.liveness->nextProbeAt() <= now &&
-                      (pod.readiness->nextProbeAt() > now || pod.liveness->nextProbeAt() < pod.readiness->nextProbeAt());
-      runtime::ProbeSpec spec = liveness ? pod.liveness->spec() : pod.readiness->spec();
-      pod.busy = true;
-      work->push_back([this, k, pid, h, spec, liveness] {
-        MonoTime started = time_.monotonic();
-        runtime::ProbeResult r = driver_.probe(h, spec);
-        finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-          if (p.stop_requested || !p.readiness) {
-            // stopping or crashed meanwhile: ignore the result
-          } else if (liveness && p.liveness) {
-            p.liveness->record(r.success, started, t);
-            if (!p.liveness->healthy()) {
-              LOG(WARNING) << "pod runner: liveness probe of " << pid << " failed (" << r.message
-                           << "): restarting";
-              eventLocked(rv, EventType::kWarning, "Unhealthy",
-                          "Liveness probe of pod " + pid + " failed: " + r.message + "; restarting it");
-              p.counts_as_crash = true;
-              p.stop_requested = true;
-              p.state = PodState::kStopping;
-            }
-          } else {
-            p.readiness->record(r.success, started, t);
-            if (!r.success && p.state == PodState::kStarting && !rv.ever_ready) {
-              if (rv.probe_failure.empty()) rv.probe_failing_since = t;
-              rv.probe_failure = r.message;
-              if (t - rv.probe_failing_since >= kProbeFailureGrace && rv.probe_failure_logged != r.message) {
-                LOG(WARNING) << "pod runner: readiness probe of " << pid << " failed: " << r.message;
-                rv.probe_failure_logged = r.message;
-              }
-            }
-            if (p.readiness->healthy() && p.state == PodState::kStarting && p.warm) {
-              p.pause_pending = true;  // frozen mode: ready to serve; freeze it until promoted
-              rv.failure.reset();
-            } else if (p.readiness->healthy() && p.state == PodState::kStarting) {
-              markReadyLocked(rv, p, t);
-            } else if (!p.readiness->healthy() && p.state == PodState::kReady) {
-              p.state = PodState::kStarting;
-              eventLocked(rv, EventType::kWarning, "Unhealthy",
-                          "Readiness probe of pod " + pid + " failed: " + r.message + "; it gets no requests");
-            }
-          }
+  }
+}
+
+// 2. Per-pod work: the one driver call a pod that is not busy needs next.
+void PodRunner::stepPodLocked(Revision& rev, const std::string& k, const std::string& pid, Pod& pod, MonoTime now,
+                              Work* work) {
+  const bool stopping = pod.stop_requested;
+  if (pod.state == PodState::kCreating && !pod.started && !stopping) return queueStartLocked(k, pid, pod, work);
+  // Frozen mode: the warm pod passed readiness; freeze it.
+  if (pod.pause_pending && !stopping) return queuePauseLocked(k, pid, pod, work);
+  // A promoted frozen pod: thaw it; it passed readiness before it froze.
+  if (pod.resume_pending && !stopping) return queueResumeLocked(k, pid, pod, work);
+  if (pod.state == PodState::kWarm && !stopping && now >= pod.next_memory) return queueMemoryLocked(k, pid, pod, work);
+  if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !stopping && !pod.paused &&
+      pod.readiness && now >= pod.next_probe) {
+    return queueProbeLocked(k, pid, pod, now, work);
+  }
+  if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited && now >= pod.stop_after) {
+    return queueStopLocked(rev, k, pid, pod, work);
+  }
+  // Destroy once the process is known to be gone (or never ran).
+  const bool gone = pod.exited || !pod.waiter;
+  if ((pod.state == PodState::kCrashed || pod.state == PodState::kStopping) && gone && now >= pod.retry_destroy_at) {
+    queueDestroyLocked(k, pid, pod, work);
+  }
+}
+
+void PodRunner::queueStartLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    StatusOr<uint32_t> r = driver_.start(h);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      if (!r.isOk()) {
+        LOG(WARNING) << "pod runner: start " << pid << " of " << k << ": " << r.status().toString();
+        if (!rv.ever_ready) rv.failure = controller::ConditionState{"False", "StartError", r.status().message()};
+        p.counts_as_crash = true;
+        p.stop_requested = true;
+        p.state = PodState::kStopping;
+      } else if (p.state == PodState::kCreating) {
+        LOG(INFO) << "pod runner: started " << pid << " of " << k << " (pid " << *r << ")";
+        p.started = true;
+        p.handle.pid = *r;
+        p.state = PodState::kStarting;
+        p.started_at = t;
+        p.readiness.emplace(rv.readiness_spec, runtime::ProbeKind::kReadiness, t);
+        if (rv.liveness_spec) p.liveness.emplace(*rv.liveness_spec, runtime::ProbeKind::kLiveness, t);
+        p.next_probe = p.readiness->nextProbeAt();
+        if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
+      }
+    });
+  });
+}
+
+void PodRunner::queuePauseLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    Status r = driver_.pause(h);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      p.pause_pending = false;
+      if (!r.isOk()) {
+        LOG(WARNING) << "pod runner: pause " << pid << " of " << k << ": " << r.toString()
+                     << "; replacing the warm pod";
+        requestStopLocked(rv, p, nullptr);
+      } else {
+        p.paused = true;
+        if (p.stop_requested) {
+          // stopped meanwhile: the stop path thaws it
+        } else if (p.warm) {
+          p.state = PodState::kWarm;
+          p.next_memory = t;
+        } else {
+          p.origin = "frozen";  // promoted while the pause was in flight
+          p.resume_pending = true;
+        }
+      }
+    });
+  });
+}
+
+void PodRunner::queueResumeLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    Status r = driver_.resume(h);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      p.resume_pending = false;
+      if (!r.isOk()) {
+        LOG(WARNING) << "pod runner: resume " << pid << " of " << k << ": " << r.toString()
+                     << "; replacing it";
+        requestStopLocked(rv, p, nullptr);
+      } else {
+        p.paused = false;
+        if (!p.stop_requested) {
+          markReadyLocked(rv, p, t);
           if (p.readiness) {
             p.next_probe = p.readiness->nextProbeAt();
             if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
           }
-        });
-      });
-      continue;
-    }
-    if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited && now >= pod.stop_after) {
-      pod.busy = true;
-      // A warm pod serves nobody: no grace period. A frozen one is thawed
-      // first, or the signal would wait for the thaw.
-      Duration grace = pod.warm ? Duration::zero() : rev.stop_grace;
-      bool thaw = pod.paused;
-      work->push_back([this, k, pid, h, grace, thaw] {
-        if (thaw) {
-          Status r = driver_.resume(h);
-          if (!r.isOk()) LOG(WARNING) << "pod runner: resume " << pid << " before stop: " << r.toString();
         }
-        Status s = driver_.stop(h, grace);
-        std::lock_guard<std::mutex> l(mu_);
-        auto rit = revisions_.find(k);
-        if (rit == revisions_.end()) return;
-        auto pit = rit->second->pods.find(pid);
-        if (pit == rit->second->pods.end()) return;
-        Pod& p = pit->second;
-        p.busy = false;
-        p.stopped = true;
-        p.paused = false;
-        if (!s.isOk()) {
-          LOG(WARNING) << "pod runner: stop " << pid << ": " << s.toString() << "; destroying anyway";
-          if (p.waiter && !p.exited) driver_.cancelWait(p.handle);
+      }
+    });
+  });
+}
+
+void PodRunner::queueMemoryLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    StatusOr<int64_t> r = driver_.memoryBytes(h);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      p.next_memory = time_.monotonic() + options_.warm_memory_interval;
+      if (r.isOk()) {
+        p.memory_bytes = *r;
+      } else {
+        LOG(WARNING) << "pod runner: memory of warm pod " << pid << ": " << r.status().toString();
+      }
+    });
+  });
+}
+
+void PodRunner::queueProbeLocked(const std::string& k, const std::string& pid, Pod& pod, MonoTime now, Work* work) {
+  bool liveness = pod.liveness && pod.liveness->nextProbeAt() <= now &&
+                  (pod.readiness->nextProbeAt() > now || pod.liveness->nextProbeAt() < pod.readiness->nextProbeAt());
+  runtime::ProbeSpec spec = liveness ? pod.liveness->spec() : pod.readiness->spec();
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h, spec, liveness] {
+    MonoTime started = time_.monotonic();
+    runtime::ProbeResult r = driver_.probe(h, spec);
+    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+      if (p.stop_requested || !p.readiness) {
+        // stopping or crashed meanwhile: ignore the result
+      } else if (liveness && p.liveness) {
+        p.liveness->record(r.success, started, t);
+        if (!p.liveness->healthy()) {
+          LOG(WARNING) << "pod runner: liveness probe of " << pid << " failed (" << r.message
+                       << "): restarting";
+          eventLocked(rv, EventType::kWarning, "Unhealthy",
+                      "Liveness probe of pod " + pid + " failed: " + r.message + "; restarting it");
+          p.counts_as_crash = true;
+          p.stop_requested = true;
+          p.state = PodState::kStopping;
         }
-        wake();
-      });
-      continue;
-    }
-    // Destroy once the process is known to be gone (or never ran).
-    bool gone = pod.exited || !pod.waiter;
-    if ((pod.state == PodState::kCrashed || pod.state == PodState::kStopping) && gone && now >= pod.retry_destroy_at) {
-      pod.busy = true;
-      work->push_back([this, k, pid, h] {
-        Status s = driver_.destroy(h);
-        Notes notes;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          auto rit = revisions_.find(k);
-          if (rit == revisions_.end()) return;
-          auto pit = rit->second->pods.find(pid);
-          if (pit == rit->second->pods.end()) return;
-          if (!s.isOk()) {
-            LOG(WARNING) << "pod runner: destroy " << pid << ": " << s.toString() << " (retrying)";
-            pit->second.busy = false;
-            pit->second.retry_destroy_at = time_.monotonic() + std::chrono::seconds(1);
-          } else {
-            rit->second->pods.erase(pit);
+      } else {
+        p.readiness->record(r.success, started, t);
+        if (!r.success && p.state == PodState::kStarting && !rv.ever_ready) {
+          if (rv.probe_failure.empty()) rv.probe_failing_since = t;
+          rv.probe_failure = r.message;
+          if (t - rv.probe_failing_since >= kProbeFailureGrace && rv.probe_failure_logged != r.message) {
+            LOG(WARNING) << "pod runner: readiness probe of " << pid << " failed: " << r.message;
+            rv.probe_failure_logged = r.message;
           }
-          collectNotesLocked(&notes);
         }
-        notifyAll(std::move(notes));
-        wake();
-      });
+        if (p.readiness->healthy() && p.state == PodState::kStarting && p.warm) {
+          p.pause_pending = true;  // frozen mode: ready to serve; freeze it until promoted
+          rv.failure.reset();
+        } else if (p.readiness->healthy() && p.state == PodState::kStarting) {
+          markReadyLocked(rv, p, t);
+        } else if (!p.readiness->healthy() && p.state == PodState::kReady) {
+          p.state = PodState::kStarting;
+          eventLocked(rv, EventType::kWarning, "Unhealthy",
+                      "Readiness probe of pod " + pid + " failed: " + r.message + "; it gets no requests");
+        }
+      }
+      if (p.readiness) {
+        p.next_probe = p.readiness->nextProbeAt();
+        if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
+      }
+    });
+  });
+}
+
+void PodRunner::queueStopLocked(const Revision& rev, const std::string& k, const std::string& pid, Pod& pod,
+                                Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  // A warm pod serves nobody: no grace period. A frozen one is thawed
+  // first, or the signal would wait for the thaw.
+  Duration grace = pod.warm ? Duration::zero() : rev.stop_grace;
+  bool thaw = pod.paused;
+  work->push_back([this, k, pid, h, grace, thaw] {
+    if (thaw) {
+      Status r = driver_.resume(h);
+      if (!r.isOk()) LOG(WARNING) << "pod runner: resume " << pid << " before stop: " << r.toString();
     }
-  }
-  for (auto& c : creates) work->push_back(std::move(c));
+    Status s = driver_.stop(h, grace);
+    std::lock_guard<std::mutex> l(mu_);
+    Pod* found = findPodLocked(k, pid).second;
+    if (found == nullptr) return;
+    Pod& p = *found;
+    p.busy = false;
+    p.stopped = true;
+    p.paused = false;
+    if (!s.isOk()) {
+      LOG(WARNING) << "pod runner: stop " << pid << ": " << s.toString() << "; destroying anyway";
+      if (p.waiter && !p.exited) driver_.cancelWait(p.handle);
+    }
+    wake();
+  });
+}
+
+void PodRunner::queueDestroyLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
+  pod.busy = true;
+  PodHandle h = pod.handle;
+  work->push_back([this, k, pid, h] {
+    Status s = driver_.destroy(h);
+    Notes notes;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto [rv, p] = findPodLocked(k, pid);
+      if (p == nullptr) return;
+      if (!s.isOk()) {
+        LOG(WARNING) << "pod runner: destroy " << pid << ": " << s.toString() << " (retrying)";
+        p->busy = false;
+        p->retry_destroy_at = time_.monotonic() + std::chrono::seconds(1);
+      } else {
+        rv->pods.erase(pid);
+      }
+      collectNotesLocked(&notes);
+    }
+    notifyAll(std::move(notes));
+    wake();
+  });
 }
 
 void PodRunner::onExit(const std::string& rev_key, const std::string& pod_id, StatusOr<PodExit> exit) {

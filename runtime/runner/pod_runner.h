@@ -92,14 +92,13 @@ struct PodRunnerOptions {
   Duration backoff_initial = std::chrono::seconds(1);
   Duration backoff_max = std::chrono::minutes(5);
   Duration backoff_reset = std::chrono::minutes(1);  // ready this long: back-off starts over
-  Duration progress_deadline = std::chrono::seconds(600);  // config-deployment default
   Duration max_stop_grace = std::chrono::seconds(30);      // cap on timeoutSeconds as grace
   Duration loop_interval = std::chrono::milliseconds(20);  // control loop idle wake-up
-  int default_initial_scale = 1;
-  bool allow_zero_initial_scale = false;
-  int default_min_scale = 0;
-  int default_max_scale = 0;        // config-autoscaler max-scale (0 = no limit)
-  bool enable_scale_to_zero = true;  // false: no revision scales to zero, so no warm pools
+  // The defaults under each Revision's settings (api/revision_settings.h):
+  // config-autoscaler (initial/min/max scale, enable-scale-to-zero: false
+  // means no warm pools), config-deployment (progress deadline),
+  // config-defaults (timeoutSeconds, the stop grace up to max_stop_grace).
+  Config config;
   int warm_pool_size = 0;           // knap.warm-pool-size (optionsFromConfig); 0 = no pools by default
   WarmPoolMode warm_pool_mode = WarmPoolMode::kFrozen;
   Duration warm_memory_interval = std::chrono::seconds(10);  // how often warm pods' memory is read
@@ -125,8 +124,8 @@ struct PodRunnerOptions {
   Duration restart_drain = std::chrono::seconds(1);
 };
 
-// PodRunnerOptions from knapd's config (progress deadline, initial/min/max
-// scale, warm pool size and mode).
+// PodRunnerOptions from knapd's config (the settings defaults, warm pool size
+// and mode).
 PodRunnerOptions optionsFromConfig(const Config& config);
 
 struct Endpoint {
@@ -288,11 +287,13 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     runtime::ProbeSpec readiness_spec;
     std::optional<runtime::ProbeSpec> liveness_spec;
     int port = 8080;
+    int initial_scale = 1;    // already at least min-scale
     int min_scale = 0;
     int max_scale = 0;        // 0 = no limit
     int warm_size = 0;        // pool size before the max-scale cap (0 when min-scale > 0)
     WarmPoolMode warm_mode = WarmPoolMode::kFrozen;
     std::string warm_bad_value;  // an invalid knap.dev/warm-pool already logged
+    std::string settings_error;  // the refused setting already logged
     std::optional<WallTime> image_ready_at;
     WakeReport last_wake;
     WarmPoolStatus last_warm;
@@ -317,7 +318,27 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   using Notes = std::vector<std::function<void()>>;
   void configureLocked(Revision& rev, const nlohmann::json& object);
   void attachAdoptedLocked(Revision& rev, MonoTime now);
-  void stepRevisionLocked(Revision& rev, MonoTime now, std::vector<std::function<void()>>* work);
+  using Work = std::vector<std::function<void()>>;  // driver calls, run after the lock is released
+  // One step of a revision: scale (serving pods, then the warm pool), then
+  // each idle pod's next driver call (start, pause, resume, memory read,
+  // probe, stop, destroy).
+  void stepRevisionLocked(Revision& rev, MonoTime now, Work* work);
+  void scaleLocked(Revision& rev, MonoTime now, Work* work, Work* creates);
+  int retireReplacedLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& replaced, MonoTime now,
+                           Work* work);
+  int scaleServingLocked(Revision& rev, std::vector<Pod*>& serving, std::vector<Pod*>& warm, int surge_room,
+                         bool can_create, MonoTime now, Work* work, Work* creates);
+  void sizeWarmPoolLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& warm, int created,
+                          bool can_create, MonoTime now, Work* work, Work* creates);
+  void stepPodLocked(Revision& rev, const std::string& k, const std::string& pid, Pod& pod, MonoTime now,
+                     Work* work);
+  void queueStartLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queuePauseLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueResumeLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueMemoryLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueProbeLocked(const std::string& k, const std::string& pid, Pod& pod, MonoTime now, Work* work);
+  void queueStopLocked(const Revision& rev, const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueDestroyLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
   void spawnWaiterLocked(Revision& rev, Pod& pod);
   std::pair<Revision*, Pod*> findPodLocked(const std::string& revision, const std::string& pod_id);
   void finishDriverCall(const std::string& rev_key, const std::string& pod_id,

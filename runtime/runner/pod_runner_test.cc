@@ -39,7 +39,7 @@ class PodRunnerTest : public ::testing::Test {
     o.backoff_initial = seconds(1);
     o.backoff_max = seconds(8);
     o.backoff_reset = seconds(60);
-    o.progress_deadline = seconds(60);
+    o.config.deployment.progress_deadline = seconds(60);
     return o;
   }
   void make(PodRunnerOptions o) {
@@ -172,12 +172,16 @@ TEST_F(PodRunnerTest, InitialScaleTable) {
        false, 1, 3},
       {"zero-not-allowed", {{"autoscaling.knative.dev/initial-scale", "0"}}, false, 1, 1},
       {"zero-allowed", {{"autoscaling.knative.dev/initial-scale", "0"}}, true, 1, 0},
+      // The legacy alias counts as the kebab-case key (it was ignored here once).
+      {"legacy-initialScale", {{"autoscaling.knative.dev/initialScale", "3"}}, false, 1, 3},
+      {"kebab-wins-over-legacy",
+       {{"autoscaling.knative.dev/initial-scale", "2"}, {"autoscaling.knative.dev/initialScale", "3"}}, false, 1, 2},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     PodRunnerOptions o = options();
-    o.allow_zero_initial_scale = c.allow_zero;
-    o.default_initial_scale = c.config_initial;
+    o.config.autoscaler.allow_zero_initial_scale = c.allow_zero;
+    o.config.autoscaler.initial_scale = c.config_initial;
     FakePodDriver driver;
     PodRunner runner(driver, time_, o);
     runner.ensure(makeRevision("r1", c.annotations));
@@ -953,7 +957,7 @@ TEST_F(WarmPoolTest, MinScaleAboveZeroEmptiesThePool) {
   // Scale to zero disabled in config: no pool either.
   PodRunnerOptions o = options();
   o.warm_pool_size = 1;
-  o.enable_scale_to_zero = false;
+  o.config.autoscaler.enable_scale_to_zero = false;
   PodRunner other(driver_, time_, o);
   other.setDesiredScale("default/r2", 0);
   other.ensure(makeRevision("r2"));

@@ -283,3 +283,56 @@ def test_read_only_data_dir_is_a_clear_start_up_error(small_mount, workdir):
         kd.start(timeout=10)
     assert time.monotonic() - t0 < 3
     assert f"the data dir {small_mount}/data is not writable" in str(e.value), str(e.value)
+
+
+def service_ready(k, name):
+    code, text, _ = k.http("GET", f"{API}/services/{name}")
+    if code != 200:
+        return False
+    conds = {c.get("type"): c.get("status") for c in json.loads(text).get("status", {}).get("conditions", [])}
+    return conds.get("Ready") == "True"
+
+
+def test_malformed_stored_objects_do_not_stop_knapd(workdir):
+    """Issue 15, exception policy: objects written straight into the store, bypassing admission
+    (a Service whose spec.template is a string, a Revision whose annotations are a number and whose
+    spec is a string), fail their own reconciles; knapd starts, stays up, and another Service
+    still reconciles to Ready."""
+    import sqlite3
+
+    k = Knapd(workdir)
+    k.start()
+    try:
+        code, text, _ = k.http("POST", f"{API}/services", json.dumps(service("first")))
+        assert code == 201, text
+        k.wait_for(lambda: service_ready(k, "first"), timeout=60, what="Service first Ready")
+        k.stop()
+
+        db = sqlite3.connect(os.path.join(k.data_dir, "knap.db"))
+        rv = db.execute("SELECT value FROM meta WHERE key = 'resource_version'").fetchone()[0]
+        bad = [("Service", "bad-template", {"apiVersion": "serving.knative.dev/v1", "kind": "Service",
+                                            "metadata": {}, "spec": {"template": "a string"}}),
+               ("Revision", "bad-rev", {"apiVersion": "serving.knative.dev/v1", "kind": "Revision",
+                                        "metadata": {"annotations": 7}, "spec": "a string"})]
+        for i, (kind, name, body) in enumerate(bad):
+            rv += 1
+            uid = f"00000000-0000-0000-0000-00000000000{i}"
+            body["metadata"].update({"name": name, "namespace": "default", "uid": uid,
+                                     "resourceVersion": str(rv), "generation": 1})
+            db.execute("INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (kind, "default", name, uid, rv, 1, json.dumps(body)))
+        db.execute("UPDATE meta SET value = ? WHERE key = 'resource_version'", (rv,))
+        db.commit()
+        db.close()
+
+        k.start()
+        code, text, _ = k.http("POST", f"{API}/services", json.dumps(service("second")))
+        assert code == 201, text
+        k.wait_for(lambda: service_ready(k, "second"), timeout=60, what="Service second Ready")
+        assert service_ready(k, "first")
+        code, text, _ = k.http("GET", f"{API}/services")
+        assert code == 200, text
+        assert {"first", "second", "bad-template"} <= {i["metadata"]["name"] for i in json.loads(text)["items"]}
+        assert k.alive(), k.log()
+    finally:
+        k.stop()
