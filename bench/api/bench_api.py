@@ -64,10 +64,11 @@ def api_connection(data_dir, port, timeout):
     """HTTPS to knapd's API as its admin (the CA and client certificate knapd created under data/pki);
     None until knapd has created them."""
     pki = os.path.join(data_dir, "pki")
-    if not os.path.exists(os.path.join(pki, "admin.key")):
+    try:  # knapd writes the files one after another: any may be missing or half-written
+        ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+    except (OSError, ssl.SSLError):
         return None
-    ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
-    ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
     return http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
 
 
@@ -107,14 +108,25 @@ def main():
             finally:
                 probe.close()
             time.sleep(0.05)
-        conn = api_connection(f"{work}/data", port, 30)
+        conn = [api_connection(f"{work}/data", port, 30)]
         rss_start = rss_kib(proc.pid)
 
         def call(method, path, body=None, ctype="application/json"):
-            t0 = time.perf_counter()
-            conn.request(method, path, body=body, headers={"Content-Type": ctype, "Accept": "application/json"})
-            r = conn.getresponse()
-            data = r.read()
+            # knapd closes a keep-alive connection left idle (as kube-apiserver does); the
+            # settle waits between phases can outlast that, so a request that finds its
+            # connection closed before any answer is sent again on a new one, like a client's.
+            for attempt in (1, 2):
+                t0 = time.perf_counter()
+                try:
+                    conn[0].request(method, path, body=body, headers={"Content-Type": ctype, "Accept": "application/json"})
+                    r = conn[0].getresponse()
+                    data = r.read()
+                    break
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                    conn[0].close()
+                    conn[0] = api_connection(f"{work}/data", port, 30)
+                    if attempt == 2:
+                        raise
             dt = time.perf_counter() - t0
             if r.status >= 300:
                 raise SystemExit(f"{method} {path}: {r.status} {data[:300]!r}")
