@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <openssl/ssl.h>
@@ -629,6 +630,13 @@ void ApiServer::Impl::accept(typename Protocol::acceptor& acceptor, AcceptState&
       return;
     }
     state.delay = std::chrono::milliseconds(0);
+    if constexpr (std::is_same_v<Protocol, net::ip::tcp>) {
+      // A response is written in more than one segment (TLS records, head and
+      // body): with Nagle's algorithm the last waits for the client's delayed
+      // ACK, ~40 ms on a small answer. kube-apiserver (Go) sets it too.
+      beast::error_code nodelay_ec;
+      if (!ec) socket.set_option(net::ip::tcp::no_delay(true), nodelay_ec);
+    }
     if (!ec) startSession<Protocol>(std::move(socket));
     if (mayAcceptOrPark([this, &acceptor, &state] {
           if (acceptor.is_open()) accept<Protocol>(acceptor, state);
