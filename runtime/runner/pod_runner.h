@@ -21,7 +21,7 @@
 // still warming up, and only then are new pods created. The pool refills once
 // no serving pod is starting. A revision going from 0 ready pods to >= 1
 // records how its first ready pod came to be (WakeReport: "warm", "frozen",
-// "cached" or "adopted"). Warm pods found at adoption (PAUSED or CREATED
+// "cached" or "adopted"). Warm pods found at adoption (frozen or CREATED
 // tasks) are destroyed; the pool then refills.
 // A crashed pod is destroyed and replaced after an exponential back-off
 // (options.backoff_initial doubling up to backoff_max; reset once a pod has
