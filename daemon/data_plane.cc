@@ -147,7 +147,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   options.tunnel_idle_timeout = config.knap.router_tunnel_idle_timeout;
   // Requests that arrive before the first route sync wait for it (a
   // restarted knapd has not loaded its routes yet), never 404.
-  options.startup_hold = std::chrono::seconds(30);
+  options.startup_hold = config.knap.router_startup_hold;
   auto external = splitHostPort(config.knap.router_listen, "knap.router-listen");
   if (!external.isOk()) {
     init_status_ = external.status();
