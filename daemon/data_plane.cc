@@ -175,8 +175,12 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   }
   router_ = std::make_unique<router::Router>(options, clock);
   driver_ = std::make_unique<scaler::ScalerDriver>(router_->metrics(), pods, scale, clock, events);
-  // A request that finds its revision at zero pods wakes the autoscaler at once.
-  router_->on_cold_request = [this](const std::string& revision) { driver_->poke(revision); };
+  // A request that finds its revision at zero pods wakes the autoscaler at
+  // once; a frozen warm pod is then thawed on this (the router's) thread.
+  router_->on_cold_request = [this, target = &scale](const std::string& revision) {
+    driver_->poke(revision);
+    target->wakeNow(revision);
+  };
   ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock, [](MonoTime until) {
     std::this_thread::sleep_until(std::chrono::steady_clock::time_point(until.time_since_epoch()));
   });

@@ -120,6 +120,9 @@ class PodDriver {
   // Thaws a paused pod; on the frozen-pool wake path, so it must be fast.
   // kNotFound if there is no task.
   virtual Status resume(const PodHandle& pod) = 0;
+  // True when resume() is a quick local operation (a cgroup write, no RPC),
+  // so it may run on a latency-sensitive caller's thread (PodRunner::wakeNow).
+  virtual bool fastResume() const { return false; }
   // Memory charged to the pod's cgroup now (cgroup v1 memory.usage_in_bytes),
   // in bytes. kNotFound when the pod has no cgroup (no task).
   virtual StatusOr<int64_t> memoryBytes(const PodHandle& pod) = 0;

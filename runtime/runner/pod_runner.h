@@ -193,6 +193,13 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   int readyPods(const std::string& revision) override;
   void setDesiredScale(const std::string& revision, int pods) override;
   void scaleStatusChanged(const std::string& revision, const scaler::ScaleOutcome& outcome) override;
+  // The frozen-pool wake without hand-offs: when `revision` wants more
+  // serving pods than it has and a frozen warm pod is idle, promote and thaw
+  // it on the calling thread and report the endpoints from there, before
+  // returning (the control loop would do the same one thread hop and one
+  // executor hop later). Only with a driver whose resume() is fast; otherwise
+  // (or with nothing to thaw) nothing happens and the loop does the work.
+  void wakeNow(const std::string& revision) override;
 
   // Ready pods' addresses (sorted by pod id); empty for unknown revisions.
   // With `wake`: also how the revision last woke from zero, read under the
@@ -301,6 +308,8 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void refreshVolumesLocked(std::vector<std::function<void()>>* work);
   void createPodLocked(Revision& rev, bool warm, MonoTime now, std::vector<std::function<void()>>* work);
   void promoteLocked(Revision& rev, Pod& pod, MonoTime now);
+  // The end of a resume() of a promoted frozen pod: Ready, or replaced.
+  void finishResume(const std::string& rev_key, const std::string& pod_id, const Status& result);
   void markReadyLocked(Revision& rev, Pod& pod, MonoTime now);
   void eventLocked(const Revision& rev, EventType type, const std::string& reason, const std::string& message);
   WarmPoolStatus warmStatusLocked(const Revision& rev) const;
