@@ -853,6 +853,13 @@ SectionSpec knapSpec(KnapConfig& c) {
     if (err.empty()) c.router_drain_timeout = d;
     return err;
   };
+  s.keys["router-startup-hold"] = [&c](const std::string& v) {
+    Seconds d{};
+    std::string err = parseSeconds(v, &d);
+    if (err.empty() && (d < Seconds(0) || d > Seconds(600))) err = "must be between 0s and 10m, got " + quoted(v);
+    if (err.empty()) c.router_startup_hold = d;
+    return err;
+  };
   s.keys["api-threads"] = intIn(&c.api_threads, 1, 64);
   s.keys["api-max-connections"] = intIn(&c.api_max_connections, 2, 1000000);
   s.keys["api-insecure-loopback"] = [&c](const std::string& v) { return parseBool(v, &c.api_insecure_loopback); };

@@ -156,6 +156,7 @@ struct KnapConfig {
   Seconds router_keepalive_idle_timeout{60};  // a kept-alive client connection idle this long is closed
   Seconds router_tunnel_idle_timeout{300};    // an Upgrade tunnel with no byte either way this long is closed; 0 = never
   Seconds router_drain_timeout{30};           // SIGTERM: in-flight requests get this long to finish
+  Seconds router_startup_hold{30};            // after start, a request for an unknown host waits this long for the first route sync; 0 = 404 at once
   // --- API access (api/server, issue 9) ---
   int64_t api_threads = 4;                    // threads serving API requests (watches hold none)
   int64_t api_max_connections = 1024;         // open API connections; more wait in the listen backlog

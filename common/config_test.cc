@@ -306,12 +306,13 @@ INSTANTIATE_TEST_SUITE_P(
                  }},
         GoodCase{"RouterLimits",
                  "knap:\n  router-max-connections: 500\n  router-keepalive-idle-timeout: 15s\n"
-                 "  router-tunnel-idle-timeout: 0s\n  router-drain-timeout: 1m",
+                 "  router-tunnel-idle-timeout: 0s\n  router-drain-timeout: 1m\n  router-startup-hold: 0s",
                  [](const Config& c) {
                    EXPECT_EQ(c.knap.router_max_connections, 500);
                    EXPECT_EQ(c.knap.router_keepalive_idle_timeout, Seconds(15));
                    EXPECT_EQ(c.knap.router_tunnel_idle_timeout, Seconds(0));
                    EXPECT_EQ(c.knap.router_drain_timeout, Seconds(60));
+                   EXPECT_EQ(c.knap.router_startup_hold, Seconds(0));
                  }},
         GoodCase{"RouterLimitDefaults", "knap:\n  data-dir: /tmp/x",
                  [](const Config& c) {
@@ -319,6 +320,7 @@ INSTANTIATE_TEST_SUITE_P(
                    EXPECT_EQ(c.knap.router_keepalive_idle_timeout, Seconds(60));
                    EXPECT_EQ(c.knap.router_tunnel_idle_timeout, Seconds(300));
                    EXPECT_EQ(c.knap.router_drain_timeout, Seconds(30));
+                   EXPECT_EQ(c.knap.router_startup_hold, Seconds(30));
                  }},
         GoodCase{"ExampleKeyIgnoredEverywhere", "autoscaler:\n  _example: |\n    stable-window: \"60s\"\n",
                  CHECK(c.autoscaler.stable_window == Seconds(60))}),
@@ -634,6 +636,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "knap.router-tunnel-idle-timeout:"},
         BadCase{"RouterDrainTooLong", "knap:\n  router-drain-timeout: 2h",
                 "knap.router-drain-timeout: must be between 0s and 1h"},
+        BadCase{"RouterStartupHoldNegative", "knap:\n  router-startup-hold: -1s",
+                "knap.router-startup-hold:"},
+        BadCase{"RouterStartupHoldTooLong", "knap:\n  router-startup-hold: 11m",
+                "knap.router-startup-hold: must be between 0s and 10m"},
         BadCase{"CaFileRelative", "knap:\n  registry-ca-file: ca.pem", "knap.registry-ca-file:"},
         BadCase{"KnapUnknown", "knap:\n  datadir: /x", "knap.datadir: unknown key"}),
     [](const testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });

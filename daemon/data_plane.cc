@@ -151,7 +151,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   options.tunnel_idle_timeout = config.knap.router_tunnel_idle_timeout;
   // Requests that arrive before the first route sync wait for it (a
   // restarted knapd has not loaded its routes yet), never 404.
-  options.startup_hold = std::chrono::seconds(30);
+  options.startup_hold = config.knap.router_startup_hold;
   auto external = splitHostPort(config.knap.router_listen, "knap.router-listen");
   if (!external.isOk()) {
     init_status_ = external.status();
@@ -179,8 +179,12 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   }
   router_ = std::make_unique<router::Router>(options, clock);
   driver_ = std::make_unique<scaler::ScalerDriver>(router_->metrics(), pods, scale, clock, events);
-  // A request that finds its revision at zero pods wakes the autoscaler at once.
-  router_->on_cold_request = [this](const std::string& revision) { driver_->poke(revision); };
+  // A request that finds its revision at zero pods wakes the autoscaler at
+  // once; a frozen warm pod is then thawed on this (the router's) thread.
+  router_->on_cold_request = [this, target = &scale](const std::string& revision) {
+    driver_->poke(revision);
+    target->wakeNow(revision);
+  };
   ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock, [](MonoTime until) {
     std::this_thread::sleep_until(std::chrono::steady_clock::time_point(until.time_since_epoch()));
   });

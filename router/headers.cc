@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <boost/beast/core/string.hpp>
+#include <boost/container/small_vector.hpp>
 
 namespace knap::router {
 
@@ -22,9 +23,11 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Comma-separated tokens of every instance of header `name`.
-std::vector<std::string> tokens(const http::fields& fields, std::string_view name) {
-  std::vector<std::string> out;
+// Comma-separated tokens of every instance of header `name`: views into the
+// fields (valid while those are not modified), a few on the stack.
+using Tokens = boost::container::small_vector<std::string_view, 4>;
+Tokens tokens(const http::fields& fields, std::string_view name) {
+  Tokens out;
   auto range = fields.equal_range(bsv(name));
   for (auto it = range.first; it != range.second; ++it) {
     std::string_view v(it->value().data(), it->value().size());
@@ -46,7 +49,7 @@ std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}
 
 bool isUpgradeRequest(const http::fields& req) {
   if (req.find(http::field::upgrade) == req.end()) return false;
-  for (const std::string& t : tokens(req, "Connection")) {
+  for (std::string_view t : tokens(req, "Connection")) {
     if (iequals(t, "upgrade")) return true;
   }
   return false;
@@ -55,7 +58,10 @@ bool isUpgradeRequest(const http::fields& req) {
 void removeHopByHop(http::fields& fields, bool keep_upgrade) {
   // Headers named by Connection are hop-by-hop too (RFC 7230 §6.1).
   if (fields.find(http::field::connection) != fields.end()) {
-    for (const std::string& t : tokens(fields, "Connection")) {
+    // Copied: erasing a named header may erase the Connection header itself.
+    const Tokens views = tokens(fields, "Connection");
+    const std::vector<std::string> named(views.begin(), views.end());
+    for (const std::string& t : named) {
       if (keep_upgrade && iequals(t, "upgrade")) continue;
       if (iequals(t, "close") || iequals(t, "keep-alive") || iequals(t, "host")) continue;
       fields.erase(boost::beast::string_view(t.data(), t.size()));
@@ -89,7 +95,7 @@ void removeHopByHop(http::fields& fields, bool keep_upgrade) {
 }
 
 std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std::string_view xfp) {
-  std::vector<std::string_view> nodes;
+  boost::container::small_vector<std::string_view, 4> nodes;
   size_t start = 0;
   while (start <= xff.size()) {
     size_t comma = xff.find(',', start);
@@ -134,7 +140,7 @@ void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::s
 
   // X-Forwarded-For: the client's list plus the peer we saw, one header.
   std::string xff;
-  for (const std::string& t : tokens(req, "X-Forwarded-For")) {
+  for (std::string_view t : tokens(req, "X-Forwarded-For")) {
     if (!xff.empty()) xff += ", ";
     xff += t;
   }

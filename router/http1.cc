@@ -1,6 +1,7 @@
 #include "router/http1.h"
 
 #include <boost/beast/core/string.hpp>
+#include <boost/container/small_vector.hpp>
 
 namespace knap::router::http1 {
 
@@ -60,8 +61,11 @@ Line nextLine(std::string_view data, size_t pos, bool lenient, std::string_view*
 
 // Comma-separated list elements of every instance of `name`, OWS trimmed,
 // empty elements dropped (RFC 9110 §5.6.1).
-std::vector<std::string_view> listElements(const http::fields& fields, http::field name) {
-  std::vector<std::string_view> out;
+// (A few elements on the stack: no allocation per message.)
+using Elements = boost::container::small_vector<std::string_view, 4>;
+
+Elements listElements(const http::fields& fields, http::field name) {
+  Elements out;
   auto range = fields.equal_range(name);
   for (auto it = range.first; it != range.second; ++it) {
     std::string_view v = view(it->value());
@@ -220,7 +224,7 @@ Parse parseRequestHead(std::string_view data, RequestHead* out) {
   if (has_te) {
     if (out->version == 10) return fail(out, 400, "Transfer-Encoding in an HTTP/1.0 request");
     if (lengths > 0) return fail(out, 400, "both Content-Length and Transfer-Encoding");
-    const std::vector<std::string_view> codings = listElements(f, http::field::transfer_encoding);
+    const Elements codings = listElements(f, http::field::transfer_encoding);
     if (codings.empty() || !iequals(codings.back(), "chunked")) {
       return fail(out, 400, "Transfer-Encoding does not end in chunked");
     }
@@ -270,7 +274,13 @@ Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* 
     out->reason = std::string(line.substr(13));
   }
   size_t pos = next;
-  std::vector<std::pair<std::string, std::string>> lines;
+  // Views into `data`; a value is copied only when an obs-fold continues it.
+  struct FieldLine {
+    std::string_view name, value;
+    std::string folded;
+    bool is_folded = false;
+  };
+  boost::container::small_vector<FieldLine, 16> lines;
   for (;;) {
     const Line hl = nextLine(data, pos, true, &line, &next);
     if (hl == Line::kIncomplete) return Parse::kIncomplete;
@@ -283,17 +293,22 @@ Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* 
       const std::string_view more = trimOws(line);
       if (!isFieldValue(more)) return fail(out, "bad response header value");
       if (!more.empty()) {
-        if (!lines.back().second.empty()) lines.back().second += ' ';
-        lines.back().second += more;
+        FieldLine& last = lines.back();
+        if (!last.is_folded) {
+          last.folded = std::string(last.value);
+          last.is_folded = true;
+        }
+        if (!last.folded.empty()) last.folded += ' ';
+        last.folded += more;
       }
       continue;
     }
     std::string_view name, value;
     if (!validFieldLine(line, &name, &value)) return fail(out, "malformed response header line");
-    lines.emplace_back(std::string(name), std::string(value));
+    lines.push_back(FieldLine{name, value, {}, false});
   }
   out->head_bytes = pos;
-  for (const auto& [k, v] : lines) out->fields.insert(bsv(k), bsv(v));
+  for (const FieldLine& fl : lines) out->fields.insert(bsv(fl.name), bsv(fl.is_folded ? fl.folded : fl.value));
   http::fields& f = out->fields;
 
   // Content-Length: every value (lines and list elements) must agree.
@@ -320,7 +335,7 @@ Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* 
   if (head_request || (s >= 100 && s < 200) || s == 204 || s == 304) {
     out->framing = Framing::kNone;
   } else if (has_te) {
-    const std::vector<std::string_view> codings = listElements(f, http::field::transfer_encoding);
+    const Elements codings = listElements(f, http::field::transfer_encoding);
     out->framing = !codings.empty() && iequals(codings.back(), "chunked") ? Framing::kChunked
                                                                            : Framing::kUntilClose;
     if (any_length) out->reusable_framing = false;  // TE wins; never reuse this connection
@@ -339,7 +354,11 @@ bool ChunkedDecoder::fail(const char* why) {
   return false;
 }
 
-size_t ChunkedDecoder::feed(std::string_view in, std::vector<std::string_view>* data) {
+size_t ChunkedDecoder::feed(std::string_view in, std::vector<std::string_view>* data) { return feedInto(in, data); }
+size_t ChunkedDecoder::feed(std::string_view in, Spans* data) { return feedInto(in, data); }
+
+template <class Out>
+size_t ChunkedDecoder::feedInto(std::string_view in, Out* data) {
   size_t i = 0;
   auto endSizeLine = [&] {
     state_ = size_ == 0 ? State::kTrailer : State::kData;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <boost/beast/http/fields.hpp>
+#include <boost/container/small_vector.hpp>
 
 namespace knap::router::http1 {
 
@@ -92,6 +93,10 @@ class ChunkedDecoder {
   // section; bytes after it are not consumed. Returns bytes consumed;
   // on a framing error sets error() and returns what was consumed.
   size_t feed(std::string_view in, std::vector<std::string_view>* data);
+  // The same into a vector that holds a few spans without allocating (the
+  // proxy's relay, once per read).
+  using Spans = boost::container::small_vector<std::string_view, 8>;
+  size_t feed(std::string_view in, Spans* data);
   bool done() const { return state_ == State::kDone; }
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
@@ -99,6 +104,8 @@ class ChunkedDecoder {
  private:
   enum class State { kSize, kExt, kSizeLf, kData, kDataCr, kDataLf, kTrailer, kTrailerLf, kDone };
   bool fail(const char* why);
+  template <class Out>
+  size_t feedInto(std::string_view in, Out* data);
   bool lenient_;
   size_t max_line_, max_trailer_;
   State state_ = State::kSize;

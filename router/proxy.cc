@@ -15,6 +15,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include "router/headers.h"
 #include "router/router_impl.h"
@@ -72,12 +73,12 @@ struct Relay {
   uint64_t length = 0;    // kLength
   bool lenient = false;   // chunked parsing of a pod's body
   bool chunked_out = false;  // re-encode as chunked (else raw bytes)
-  std::function<void(beast::tcp_stream&)> arm_read, arm_write;  // timeouts
+  std::function<void(DeadlineStream&)> arm_read, arm_write;  // timeouts
 };
 
 // The TCP layer of either side (timeouts live there).
-beast::tcp_stream& tcpOf(beast::tcp_stream& s) { return s; }
-beast::tcp_stream& tcpOf(ClientStream& s) { return s.tcpStream(); }
+DeadlineStream& tcpOf(DeadlineStream& s) { return s; }
+DeadlineStream& tcpOf(ClientStream& s) { return s.tcpStream(); }
 tcp::socket& socketOf(tcp::socket& s) { return s; }
 tcp::socket& socketOf(ClientStream& s) { return s.socket(); }
 
@@ -85,7 +86,7 @@ tcp::socket& socketOf(ClientStream& s) { return s.socket(); }
 // `to`, decoding its framing and writing it re-framed; the first write
 // carries `prefix` (the message head). Stops exactly at the body's end:
 // bytes after it stay in `fbuf`. (From, To: the client's ClientStream and
-// the pod's tcp_stream, either way round.)
+// the pod's DeadlineStream, either way round.)
 template <class From, class To>
 awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, const std::string& prefix,
                               const Relay& r, beast::error_code& read_ec, std::string& framing_error) {
@@ -95,8 +96,9 @@ awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, cons
   bool prefix_sent = false;
   uint64_t remaining = r.length;
   http1::ChunkedDecoder dec(r.lenient);
-  std::vector<std::string_view> spans;
-  std::vector<asio::const_buffer> out;
+  // (On the stack for the usual few pieces: no allocation per message.)
+  http1::ChunkedDecoder::Spans spans;
+  boost::container::small_vector<asio::const_buffer, 12> out;
   std::string size_line;
   bool eof = false;
   for (;;) {
@@ -157,7 +159,7 @@ awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, cons
 
 // Reads the pod's response head into `ubuf` (interim 1xx answers other
 // than 101 are skipped). kIncomplete with `ec` set: the read failed.
-awaitable<http1::Parse> readResponseHead(beast::tcp_stream& up, beast::flat_buffer& ubuf, bool head_request,
+awaitable<http1::Parse> readResponseHead(DeadlineStream& up, beast::flat_buffer& ubuf, bool head_request,
                                          http1::ResponseHead& rh, MonoTime deadline, beast::error_code& ec) {
   for (;;) {
     if (ubuf.size() > 0) {
@@ -174,7 +176,7 @@ awaitable<http1::Parse> readResponseHead(beast::tcp_stream& up, beast::flat_buff
       }
     }
     up.expires_at(deadline);
-    const size_t n = co_await up.async_read_some(ubuf.prepare(kChunkBytes), tok(ec));
+    const size_t n = co_await up.async_read_some(ubuf.prepare(kHeadReadBytes), tok(ec));
     if (ec) co_return http1::Parse::kIncomplete;
     ubuf.commit(n);
   }
@@ -429,23 +431,23 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
   }
 
   // 3. Send the request (streaming its body) and read the response head.
-  std::unique_ptr<beast::tcp_stream> up;
+  std::unique_ptr<DeadlineStream> up;
   beast::flat_buffer ubuf;
   http1::ResponseHead rh;
   Relay req_relay;
   req_relay.framing = head.framing;
   req_relay.length = head.content_length;
   req_relay.chunked_out = head.framing == Framing::kChunked;
-  req_relay.arm_read = [this, first_byte_deadline](beast::tcp_stream& s) {
+  req_relay.arm_read = [this, first_byte_deadline](DeadlineStream& s) {
     s.expires_at(std::min(first_byte_deadline, time.monotonic() + opts.client_io_timeout));
   };
-  req_relay.arm_write = [first_byte_deadline](beast::tcp_stream& s) { s.expires_at(first_byte_deadline); };
+  req_relay.arm_write = [first_byte_deadline](DeadlineStream& s) { s.expires_at(first_byte_deadline); };
   for (int attempt = 0;; ++attempt) {
     beast::error_code ec;
     up = attempt == 0 ? w.pool.take(endpoint) : nullptr;
     const bool reused = up != nullptr;
     if (!up) {
-      up = std::make_unique<beast::tcp_stream>(w.ioc);
+      up = std::make_unique<DeadlineStream>(w.ioc);
       up->expires_at(std::min(time.monotonic() + opts.upstream_connect_timeout, first_byte_deadline));
       co_await up->async_connect(pod_addr, tok(ec));
       if (ec) {
@@ -595,14 +597,14 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
   resp_relay.lenient = true;
   resp_relay.chunked_out = chunked_out;
   const Duration idle = cfg.idle_timeout;
-  resp_relay.arm_read = [idle](beast::tcp_stream& s) {
+  resp_relay.arm_read = [idle](DeadlineStream& s) {
     if (idle > Duration::zero()) {
       s.expires_after(idle);
     } else {
       s.expires_never();
     }
   };
-  resp_relay.arm_write = [this](beast::tcp_stream& s) { s.expires_after(opts.client_io_timeout); };
+  resp_relay.arm_write = [this](DeadlineStream& s) { s.expires_after(opts.client_io_timeout); };
   beast::error_code read_ec;
   std::string framing_error;
   const RelayEnd relayed = co_await relayBody(*up, ubuf, client, out, resp_relay, read_ec, framing_error);

@@ -344,7 +344,7 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
         client.expires_after(opts.keepalive_idle_timeout);
       }
       conn->idle = !first && buf.size() == 0;
-      const size_t n = co_await client.async_read_some(buf.prepare(16 * 1024), tok(ec));
+      const size_t n = co_await client.async_read_some(buf.prepare(kIdleBufferBytes), tok(ec));
       conn->idle = false;
       conn->fresh = false;
       if (ec) break;
@@ -373,7 +373,8 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
       keep = co_await handleRequest(client, buf, head, kind, *w, client_ip, conn);
     }
     if (!keep || draining.load()) break;
-    if (buf.size() == 0) buf.shrink_to_fit();  // idle connections hold no big buffer
+    // Reused for the next request; idle connections hold no big buffer.
+    if (buf.size() == 0 && buf.capacity() > kIdleBufferBytes) buf.shrink_to_fit();
   }
   if (conn) conn->socket = nullptr;  // (null: the connection went on as a tunnel)
   if (client.valid() && client.socket().is_open()) {

@@ -27,6 +27,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "router/certs.h"
+#include "router/deadline_stream.h"
 #include "router/http1.h"
 #include "router/router.h"
 #include "router/upstream.h"
@@ -38,7 +39,12 @@ namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 using asio::awaitable;
 
-inline constexpr size_t kChunkBytes = 64 * 1024;
+inline constexpr size_t kChunkBytes = 64 * 1024;  // a body read
+inline constexpr size_t kHeadReadBytes = 16 * 1024;  // a read for a pod's response head
+// A client connection reads request heads this many bytes at a time into a
+// buffer it keeps between requests (no allocation per request); a buffer
+// grown bigger by a large head or a body is freed while the connection idles.
+inline constexpr size_t kIdleBufferBytes = 4 * 1024;
 inline constexpr size_t kUpstreamHeaderLimit = 64 * 1024;
 
 inline auto tok(beast::error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
@@ -68,14 +74,14 @@ struct RevisionState {
 
 // The client side of a connection: plain TCP, or TLS over it (the HTTPS
 // listener). An AsyncReadStream/AsyncWriteStream whose reads and writes go
-// to the TLS layer when there is one; timeouts (expires_*) and the socket
-// are the TCP layer's. Moved whole into a Tunnel on an Upgrade (valid()
+// to the TLS layer when there is one; timeouts (expires_*: one deadline,
+// router/deadline_stream.h) and the socket are the TCP layer's. Moved whole into a Tunnel on an Upgrade (valid()
 // is false afterwards).
 class ClientStream {
  public:
-  using executor_type = beast::tcp_stream::executor_type;
-  using TlsStream = beast::ssl_stream<beast::tcp_stream>;
-  explicit ClientStream(tcp::socket s) : plain_(std::make_unique<beast::tcp_stream>(std::move(s))) {}
+  using executor_type = DeadlineStream::executor_type;
+  using TlsStream = beast::ssl_stream<DeadlineStream>;
+  explicit ClientStream(tcp::socket s) : plain_(std::make_unique<DeadlineStream>(std::move(s))) {}
   ClientStream(tcp::socket s, asio::ssl::context& ctx) : tls_(std::make_unique<TlsStream>(std::move(s), ctx)) {}
   ClientStream(ClientStream&&) = default;
   ClientStream& operator=(ClientStream&&) = default;
@@ -83,7 +89,7 @@ class ClientStream {
   bool valid() const { return plain_ || tls_; }
   bool isTls() const { return tls_ != nullptr; }
   TlsStream& tlsStream() { return *tls_; }
-  beast::tcp_stream& tcpStream() { return tls_ ? tls_->next_layer() : *plain_; }
+  DeadlineStream& tcpStream() { return tls_ ? tls_->next_layer() : *plain_; }
   tcp::socket& socket() { return tcpStream().socket(); }
   executor_type get_executor() { return tcpStream().get_executor(); }
   void expires_after(Duration d) { tcpStream().expires_after(d); }
@@ -115,7 +121,7 @@ class ClientStream {
   }
 
  private:
-  std::unique_ptr<beast::tcp_stream> plain_;
+  std::unique_ptr<DeadlineStream> plain_;
   std::unique_ptr<TlsStream> tls_;
 };
 

@@ -21,16 +21,16 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include "common/clock.h"
+#include "router/deadline_stream.h"
 
 namespace knap::router {
 
 // One pod endpoint's idle connections.
 class Upstream {
  public:
-  using Stream = boost::beast::tcp_stream;
+  using Stream = DeadlineStream;
   struct Idle {
     std::unique_ptr<Stream> stream;
     MonoTime since;
@@ -45,7 +45,7 @@ class Upstream {
 
 class UpstreamPool {
  public:
-  using Stream = boost::beast::tcp_stream;
+  using Stream = DeadlineStream;
   UpstreamPool(const TimeSource& time, Duration idle_timeout, size_t max_idle_per_endpoint)
       : time_(time), idle_timeout_(idle_timeout), max_idle_(max_idle_per_endpoint) {}
   ~UpstreamPool();

@@ -4,7 +4,8 @@
 // decider (Autoscaler) and the bounds / scale-to-zero gate (RevisionScaler)
 // and tells the pod runner (ScaleTarget) how many pods to run. poke() does
 // the same at once when a request reaches a revision at zero, so cold starts
-// do not wait for the next tick.
+// do not wait for the next tick (the caller then calls ScaleTarget::wakeNow,
+// outside the driver's lock).
 //
 // The interfaces below are defined here, by their user (STYLE.md rule 2); the
 // router implements MetricsSource, the runtime implements PodCounter and
@@ -71,6 +72,12 @@ class ScaleTarget {
   // The Active condition or ScaleTargetInitialized changed (for the
   // revision's status: Active, NoTraffic, TimedOut, ...).
   virtual void scaleStatusChanged(const std::string& revision, const ScaleOutcome& outcome) = 0;
+  // A request waits for `revision` at zero and poke() has just raised its
+  // scale: a target that can make a pod ready at once (a frozen warm pod:
+  // one thaw) may do it here, on the caller's thread, rather than on its
+  // own threads after a hand-off. Called WITHOUT the driver's lock (so the
+  // target may report endpoints from here); must return quickly.
+  virtual void wakeNow(const std::string& revision) { (void)revision; }
 };
 
 // What the driver knows about one revision, for status pages and tests.

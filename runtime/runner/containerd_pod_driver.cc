@@ -826,6 +826,7 @@ Status ContainerdPodDriver::stop(const PodHandle& pod, Duration grace) {
   // period, as the kubelet stops a pod's containers in parallel.
   std::vector<std::string> ids = {pod.pod_id};
   for (const auto& sc : sidecars(pod.pod_id)) ids.push_back(sc.id);
+  thawIfFrozen(ids);
   std::vector<std::string> running;
   for (const auto& id : ids) {
     if (taskStopped(id)) continue;
@@ -856,6 +857,11 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
       if (first.isOk()) first = s;
     }
   };
+  {
+    std::vector<std::string> ids = {id};
+    for (const auto& sc : sidecars(id)) ids.push_back(sc.id);
+    thawIfFrozen(ids);
+  }
   // The sidecars first: task, snapshot, container each.
   for (const auto& sc : sidecars(id)) {
     Status before = first;
@@ -1030,14 +1036,148 @@ StatusOr<runtime::ExecOutcome> ContainerdPodDriver::execInPod(const PodHandle& p
   return outcome;
 }
 
+// ------------------------------------------------------------------ freezer
+
+namespace {
+
+// One write(2) of `text` to a cgroup control file (the kernel takes the
+// value whole or refuses it).
+Status writeControl(const std::string& path, std::string_view text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return notFound("no cgroup file " + path);
+    return internalError("open " + path + ": " + std::strerror(err));
+  }
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) {
+    if (err == ENOENT || err == ENODEV) return notFound("cgroup of " + path + " is gone");
+    return internalError("write " + std::string(text) + " to " + path + ": " + std::strerror(err));
+  }
+  return Status::ok();
+}
+
+// The first line of a small cgroup control file, without the newline.
+std::optional<std::string> readControl(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[256];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n < 0) return std::nullopt;
+  std::string_view v(buf, static_cast<size_t>(n));
+  if (size_t nl = v.find('\n'); nl != std::string_view::npos) v = v.substr(0, nl);
+  return std::string(v);
+}
+
+}  // namespace
+
+ContainerdPodDriver::Freezer ContainerdPodDriver::freezer() const {
+  static const Freezer kind = [] {
+    struct stat st {};
+    if (::stat("/sys/fs/cgroup/freezer", &st) == 0 && S_ISDIR(st.st_mode)) return Freezer::kV1;
+    if (::stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) return Freezer::kV2;
+    return Freezer::kContainerd;
+  }();
+  return kind;
+}
+
+std::string ContainerdPodDriver::freezerFile(const std::string& id) const {
+  if (freezer() == Freezer::kV1) return cgroupDir("freezer", id) + "/freezer.state";
+  return "/sys/fs/cgroup/" + options_.cgroup_parent + "/" + id + "/cgroup.freeze";
+}
+
+Status ContainerdPodDriver::freezeCgroup(const std::string& id) {
+  const std::string file = freezerFile(id);
+  if (freezer() == Freezer::kV2) {
+    KNAP_RETURN_IF_ERROR(writeControl(file, "1"));
+    // cgroup.events says "frozen 1" once every task has stopped.
+    const std::string events = "/sys/fs/cgroup/" + options_.cgroup_parent + "/" + id + "/cgroup.events";
+    const MonoTime deadline = time_.monotonic() + std::chrono::seconds(5);
+    for (;;) {
+      std::optional<std::string> text = readSmallFile(events);
+      if (!text) return notFound("no cgroup for " + id + " (" + events + ")");
+      if (text->find("frozen 1") != std::string::npos) return Status::ok();
+      if (time_.monotonic() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    (void)writeControl(file, "0");
+    return Status(Code::kDeadlineExceeded, "cgroup of " + id + " did not freeze within 5s");
+  }
+  // cgroup v1: FREEZING until every task is frozen; a cgroup that keeps
+  // forking may need the write repeated (runc's `pause` loop: retry, and thaw
+  // and wait a little now and then).
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 50 == 49) {
+      (void)writeControl(file, "THAWED");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    KNAP_RETURN_IF_ERROR(writeControl(file, "FROZEN"));
+    std::optional<std::string> state = readControl(file);
+    if (!state) return notFound("no cgroup for " + id + " (" + file + ")");
+    if (*state == "FROZEN") return Status::ok();
+    if (*state != "FREEZING") return internalError(file + ": unexpected state \"" + *state + "\" while freezing");
+  }
+  (void)writeControl(file, "THAWED");
+  return internalError("cgroup of " + id + " stuck in FREEZING; thawed again");
+}
+
+Status ContainerdPodDriver::thawCgroup(const std::string& id) {
+  const std::string file = freezerFile(id);
+  // Thawing is synchronous in both versions: the tasks run again on return.
+  return writeControl(file, freezer() == Freezer::kV2 ? "0" : "THAWED");
+}
+
+void ContainerdPodDriver::thawIfFrozen(const std::vector<std::string>& ids) {
+  for (const auto& id : ids) {
+    if (!cgroupFrozen(id)) continue;
+    Status s = thawCgroup(id);
+    if (!s.isOk()) LOG(WARNING) << "pod driver: thaw " << id << ": " << s.toString();
+  }
+}
+
+bool ContainerdPodDriver::cgroupFrozen(const std::string& id) const {
+  if (freezer() == Freezer::kContainerd) return false;
+  std::optional<std::string> state = readControl(freezerFile(id));
+  if (!state) return false;
+  return freezer() == Freezer::kV2 ? *state == "1" : (*state == "FROZEN" || *state == "FREEZING");
+}
+
 Status ContainerdPodDriver::pause(const PodHandle& pod) {
-  for (const auto& sc : sidecars(pod.pod_id)) KNAP_RETURN_IF_ERROR(client_.pauseTask(sc.id));
-  return client_.pauseTask(pod.pod_id);
+  std::vector<std::string> ids;
+  for (const auto& sc : sidecars(pod.pod_id)) ids.push_back(sc.id);
+  ids.push_back(pod.pod_id);
+  if (freezer() == Freezer::kContainerd) {
+    for (const auto& id : ids) KNAP_RETURN_IF_ERROR(client_.pauseTask(id));
+    return Status::ok();
+  }
+  if (taskStopped(pod.pod_id)) return notFound("pod " + pod.pod_id + " has no running task");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Status s = freezeCgroup(ids[i]);
+    if (!s.isOk()) {
+      for (size_t j = 0; j < i; ++j) (void)thawCgroup(ids[j]);
+      return s;
+    }
+  }
+  return Status::ok();
 }
 
 Status ContainerdPodDriver::resume(const PodHandle& pod) {
-  for (const auto& sc : sidecars(pod.pod_id)) KNAP_RETURN_IF_ERROR(client_.resumeTask(sc.id));
-  return client_.resumeTask(pod.pod_id);
+  std::vector<std::string> ids;
+  for (const auto& sc : sidecars(pod.pod_id)) ids.push_back(sc.id);
+  ids.push_back(pod.pod_id);
+  if (freezer() == Freezer::kContainerd) {
+    for (const auto& id : ids) KNAP_RETURN_IF_ERROR(client_.resumeTask(id));
+    return Status::ok();
+  }
+  Status first = Status::ok();
+  for (const auto& id : ids) {
+    Status s = thawCgroup(id);
+    if (!s.isOk() && first.isOk()) first = s;
+  }
+  return first;
 }
 
 StatusOr<int64_t> ContainerdPodDriver::memoryBytes(const PodHandle& pod) {
@@ -1089,7 +1229,8 @@ StatusOr<std::vector<AdoptedPod>> ContainerdPodDriver::listExisting() {
       a.running = t->second.status == containerd::TaskStatus::kRunning ||
                   t->second.status == containerd::TaskStatus::kPaused;
       a.paused = t->second.status == containerd::TaskStatus::kPaused ||
-                 t->second.status == containerd::TaskStatus::kPausing;
+                 t->second.status == containerd::TaskStatus::kPausing ||
+                 (t->second.status == containerd::TaskStatus::kRunning && cgroupFrozen(c.id));
     }
     out.push_back(a);
   }

@@ -710,6 +710,18 @@ TEST_F(RunnerE2eTest, FiftyCreateDeleteCyclesLeaveNothingBehind) {
   EXPECT_EQ(after.leases, 0u);
 }
 
+// What the kernel says of the pod container's cgroup freezer ("" if no such
+// file): v1 freezer.state, v2 cgroup.freeze.
+std::string freezerState(const std::string& parent, const std::string& id) {
+  for (const std::string& path : {"/sys/fs/cgroup/freezer/" + parent + "/" + id + "/freezer.state",
+                                  "/sys/fs/cgroup/" + parent + "/" + id + "/cgroup.freeze"}) {
+    std::ifstream f(path);
+    std::string line;
+    if (f && std::getline(f, line)) return line == "1" ? "FROZEN" : line == "0" ? "THAWED" : line;
+  }
+  return "";
+}
+
 // The driver's warm-pool primitives on real containerd: a created task has a
 // cgroup with memory charged; a started pod frozen with pause() stops
 // answering and answers again after resume(); memoryBytes() follows the pod.
@@ -734,9 +746,11 @@ TEST_F(RunnerE2eTest, PauseResumeAndMemoryBytes) {
   EXPECT_LT(*running_mem, 512LL << 20);
 
   ASSERT_TRUE(driver_->pause(*h).isOk());
+  // knapd freezes the cgroup itself; containerd is not told.
+  EXPECT_EQ(freezerState(opts_.cgroup_parent, h->pod_id), "FROZEN");
   auto t = env().client->getTask(h->pod_id);
   ASSERT_TRUE(t.isOk());
-  EXPECT_EQ(t->status, containerd::TaskStatus::kPaused);
+  EXPECT_EQ(t->status, containerd::TaskStatus::kRunning);
   EXPECT_EQ(httpGetWithin(h->ip, h->port, "/info", 300), "") << "a frozen pod must not answer";
   auto frozen_mem = driver_->memoryBytes(*h);
   ASSERT_TRUE(frozen_mem.isOk());
@@ -754,12 +768,20 @@ TEST_F(RunnerE2eTest, PauseResumeAndMemoryBytes) {
   EXPECT_TRUE(seen);
 
   ASSERT_TRUE(driver_->resume(*h).isOk());
+  EXPECT_EQ(freezerState(opts_.cgroup_parent, h->pod_id), "THAWED");
   t = env().client->getTask(h->pod_id);
   ASSERT_TRUE(t.isOk());
   EXPECT_EQ(t->status, containerd::TaskStatus::kRunning);
   EXPECT_NE(httpGetWithin(h->ip, h->port, "/info", 2000), "") << "thawed pod answers";
 
-  ASSERT_TRUE(driver_->stop(*h, seconds(2)).isOk());
+  // stop() of a frozen pod thaws it first, so SIGTERM lands (the test app
+  // exits on it) well within the grace period.
+  ASSERT_TRUE(driver_->pause(*h).isOk());
+  ASSERT_EQ(freezerState(opts_.cgroup_parent, h->pod_id), "FROZEN");
+  auto stop0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(driver_->stop(*h, seconds(20)).isOk());
+  EXPECT_LT(std::chrono::steady_clock::now() - stop0, seconds(15)) << "SIGTERM to a frozen pod waited for SIGKILL";
+
   ASSERT_TRUE(driver_->destroy(*h).isOk());
   auto gone = driver_->memoryBytes(*h);
   EXPECT_EQ(gone.status().code(), Code::kNotFound);
@@ -793,8 +815,9 @@ TEST_P(WarmPoolE2eTest, PoolPodIsPromotedOnWake) {
   for (auto& p : runner_->pods(k)) warm_id = p.pod_id;
   auto t = env().client->getTask(warm_id);
   ASSERT_TRUE(t.isOk());
-  EXPECT_EQ(t->status, GetParam() == WarmPoolMode::kFrozen ? containerd::TaskStatus::kPaused
+  EXPECT_EQ(t->status, GetParam() == WarmPoolMode::kFrozen ? containerd::TaskStatus::kRunning
                                                            : containerd::TaskStatus::kCreated);
+  EXPECT_EQ(freezerState(opts_.cgroup_parent, warm_id), GetParam() == WarmPoolMode::kFrozen ? "FROZEN" : "THAWED");
   EXPECT_TRUE(runner_->readyEndpoints(k).empty());
   EXPECT_EQ(runner_->readyPods(k), 0);
   std::cout << "[ figures  ] " << warmPoolModeName(GetParam()) << " warm pod holds "

@@ -44,6 +44,7 @@ class FakePodDriver final : public PodDriver {
   runtime::ProbeResult probe(const PodHandle& pod, const runtime::ProbeSpec& spec) override;
   Status pause(const PodHandle& pod) override;
   Status resume(const PodHandle& pod) override;
+  bool fastResume() const override { return true; }
   StatusOr<int64_t> memoryBytes(const PodHandle& pod) override;
   StatusOr<std::vector<AdoptedPod>> listExisting() override;
   Status cleanupOrphans(const std::set<std::string>& live_pod_ids) override;

@@ -85,7 +85,7 @@ struct PodExit {
 struct AdoptedPod {
   PodHandle handle;
   bool running = false;  // task RUNNING (or PAUSED): can be adopted
-  bool paused = false;   // task PAUSED: a frozen warm pod (never adopted)
+  bool paused = false;   // frozen (cgroup freezer or task PAUSED): a warm pod (never adopted)
 };
 
 class PodDriver {
@@ -114,11 +114,15 @@ class PodDriver {
   virtual Status destroy(const PodHandle& pod) = 0;
   // One readiness/liveness attempt.
   virtual runtime::ProbeResult probe(const PodHandle& pod, const runtime::ProbeSpec& spec) = 0;
-  // Freezes every process of the pod's task (containerd Tasks.Pause, the
-  // cgroup freezer); used for frozen warm pods. kNotFound if there is no task.
+  // Freezes every process of the pod (the cgroup freezer); used for frozen
+  // warm pods. kNotFound if there is no task.
   virtual Status pause(const PodHandle& pod) = 0;
-  // Thaws a paused task (Tasks.Resume). kNotFound if there is no task.
+  // Thaws a paused pod; on the frozen-pool wake path, so it must be fast.
+  // kNotFound if there is no task.
   virtual Status resume(const PodHandle& pod) = 0;
+  // True when resume() is a quick local operation (a cgroup write, no RPC),
+  // so it may run on a latency-sensitive caller's thread (PodRunner::wakeNow).
+  virtual bool fastResume() const { return false; }
   // Memory charged to the pod's cgroup now (cgroup v1 memory.usage_in_bytes),
   // in bytes. kNotFound when the pod has no cgroup (no task).
   virtual StatusOr<int64_t> memoryBytes(const PodHandle& pod) = 0;

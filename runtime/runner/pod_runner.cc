@@ -879,6 +879,52 @@ void PodRunner::promoteLocked(Revision& rev, Pod& pod, MonoTime now) {
             << pod.origin << ")";
 }
 
+void PodRunner::finishResume(const std::string& k, const std::string& pid, const Status& r) {
+  finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
+    p.resume_pending = false;
+    if (!r.isOk()) {
+      LOG(WARNING) << "pod runner: resume " << pid << " of " << k << ": " << r.toString() << "; replacing it";
+      requestStopLocked(rv, p, nullptr);
+    } else {
+      p.paused = false;
+      if (!p.stop_requested) {
+        markReadyLocked(rv, p, t);
+        if (p.readiness) {
+          p.next_probe = p.readiness->nextProbeAt();
+          if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
+        }
+      }
+    }
+  });
+}
+
+void PodRunner::wakeNow(const std::string& revision) {
+  if (!driver_.fastResume()) return;
+  PodHandle h;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = revisions_.find(revision);
+    if (it == revisions_.end()) return;
+    Revision& rev = *it->second;
+    if (rev.removed || rev.object.is_null()) return;
+    int serving = 0;
+    Pod* frozen = nullptr;
+    for (auto& [id, pod] : rev.pods) {
+      if (pod.state == PodState::kStopping || pod.state == PodState::kCrashed || pod.stop_requested) continue;
+      if (!pod.warm) {
+        ++serving;
+      } else if (pod.state == PodState::kWarm && pod.paused && !pod.busy && frozen == nullptr) {
+        frozen = &pod;
+      }
+    }
+    if (frozen == nullptr || serving >= rev.desired) return;  // nothing to thaw, or the loop has it
+    promoteLocked(rev, *frozen, time_.monotonic());  // -> resume_pending; done right here
+    frozen->busy = true;
+    h = frozen->handle;
+  }
+  finishResume(revision, h.pod_id, driver_.resume(h));
+}
+
 WarmPoolStatus PodRunner::warmStatusLocked(const Revision& rev) const {
   WarmPoolStatus st;
   st.mode = warmPoolModeName(rev.warm_mode);
@@ -1116,26 +1162,7 @@ void PodRunner::queuePauseLocked(const std::string& k, const std::string& pid, P
 void PodRunner::queueResumeLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {
   pod.busy = true;
   PodHandle h = pod.handle;
-  work->push_back([this, k, pid, h] {
-    Status r = driver_.resume(h);
-    finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
-      p.resume_pending = false;
-      if (!r.isOk()) {
-        LOG(WARNING) << "pod runner: resume " << pid << " of " << k << ": " << r.toString()
-                     << "; replacing it";
-        requestStopLocked(rv, p, nullptr);
-      } else {
-        p.paused = false;
-        if (!p.stop_requested) {
-          markReadyLocked(rv, p, t);
-          if (p.readiness) {
-            p.next_probe = p.readiness->nextProbeAt();
-            if (p.liveness) p.next_probe = std::min(p.next_probe, p.liveness->nextProbeAt());
-          }
-        }
-      }
-    });
-  });
+  work->push_back([this, k, pid, h] { finishResume(k, pid, driver_.resume(h)); });
 }
 
 void PodRunner::queueMemoryLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work) {

@@ -21,7 +21,7 @@
 // still warming up, and only then are new pods created. The pool refills once
 // no serving pod is starting. A revision going from 0 ready pods to >= 1
 // records how its first ready pod came to be (WakeReport: "warm", "frozen",
-// "cached" or "adopted"). Warm pods found at adoption (PAUSED or CREATED
+// "cached" or "adopted"). Warm pods found at adoption (frozen or CREATED
 // tasks) are destroyed; the pool then refills.
 // Restart (restart()): a rolling replacement of a revision's serving pods,
 // as a Deployment's rollout: every serving pod at the time of the call is
@@ -211,6 +211,13 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   int readyPods(const std::string& revision) override;
   void setDesiredScale(const std::string& revision, int pods) override;
   void scaleStatusChanged(const std::string& revision, const scaler::ScaleOutcome& outcome) override;
+  // The frozen-pool wake without hand-offs: when `revision` wants more
+  // serving pods than it has and a frozen warm pod is idle, promote and thaw
+  // it on the calling thread and report the endpoints from there, before
+  // returning (the control loop would do the same one thread hop and one
+  // executor hop later). Only with a driver whose resume() is fast; otherwise
+  // (or with nothing to thaw) nothing happens and the loop does the work.
+  void wakeNow(const std::string& revision) override;
 
   // Ready pods' addresses (sorted by pod id); empty for unknown revisions.
   // With `wake`: also how the revision last woke from zero, read under the
@@ -349,6 +356,8 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void refreshVolumesLocked(std::vector<std::function<void()>>* work);
   void createPodLocked(Revision& rev, bool warm, MonoTime now, std::vector<std::function<void()>>* work);
   void promoteLocked(Revision& rev, Pod& pod, MonoTime now);
+  // The end of a resume() of a promoted frozen pod: Ready, or replaced.
+  void finishResume(const std::string& rev_key, const std::string& pod_id, const Status& result);
   void markReadyLocked(Revision& rev, Pod& pod, MonoTime now);
   void eventLocked(const Revision& rev, EventType type, const std::string& reason, const std::string& message);
   WarmPoolStatus warmStatusLocked(const Revision& rev) const;

@@ -799,6 +799,42 @@ TEST_F(WarmPoolTest, WakeThawsTheFrozenPodFirstThenRefills) {
   }
 }
 
+// knapd's router calls wakeNow() right after poking the scaler: the frozen
+// pod is thawed and the endpoint reported before the call returns, with no
+// run of the control loop in between.
+TEST_F(WarmPoolTest, WakeNowThawsOnTheCallersThread) {
+  makeWarm(WarmPoolMode::kFrozen);
+  deployAtZero();
+  std::string warm_id = podsIn(PodState::kWarm).at(0).pod_id;
+  runner_->wakeNow("default/r1");  // no pod wanted yet: nothing to do
+  EXPECT_TRUE(driver_.pod(warm_id).paused);
+  EXPECT_EQ(driver_.pod(warm_id).resumes, 0);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    endpoint_changes_.clear();
+  }
+  runner_->setDesiredScale("default/r1", 1);
+  runner_->wakeNow("default/r1");
+  EXPECT_FALSE(driver_.pod(warm_id).paused);
+  EXPECT_EQ(driver_.pod(warm_id).resumes, 1);
+  WakeReport wake;
+  auto eps = runner_->readyEndpoints("default/r1", &wake);
+  ASSERT_EQ(eps.size(), 1u);
+  EXPECT_EQ(eps[0].pod_id, warm_id);
+  EXPECT_EQ(wake.path, "frozen");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    EXPECT_EQ(std::count(endpoint_changes_.begin(), endpoint_changes_.end(), "default/r1"), 1)
+        << "the endpoints were reported from wakeNow()";
+  }
+  // Serving already: a second call (the next queued request) thaws nothing.
+  runner_->wakeNow("default/r1");
+  settle();
+  EXPECT_EQ(driver_.pod(warm_id).resumes, 1);
+  EXPECT_EQ(runner_->readyPods("default/r1"), 1);
+  EXPECT_EQ(podsIn(PodState::kWarm).size(), 1u) << "the loop refilled the pool";
+}
+
 TEST_F(WarmPoolTest, WakeStartsTheCreatedPodAndReportsWarm) {
   makeWarm(WarmPoolMode::kCreated);
   deployAtZero();

@@ -1,7 +1,9 @@
 """Warm pool (issue 5) with real pods: containerd, runc, CNI, the router and the KPA.
 
 A scale-to-zero Service with knap.dev/warm-pool: "1" keeps one warm pod while
-at zero: PAUSED in containerd (frozen mode) or CREATED (created mode, via
+at zero: frozen (frozen mode: knapd writes the pod's cgroup freezer itself,
+so containerd shows the task RUNNING; tasks() below reports it PAUSED) or
+CREATED (created mode, via
 knap.dev/warm-pool-mode). A request wakes the revision through that pod and
 carries `K-Knap-Cold-Start: path=frozen|warm; dur=...`; the pool refills;
 deleting the Service leaves no container; a knapd restart destroys the warm
@@ -58,14 +60,30 @@ def warm(workdir):
     subprocess.run(["ctr", "-n", ns, "images", "rm", IMAGE], capture_output=True)
 
 
+def frozen(pod_id):
+    """True when the pod's cgroup freezer (v1 freezer.state, v2 cgroup.freeze) says frozen."""
+    for path, want in ((f"/sys/fs/cgroup/freezer/knap/{pod_id}/freezer.state", ("FROZEN", "FREEZING")),
+                       (f"/sys/fs/cgroup/knap/{pod_id}/cgroup.freeze", ("1",))):
+        try:
+            with open(path) as f:
+                return f.read().strip() in want
+        except OSError:
+            continue
+    return False
+
+
 def tasks(k, revision):
-    """{pod id: STATUS} of the revision's tasks in the test's containerd namespace."""
+    """{pod id: STATUS} of the revision's tasks in the test's containerd namespace;
+    a RUNNING task whose cgroup is frozen (knapd's frozen warm pod) counts as PAUSED."""
     out = subprocess.run(["ctr", "-n", k.ns, "tasks", "ls"], capture_output=True, text=True).stdout
     result = {}
     for line in out.splitlines()[1:]:
         parts = line.split()
         if len(parts) >= 3 and parts[0].startswith(revision + "-"):
-            result[parts[0]] = parts[2]
+            status = parts[2]
+            if status == "RUNNING" and frozen(parts[0]):
+                status = "PAUSED"
+            result[parts[0]] = status
     return result
 
 
