@@ -26,21 +26,6 @@ PrePullerOptions prePullerOptionsFromConfig(const Config& config) {
   return o;
 }
 
-std::string registryOf(const std::string& image) {
-  // Docker's rule: the first component is a registry host when it has a '.'
-  // or a ':' or is "localhost"; otherwise the image is on Docker Hub.
-  std::string s = image.substr(0, image.find('@'));
-  size_t slash = s.find('/');
-  if (slash == std::string::npos) return "docker.io";
-  std::string first = s.substr(0, slash);
-  if (first.find('.') != std::string::npos || first.find(':') != std::string::npos || first == "localhost") {
-    return first;
-  }
-  return "docker.io";
-}
-
-bool hasDigest(const std::string& image) { return image.find('@') != std::string::npos; }
-
 std::string progressMessage(const std::string& image, const PullProgress& p) {
   std::string m = "pulling " + image;
   if (p.bytes_total > 0) {
