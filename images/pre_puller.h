@@ -55,6 +55,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/loop.h"
 #include "common/status.h"
 #include "images/image_source.h"
 #include "images/puller.h"
@@ -174,8 +175,6 @@ class PrePuller final : public ImageSource {
   void dispatch(std::vector<std::function<void()>> work);
   void post(std::function<void()> fn);
   void wake();
-  void loop();
-  void workerLoop();
 
   Puller& puller_;
   PresenceFn present_;
@@ -189,15 +188,8 @@ class PrePuller final : public ImageSource {
   std::function<void(const std::string&)> on_change_;
   int pulls_started_ = 0;
 
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool wake_ = false;
-  bool stopping_ = false;
-  bool started_ = false;
-  std::thread loop_thread_;
-  std::deque<std::function<void()>> queue_;
-  std::condition_variable queue_cv_;
-  std::vector<std::thread> workers_;
+  WorkerPool pool_;  // common/loop.h; stopped after the loop
+  Loop loop_;
 };
 
 }  // namespace knap::images
