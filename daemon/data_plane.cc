@@ -177,9 +177,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   driver_ = std::make_unique<scaler::ScalerDriver>(router_->metrics(), pods, scale, clock, events);
   // A request that finds its revision at zero pods wakes the autoscaler at once.
   router_->on_cold_request = [this](const std::string& revision) { driver_->poke(revision); };
-  ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock, [](MonoTime until) {
-    std::this_thread::sleep_until(std::chrono::steady_clock::time_point(until.time_since_epoch()));
-  });
+  ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock);
 }
 
 DataPlane::~DataPlane() { stop(); }
