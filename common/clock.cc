@@ -10,6 +10,22 @@ RealTimeSource& RealTimeSource::instance() {
   return source;
 }
 
+void TimeSource::sleepUntil(MonoTime deadline) const {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unique_lock<std::mutex> lock(mu);
+  (void)waitUntil(lock, cv, deadline, [] { return false; });
+}
+
+bool RealTimeSource::waitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, MonoTime deadline,
+                               const std::function<bool()>& woken) const {
+  if (deadline == MonoTime::max()) {
+    cv.wait(lock, woken);
+    return true;
+  }
+  return cv.wait_until(lock, deadline, woken);
+}
+
 SimulatedTimeSource::SimulatedTimeSource()
     : wall_(std::chrono::system_clock::from_time_t(1767225600)),  // 2026-01-01T00:00:00Z
       mono_(MonoTime{} + std::chrono::hours(1)) {}
@@ -24,10 +40,40 @@ MonoTime SimulatedTimeSource::monotonic() const {
   return mono_;
 }
 
+bool SimulatedTimeSource::waitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                                    MonoTime deadline, const std::function<bool()>& woken) const {
+  decltype(waiting_)::iterator me;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    me = waiting_.emplace(deadline, &cv);
+  }
+  bool result = true;
+  for (;;) {
+    if (woken()) break;
+    if (monotonic() >= deadline) {
+      result = false;
+      break;
+    }
+    // advance() notifies cv once the deadline has come; kRecheck covers an
+    // advance() that notified between the check above and this wait.
+    cv.wait_for(lock, kRecheck);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  waiting_.erase(me);
+  return result;
+}
+
 void SimulatedTimeSource::advance(Duration d) {
   std::lock_guard<std::mutex> lock(mu_);
   wall_ += std::chrono::duration_cast<std::chrono::system_clock::duration>(d);
   mono_ += d;
+  // notify_all needs no lock of the waiter's; the waiter re-checks the time.
+  for (auto it = waiting_.begin(); it != waiting_.end() && it->first <= mono_; ++it) it->second->notify_all();
+}
+
+int SimulatedTimeSource::waiters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiting_.size());
 }
 
 std::string formatRfc3339(WallTime t) {

@@ -215,13 +215,18 @@ void Controller::workerLoop() {
   while (!stopping_) {
     std::optional<store::Key> key = queue_.get(clock_.monotonic());
     if (!key) {
-      // Sleep until work arrives or the earliest back-off is due. The wait is
-      // on the real clock; with a simulated TimeSource tests use runPending().
-      if (auto d = queue_.nextDelay(clock_.monotonic())) {
-        cv_.wait_for(l, *d);
-      } else {
-        cv_.wait(l);
-      }
+      // Wait on clock_ until work arrives, stop(), or the earliest back-off
+      // is due (on a simulated clock: when the test advances it). A key
+      // queued with an earlier back-off meanwhile cuts the wait short.
+      const MonoTime now = clock_.monotonic();
+      const std::optional<Duration> d = queue_.nextDelay(now);
+      const MonoTime due = d ? now + *d : MonoTime::max();
+      clock_.waitUntil(l, cv_, due, [this, due] {
+        if (stopping_ || queue_.queued() > 0) return true;
+        const MonoTime t = clock_.monotonic();
+        const std::optional<Duration> next = queue_.nextDelay(t);
+        return next.has_value() && t + *next < due;
+      });
       continue;
     }
     l.unlock();

@@ -14,10 +14,11 @@
 #include "common/log.h"
 
 #ifdef KNAP_HAVE_RUNNER_CONTAINERD
-#include "images/containerd_image_store.h"
 #include "images/image_gc.h"
 #include "images/pre_puller.h"
+#include "images/registry_puller.h"
 #include "runtime/containerd/containerd_client.h"
+#include "runtime/containerd/containerd_image_store.h"
 #include "runtime/containerd/image_import.h"
 #include "runtime/pod/cni.h"
 #include "runtime/pod/oci_spec.h"
@@ -75,7 +76,9 @@ class ContainerdRuntime final : public Runtime {
   // front of the pod runner and image GC. kInvalidArgument for a bad
   // platform or an unreadable registry auth/CA file.
   Status initImages(const Config& config, TimeSource& clock) {
-    KNAP_ASSIGN_OR_RETURN(puller_, images::makeRegistryPuller(config, client_, clock, &pull_credentials_));
+    KNAP_ASSIGN_OR_RETURN(puller_, images::makeRegistryPuller(
+                                       config, std::make_unique<containerd::ContainerdImageStore>(client_), clock,
+                                       &pull_credentials_));
     pre_puller_ = std::make_unique<images::PrePuller>(
         *puller_, [this](const std::string& ref) { return imagePresent(ref); }, clock,
         images::prePullerOptionsFromConfig(config));

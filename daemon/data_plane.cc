@@ -185,9 +185,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     driver_->poke(revision);
     target->wakeNow(revision);
   };
-  ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock, [](MonoTime until) {
-    std::this_thread::sleep_until(std::chrono::steady_clock::time_point(until.time_since_epoch()));
-  });
+  ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock);
 }
 
 DataPlane::~DataPlane() { stop(); }

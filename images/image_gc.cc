@@ -90,7 +90,7 @@ std::vector<StoredImage> gcCandidates(const std::vector<StoredImage>& images, co
 ImageGc::ImageGc(ImageInventory& inventory, DiskUsageFn disk, InUseFn in_use, const TimeSource& time,
                  ImageGcOptions options)
     : inventory_(inventory), disk_(std::move(disk)), in_use_(std::move(in_use)), time_(time),
-      options_(std::move(options)) {}
+      options_(std::move(options)), loop_(time_, "image GC loop") {}
 
 ImageGc::~ImageGc() { stop(); }
 
@@ -155,35 +155,20 @@ void ImageGc::tick() {
 }
 
 void ImageGc::start() {
-  std::lock_guard<std::mutex> l(loop_mu_);
-  if (thread_.joinable()) return;
-  stopping_ = false;
+  if (loop_.running()) return;
   {
     // The first pass waits one interval, so that every Revision is known by then.
     std::lock_guard<std::mutex> p(pass_mu_);
     ran_ = true;
     last_pass_ = time_.monotonic();
   }
-  thread_ = std::thread([this] { runRestarting("image GC loop", [this] { loop(); }); });
-}
-
-void ImageGc::stop() {
-  {
-    std::lock_guard<std::mutex> l(loop_mu_);
-    stopping_ = true;
-    loop_cv_.notify_all();
-  }
-  if (thread_.joinable()) thread_.join();
-}
-
-void ImageGc::loop() {
-  for (;;) {
+  // An idle wake-up every loop_interval on time_; tick() decides whether a pass is due.
+  loop_.start([this] {
     tick();
-    std::unique_lock<std::mutex> l(loop_mu_);
-    // Idle wake-up; when a pass is due is decided on time_.
-    loop_cv_.wait_for(l, options_.loop_interval, [this] { return stopping_; });
-    if (stopping_) return;
-  }
+    return time_.monotonic() + options_.loop_interval;
+  });
 }
+
+void ImageGc::stop() { loop_.stop(); }
 
 }  // namespace knap::images

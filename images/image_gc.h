@@ -31,6 +31,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/loop.h"
 #include "common/status.h"
 
 namespace knap::images {
@@ -108,8 +109,6 @@ class ImageGc {
   void stop();
 
  private:
-  void loop();
-
   ImageInventory& inventory_;
   DiskUsageFn disk_;
   InUseFn in_use_;
@@ -121,10 +120,7 @@ class ImageGc {
   bool ran_ = false;
   MonoTime last_pass_{};
 
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool stopping_ = false;
-  std::thread thread_;
+  Loop loop_;  // common/loop.h
 };
 
 }  // namespace knap::images

@@ -27,21 +27,6 @@ PrePullerOptions prePullerOptionsFromConfig(const Config& config) {
   return o;
 }
 
-std::string registryOf(const std::string& image) {
-  // Docker's rule: the first component is a registry host when it has a '.'
-  // or a ':' or is "localhost"; otherwise the image is on Docker Hub.
-  std::string s = image.substr(0, image.find('@'));
-  size_t slash = s.find('/');
-  if (slash == std::string::npos) return "docker.io";
-  std::string first = s.substr(0, slash);
-  if (first.find('.') != std::string::npos || first.find(':') != std::string::npos || first == "localhost") {
-    return first;
-  }
-  return "docker.io";
-}
-
-bool hasDigest(const std::string& image) { return image.find('@') != std::string::npos; }
-
 std::string progressMessage(const std::string& image, const PullProgress& p) {
   std::string m = "pulling " + image;
   if (p.bytes_total > 0) {
@@ -79,7 +64,12 @@ std::string failureMessage(const std::string& image, const Status& s) {
 }  // namespace
 
 PrePuller::PrePuller(Puller& puller, PresenceFn present, const TimeSource& time, PrePullerOptions options)
-    : puller_(puller), present_(std::move(present)), time_(time), options_(std::move(options)) {
+    : puller_(puller),
+      present_(std::move(present)),
+      time_(time),
+      options_(std::move(options)),
+      pool_(options_.executor, WorkerPool::OnStop::kDrop, "pre-puller worker"),
+      loop_(time_, "pre-puller loop") {
   for (const std::string& image : options_.pre_pull_images) {
     Entry& e = entryLocked(image, !hasDigest(image) && skipped(image, options_.skip_registries));
     e.keep = true;
@@ -89,77 +79,23 @@ PrePuller::PrePuller(Puller& puller, PresenceFn present, const TimeSource& time,
 PrePuller::~PrePuller() { stop(); }
 
 void PrePuller::start() {
-  std::lock_guard<std::mutex> l(loop_mu_);
-  if (started_) return;
-  started_ = true;
-  stopping_ = false;
-  if (!options_.executor) {
-    for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { runRestarting("pre-puller worker", [this] { workerLoop(); }); });
-  }
-  loop_thread_ = std::thread([this] { runRestarting("pre-puller loop", [this] { loop(); }); });
+  pool_.start(options_.workers);
+  // An idle wake-up every loop_interval on time_, cut short by wake(); what
+  // is due is decided on time_.
+  loop_.start([this] {
+    runOnce();
+    return time_.monotonic() + options_.loop_interval;
+  });
 }
 
 void PrePuller::stop() {
-  {
-    std::lock_guard<std::mutex> l(loop_mu_);
-    if (!started_) return;
-    stopping_ = true;
-    loop_cv_.notify_all();
-    queue_cv_.notify_all();
-  }
-  if (loop_thread_.joinable()) loop_thread_.join();
-  for (auto& t : workers_) t.join();
-  workers_.clear();
-  std::lock_guard<std::mutex> l(loop_mu_);
-  started_ = false;
-  queue_.clear();
+  loop_.stop();
+  pool_.stop();  // waits for in-flight pulls; queued ones are dropped
 }
 
-void PrePuller::loop() {
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> l(loop_mu_);
-      if (stopping_) return;
-    }
-    runOnce();
-    std::unique_lock<std::mutex> l(loop_mu_);
-    if (stopping_) return;
-    // Idle wake-up bounded by loop_interval, cut short by wake(); what is due
-    // is decided on time_.
-    loop_cv_.wait_for(l, options_.loop_interval, [this] { return wake_ || stopping_; });
-    wake_ = false;
-  }
-}
+void PrePuller::post(std::function<void()> fn) { pool_.post(std::move(fn)); }
 
-void PrePuller::workerLoop() {
-  for (;;) {
-    std::function<void()> fn;
-    {
-      std::unique_lock<std::mutex> l(loop_mu_);
-      queue_cv_.wait(l, [this] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      fn = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    fn();
-  }
-}
-
-void PrePuller::post(std::function<void()> fn) {
-  if (options_.executor) {
-    options_.executor(std::move(fn));
-    return;
-  }
-  std::lock_guard<std::mutex> l(loop_mu_);
-  queue_.push_back(std::move(fn));
-  queue_cv_.notify_one();
-}
-
-void PrePuller::wake() {
-  std::lock_guard<std::mutex> l(loop_mu_);
-  wake_ = true;
-  loop_cv_.notify_all();
-}
+void PrePuller::wake() { loop_.wake(); }
 
 void PrePuller::dispatch(std::vector<std::function<void()>> work) {
   for (auto& w : work) post(std::move(w));

@@ -1,5 +1,5 @@
-// PrePuller: non-blocking image state for many callers (one per Revision)
-// over a blocking images::Puller.
+// PrePuller: the ImageSource (image_source.h): non-blocking image state for
+// many callers (one per Revision) over a blocking images::Puller.
 //
 // A caller (the "requester", e.g. "ns/name" of a Revision) asks status() for
 // its image; that never blocks: it records what is needed and returns the
@@ -55,23 +55,15 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/loop.h"
 #include "common/status.h"
+#include "images/image_source.h"
 #include "images/puller.h"
+#include "oci/reference.h"
 
 namespace knap::images {
 
-enum class ImagePhase { kPending, kReady, kFailed };
 const char* imagePhaseName(ImagePhase p);
-
-struct ImageStatus {
-  ImagePhase phase = ImagePhase::kPending;
-  std::string ref;         // the name to create pods from ("" until resolved)
-  std::string digest_ref;  // "repo@sha256:.." pinned; "" until resolved, and for skip-list images
-  std::string reason;      // Pending: "ResolvingDigest"/"PullingImage"; Failed: pullFailureReason() or "ContainerMissing"
-  std::string message;     // what is going on / what a person can do
-  WallTime ready_at{};     // Ready: when the image became present in containerd
-  bool operator==(const ImageStatus&) const = default;
-};
 
 // Whether `ref` is present (and usable) in the local image store: OK with
 // the time it became present (WallTime{} if unknown), kNotFound if absent,
@@ -97,15 +89,13 @@ struct PrePullerOptions {
 // knap.pre_pull_images, knap.pull_retry_max.
 PrePullerOptions prePullerOptionsFromConfig(const Config& config);
 
-// The registry part of an image reference as Docker reads it
-// ("127.0.0.1:5000/app:v1" -> "127.0.0.1:5000", "nginx" -> "docker.io").
-std::string registryOf(const std::string& image);
-// True if the image names a digest ("...@sha256:...").
-bool hasDigest(const std::string& image);
+using oci::hasDigest;  // oci/reference.h
+using oci::registryOf;
+
 // "pulling IMAGE: 12.3 of 40.1 MB" (or "resolving"/"unpacking" forms).
 std::string progressMessage(const std::string& image, const PullProgress& p);
 
-class PrePuller {
+class PrePuller final : public ImageSource {
  public:
   PrePuller(Puller& puller, PresenceFn present, const TimeSource& time, PrePullerOptions options = {});
   ~PrePuller();  // stop()s
@@ -121,15 +111,15 @@ class PrePuller {
 
   // The state of `image` for `requester`; starts what is missing. `pinned`
   // is the digest ref resolved earlier (or ""). Never blocks.
-  ImageStatus status(const std::string& requester, const std::string& image, const std::string& pinned = "");
+  ImageStatus status(const std::string& requester, const std::string& image, const std::string& pinned = "") override;
   // The requester is gone (Revision deleted): forget it; refs nobody else
   // needs are no longer kept present or retried. Idempotent.
-  void release(const std::string& requester);
+  void release(const std::string& requester) override;
   // Called with a requester whose status() may have changed.
-  void setOnChange(std::function<void(const std::string& requester)> fn);
+  void setOnChange(std::function<void(const std::string& requester)> fn) override;
 
   // Image names and digest refs that requesters and pre_pull_images need (for image GC).
-  std::set<std::string> imagesInUse();
+  std::set<std::string> imagesInUse() override;
 
   // One pass of the loop: starts due resolves, pulls and re-checks.
   void runOnce();
@@ -185,8 +175,6 @@ class PrePuller {
   void dispatch(std::vector<std::function<void()>> work);
   void post(std::function<void()> fn);
   void wake();
-  void loop();
-  void workerLoop();
 
   Puller& puller_;
   PresenceFn present_;
@@ -200,15 +188,8 @@ class PrePuller {
   std::function<void(const std::string&)> on_change_;
   int pulls_started_ = 0;
 
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool wake_ = false;
-  bool stopping_ = false;
-  bool started_ = false;
-  std::thread loop_thread_;
-  std::deque<std::function<void()>> queue_;
-  std::condition_variable queue_cv_;
-  std::vector<std::thread> workers_;
+  WorkerPool pool_;  // common/loop.h; stopped after the loop
+  Loop loop_;
 };
 
 }  // namespace knap::images

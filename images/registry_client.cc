@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "common/log.h"
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
 namespace knap::images {
 
@@ -217,15 +217,15 @@ Platform hostPlatform() {
 
 StatusOr<Platform> platformFromConfig(const std::string& configured) {
   if (configured.empty()) return hostPlatform();
-  return containerd::parsePlatform(configured);
+  return oci::parsePlatform(configured);
 }
 
 bool isIndexMediaType(const std::string& mt) {
-  return mt == containerd::kMediaTypeOciIndex || mt == containerd::kMediaTypeDockerManifestList;
+  return mt == oci::kMediaTypeOciIndex || mt == oci::kMediaTypeDockerManifestList;
 }
 
 bool isManifestMediaType(const std::string& mt) {
-  return mt == containerd::kMediaTypeOciManifest || mt == containerd::kMediaTypeDockerManifest;
+  return mt == oci::kMediaTypeOciManifest || mt == oci::kMediaTypeDockerManifest;
 }
 
 std::string sniffManifestMediaType(const std::string& body) {
@@ -234,20 +234,20 @@ std::string sniffManifestMediaType(const std::string& body) {
     if (doc.is_object()) {
       std::string mt = doc.value("mediaType", "");
       if (!mt.empty()) return mt;
-      if (doc.contains("manifests")) return containerd::kMediaTypeOciIndex;
-      if (doc.contains("layers")) return containerd::kMediaTypeOciManifest;
+      if (doc.contains("manifests")) return oci::kMediaTypeOciIndex;
+      if (doc.contains("layers")) return oci::kMediaTypeOciManifest;
     }
   } catch (const json::exception&) {
   }
   return "";
 }
 
-StatusOr<Descriptor> choosePlatform(const std::vector<containerd::IndexEntry>& entries, const Platform& platform,
+StatusOr<Descriptor> choosePlatform(const std::vector<oci::IndexEntry>& entries, const Platform& platform,
                                     const std::string& image) {
-  const containerd::IndexEntry* exact = nullptr;
-  const containerd::IndexEntry* loose = nullptr;
+  const oci::IndexEntry* exact = nullptr;
+  const oci::IndexEntry* loose = nullptr;
   std::vector<std::string> offered;
-  for (const containerd::IndexEntry& e : entries) {
+  for (const oci::IndexEntry& e : entries) {
     if (!isManifestMediaType(e.descriptor.media_type) && !isIndexMediaType(e.descriptor.media_type)) continue;
     if (!e.has_platform) {
       offered.push_back("(any)");
@@ -573,7 +573,7 @@ StatusOr<Descriptor> RegistryClient::resolve(const Reference& ref) {
   KNAP_ASSIGN_OR_RETURN(Response resp, perform(ref, req));
   if (resp.status >= 200 && resp.status < 300) {
     auto d = resp.headers.find("docker-content-digest");
-    if (d != resp.headers.end() && containerd::isSha256Digest(d->second)) {
+    if (d != resp.headers.end() && oci::isSha256Digest(d->second)) {
       Descriptor desc;
       desc.digest = d->second;
       std::string ct = resp.headers.count("content-type") ? resp.headers["content-type"] : "";
@@ -606,13 +606,13 @@ StatusOr<FetchedManifest> RegistryClient::getManifest(const Reference& ref, cons
   }
   FetchedManifest m;
   m.body = std::move(resp.body);
-  m.digest = containerd::sha256Digest(m.body);
+  m.digest = oci::sha256Digest(m.body);
   if (reference.rfind("sha256:", 0) == 0 && m.digest != reference) {
     return dataLoss("manifest of " + ref.name() + ": expected digest " + reference + " but the registry sent " +
                     m.digest);
   }
   if (auto d = resp.headers.find("docker-content-digest");
-      d != resp.headers.end() && containerd::isSha256Digest(d->second) && d->second != m.digest) {
+      d != resp.headers.end() && oci::isSha256Digest(d->second) && d->second != m.digest) {
     return dataLoss("manifest " + reference + " of " + ref.name() + ": Docker-Content-Digest says " + d->second +
                     " but the body hashes to " + m.digest);
   }
@@ -660,7 +660,7 @@ StatusOr<std::string> RegistryClient::getBlob(const Reference& ref, const std::s
     data.append(chunk);
     return Status::ok();
   }));
-  std::string actual = containerd::sha256Digest(data);
+  std::string actual = oci::sha256Digest(data);
   if (actual != digest) {
     return dataLoss("blob of " + ref.name() + ": expected digest " + digest + " but got " + actual);
   }

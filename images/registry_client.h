@@ -25,13 +25,17 @@
 
 #include "common/clock.h"
 #include "common/status.h"
-#include "images/reference.h"
-#include "runtime/containerd/oci_layout.h"
+#include "oci/reference.h"
+#include "oci/oci_layout.h"
 
 namespace knap::images {
 
-using containerd::Descriptor;
-using containerd::Platform;
+using oci::Descriptor;
+using oci::Platform;
+using oci::Reference;  // oci/reference.h
+using oci::kDockerHub;
+using oci::parseReference;
+using oci::writtenRepository;
 
 // ------------------------------------------------------------- pure helpers
 
@@ -70,7 +74,7 @@ bool isIndexMediaType(const std::string& media_type);
 bool isManifestMediaType(const std::string& media_type);
 // Picks the manifest for `platform` from an index; kNotFound naming the
 // platforms the index offers.
-StatusOr<Descriptor> choosePlatform(const std::vector<containerd::IndexEntry>& entries, const Platform& platform,
+StatusOr<Descriptor> choosePlatform(const std::vector<oci::IndexEntry>& entries, const Platform& platform,
                                     const std::string& image);
 // The media type of a manifest body when the server's Content-Type is missing
 // or generic: its mediaType field, else index if it has "manifests".

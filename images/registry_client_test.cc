@@ -6,12 +6,12 @@
 
 #include "images/pull_credentials.h"
 #include "images/test_registry.h"
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
 namespace knap::images {
 namespace {
 
-using containerd::IndexEntry;
+using oci::IndexEntry;
 using testing::TestImage;
 using testing::TestRegistry;
 
@@ -73,7 +73,7 @@ TEST(PlatformTest, HostAndConfig) {
   EXPECT_FALSE(platformFromConfig("linux").isOk());
 }
 
-Platform plat(const std::string& s) { return *containerd::parsePlatform(s); }
+Platform plat(const std::string& s) { return *oci::parsePlatform(s); }
 
 TEST(ManifestTest, ChoosesPlatformFromIndexAndManifestList) {
   TestImage amd = testing::makeTestImage({"amd-layer"}, "amd64");
@@ -81,7 +81,7 @@ TEST(ManifestTest, ChoosesPlatformFromIndexAndManifestList) {
   for (bool docker : {false, true}) {
     std::string index = testing::makeTestIndex({{plat("linux/amd64"), &amd}, {plat("linux/arm64/v8"), &arm}}, docker);
     EXPECT_TRUE(isIndexMediaType(sniffManifestMediaType(index)));
-    auto entries = containerd::parseIndex(index);
+    auto entries = oci::parseIndex(index);
     ASSERT_TRUE(entries.isOk()) << entries.status().toString();
     EXPECT_EQ(choosePlatform(*entries, plat("linux/amd64"), "img")->digest, amd.manifest.digest);
     EXPECT_EQ(choosePlatform(*entries, plat("linux/arm64"), "img")->digest, arm.manifest.digest);
@@ -93,8 +93,8 @@ TEST(ManifestTest, ChoosesPlatformFromIndexAndManifestList) {
     EXPECT_NE(none.status().message().find("linux/amd64, linux/arm64/v8"), std::string::npos)
         << none.status().message();
   }
-  EXPECT_EQ(sniffManifestMediaType(arm.manifest_json), containerd::kMediaTypeDockerManifest);
-  auto m = containerd::parseManifest(arm.manifest_json);
+  EXPECT_EQ(sniffManifestMediaType(arm.manifest_json), oci::kMediaTypeDockerManifest);
+  auto m = oci::parseManifest(arm.manifest_json);
   ASSERT_TRUE(m.isOk());
   EXPECT_EQ(m->layers.size(), 1u);
   EXPECT_EQ(m->config.digest, arm.config.digest);
@@ -125,7 +125,7 @@ TEST(RegistryClientTest, ResolvesTagAndFetchesManifestAndBlob) {
   auto d = client.resolve(ref);
   ASSERT_TRUE(d.isOk()) << d.status().toString();
   EXPECT_EQ(d->digest, img.manifest.digest);
-  EXPECT_EQ(d->media_type, containerd::kMediaTypeOciManifest);
+  EXPECT_EQ(d->media_type, oci::kMediaTypeOciManifest);
   EXPECT_EQ(reg.count("HEAD", "/manifests/v1"), 1);
   EXPECT_EQ(reg.count("GET", "/manifests/"), 0);
 

@@ -12,7 +12,7 @@
 
 #include "common/guard.h"
 #include "common/log.h"
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
 namespace knap::images {
 
@@ -170,7 +170,7 @@ StatusOr<PullResult> RegistryPuller::doPull(const std::string& image, PullFlight
   std::vector<std::pair<Descriptor, std::string>> indexes;  // outermost first
   for (int depth = 0; isIndexMediaType(manifest.media_type); ++depth) {
     if (depth > 4) return failedPrecondition(op + ": indexes nested too deeply");
-    StatusOr<std::vector<containerd::IndexEntry>> entries = containerd::parseIndex(manifest.body);
+    StatusOr<std::vector<oci::IndexEntry>> entries = oci::parseIndex(manifest.body);
     if (!entries.isOk()) return entries.status().annotate(op);
     StatusOr<Descriptor> pick = choosePlatform(*entries, options_.platform, image);
     if (!pick.isOk()) return pick.status();
@@ -187,7 +187,7 @@ StatusOr<PullResult> RegistryPuller::doPull(const std::string& image, PullFlight
     }
     manifest = *next;
   }
-  StatusOr<containerd::Manifest> parsed = containerd::parseManifest(manifest.body);
+  StatusOr<oci::Manifest> parsed = oci::parseManifest(manifest.body);
   if (!parsed.isOk()) return parsed.status().annotate(op);
   Descriptor manifest_desc;
   manifest_desc.media_type = manifest.media_type;
@@ -202,7 +202,7 @@ StatusOr<PullResult> RegistryPuller::doPull(const std::string& image, PullFlight
     if (!dup) blobs.push_back(l);
   }
   for (const Descriptor& b : blobs) {
-    if (!containerd::isSha256Digest(b.digest)) return failedPrecondition(op + ": unsupported digest " + b.digest);
+    if (!oci::isSha256Digest(b.digest)) return failedPrecondition(op + ": unsupported digest " + b.digest);
     if (b.size < 0) return failedPrecondition(op + ": negative size for " + b.digest);
   }
   {
@@ -244,7 +244,7 @@ StatusOr<PullResult> RegistryPuller::doPull(const std::string& image, PullFlight
 
   StatusOr<std::string> config_json = session.readBlob(parsed->config.digest);
   if (!config_json.isOk()) return config_json.status().annotate(op);
-  StatusOr<containerd::ImageConfig> config = containerd::parseImageConfig(*config_json);
+  StatusOr<oci::ImageConfig> config = oci::parseImageConfig(*config_json);
   if (!config.isOk()) return config.status().annotate(op + ": config " + parsed->config.digest);
   if (config->diff_ids.size() != parsed->layers.size()) {
     return failedPrecondition(op + ": the config lists " + std::to_string(config->diff_ids.size()) +
@@ -364,7 +364,7 @@ Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc
                                .string();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return internalError("cannot write " + path);
-  auto hash = std::make_unique<containerd::Sha256>();
+  auto hash = std::make_unique<oci::Sha256>();
   int64_t have = 0;
   int64_t counted = 0;  // bytes reported as progress (not more than size)
   Status last;
@@ -383,7 +383,7 @@ Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc
         // The server ignored the Range request: start over.
         out.close();
         out.open(path, std::ios::binary | std::ios::trunc);
-        hash = std::make_unique<containerd::Sha256>();
+        hash = std::make_unique<oci::Sha256>();
         have = 0;
       }
       if (have + static_cast<int64_t>(chunk.size()) > desc.size) {
@@ -425,6 +425,47 @@ Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc
   Status s = session.putBlobFile(desc, path);
   cleanup();
   return s;
+}
+
+namespace {
+
+// Owns what the puller refers to.
+class OwningPuller : public Puller {
+ public:
+  OwningPuller(std::unique_ptr<RegistryClient> client, std::unique_ptr<ImageStore> store,
+               RegistryPuller::Options options)
+      : client_(std::move(client)), store_(std::move(store)), puller_(*client_, *store_, std::move(options)) {}
+  StatusOr<std::string> resolve(const std::string& image) override { return puller_.resolve(image); }
+  StatusOr<PullResult> pull(const std::string& image, const ProgressFn& progress) override {
+    return puller_.pull(image, progress);
+  }
+
+ private:
+  std::unique_ptr<RegistryClient> client_;
+  std::unique_ptr<ImageStore> store_;
+  RegistryPuller puller_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, std::unique_ptr<ImageStore> store,
+                                                     TimeSource& time, const PullCredentials* pull_credentials) {
+  const KnapConfig& k = config.knap;
+  StatusOr<Platform> platform = platformFromConfig(k.platform);
+  if (!platform.isOk()) return platform.status().annotate("knap.platform");
+  RegistryOptions ro;
+  ro.auth_file = k.registry_auth_file;
+  ro.ca_file = k.registry_ca_file;
+  ro.insecure_registries = k.insecure_registries;
+  if (pull_credentials != nullptr)
+    ro.extra_credentials = [pull_credentials](const std::string& host) { return pull_credentials->lookup(host); };
+  KNAP_ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> rc, RegistryClient::create(ro, time));
+  RegistryPuller::Options po;
+  po.platform = *platform;
+  po.parallelism = static_cast<int>(std::max<int64_t>(1, k.pull_parallelism));
+  po.scratch_dir = k.data_dir + "/pulls";
+  return std::unique_ptr<Puller>(
+      std::make_unique<OwningPuller>(std::move(rc), std::move(store), po));
 }
 
 }  // namespace knap::images

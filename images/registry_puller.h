@@ -28,7 +28,9 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/config.h"
 #include "images/image_store.h"
+#include "images/pull_credentials.h"
 #include "images/puller.h"
 #include "images/registry_client.h"
 
@@ -69,5 +71,17 @@ class RegistryPuller : public Puller {
   std::map<std::string, std::shared_ptr<PullFlight>> pulls_;  // by image as requested
   std::map<std::string, std::shared_ptr<BlobFlight>> blobs_;  // by digest
 };
+
+// A RegistryPuller (owning its RegistryClient and `store`) from config.knap:
+// platform, registry_auth_file, registry_ca_file, insecure_registries,
+// pull_parallelism, data_dir (<data_dir>/pulls holds partial downloads).
+// kInvalidArgument for a bad platform or an unreadable auth/CA file.
+// `pull_credentials` (optional, must outlive the puller): the Revisions'
+// imagePullSecrets, asked for hosts the auth file has no entry for. knapd and
+// `knap image pull` pass containerd's store
+// (runtime/containerd/containerd_image_store.h).
+StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, std::unique_ptr<ImageStore> store,
+                                                     TimeSource& time,
+                                                     const PullCredentials* pull_credentials = nullptr);
 
 }  // namespace knap::images

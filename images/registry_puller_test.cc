@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "images/test_registry.h"
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
 namespace knap::images {
 namespace {
@@ -23,7 +23,7 @@ class FakeImageStore : public ImageStore {
     std::mutex mu;
     std::map<std::string, std::string> blobs;
     std::map<std::string, BlobLabels> labels;
-    std::map<std::string, containerd::Descriptor> images;
+    std::map<std::string, oci::Descriptor> images;
     std::vector<std::string> unpacked;  // config digests
     int sessions_open = 0;
     int sessions_total = 0;
@@ -36,20 +36,20 @@ class FakeImageStore : public ImageStore {
       std::lock_guard<std::mutex> lock(s_.mu);
       --s_.sessions_open;
     }
-    StatusOr<bool> hasBlob(const containerd::Descriptor& d) override {
+    StatusOr<bool> hasBlob(const oci::Descriptor& d) override {
       std::lock_guard<std::mutex> lock(s_.mu);
       auto it = s_.blobs.find(d.digest);
       return it != s_.blobs.end() && static_cast<int64_t>(it->second.size()) == d.size;
     }
-    Status putBlobFile(const containerd::Descriptor& d, const std::string& path) override {
+    Status putBlobFile(const oci::Descriptor& d, const std::string& path) override {
       std::ifstream f(path, std::ios::binary);
       std::stringstream ss;
       ss << f.rdbuf();
       return putBlob(d, ss.str(), {});
     }
-    Status putBlob(const containerd::Descriptor& d, const std::string& data, const BlobLabels& labels) override {
+    Status putBlob(const oci::Descriptor& d, const std::string& data, const BlobLabels& labels) override {
       // What containerd does at commit.
-      if (containerd::sha256Digest(data) != d.digest || static_cast<int64_t>(data.size()) != d.size) {
+      if (oci::sha256Digest(data) != d.digest || static_cast<int64_t>(data.size()) != d.size) {
         return failedPrecondition("fake store: content does not match " + d.digest);
       }
       std::lock_guard<std::mutex> lock(s_.mu);
@@ -63,18 +63,18 @@ class FakeImageStore : public ImageStore {
       if (it == s_.blobs.end()) return notFound("fake store: no blob " + digest);
       return it->second;
     }
-    Status unpack(const std::vector<containerd::Descriptor>& layers, const std::vector<std::string>& diff_ids,
+    Status unpack(const std::vector<oci::Descriptor>& layers, const std::vector<std::string>& diff_ids,
                   const std::string& config_digest) override {
       std::lock_guard<std::mutex> lock(s_.mu);
       for (size_t i = 0; i < layers.size(); ++i) {
         auto it = s_.blobs.find(layers[i].digest);
         if (it == s_.blobs.end()) return failedPrecondition("fake store: unpack of absent layer");
-        if (containerd::sha256Digest(it->second) != diff_ids[i]) return failedPrecondition("diff_id mismatch");
+        if (oci::sha256Digest(it->second) != diff_ids[i]) return failedPrecondition("diff_id mismatch");
       }
       s_.unpacked.push_back(config_digest);
       return Status::ok();
     }
-    Status putImage(const std::string& name, const containerd::Descriptor& target) override {
+    Status putImage(const std::string& name, const oci::Descriptor& target) override {
       std::lock_guard<std::mutex> lock(s_.mu);
       if (!s_.blobs.count(target.digest)) return failedPrecondition("fake store: image target not stored");
       s_.images[name] = target;
@@ -106,7 +106,7 @@ class RegistryPullerTest : public ::testing::Test {
 
   RegistryPuller::Options options() {
     RegistryPuller::Options o;
-    o.platform = *containerd::parsePlatform("linux/amd64");
+    o.platform = *oci::parsePlatform("linux/amd64");
     o.parallelism = 4;
     o.scratch_dir = scratch_;
     o.attempts = 3;
@@ -145,8 +145,8 @@ TEST_F(RegistryPullerTest, PullsIndexForThisPlatformAndNamesRecords) {
   reg.push("team/app", "", amd);
   reg.push("team/app", "", arm);
   std::string index = testing::makeTestIndex(
-      {{*containerd::parsePlatform("linux/amd64"), &amd}, {*containerd::parsePlatform("linux/arm64"), &arm}});
-  std::string index_digest = reg.addManifest("team/app", "v1", containerd::kMediaTypeOciIndex, index);
+      {{*oci::parsePlatform("linux/amd64"), &amd}, {*oci::parsePlatform("linux/arm64"), &arm}});
+  std::string index_digest = reg.addManifest("team/app", "v1", oci::kMediaTypeOciIndex, index);
   auto rc = client(reg);
   RegistryPuller puller(*rc, store_, options());
   const std::string image = reg.host() + "/team/app:v1";
@@ -221,8 +221,8 @@ TEST_F(RegistryPullerTest, DockerManifestListAndPullByDigest) {
   TestRegistry reg;
   TestImage amd = testing::makeTestImage({"docker layer"}, "amd64", true);
   reg.push("app", "", amd);
-  std::string list = testing::makeTestIndex({{*containerd::parsePlatform("linux/amd64"), &amd}}, true);
-  std::string list_digest = reg.addManifest("app", "v2", containerd::kMediaTypeDockerManifestList, list);
+  std::string list = testing::makeTestIndex({{*oci::parsePlatform("linux/amd64"), &amd}}, true);
+  std::string list_digest = reg.addManifest("app", "v2", oci::kMediaTypeDockerManifestList, list);
   auto rc = client(reg);
   RegistryPuller puller(*rc, store_, options());
   const std::string image = reg.host() + "/app@" + list_digest;
@@ -240,8 +240,8 @@ TEST_F(RegistryPullerTest, NoManifestForPlatform) {
   TestRegistry reg;
   TestImage arm = testing::makeTestImage({"arm"}, "arm64");
   reg.push("app", "", arm);
-  reg.addManifest("app", "v1", containerd::kMediaTypeOciIndex,
-                  testing::makeTestIndex({{*containerd::parsePlatform("linux/arm64"), &arm}}));
+  reg.addManifest("app", "v1", oci::kMediaTypeOciIndex,
+                  testing::makeTestIndex({{*oci::parsePlatform("linux/arm64"), &arm}}));
   auto rc = client(reg);
   RegistryPuller puller(*rc, store_, options());
   auto r = puller.pull(reg.host() + "/app:v1");
@@ -268,7 +268,7 @@ TEST_F(RegistryPullerTest, CorruptedBlobIsRejectedAndNothingCommitted) {
   std::string actual = [&] {
     std::string d = img.blobs[img.layers[0].digest];
     d[d.size() / 2] ^= 0x5a;
-    return containerd::sha256Digest(d);
+    return oci::sha256Digest(d);
   }();
   EXPECT_NE(r.status().message().find(actual), std::string::npos) << r.status().message();
   EXPECT_EQ(store_.state.blobs.count(img.layers[0].digest), 0u);

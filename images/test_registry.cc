@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
 namespace knap::images::testing {
 
@@ -179,41 +179,41 @@ void TestHttpServer::serve(int fd) {
 TestImage makeTestImage(const std::vector<std::string>& layers, const std::string& arch, bool docker_media_types) {
   TestImage img;
   json diff_ids = json::array();
-  for (const std::string& l : layers) diff_ids.push_back(containerd::sha256Digest(l));
+  for (const std::string& l : layers) diff_ids.push_back(oci::sha256Digest(l));
   json config = {{"architecture", arch},
                  {"os", "linux"},
                  {"config", {{"Cmd", json::array({"/bin/app"})}}},
                  {"rootfs", {{"type", "layers"}, {"diff_ids", diff_ids}}}};
   std::string config_json = config.dump();
   img.config.media_type =
-      docker_media_types ? "application/vnd.docker.container.image.v1+json" : containerd::kMediaTypeOciConfig;
-  img.config.digest = containerd::sha256Digest(config_json);
+      docker_media_types ? "application/vnd.docker.container.image.v1+json" : oci::kMediaTypeOciConfig;
+  img.config.digest = oci::sha256Digest(config_json);
   img.config.size = static_cast<int64_t>(config_json.size());
   img.blobs[img.config.digest] = config_json;
   json jl = json::array();
   for (const std::string& l : layers) {
-    containerd::Descriptor d;
+    oci::Descriptor d;
     d.media_type =
-        docker_media_types ? "application/vnd.docker.image.rootfs.diff.tar" : containerd::kMediaTypeOciLayer;
-    d.digest = containerd::sha256Digest(l);
+        docker_media_types ? "application/vnd.docker.image.rootfs.diff.tar" : oci::kMediaTypeOciLayer;
+    d.digest = oci::sha256Digest(l);
     d.size = static_cast<int64_t>(l.size());
     img.layers.push_back(d);
     img.blobs[d.digest] = l;
     jl.push_back({{"mediaType", d.media_type}, {"digest", d.digest}, {"size", d.size}});
   }
-  const std::string mt = docker_media_types ? containerd::kMediaTypeDockerManifest : containerd::kMediaTypeOciManifest;
+  const std::string mt = docker_media_types ? oci::kMediaTypeDockerManifest : oci::kMediaTypeOciManifest;
   json manifest = {{"schemaVersion", 2},
                    {"mediaType", mt},
                    {"config", {{"mediaType", img.config.media_type}, {"digest", img.config.digest}, {"size", img.config.size}}},
                    {"layers", jl}};
   img.manifest_json = manifest.dump();
   img.manifest.media_type = mt;
-  img.manifest.digest = containerd::sha256Digest(img.manifest_json);
+  img.manifest.digest = oci::sha256Digest(img.manifest_json);
   img.manifest.size = static_cast<int64_t>(img.manifest_json.size());
   return img;
 }
 
-std::string makeTestIndex(const std::vector<std::pair<containerd::Platform, const TestImage*>>& images,
+std::string makeTestIndex(const std::vector<std::pair<oci::Platform, const TestImage*>>& images,
                           bool docker_list) {
   json ms = json::array();
   for (const auto& [p, img] : images) {
@@ -225,7 +225,7 @@ std::string makeTestIndex(const std::vector<std::pair<containerd::Platform, cons
                   {"platform", plat}});
   }
   return json{{"schemaVersion", 2},
-              {"mediaType", docker_list ? containerd::kMediaTypeDockerManifestList : containerd::kMediaTypeOciIndex},
+              {"mediaType", docker_list ? oci::kMediaTypeDockerManifestList : oci::kMediaTypeOciIndex},
               {"manifests", ms}}
       .dump();
 }
@@ -240,12 +240,12 @@ TestRegistry::~TestRegistry() { server_.stop(); }
 
 void TestRegistry::addBlob(const std::string& data) {
   std::lock_guard<std::mutex> lock(mu_);
-  blobs_[containerd::sha256Digest(data)] = data;
+  blobs_[oci::sha256Digest(data)] = data;
 }
 
 std::string TestRegistry::addManifest(const std::string& repo, const std::string& tag, const std::string& media_type,
                                       const std::string& body) {
-  std::string d = containerd::sha256Digest(body);
+  std::string d = oci::sha256Digest(body);
   std::lock_guard<std::mutex> lock(mu_);
   manifests_[repo + "@" + d] = {media_type, body};
   if (!tag.empty()) tags_[repo + ":" + tag] = d;

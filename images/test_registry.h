@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/containerd/oci_layout.h"
+#include "oci/oci_layout.h"
 
 namespace knap::images::testing {
 
@@ -57,16 +57,16 @@ class TestHttpServer {
 // An image made by hand: arbitrary layer bytes (diff_id = sha256 of the
 // bytes, as for uncompressed layers).
 struct TestImage {
-  containerd::Descriptor manifest;
+  oci::Descriptor manifest;
   std::string manifest_json;
-  containerd::Descriptor config;
-  std::vector<containerd::Descriptor> layers;
+  oci::Descriptor config;
+  std::vector<oci::Descriptor> layers;
   std::map<std::string, std::string> blobs;  // digest -> bytes (config, layers)
 };
 TestImage makeTestImage(const std::vector<std::string>& layers, const std::string& arch = "amd64",
                         bool docker_media_types = false);
 // An index (OCI, or a Docker manifest list) over images with their platforms.
-std::string makeTestIndex(const std::vector<std::pair<containerd::Platform, const TestImage*>>& images,
+std::string makeTestIndex(const std::vector<std::pair<oci::Platform, const TestImage*>>& images,
                           bool docker_list = false);
 
 class TestRegistry {

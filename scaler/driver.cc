@@ -147,35 +147,14 @@ std::optional<RevisionScaleStatus> ScalerDriver::status(const std::string& key) 
                              rev.last_decision};
 }
 
-ScalerTicker::ScalerTicker(ScalerDriver& driver, const TimeSource& time, SleepUntil sleep_until)
-    : driver_(driver), time_(time), sleep_until_(std::move(sleep_until)) {}
+ScalerTicker::ScalerTicker(ScalerDriver& driver, const TimeSource& time) : driver_(driver), loop_(time, "scaler ticker") {}
 
-ScalerTicker::~ScalerTicker() {
-  stop();
-}
+ScalerTicker::~ScalerTicker() { stop(); }
 
 void ScalerTicker::start() {
-  if (thread_.joinable()) return;
-  stopping_ = false;
-  thread_ = std::thread([this] { runRestarting("scaler ticker", [this] { run(); }); });
+  loop_.startPeriodic(kBucketSize, [this] { driver_.tick(); });
 }
 
-void ScalerTicker::stop() {
-  stopping_ = true;
-  if (thread_.joinable()) thread_.join();
-}
-
-void ScalerTicker::run() {
-  MonoTime next = time_.monotonic() + kBucketSize;
-  while (!stopping_) {
-    sleep_until_(next);
-    if (stopping_) break;
-    const MonoTime now = time_.monotonic();
-    if (now < next) continue;  // woke early: sleep again
-    driver_.tick();
-    next += kBucketSize;
-    if (next <= now) next = now + kBucketSize;  // fell behind: skip, do not burst
-  }
-}
+void ScalerTicker::stop() { loop_.stop(); }
 
 }  // namespace knap::scaler

@@ -32,6 +32,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/loop.h"
 #include "common/status.h"
 #include "scaler/autoscaler.h"
 #include "scaler/metric_window.h"
@@ -144,26 +145,20 @@ class ScalerDriver {
   std::map<std::string, std::unique_ptr<Revision>> revisions_;
 };
 
-// Calls driver.tick() every kBucketSize on its own thread. `sleep_until`
-// blocks the thread until the deadline on the daemon's clock (the daemon
-// injects it so no knap code outside common/ sleeps on its own; tests inject
-// one that advances a SimulatedTimeSource). stop() returns once the current
-// sleep has ended, i.e. within one second.
+// Calls driver.tick() every kBucketSize on its own thread, on the TimeSource
+// (common/loop.h's periodic Loop): on a SimulatedTimeSource it ticks when the
+// test advances the clock. A tick that falls behind is skipped, not made up.
+// stop() returns after the current tick.
 class ScalerTicker {
  public:
-  using SleepUntil = std::function<void(MonoTime deadline)>;
-  ScalerTicker(ScalerDriver& driver, const TimeSource& time, SleepUntil sleep_until);
+  ScalerTicker(ScalerDriver& driver, const TimeSource& time);
   ~ScalerTicker();
   void start();
   void stop();
 
  private:
-  void run();
   ScalerDriver& driver_;
-  const TimeSource& time_;
-  SleepUntil sleep_until_;
-  std::atomic<bool> stopping_{false};
-  std::thread thread_;
+  Loop loop_;
 };
 
 }  // namespace knap::scaler

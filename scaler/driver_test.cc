@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -22,7 +23,7 @@ class FakeRouter : public MetricsSource {
     ++collects;
     return stats(rev).report(now);
   }
-  int collects = 0;
+  std::atomic<int> collects{0};
 
  private:
   RequestStats& stats(const std::string& rev) {
@@ -272,18 +273,23 @@ TEST(ScalerTickerTest, TicksOnceASecondUntilStopped) {
   FakeRuntime runtime;
   ScalerDriver driver(router, runtime, runtime, clock);
   ASSERT_TRUE(driver.addRevision(kRev, ScalerSettings{}).isOk());
-  std::atomic<int> sleeps{0};
   MonoTime start = clock.monotonic();
-  ScalerTicker ticker(driver, clock, [&](MonoTime deadline) {
-    // Simulated sleep: jump to the deadline.
-    Duration d = deadline - clock.monotonic();
-    if (d > Duration(0)) clock.advance(d);
-    ++sleeps;
-  });
+  ScalerTicker ticker(driver, clock);
   ticker.start();
-  while (sleeps < 20) std::this_thread::yield();
+  // Steps simulated time a second at a time once the ticker waits on it; the
+  // polls are bounded real waits for the ticker thread, not timing checks.
+  auto waitFor = [](const std::function<bool()>& cond) {
+    for (int i = 0; i < 10000 && !cond(); ++i) std::this_thread::sleep_for(1ms);
+    return cond();
+  };
+  int slept = 0;
+  for (; slept < 20; ++slept) {
+    ASSERT_TRUE(waitFor([&] { return clock.waiters() == 1; }));
+    clock.advance(1s);
+    ASSERT_TRUE(waitFor([&] { return router.collects >= slept + 1; })) << slept;
+  }
+  ASSERT_TRUE(waitFor([&] { return clock.waiters() == 1; }));
   ticker.stop();
-  int slept = sleeps;
   // One collect per simulated second.
   auto elapsed = std::chrono::duration_cast<std::chrono::seconds>(clock.monotonic() - start).count();
   EXPECT_GE(router.collects, slept - 1);

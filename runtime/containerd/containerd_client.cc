@@ -88,13 +88,13 @@ std::vector<Mount> fromPb(const google::protobuf::RepeatedPtrField<pbtypes::Moun
   return out;
 }
 
-Descriptor fromPb(const pbtypes::Descriptor& d) {
-  Descriptor out{d.media_type(), d.digest(), d.size(), {}};
+oci::Descriptor fromPb(const pbtypes::Descriptor& d) {
+  oci::Descriptor out{d.media_type(), d.digest(), d.size(), {}};
   for (const auto& [k, v] : d.annotations()) out.annotations[k] = v;
   return out;
 }
 
-void toPb(const Descriptor& d, pbtypes::Descriptor* out) {
+void toPb(const oci::Descriptor& d, pbtypes::Descriptor* out) {
   out->set_media_type(d.media_type);
   out->set_digest(d.digest);
   out->set_size(d.size);
@@ -366,7 +366,7 @@ StatusOr<std::vector<std::pair<std::string, Labels>>> ContainerdClient::listLeas
 
 // ------------------------------------------------------------------ content
 
-Status ContainerdClient::writeContent(const Descriptor& desc, const BlobSource& source, const Labels& labels,
+Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSource& source, const Labels& labels,
                                       const std::string& ref_in) const {
   const std::string op = "write content " + desc.digest;
   // A unique ref per write: two concurrent writers of the same blob would
@@ -455,7 +455,7 @@ Status ContainerdClient::writeContent(const Descriptor& desc, const BlobSource& 
   return result;
 }
 
-Status ContainerdClient::writeContent(const Descriptor& desc, std::string_view data, const Labels& labels) const {
+Status ContainerdClient::writeContent(const oci::Descriptor& desc, std::string_view data, const Labels& labels) const {
   if (static_cast<int64_t>(data.size()) != desc.size) {
     return invalidArgument("write content " + desc.digest + ": data size does not match the descriptor");
   }
@@ -666,7 +666,7 @@ StatusOr<std::vector<SnapshotInfo>> ContainerdClient::listSnapshots(const std::v
 
 // ------------------------------------------------------------------ diff
 
-StatusOr<Descriptor> ContainerdClient::applyDiff(const Descriptor& layer, const std::vector<Mount>& mounts) const {
+StatusOr<oci::Descriptor> ContainerdClient::applyDiff(const oci::Descriptor& layer, const std::vector<Mount>& mounts) const {
   grpc::ClientContext ctx;
   setup(&ctx, options_.ns, lease_, options_.time, options_.call_timeout * 10);  // big layers take a while
   diff::ApplyRequest req;

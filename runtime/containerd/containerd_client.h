@@ -30,7 +30,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
-#include "runtime/containerd/oci_layout.h"
+#include "oci/oci_layout.h"
 
 namespace knap::containerd {
 
@@ -60,7 +60,7 @@ struct ContentInfo {
 
 struct ImageRecord {
   std::string name;
-  Descriptor target;  // normally the manifest
+  oci::Descriptor target;  // normally the manifest
   Labels labels;
   WallTime created_at{};  // read back from containerd (ignored by create/update)
   WallTime updated_at{};
@@ -236,9 +236,9 @@ class ContainerdClient {
   // kFailedPrecondition on digest/size mismatch (the ingest is aborted, G12).
   // `ref` names the ingest (default: unique per call); pass a stable ref to
   // resume an interrupted upload.
-  Status writeContent(const Descriptor& desc, const BlobSource& source, const Labels& labels = {},
+  Status writeContent(const oci::Descriptor& desc, const BlobSource& source, const Labels& labels = {},
                       const std::string& ref = "") const;
-  Status writeContent(const Descriptor& desc, std::string_view data, const Labels& labels = {}) const;
+  Status writeContent(const oci::Descriptor& desc, std::string_view data, const Labels& labels = {}) const;
   StatusOr<ContentInfo> contentInfo(const std::string& digest) const;
   // Sets (or with an empty value, removes) only the given labels.
   Status updateContentLabels(const std::string& digest, const Labels& labels) const;
@@ -265,7 +265,7 @@ class ContainerdClient {
   // --- diff ---
   // Applies a layer blob onto mounts; returns the applied (uncompressed)
   // descriptor, whose digest must equal the layer's diff_id.
-  StatusOr<Descriptor> applyDiff(const Descriptor& layer, const std::vector<Mount>& mounts) const;
+  StatusOr<oci::Descriptor> applyDiff(const oci::Descriptor& layer, const std::vector<Mount>& mounts) const;
 
   // --- containers (§3.1) ---
   Status createContainer(const ContainerRecord& c) const;  // kAlreadyExists on duplicate id

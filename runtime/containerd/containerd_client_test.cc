@@ -21,7 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 #include "runtime/containerd/image_import.h"
 
 namespace knap::containerd {
@@ -226,7 +226,7 @@ TEST_F(ContainerdIntegrationTest, ContentWriteIsIdempotentAndLabelled) {
   ASSERT_TRUE(lease.isOk()) << lease.status().toString();
   ContainerdClient leased = client_->withLease(*lease);
   std::string blob = "knap content test " + std::to_string(getpid()) + std::string(3 << 20, 'z');  // > 1 chunk
-  Descriptor d{"application/octet-stream", sha256Digest(blob), static_cast<int64_t>(blob.size()), {}};
+  oci::Descriptor d{"application/octet-stream", oci::sha256Digest(blob), static_cast<int64_t>(blob.size()), {}};
   ASSERT_TRUE(leased.writeContent(d, blob, {{"knap.dev/test", "one"}}).isOk());
   // Second write: ALREADY_EXISTS on STAT is success, and labels still get applied.
   Status again = leased.writeContent(d, blob, {{"knap.dev/test", "two"}});
@@ -241,7 +241,7 @@ TEST_F(ContainerdIntegrationTest, ContentWriteIsIdempotentAndLabelled) {
   EXPECT_EQ(client_->readContent(d.digest, 10).status().code(), Code::kResourceExhausted);
 
   // Wrong digest: FAILED_PRECONDITION, and the ingest is aborted (G12).
-  Descriptor wrong{"application/octet-stream", sha256Digest("something else"), 5, {}};
+  oci::Descriptor wrong{"application/octet-stream", oci::sha256Digest("something else"), 5, {}};
   Status bad = leased.writeContent(wrong, std::string_view("hello"));
   EXPECT_EQ(bad.code(), Code::kFailedPrecondition) << bad.toString();
 
@@ -278,7 +278,7 @@ TEST_F(ContainerdIntegrationTest, ImportRunKillDelete) {
   ASSERT_TRUE(imported.isOk()) << imported.status().toString();
   EXPECT_EQ(imported->name, kImage);
   ASSERT_EQ(imported->config.diff_ids.size(), 1u);
-  EXPECT_EQ(imported->chain_id, chainIds(imported->config.diff_ids).back());
+  EXPECT_EQ(imported->chain_id, oci::chainIds(imported->config.diff_ids).back());
   EXPECT_EQ(imported->config.entrypoint, std::vector<std::string>{"/app/knap-testapp"});
   EXPECT_EQ(imported->config.user, "app");
 
@@ -319,7 +319,7 @@ TEST_F(ContainerdIntegrationTest, ImportRunKillDelete) {
   ASSERT_TRUE(images.isOk()) << images.status().toString();
   ASSERT_EQ(images->size(), 1u);
   EXPECT_EQ((*images)[0].target.digest, imported->manifest_digest);
-  EXPECT_EQ((*images)[0].target.media_type, kMediaTypeOciManifest);
+  EXPECT_EQ((*images)[0].target.media_type, oci::kMediaTypeOciManifest);
 
   // --- container + task (host network) ---
   const int port = 18000 + getpid() % 1000;
@@ -508,10 +508,10 @@ TEST_F(ContainerdIntegrationTest, ImportsGzipMultiLayerImageBuiltByUmoci) {
   EXPECT_EQ(img->config.entrypoint, std::vector<std::string>{"/app/knap-testapp"});
   StatusOr<std::string> manifest_json = client_->readContent(img->manifest_digest);
   ASSERT_TRUE(manifest_json.isOk());
-  StatusOr<Manifest> m = parseManifest(*manifest_json);
+  StatusOr<oci::Manifest> m = oci::parseManifest(*manifest_json);
   ASSERT_TRUE(m.isOk());
   ASSERT_EQ(m->layers.size(), 2u);
-  EXPECT_EQ(m->layers[0].media_type, kMediaTypeOciLayerGzip);
+  EXPECT_EQ(m->layers[0].media_type, oci::kMediaTypeOciLayerGzip);
   EXPECT_NE(m->layers[0].digest, img->config.diff_ids[0]);  // compressed
   for (size_t i = 0; i < 2; ++i) {
     StatusOr<ContentInfo> li = client_->contentInfo(m->layers[i].digest);
@@ -550,12 +550,12 @@ TEST_F(ContainerdIntegrationTest, ImportPicksThePlatformFromAnIndex) {
   EXPECT_EQ(img->manifest_digest, amd64_digest);
   EXPECT_EQ(img->config.cmd, std::vector<std::string>{"/hello"});
   EXPECT_TRUE(img->unpacked);
-  StatusOr<Manifest> m = parseManifest(*client_->readContent(img->manifest_digest));
+  StatusOr<oci::Manifest> m = oci::parseManifest(*client_->readContent(img->manifest_digest));
   ASSERT_TRUE(m.isOk());
-  EXPECT_EQ(m->layers[0].media_type, kMediaTypeOciLayerGzip);  // --gzip layer unpacked to its diff_id
+  EXPECT_EQ(m->layers[0].media_type, oci::kMediaTypeOciLayerGzip);  // --gzip layer unpacked to its diff_id
   EXPECT_EQ(client_->contentInfo(m->layers[0].digest)->labels["containerd.io/uncompressed"], img->config.diff_ids[0]);
   ImportOptions s390;
-  s390.platform = *parsePlatform("linux/s390x");
+  s390.platform = *oci::parsePlatform("linux/s390x");
   EXPECT_EQ(importImageArchive(*client_, work_ + "/multi.tar", s390).status().code(), Code::kNotFound);
   EXPECT_EQ(importImageArchive(*client_, work_ + "/missing.tar").status().code(), Code::kNotFound);
   ASSERT_TRUE(client_->deleteImage(name, true).isOk());
@@ -604,7 +604,7 @@ TEST_F(ContainerdIntegrationTest, CtrAndSkopeoAcceptMkimageOutput) {
   runCommand("ctr -n " + ns + " images rm --sync " + kImage + " 2>&1");
   if (std::system("command -v skopeo >/dev/null") == 0) {
     std::string inspect = runCommand("skopeo inspect --raw oci-archive:" + tar + " 2>&1");
-    EXPECT_NE(inspect.find(kMediaTypeOciManifest), std::string::npos) << inspect;
+    EXPECT_NE(inspect.find(oci::kMediaTypeOciManifest), std::string::npos) << inspect;
   }
 }
 

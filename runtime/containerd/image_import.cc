@@ -3,8 +3,8 @@
 #include <random>
 
 #include "common/log.h"
-#include "runtime/containerd/digest.h"
-#include "runtime/containerd/tar.h"
+#include "oci/digest.h"
+#include "oci/tar.h"
 
 namespace knap::containerd {
 
@@ -45,11 +45,11 @@ Status putImageRecord(const ContainerdClient& client, const ImageRecord& record)
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, const std::vector<Descriptor>& layers,
+StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, const std::vector<oci::Descriptor>& layers,
                                                 const std::vector<std::string>& diff_ids,
                                                 const std::string& config_digest) {
   if (layers.size() != diff_ids.size()) return invalidArgument("unpack: layer and diff_id counts differ");
-  std::vector<std::string> chain = chainIds(diff_ids);
+  std::vector<std::string> chain = oci::chainIds(diff_ids);
   for (size_t i = 0; i < layers.size(); ++i) {
     StatusOr<SnapshotInfo> st = client.statSnapshot(chain[i]);
     if (st.isOk()) continue;  // already unpacked
@@ -62,7 +62,7 @@ StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, 
       if (!r.isOk()) LOG(WARNING) << "unpack: cleanup: " << r.toString();
       return s;
     };
-    StatusOr<Descriptor> applied = client.applyDiff(layers[i], mounts);
+    StatusOr<oci::Descriptor> applied = client.applyDiff(layers[i], mounts);
     if (!applied.isOk()) return fail(applied.status());
     if (applied->digest != diff_ids[i]) {
       return fail(failedPrecondition("unpack: layer " + layers[i].digest + " unpacks to " + applied->digest +
@@ -86,12 +86,12 @@ StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, 
 StatusOr<ImageInfo> importImageArchive(const ContainerdClient& client, const std::string& tar_path,
                                        const ImportOptions& options) {
   const std::string op = "import " + tar_path;
-  StatusOr<TarReader> archive_or = TarReader::open(tar_path);
+  StatusOr<oci::TarReader> archive_or = oci::TarReader::open(tar_path);
   if (!archive_or.isOk()) return archive_or.status().annotate(op);
-  const TarReader& archive = *archive_or;
-  StatusOr<ResolvedImage> resolved_or = resolveLayout(archive, options.platform);
+  const oci::TarReader& archive = *archive_or;
+  StatusOr<oci::ResolvedImage> resolved_or = oci::resolveLayout(archive, options.platform);
   if (!resolved_or.isOk()) return resolved_or.status().annotate(op);
-  const ResolvedImage& img = *resolved_or;
+  const oci::ResolvedImage& img = *resolved_or;
   const std::string name = options.name.empty() ? img.name : options.name;
   if (name.empty()) return invalidArgument(op + ": the archive names no image; pass a name");
 
@@ -100,12 +100,12 @@ StatusOr<ImageInfo> importImageArchive(const ContainerdClient& client, const std
   LeaseGuard guard(client, *lease_or);
   const ContainerdClient leased = client.withLease(*lease_or);
 
-  auto fromArchive = [&](const Descriptor& d) -> ContainerdClient::BlobSource {
-    const TarEntry* e = archive.find(blobPath(d.digest));
+  auto fromArchive = [&](const oci::Descriptor& d) -> ContainerdClient::BlobSource {
+    const oci::TarEntry* e = archive.find(oci::blobPath(d.digest));
     return [&archive, e](uint64_t off, size_t n) { return archive.readRange(*e, off, n); };
   };
   // Children before the manifest that references them.
-  for (const Descriptor& layer : img.layers) {
+  for (const oci::Descriptor& layer : img.layers) {
     Status s = leased.writeContent(layer, fromArchive(layer));
     if (!s.isOk()) return s.annotate(op);
   }
@@ -118,7 +118,7 @@ StatusOr<ImageInfo> importImageArchive(const ContainerdClient& client, const std
   s = leased.writeContent(img.manifest, img.manifest_json, manifest_labels);
   if (!s.isOk()) return s.annotate(op);
 
-  Descriptor target = img.manifest;
+  oci::Descriptor target = img.manifest;
   target.annotations.clear();
   s = putImageRecord(leased, ImageRecord{name, target, {}});
   if (!s.isOk()) return s.annotate(op);
@@ -139,17 +139,17 @@ StatusOr<ImageInfo> importImageArchive(const ContainerdClient& client, const std
   return info;
 }
 
-StatusOr<ImageInfo> getImage(const ContainerdClient& client, const std::string& name, const Platform& platform) {
+StatusOr<ImageInfo> getImage(const ContainerdClient& client, const std::string& name, const oci::Platform& platform) {
   KNAP_ASSIGN_OR_RETURN(ImageRecord record, client.getImage(name));
-  Descriptor manifest = record.target;
+  oci::Descriptor manifest = record.target;
   // Follow indexes down to the platform's manifest.
-  for (int depth = 0; manifest.media_type == kMediaTypeOciIndex || manifest.media_type == kMediaTypeDockerManifestList;
+  for (int depth = 0; manifest.media_type == oci::kMediaTypeOciIndex || manifest.media_type == oci::kMediaTypeDockerManifestList;
        ++depth) {
     if (depth > 4) return invalidArgument("image " + name + ": indexes nested too deeply");
     KNAP_ASSIGN_OR_RETURN(std::string index_json, client.readContent(manifest.digest));
-    KNAP_ASSIGN_OR_RETURN(std::vector<IndexEntry> entries, parseIndex(index_json));
-    const IndexEntry* pick = nullptr;
-    for (const IndexEntry& e : entries) {
+    KNAP_ASSIGN_OR_RETURN(std::vector<oci::IndexEntry> entries, oci::parseIndex(index_json));
+    const oci::IndexEntry* pick = nullptr;
+    for (const oci::IndexEntry& e : entries) {
       if (e.has_platform && e.platform.os == platform.os && e.platform.architecture == platform.architecture &&
           (platform.variant.empty() || e.platform.variant.empty() || e.platform.variant == platform.variant)) {
         pick = &e;
@@ -160,15 +160,15 @@ StatusOr<ImageInfo> getImage(const ContainerdClient& client, const std::string& 
     manifest = pick->descriptor;
   }
   KNAP_ASSIGN_OR_RETURN(std::string manifest_json, client.readContent(manifest.digest));
-  if (sha256Digest(manifest_json) != manifest.digest) return internalError("image " + name + ": manifest digest mismatch");
-  KNAP_ASSIGN_OR_RETURN(Manifest m, parseManifest(manifest_json));
+  if (oci::sha256Digest(manifest_json) != manifest.digest) return internalError("image " + name + ": manifest digest mismatch");
+  KNAP_ASSIGN_OR_RETURN(oci::Manifest m, oci::parseManifest(manifest_json));
   KNAP_ASSIGN_OR_RETURN(std::string config_json, client.readContent(m.config.digest));
-  KNAP_ASSIGN_OR_RETURN(ImageConfig config, parseImageConfig(config_json));
+  KNAP_ASSIGN_OR_RETURN(oci::ImageConfig config, oci::parseImageConfig(config_json));
   ImageInfo info;
   info.name = record.name;
   info.manifest_digest = manifest.digest;
   info.config_digest = m.config.digest;
-  info.chain_ids = chainIds(config.diff_ids);
+  info.chain_ids = oci::chainIds(config.diff_ids);
   info.chain_id = info.chain_ids.empty() ? "" : info.chain_ids.back();
   info.config = std::move(config);
   if (!info.chain_id.empty()) {

@@ -14,7 +14,7 @@
 
 #include "common/status.h"
 #include "runtime/containerd/containerd_client.h"
-#include "runtime/containerd/oci_layout.h"
+#include "oci/oci_layout.h"
 
 namespace knap::containerd {
 
@@ -26,11 +26,11 @@ struct ImageInfo {
   std::vector<std::string> chain_ids;  // bottom first; back() is the rootfs parent
   std::string chain_id;         // chain_ids.back(): the snapshot to Prepare a rootfs from
   bool unpacked = false;        // chain_id exists in the client's snapshotter
-  ImageConfig config;           // Entrypoint, Cmd, Env, User, WorkingDir, ExposedPorts, json
+  oci::ImageConfig config;           // Entrypoint, Cmd, Env, User, WorkingDir, ExposedPorts, json
 };
 
 struct ImportOptions {
-  Platform platform;            // which manifest of an index to import (linux/amd64)
+  oci::Platform platform;            // which manifest of an index to import (linux/amd64)
   std::string name;             // overrides the archive's name annotation
   Duration lease_expiry = std::chrono::hours(1);  // safety net if knapd dies mid-import
 };
@@ -49,7 +49,7 @@ StatusOr<ImageInfo> importImageArchive(const ContainerdClient& client, const std
 // the registry pull path). `client` should carry a lease. Returns the chain
 // IDs; kFailedPrecondition if an applied layer's digest differs from its
 // diff_id.
-StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, const std::vector<Descriptor>& layers,
+StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, const std::vector<oci::Descriptor>& layers,
                                                 const std::vector<std::string>& diff_ids,
                                                 const std::string& config_digest);
 
@@ -57,6 +57,6 @@ StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, 
 // `platform` if the record points at an index) -> config; `unpacked` from
 // Snapshots.Stat of the top chain ID. kNotFound if the image is unknown.
 StatusOr<ImageInfo> getImage(const ContainerdClient& client, const std::string& name,
-                             const Platform& platform = {});
+                             const oci::Platform& platform = {});
 
 }  // namespace knap::containerd

@@ -18,7 +18,7 @@
 #include "common/duration.h"
 #include "common/guard.h"
 #include "common/log.h"
-#include "images/reference.h"
+#include "oci/reference.h"
 #include "runtime/containerd/image_import.h"
 #include "runtime/pod/oci_spec.h"
 
@@ -296,7 +296,7 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   h.pod_id = req.pod_id;
   h.ns = req.ns;
   h.revision_name = req.revision_name;
-  h.image_digest = images::writtenRepository(req.image) + "@" + image->manifest_digest;
+  h.image_digest = oci::writtenRepository(req.image) + "@" + image->manifest_digest;
 
   // Sidecars: every container but the serving one, each from its own image
   // (looked up before anything is made, so a missing one fails cleanly).
@@ -489,7 +489,7 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     size_t serving = 0;
     for (size_t i = 0, j = 0; i < digests.size(); ++i) {
       if (j < plan.size() && plan[j].index == static_cast<int>(i)) {
-        digests[i] = images::writtenRepository(plan[j].image) + "@" + plan[j].info.manifest_digest;
+        digests[i] = oci::writtenRepository(plan[j].image) + "@" + plan[j].info.manifest_digest;
         ++j;
       } else {
         serving = i;
@@ -581,7 +581,7 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     srec.labels[kNamespaceLabel] = req.ns;
     srec.labels[kPodLabel] = req.pod_id;
     srec.labels[kContainerLabel] = sp.name;
-    srec.labels[kImageDigestLabel] = images::writtenRepository(sp.image) + "@" + sp.info.manifest_digest;
+    srec.labels[kImageDigestLabel] = oci::writtenRepository(sp.image) + "@" + sp.info.manifest_digest;
     srec.image = sp.image;
     srec.spec_json = sspec->dump();
     srec.snapshot_key = sp.id;

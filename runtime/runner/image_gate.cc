@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "common/log.h"
+#include "oci/reference.h"
 #include "runtime/runner/pod_runner.h"
 
 namespace knap::runner {
@@ -61,7 +62,7 @@ std::vector<std::string> containerImages(const json& rev) {
   return out;
 }
 
-// The PrePuller requester of container i: the Revision's key for the first
+// The ImageSource requester of container i: the Revision's key for the first
 // container, "<key>#<i>" for the others.
 std::string requesterOf(const std::string& key, size_t i) {
   return i == 0 ? key : key + "#" + std::to_string(i);
@@ -76,7 +77,7 @@ std::string pinnedFromStatus(const json& rev, size_t i) {
     return "";
   }
   std::string d = strAt(st["containerStatuses"][i], {"imageDigest"});
-  return images::hasDigest(d) ? d : "";
+  return oci::hasDigest(d) ? d : "";
 }
 
 bool wasReady(const json& rev) {
@@ -108,10 +109,10 @@ json forInner(const json& object, const std::vector<std::string>& refs, WallTime
 
 }  // namespace
 
-ImageGate::ImageGate(controller::RevisionBackend& inner, images::PrePuller& pre_puller, EventRecorder& events)
-    : inner_(inner), pre_puller_(pre_puller), events_(events) {
+ImageGate::ImageGate(controller::RevisionBackend& inner, images::ImageSource& images, EventRecorder& events)
+    : inner_(inner), images_(images), events_(events) {
   inner_.setOnChange([this](const std::string& ns, const std::string& name) { notify(ns, name); });
-  pre_puller_.setOnChange([this](const std::string& key) { onImageChange(key); });
+  images_.setOnChange([this](const std::string& key) { onImageChange(key); });
 }
 
 void ImageGate::setOnChange(std::function<void(const std::string& ns, const std::string& name)> fn) {
@@ -183,7 +184,7 @@ void ImageGate::sync(const std::string& key) {
             : st.phase == images::ImagePhase::kFailed ? "Failed"
                                                       : "Pending";
     for (size_t i = 0; i < pinned.size() && i < refs.size(); ++i) {
-      if (pinned[i].empty()) pinned[i] = pre_puller_.status(requesterOf(key, i), r.images[i], r.pinned[i]).digest_ref;
+      if (pinned[i].empty()) pinned[i] = images_.status(requesterOf(key, i), r.images[i], r.pinned[i]).digest_ref;
     }
     if (st.phase == images::ImagePhase::kReady) {
       // A Revision adopted after a restart ran from an image that was already
@@ -248,7 +249,7 @@ images::ImageStatus ImageGate::statusOf(const std::string& key, const Rev& r, si
   refs->assign(r.images.size(), "");
   for (size_t i = 0; i < r.images.size(); ++i) {
     if (r.images[i].empty()) continue;
-    images::ImageStatus st = pre_puller_.status(requesterOf(key, i), r.images[i], i < r.pinned.size() ? r.pinned[i] : "");
+    images::ImageStatus st = images_.status(requesterOf(key, i), r.images[i], i < r.pinned.size() ? r.pinned[i] : "");
     (*refs)[i] = st.ref;
     if (i == 0) out.digest_ref = st.digest_ref;
     if (st.phase == images::ImagePhase::kFailed) {
@@ -307,7 +308,7 @@ void ImageGate::remove(const std::string& ns, const std::string& name) {
     }
     inner_.remove(ns, name);
   }
-  for (size_t i = 0; i < containers; ++i) pre_puller_.release(requesterOf(key, i));
+  for (size_t i = 0; i < containers; ++i) images_.release(requesterOf(key, i));
   if (requester_hook_) requester_hook_(key, nullptr);
 }
 
@@ -341,7 +342,7 @@ controller::RevisionHealth ImageGate::health(const std::string& ns, const std::s
     std::vector<std::string> digests;
     for (size_t i = 0; i < r.images.size(); ++i) {
       std::string d = i < r.pinned.size() ? r.pinned[i] : "";
-      if (d.empty() && !r.images[i].empty()) d = pre_puller_.status(requesterOf(key, i), r.images[i], "").digest_ref;
+      if (d.empty() && !r.images[i].empty()) d = images_.status(requesterOf(key, i), r.images[i], "").digest_ref;
       digests.push_back(d);
     }
     if (std::none_of(digests.begin(), digests.end(), [](const std::string& d) { return d.empty(); })) {
@@ -352,7 +353,7 @@ controller::RevisionHealth ImageGate::health(const std::string& ns, const std::s
 }
 
 std::set<std::string> ImageGate::imagesInUse() {
-  std::set<std::string> out = pre_puller_.imagesInUse();
+  std::set<std::string> out = images_.imagesInUse();
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& [key, r] : revs_) {
     for (const auto& i : r.images) {

@@ -1,7 +1,8 @@
 // ImageGate: a RevisionBackend that keeps a Revision away from its pods
 // until its image is present, wrapping the real backend (the PodRunner).
 //
-// ensure(rev) asks the PrePuller for the Revision's images, one per container
+// ensure(rev) asks the ImageSource (images/image_source.h; in knapd the
+// PrePuller) for the Revision's images, one per container
 // (resolving each tag once and pinning the digest, then pulling it; requester
 // "<ns>/<name>" for containers[0], "<ns>/<name>#<i>" for containers[i]); the
 // Revision waits for all of them (the first failure, else the first pending
@@ -14,7 +15,7 @@
 //                    ("Unauthorized", "ManifestUnknown", "RegistryUnreachable",
 //                    "DigestMismatch", "InvalidImageName", "ImagePullFailed")
 //                    or "ContainerMissing", ResourcesAvailable Unknown with the
-//                    same reason; the PrePuller retries with back-off;
+//                    same reason; the source retries with back-off;
 // so Ready stays Unknown/False until the image is present. Once it is, the
 // gate calls inner.ensure() with a copy of the Revision whose
 // containers[i].image are the pinned digest refs and whose annotation
@@ -30,7 +31,7 @@
 // without a status flap while the image's presence is checked (and without
 // image-ready-at: the image was there before).
 //
-// The gate takes over the inner backend's and the PrePuller's change
+// The gate takes over the inner backend's and the ImageSource's change
 // callbacks. Thread safety: every method may be called from any thread; the
 // change callback is called without the gate's locks held.
 #pragma once
@@ -47,7 +48,7 @@
 #include "common/clock.h"
 #include "common/event_recorder.h"
 #include "controller/revision_backend.h"
-#include "images/pre_puller.h"
+#include "images/image_source.h"
 
 namespace knap::runner {
 
@@ -58,7 +59,7 @@ class ImageGate final : public controller::RevisionBackend {
  public:
   // All three must outlive the gate. `events` gets the Revision's image
   // Events: Pulling, Pulled, Failed (Warning).
-  ImageGate(controller::RevisionBackend& inner, images::PrePuller& pre_puller,
+  ImageGate(controller::RevisionBackend& inner, images::ImageSource& images,
             EventRecorder& events = nullEventRecorder());
 
   void ensure(const nlohmann::json& revision) override;
@@ -72,7 +73,7 @@ class ImageGate final : public controller::RevisionBackend {
   void setRequesterHook(std::function<void(const std::string& key, const nlohmann::json* revision)> fn);
 
   // Image names and digest refs of every live Revision (as written, pinned,
-  // and as handed to the pods) plus the PrePuller's pre-pull list: what
+  // and as handed to the pods) plus the ImageSource's own keep-list: what
   // image GC must keep.
   std::set<std::string> imagesInUse();
   // Whether the Revision has been handed to the inner backend (tests).
@@ -84,7 +85,7 @@ class ImageGate final : public controller::RevisionBackend {
     nlohmann::json object;  // as the controller ensured it
     std::string image;      // containers[0].image as written
     std::vector<std::string> images;  // every container's image as written, in order
-    std::vector<std::string> pinned;  // per container: digest ref from status or from the PrePuller
+    std::vector<std::string> pinned;  // per container: digest ref from status or from the ImageSource
     bool ungated = false;   // no image to gate on: the inner backend reports
     bool early = false;     // was Ready before a restart: forward before the image check
     bool forwarded = false;
@@ -102,7 +103,7 @@ class ImageGate final : public controller::RevisionBackend {
   void notify(const std::string& ns, const std::string& name);
 
   controller::RevisionBackend& inner_;
-  images::PrePuller& pre_puller_;
+  images::ImageSource& images_;
   std::function<void(const std::string& key, const nlohmann::json* revision)> requester_hook_;
   EventRecorder& events_;
 

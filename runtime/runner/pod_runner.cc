@@ -129,87 +129,33 @@ PodRunnerOptions optionsFromConfig(const Config& config) {
 }
 
 PodRunner::PodRunner(PodDriver& driver, const TimeSource& time, PodRunnerOptions options)
-    : driver_(driver), time_(time), options_(std::move(options)) {}
+    : driver_(driver),
+      time_(time),
+      options_(std::move(options)),
+      pool_(options_.executor, WorkerPool::OnStop::kDrain, "pod runner: work item"),
+      loop_(time_, "pod runner loop") {}
 
 PodRunner::~PodRunner() { stop(); }
 
 // ------------------------------------------------------------------ threads
 
 void PodRunner::start() {
-  std::lock_guard<std::mutex> l(loop_mu_);
-  if (loop_thread_.joinable()) return;
-  stopping_ = false;
-  if (!options_.executor) {
-    for (int i = 0; i < std::max(1, options_.workers); ++i) {
-      pool_.emplace_back([this] {
-        for (;;) {
-          std::function<void()> fn;
-          {
-            std::unique_lock<std::mutex> ql(loop_mu_);
-            queue_cv_.wait(ql, [this] { return stopping_ || !queue_.empty(); });
-            if (queue_.empty()) return;  // stopping and drained
-            fn = std::move(queue_.front());
-            queue_.pop_front();
-          }
-          runGuarded("pod runner: work item", fn);  // a throwing item fails alone
-        }
-      });
-    }
-  }
-  loop_thread_ = std::thread([this] { runRestarting("pod runner loop", [this] { loop(); }); });
-}
-
-void PodRunner::loop() {
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> l(loop_mu_);
-      if (stopping_) return;
-    }
+  pool_.start(options_.workers);
+  // The only place the runner waits on its own: an idle wake-up every
+  // loop_interval on time_, cut short by wake(). Deadlines come from time_.
+  loop_.start([this] {
     runOnce();
-    std::unique_lock<std::mutex> l(loop_mu_);
-    if (stopping_) return;
-    // The only place the runner waits on its own: an idle wake-up bounded by
-    // loop_interval, cut short by wake(). Deadlines themselves come from time_.
-    loop_cv_.wait_for(l, options_.loop_interval, [this] { return wake_ || stopping_; });
-    wake_ = false;
-  }
+    return time_.monotonic() + options_.loop_interval;
+  });
 }
 
-void PodRunner::wake() {
-  std::lock_guard<std::mutex> l(loop_mu_);
-  wake_ = true;
-  loop_cv_.notify_all();
-}
+void PodRunner::wake() { loop_.wake(); }
 
-void PodRunner::post(std::function<void()> fn) {
-  if (options_.executor) {
-    options_.executor(std::move(fn));
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> l(loop_mu_);
-    if (!pool_.empty() && !stopping_) {
-      queue_.push_back(std::move(fn));
-      queue_cv_.notify_one();
-      return;
-    }
-  }
-  fn();  // no pool running: do it here
-}
+void PodRunner::post(std::function<void()> fn) { pool_.post(std::move(fn)); }
 
 void PodRunner::stop() {
-  std::thread loop;
-  std::vector<std::thread> pool;
-  {
-    std::lock_guard<std::mutex> l(loop_mu_);
-    stopping_ = true;
-    loop_cv_.notify_all();
-    queue_cv_.notify_all();
-    loop = std::move(loop_thread_);
-    pool = std::move(pool_);
-  }
-  if (loop.joinable()) loop.join();
-  for (auto& t : pool) t.join();
+  loop_.stop();
+  pool_.stop();  // runs what is queued first
   // Abandon the waits (pods keep running; they are adopted next time).
   std::map<std::string, std::thread> waiters;
   {
@@ -233,16 +179,16 @@ void PodRunner::shutdownAndDestroyAll() {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [k, rev] : revisions_) rev->removed = true;
   }
-  // Drive the loop until every pod is gone (bounded by the pods' stop grace).
+  // Drive the loop here until every pod is gone (bounded by the pods' stop
+  // grace): the loop thread stops first so that the wake-ups come here.
+  loop_.stop();
   for (;;) {
     runOnce();
     {
       std::lock_guard<std::mutex> l(mu_);
       if (revisions_.empty()) break;
     }
-    std::unique_lock<std::mutex> l(loop_mu_);
-    loop_cv_.wait_for(l, options_.loop_interval, [this] { return wake_; });
-    wake_ = false;
+    loop_.waitForWake(time_.monotonic() + options_.loop_interval);
   }
   stop();
 }

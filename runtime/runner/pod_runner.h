@@ -67,6 +67,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/event_recorder.h"
+#include "common/loop.h"
 #include "controller/revision_backend.h"
 #include "runtime/pod/probe.h"
 #include "runtime/runner/pod_driver.h"
@@ -368,7 +369,6 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void notifyAll(Notes notes);
   void post(std::function<void()> fn);
   void wake();
-  void loop();
   std::string newPodId(const Revision& rev);
 
   PodDriver& driver_;
@@ -391,15 +391,9 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   std::map<std::string, std::thread> waiters_;
   std::set<std::string> finished_waiters_;
 
-  // Control loop and pool.
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool wake_ = false;
-  bool stopping_ = false;
-  std::thread loop_thread_;
-  std::deque<std::function<void()>> queue_;
-  std::condition_variable queue_cv_;
-  std::vector<std::thread> pool_;
+  // Control loop and pool (common/loop.h); the loop is stopped first.
+  WorkerPool pool_;
+  Loop loop_;
 };
 
 }  // namespace knap::runner

@@ -9,11 +9,20 @@ allows that one header of a folder without allowing the rest of it. Test code
 (*_test.cc, fake_*, test_*, *_bench.cc, fuzz_*) and the tests/, bench/ and docs/
 folders are not checked: tests may reach into what they test.
 
-  check_includes.py ROOT          check the tree at ROOT; exit 1 listing violations
-  check_includes.py --self-test   prove the check fails on a forbidden edge
+An include of a folder of the tree that has no row is a violation too (a
+new top-level folder needs its row before others may use it); an include
+whose first component is no folder of the tree (generated protobuf headers)
+is not checked.
+
+  check_includes.py ROOT               check the tree at ROOT; exit 1 listing violations
+  check_includes.py --self-test [ROOT] prove the check fails on forbidden edges: on
+                                       small trees, and (with ROOT) through this
+                                       script's exit code on a copy of ROOT's table
 """
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -99,8 +108,13 @@ def check(root):
                         continue
                     inc = m.group(1)
                     inc_owner = owner(inc, table)
-                    if inc_owner is None or allowed is None:
-                        continue  # generated or system-style header; or a row allowing everything
+                    if inc_owner is None:
+                        if os.path.isdir(os.path.join(root, inc.split("/")[0])):
+                            problems.append(f"{rel}:{lineno}: includes {inc}, whose folder has no row in "
+                                            "README.md's folder table")
+                        continue  # generated header (protobuf), not a folder of the tree
+                    if allowed is None:
+                        continue  # a row allowing everything
                     same = inc_owner == src_owner or inc_owner.startswith(src_owner + "/") \
                         or src_owner.startswith(inc_owner + "/")
                     folders, headers = allowed
@@ -150,18 +164,65 @@ def self_test():
         "images/x.cc": '#include "runtime/pod/p.h"\n',                  # images may not use runtime
         "tools/knap.cc": '#include "runtime/pod/spec.h"\n',             # runtime/pod is not runtime/containerd
         "scripts/x.cc": "",                                              # no row for scripts/
+        "images/y.cc": '#include "scripts/s.h"\n',                        # scripts/ has no row either
     })
     problems = check(bad)
-    expected = ["common/a.h:1", "runtime/runner/gate.cc:1", "images/x.cc:1", "tools/knap.cc:1", "scripts/x.cc"]
+    expected = ["common/a.h:1", "runtime/runner/gate.cc:1", "images/x.cc:1", "tools/knap.cc:1", "scripts/x.cc",
+                "images/y.cc:1"]
     for e in expected:
         assert any(p.startswith(e) for p in problems), (e, problems)
     assert len(problems) == len(expected), problems
-    print("self-test ok: a clean tree passes; 5 forbidden edges are each reported")
+    print(f"self-test ok: a clean tree passes; {len(expected)} forbidden edges are each reported")
+
+
+# Edges README.md's real table must refuse (issue 15 untied them): each is
+# written into a copy of the table's tree and must fail the check by exit code.
+REAL_FORBIDDEN = {
+    "images/forbidden_edge.cc": "runtime/containerd/containerd_client.h",  # images/ uses no runtime/
+    "runtime/runner/forbidden_edge.cc": "images/pre_puller.h",        # only the ImageSource interface
+    "oci/forbidden_edge.cc": "images/puller.h",                       # oci/ is below images/
+    "scaler/forbidden_edge.cc": "runtime/runner/pod_runner.h",        # the scaler is pure
+}
+
+
+def self_test_real(root):
+    """Runs this script on a tree holding ROOT's README.md: clean, it passes
+    (exit 0); with each forbidden include of REAL_FORBIDDEN, it exits 1 naming
+    the file and line."""
+    d = tempfile.mkdtemp(prefix="knap-includes-real-")
+    try:
+        shutil.copy(os.path.join(root, "README.md"), os.path.join(d, "README.md"))
+        for path, inc in REAL_FORBIDDEN.items():
+            os.makedirs(os.path.join(d, os.path.dirname(path)), exist_ok=True)
+            os.makedirs(os.path.join(d, os.path.dirname(inc)), exist_ok=True)
+            with open(os.path.join(d, inc), "w") as f:
+                f.write("")
+            with open(os.path.join(d, path), "w") as f:
+                f.write("// allowed: its own folder and common\n#include \"common/status.h\"\n")
+        os.makedirs(os.path.join(d, "common"), exist_ok=True)
+        open(os.path.join(d, "common", "status.h"), "w").close()
+        run = lambda: subprocess.run([sys.executable, os.path.abspath(__file__), d],
+                                     capture_output=True, text=True, check=False)
+        clean = run()
+        assert clean.returncode == 0, ("a clean copy must pass", clean.stdout)
+        for path, inc in REAL_FORBIDDEN.items():
+            with open(os.path.join(d, path), "a") as f:
+                f.write(f'#include "{inc}"\n')
+        bad = run()
+        assert bad.returncode == 1, ("forbidden includes must fail", bad.returncode, bad.stdout)
+        for path, inc in REAL_FORBIDDEN.items():
+            assert f"{path}:3: includes {inc}" in bad.stdout, (path, bad.stdout)
+        print(f"self-test ok: README.md's table passes a clean tree and refuses {len(REAL_FORBIDDEN)} "
+              "forbidden edges (exit 1, each file named)")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def main():
-    if len(sys.argv) == 2 and sys.argv[1] == "--self-test":
+    if len(sys.argv) in (2, 3) and sys.argv[1] == "--self-test":
         self_test()
+        if len(sys.argv) == 3:
+            self_test_real(sys.argv[2])
         return 0
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     problems = check(root)

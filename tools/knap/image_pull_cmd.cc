@@ -11,9 +11,10 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "images/puller.h"
+#include "images/registry_puller.h"
 #ifdef KNAP_CLI_HAVE_CONTAINERD
-#include "images/containerd_image_store.h"
 #include "runtime/containerd/containerd_client.h"
+#include "runtime/containerd/containerd_image_store.h"
 #endif
 
 namespace knap::cli {
@@ -147,7 +148,8 @@ int cmdImagePull(const std::vector<std::string>& args) {
                                                                       : "unix://" + config.knap.containerd_socket;
   o.ns = config.knap.containerd_namespace;
   containerd::ContainerdClient client(o);
-  auto puller = images::makeRegistryPuller(config, client);
+  auto puller = images::makeRegistryPuller(config, std::make_unique<containerd::ContainerdImageStore>(client),
+                                           RealTimeSource::instance());
   if (!puller.isOk()) return fail(puller.status());
   ProgressDisplay display(::isatty(STDERR_FILENO) != 0);
   auto r = (*puller)->pull(image, [&](const images::PullProgress& p) { display.update(p); });

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/containerd/oci_layout.h"
-#include "runtime/containerd/tar.h"
+#include "oci/oci_layout.h"
+#include "oci/tar.h"
 
-namespace kc = knap::containerd;
+namespace kc = knap::oci;
 
 namespace {
 

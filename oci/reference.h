@@ -9,7 +9,7 @@
 
 #include "common/status.h"
 
-namespace knap::images {
+namespace knap::oci {
 
 inline constexpr char kDockerHub[] = "docker.io";
 inline constexpr char kDockerHubApiHost[] = "registry-1.docker.io";
@@ -41,4 +41,10 @@ StatusOr<Reference> parseReference(const std::string& image);
 // as runtime/runner names images: "127.0.0.1:5000/app:v1" -> "127.0.0.1:5000/app".
 std::string writtenRepository(const std::string& image);
 
-}  // namespace knap::images
+// The registry part of an image reference as Docker reads it
+// ("127.0.0.1:5000/app:v1" -> "127.0.0.1:5000", "nginx" -> "docker.io").
+std::string registryOf(const std::string& image);
+// True if the image names a digest ("...@sha256:...").
+bool hasDigest(const std::string& image);
+
+}  // namespace knap::oci

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/containerd/tar.h"
+#include "oci/tar.h"
 
-namespace knap::containerd {
+namespace knap::oci {
 
 inline constexpr char kMediaTypeOciIndex[] = "application/vnd.oci.image.index.v1+json";
 inline constexpr char kMediaTypeOciManifest[] = "application/vnd.oci.image.manifest.v1+json";
@@ -148,4 +148,4 @@ StatusOr<BuiltImage> loadLayoutImage(const TarReader& archive);
 // platform, and index.json points at that index under `name`.
 std::string writeLayout(const std::vector<BuiltImage>& images, const std::string& name);
 
-}  // namespace knap::containerd
+}  // namespace knap::oci

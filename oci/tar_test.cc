@@ -1,4 +1,4 @@
-#include "runtime/containerd/tar.h"
+#include "oci/tar.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
-namespace knap::containerd {
+namespace knap::oci {
 namespace {
 
 TEST(TarPathTest, Normalises) {
@@ -132,4 +132,4 @@ TEST(TarTest, SystemTarReadsOurOutput) {
 }
 
 }  // namespace
-}  // namespace knap::containerd
+}  // namespace knap::oci

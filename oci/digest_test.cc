@@ -1,8 +1,8 @@
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
 #include <gtest/gtest.h>
 
-namespace knap::containerd {
+namespace knap::oci {
 namespace {
 
 TEST(DigestTest, KnownVectors) {
@@ -41,4 +41,4 @@ TEST(ChainIdTest, MatchesAHandComputedValue) {
 }
 
 }  // namespace
-}  // namespace knap::containerd
+}  // namespace knap::oci

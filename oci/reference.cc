@@ -1,10 +1,10 @@
-#include "images/reference.h"
+#include "oci/reference.h"
 
 #include <cctype>
 
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
-namespace knap::images {
+namespace knap::oci {
 
 namespace {
 
@@ -94,7 +94,7 @@ StatusOr<Reference> parseReference(const std::string& image) {
     r.digest = rest.substr(at + 1);
     rest = rest.substr(0, at);
     if (r.digest.rfind("sha256:", 0) != 0) return bad("only sha256 digests are supported (got \"" + r.digest + "\")");
-    if (!containerd::isSha256Digest(r.digest)) return bad("digest must be sha256: followed by 64 lowercase hex digits");
+    if (!oci::isSha256Digest(r.digest)) return bad("digest must be sha256: followed by 64 lowercase hex digits");
   }
   size_t slash = rest.find('/');
   std::string first = slash == std::string::npos ? "" : rest.substr(0, slash);
@@ -144,4 +144,19 @@ std::string writtenRepository(const std::string& image) {
   return s;
 }
 
-}  // namespace knap::images
+std::string registryOf(const std::string& image) {
+  // Docker's rule: the first component is a registry host when it has a '.'
+  // or a ':' or is "localhost"; otherwise the image is on Docker Hub.
+  std::string s = image.substr(0, image.find('@'));
+  size_t slash = s.find('/');
+  if (slash == std::string::npos) return "docker.io";
+  std::string first = s.substr(0, slash);
+  if (first.find('.') != std::string::npos || first.find(':') != std::string::npos || first == "localhost") {
+    return first;
+  }
+  return "docker.io";
+}
+
+bool hasDigest(const std::string& image) { return image.find('@') != std::string::npos; }
+
+}  // namespace knap::oci

@@ -1,8 +1,8 @@
-#include "images/reference.h"
+#include "oci/reference.h"
 
 #include <gtest/gtest.h>
 
-namespace knap::images {
+namespace knap::oci {
 namespace {
 
 const std::string kDigest = "sha256:" + std::string(64, 'a');
@@ -78,4 +78,4 @@ TEST(ReferenceTest, NamesAndHosts) {
 }
 
 }  // namespace
-}  // namespace knap::images
+}  // namespace knap::oci

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace knap::containerd {
+namespace knap::oci {
 
 // "sha256:<hex>" of `data`.
 std::string sha256Digest(std::string_view data);
@@ -38,4 +38,4 @@ bool isSha256Digest(std::string_view digest);
 // committed snapshots of an unpacked image.
 std::vector<std::string> chainIds(const std::vector<std::string>& diff_ids);
 
-}  // namespace knap::containerd
+}  // namespace knap::oci

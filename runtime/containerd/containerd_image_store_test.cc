@@ -1,7 +1,7 @@
 // ContainerdImageStore against the machine's containerd: pulls an image from
 // the in-process test registry and checks getImage(...).unpacked, as the pod
 // driver needs it. Needs root and a running containerd; skips loudly otherwise.
-#include "images/containerd_image_store.h"
+#include "runtime/containerd/containerd_image_store.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,14 +13,17 @@
 #include "images/test_registry.h"
 #include "runtime/containerd/image_import.h"
 
-namespace knap::images {
+namespace knap::containerd {
+
+using images::makeRegistryPuller;
+using images::pullFailureReason;
 namespace {
 
 TEST(ContainerdImageStoreTest, ContainerdDownIsNotARegistryError) {
-  containerd::ContainerdClient::Options o;
+  ContainerdClient::Options o;
   o.address = "unix:///nonexistent/knap-images-test.sock";
   o.call_timeout = std::chrono::seconds(5);
-  ContainerdImageStore store{containerd::ContainerdClient(o)};
+  ContainerdImageStore store{ContainerdClient(o)};
   auto session = store.begin("app:v1");
   ASSERT_FALSE(session.isOk());
   EXPECT_EQ(session.status().code(), Code::kFailedPrecondition) << session.status().toString();
@@ -30,22 +33,22 @@ TEST(ContainerdImageStoreTest, ContainerdDownIsNotARegistryError) {
 
 TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   if (::geteuid() != 0) GTEST_SKIP() << "\n*** SKIPPED: needs root (containerd) ***";
-  containerd::ContainerdClient::Options o;
+  ContainerdClient::Options o;
   o.ns = "knap-images-test-" + std::to_string(::getpid());
-  containerd::ContainerdClient cd(o);
+  ContainerdClient cd(o);
   if (!cd.version(std::chrono::seconds(3)).isOk()) {
     GTEST_SKIP() << "\n*** SKIPPED: containerd does not answer on " << o.address << " ***";
   }
-  containerd::ImageSpec spec;
+  oci::ImageSpec spec;
   spec.name = "app:v1";
-  spec.platform = hostPlatform();
+  spec.platform = images::hostPlatform();
   spec.entrypoint = {"/bin/app"};
   spec.files = {{"/bin/app", "#!/bin/sh\necho hi\n", 0755}, {"/etc/motd", "pulled by knap\n"}};
   spec.gzip_layer = true;
-  auto built = containerd::buildImage(spec);
+  auto built = oci::buildImage(spec);
   ASSERT_TRUE(built.isOk()) << built.status().toString();
 
-  testing::TestRegistry reg(testing::TestRegistry::Auth::kBearer);
+  images::testing::TestRegistry reg(images::testing::TestRegistry::Auth::kBearer);
   for (const auto& [digest, data] : built->blobs) {
     if (digest != built->manifest.digest) reg.addBlob(data);
   }
@@ -54,7 +57,7 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   Config config = defaultConfig();
   config.knap.insecure_registries = {reg.host()};
   config.knap.data_dir = ::testing::TempDir() + "/knap-images-cd-" + std::to_string(::getpid());
-  auto puller = makeRegistryPuller(config, cd);
+  auto puller = makeRegistryPuller(config, std::make_unique<ContainerdImageStore>(cd), RealTimeSource::instance());
   ASSERT_TRUE(puller.isOk()) << puller.status().toString();
   const std::string image = reg.host() + "/team/app:v1";
   auto r = (*puller)->pull(image);
@@ -63,7 +66,7 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   EXPECT_GT(r->bytes_fetched, 0);
 
   for (const std::string& name : {image, r->digest_ref}) {
-    auto info = containerd::getImage(cd, name);
+    auto info = getImage(cd, name);
     ASSERT_TRUE(info.isOk()) << name << ": " << info.status().toString();
     EXPECT_TRUE(info->unpacked) << name;
     EXPECT_EQ(info->manifest_digest, built->manifest.digest);
@@ -86,4 +89,4 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
 }
 
 }  // namespace
-}  // namespace knap::images
+}  // namespace knap::containerd

@@ -1,11 +1,11 @@
-#include "runtime/containerd/oci_layout.h"
+#include "oci/oci_layout.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
-namespace knap::containerd {
+namespace knap::oci {
 namespace {
 
 using nlohmann::json;
@@ -198,4 +198,4 @@ TEST(OciLayoutTest, ParsesPlatforms) {
 }
 
 }  // namespace
-}  // namespace knap::containerd
+}  // namespace knap::oci

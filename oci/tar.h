@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 
-namespace knap::containerd {
+namespace knap::oci {
 
 enum class TarType : char {
   kRegular = '0',
@@ -96,4 +96,4 @@ class TarWriter {
   std::string out_;
 };
 
-}  // namespace knap::containerd
+}  // namespace knap::oci

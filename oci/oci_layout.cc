@@ -1,13 +1,13 @@
-#include "runtime/containerd/oci_layout.h"
+#include "oci/oci_layout.h"
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
 #include <set>
 
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
-namespace knap::containerd {
+namespace knap::oci {
 
 using nlohmann::json;
 
@@ -511,4 +511,4 @@ std::string writeLayout(const std::vector<BuiltImage>& images, const std::string
   return tw.finish();
 }
 
-}  // namespace knap::containerd
+}  // namespace knap::oci

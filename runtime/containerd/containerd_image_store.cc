@@ -1,17 +1,17 @@
-#include "images/containerd_image_store.h"
+#include "runtime/containerd/containerd_image_store.h"
 
 #include <fstream>
 
 #include "common/log.h"
-#include "images/registry_puller.h"
 #include "runtime/containerd/image_import.h"
 
-namespace knap::images {
+namespace knap::containerd {
 
 namespace {
 
-using containerd::ContainerdClient;
-using containerd::Descriptor;
+using images::BlobLabels;
+using images::ImageStore;
+using oci::Descriptor;
 
 // containerd being down or losing an object is not the registry's fault: such
 // errors must not become RegistryUnreachable / ManifestUnknown (puller.h), so
@@ -38,7 +38,7 @@ class ContainerdSession : public ImageStore::Session {
   }
 
   StatusOr<bool> hasBlob(const Descriptor& desc) override {
-    StatusOr<containerd::ContentInfo> info = client_.contentInfo(desc.digest);
+    StatusOr<ContentInfo> info = client_.contentInfo(desc.digest);
     if (!info.isOk()) {
       if (info.status().code() == Code::kNotFound) return false;
       return storeError(info.status());
@@ -85,7 +85,7 @@ class ContainerdSession : public ImageStore::Session {
 
   Status unpack(const std::vector<Descriptor>& layers, const std::vector<std::string>& diff_ids,
                 const std::string& config_digest) override {
-    StatusOr<std::vector<std::string>> chain = containerd::unpackLayers(leased_, layers, diff_ids, config_digest);
+    StatusOr<std::vector<std::string>> chain = unpackLayers(leased_, layers, diff_ids, config_digest);
     if (!chain.isOk()) {
       // A layer that does not unpack to its diff_id is corrupt content.
       if (chain.status().code() == Code::kFailedPrecondition) return dataLoss(chain.status().message());
@@ -97,7 +97,7 @@ class ContainerdSession : public ImageStore::Session {
   Status putImage(const std::string& name, const Descriptor& target) override {
     Descriptor t = target;
     t.annotations.clear();
-    containerd::ImageRecord record{name, t, {}};
+    ImageRecord record{name, t, {}};
     // ctr's order: Update first, Create when missing.
     Status s = leased_.updateImage(record);
     if (s.code() != Code::kNotFound) return storeError(s);
@@ -112,53 +112,16 @@ class ContainerdSession : public ImageStore::Session {
   std::string lease_;
 };
 
-// Owns what the puller refers to.
-class OwningPuller : public Puller {
- public:
-  OwningPuller(std::unique_ptr<RegistryClient> client, std::unique_ptr<ContainerdImageStore> store,
-               RegistryPuller::Options options)
-      : client_(std::move(client)), store_(std::move(store)), puller_(*client_, *store_, std::move(options)) {}
-  StatusOr<std::string> resolve(const std::string& image) override { return puller_.resolve(image); }
-  StatusOr<PullResult> pull(const std::string& image, const ProgressFn& progress) override {
-    return puller_.pull(image, progress);
-  }
-
- private:
-  std::unique_ptr<RegistryClient> client_;
-  std::unique_ptr<ContainerdImageStore> store_;
-  RegistryPuller puller_;
-};
-
 }  // namespace
 
 ContainerdImageStore::ContainerdImageStore(ContainerdClient client, Duration lease_expiry)
     : client_(std::move(client)), lease_expiry_(lease_expiry) {}
 
-StatusOr<std::unique_ptr<ImageStore::Session>> ContainerdImageStore::begin(const std::string& image) {
+StatusOr<std::unique_ptr<images::ImageStore::Session>> ContainerdImageStore::begin(const std::string& image) {
   StatusOr<std::string> lease = client_.createLease("", lease_expiry_, {{"knap.dev/purpose", "pull"}});
   if (!lease.isOk()) return storeError(lease.status()).annotate("create lease");
   (void)image;
   return std::unique_ptr<Session>(std::make_unique<ContainerdSession>(client_, *lease));
 }
 
-StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, const ContainerdClient& client,
-                                                     TimeSource& time, const PullCredentials* pull_credentials) {
-  const KnapConfig& k = config.knap;
-  StatusOr<Platform> platform = platformFromConfig(k.platform);
-  if (!platform.isOk()) return platform.status().annotate("knap.platform");
-  RegistryOptions ro;
-  ro.auth_file = k.registry_auth_file;
-  ro.ca_file = k.registry_ca_file;
-  ro.insecure_registries = k.insecure_registries;
-  if (pull_credentials != nullptr)
-    ro.extra_credentials = [pull_credentials](const std::string& host) { return pull_credentials->lookup(host); };
-  KNAP_ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> rc, RegistryClient::create(ro, time));
-  RegistryPuller::Options po;
-  po.platform = *platform;
-  po.parallelism = static_cast<int>(std::max<int64_t>(1, k.pull_parallelism));
-  po.scratch_dir = k.data_dir + "/pulls";
-  return std::unique_ptr<Puller>(
-      std::make_unique<OwningPuller>(std::move(rc), std::make_unique<ContainerdImageStore>(client), po));
-}
-
-}  // namespace knap::images
+}  // namespace knap::containerd

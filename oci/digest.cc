@@ -1,8 +1,8 @@
-#include "runtime/containerd/digest.h"
+#include "oci/digest.h"
 
 #include <openssl/evp.h>
 
-namespace knap::containerd {
+namespace knap::oci {
 
 namespace {
 
@@ -67,4 +67,4 @@ std::vector<std::string> chainIds(const std::vector<std::string>& diff_ids) {
   return out;
 }
 
-}  // namespace knap::containerd
+}  // namespace knap::oci

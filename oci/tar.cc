@@ -1,4 +1,4 @@
-#include "runtime/containerd/tar.h"
+#include "oci/tar.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <map>
 
-namespace knap::containerd {
+namespace knap::oci {
 
 namespace {
 
@@ -370,4 +370,4 @@ std::string TarWriter::finish() {
   return std::move(out_);
 }
 
-}  // namespace knap::containerd
+}  // namespace knap::oci
