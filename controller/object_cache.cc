@@ -233,7 +233,7 @@ std::vector<Key> ObjectCache::keys() const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<Key> out;
   out.reserve(objects_.size());
-  for (const auto& [id, entry] : objects_) out.push_back(entry.object.key);
+  for (const auto& [id, entry] : objects_) out.push_back(entry.key);
   return out;
 }
 
