@@ -39,7 +39,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, KNAP, KNAPD, ROOT, Knapd
+from conftest import BUILD, KNAPD, ROOT, Knapd
 from test_serving import import_testapp, IMAGE, MKIMAGE, TESTAPP, apply, containerd_ok, service
 
 pytestmark = pytest.mark.skipif(
@@ -216,6 +216,41 @@ def one_request(port, i, host=HOST):
     return None
 
 
+
+class SteadyLoad:
+    """`clients` threads sending one_request()s (a new connection each, 5 ms apart) while the `with` block runs;
+    `done` counts the answers, `failures` lists what went wrong. A context manager."""
+
+    def __init__(self, port, clients, host=HOST):
+        self.done = 0
+        self.failures = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._client, args=(port, n, host), daemon=True)
+                         for n in range(clients)]
+
+    def _client(self, port, n, host):
+        i = 0
+        while not self._stop.is_set():
+            i += 1
+            err = one_request(port, f"{n}-{i}", host=host)
+            with self._lock:
+                self.done += 1
+                if err:
+                    self.failures.append(err)
+            time.sleep(0.005)
+
+    def __enter__(self):
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=120)
+
+
 def test_five_restarts_and_an_upgrade_under_load_fail_no_request_and_keep_the_pod(steady, workdir):
     k = steady
     # The package first: building it while the load runs would only slow the load down.
@@ -225,47 +260,25 @@ def test_five_restarts_and_an_upgrade_under_load_fail_no_request_and_keep_the_po
     k.wait_for(lambda: len(containers(k)) == 1, timeout=30, what="one pod")
     pods_before = containers(k)
 
-    stop = threading.Event()
-    lock = threading.Lock()
-    done = [0]
-    failures = []
-
-    def client(n):
-        i = 0
-        while not stop.is_set():
-            i += 1
-            err = one_request(k.router_port, f"{n}-{i}")
-            with lock:
-                done[0] += 1
-                if err:
-                    failures.append(err)
-            time.sleep(0.005)
-
-    def restart(what, binary):
-        before = done[0]
+    def restart(what, binary, load):
+        before = load.done
         k.stop()  # SIGTERM: drain, then exit
         assert k.proc.returncode == 0, f"knapd exit code {k.proc.returncode} at {what}:\n{k.log()}"
         k.binary = binary
         k.start(timeout=60)  # READY=1 on the NOTIFY_SOCKET, then /readyz
         # Traffic flows through the new knapd before the next restart: an equal share of the load per knapd.
-        k.wait_for(lambda: done[0] >= before + PER_KNAPD, timeout=300, what=f"{PER_KNAPD} requests after {what}")
+        k.wait_for(lambda: load.done >= before + PER_KNAPD, timeout=300, what=f"{PER_KNAPD} requests after {what}")
 
-    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(CLIENTS)]
     t0 = time.time()
-    for t in threads:
-        t.start()
-    try:
-        k.wait_for(lambda: done[0] >= PER_KNAPD, timeout=300, what=f"{PER_KNAPD} requests before the first restart")
+    with SteadyLoad(k.router_port, CLIENTS) as load:
+        k.wait_for(lambda: load.done >= PER_KNAPD, timeout=300, what=f"{PER_KNAPD} requests before the first restart")
         for r in range(RESTARTS):
-            restart(f"restart {r}", KNAPD)
-        restart("the upgrade", upgrade_binary)
+            restart(f"restart {r}", KNAPD, load)
+        restart("the upgrade", upgrade_binary, load)
         # At least MIN_REQUESTS in all (the load goes on through the upgraded knapd).
-        k.wait_for(lambda: done[0] >= MIN_REQUESTS, timeout=600, what=f"{MIN_REQUESTS} requests")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
-    total = done[0]
+        k.wait_for(lambda: load.done >= MIN_REQUESTS, timeout=600, what=f"{MIN_REQUESTS} requests")
+    failures = load.failures
+    total = load.done
     print(f"\nrestart continuity: {total} requests in {time.time() - t0:.0f} s across {RESTARTS} knapd restarts "
           f"and 1 upgrade (to {upgrade_what}), {len(failures)} failed; "
           f"{len(k.ready_messages)} READY=1 notifications")

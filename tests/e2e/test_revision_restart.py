@@ -12,12 +12,10 @@ Needs root and a running containerd (the real-pod setup of test_serving.py).
 import json
 import os
 import subprocess
-import threading
-import time
 
 import pytest
 
-from test_restart_continuity import one_request
+from test_restart_continuity import SteadyLoad
 from test_serving import MKIMAGE, TESTAPP, apply, containerd_ok, get, service, serving  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.skipif(
@@ -43,27 +41,8 @@ def test_restart_under_load_replaces_every_pod_and_fails_no_request(serving):
     k.wait_for(lambda: len(containers(k, "steady-00001-")) == 2, timeout=60, what="two pods")
     old = containers(k, "steady-00001-")
 
-    stop = threading.Event()
-    lock = threading.Lock()
-    done = [0]
-    failures = []
-
-    def client(n):
-        i = 0
-        while not stop.is_set():
-            i += 1
-            err = one_request(k.router_port, f"{n}-{i}", host="steady.default.localhost")
-            with lock:
-                done[0] += 1
-                if err:
-                    failures.append(err)
-            time.sleep(0.005)
-
-    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    try:
-        k.wait_for(lambda: done[0] >= 100, timeout=60, what="load before the restart")
+    with SteadyLoad(k.router_port, CLIENTS, host="steady.default.localhost") as load:
+        k.wait_for(lambda: load.done >= 100, timeout=60, what="load before the restart")
         p = k.knap("revision", "restart", "steady-00001")
         assert "restarting 2 pods" in p.stdout, p.stdout
         for pod in old:
@@ -73,13 +52,10 @@ def test_restart_under_load_replaces_every_pod_and_fails_no_request(serving):
             now = containers(k, "steady-00001-")
             return len(now) == 2 and not set(now) & set(old) and now
         new = k.wait_for(replaced, timeout=120, what="both pods replaced")
-        before = done[0]
-        k.wait_for(lambda: done[0] >= before + 100, timeout=60, what="load after the restart")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
-    total = done[0]
+        before = load.done
+        k.wait_for(lambda: load.done >= before + 100, timeout=60, what="load after the restart")
+    failures = load.failures
+    total = load.done
     print(f"\nrevision restart: {total} requests while 2 pods were replaced, {len(failures)} failed")
     assert failures == [], f"{len(failures)} of {total} requests failed: {failures[:10]}\n{k.log()}"
     assert not set(new) & set(old), (old, new)
