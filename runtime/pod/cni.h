@@ -59,7 +59,7 @@ struct PodNetwork {
 
 class CniNetwork {
  public:
-  explicit CniNetwork(CniOptions options, const TimeSource& time = RealTimeSource::instance());
+  CniNetwork(CniOptions options, const TimeSource& time);
 
   // Creates the pod's netns and its interface. Returns the netns path and IP.
   // A netns left over by an earlier attempt for the same pod is torn down and

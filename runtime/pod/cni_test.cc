@@ -23,6 +23,14 @@
 namespace knap::runtime {
 namespace {
 
+// The real clock for the subprocess calls of this test (only mains name it in knap code).
+StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv, const ProgramOptions& o) {
+  return runtime::runProgram(argv, o, RealTimeSource::instance());
+}
+StatusOr<std::string> runChecked(const std::vector<std::string>& argv, const ProgramOptions& o = {}) {
+  return runtime::runChecked(argv, o, RealTimeSource::instance());
+}
+
 using nlohmann::json;
 
 // --- unit tests (no root needed) ---------------------------------------------
@@ -47,7 +55,7 @@ TEST(CniConfigTest, BridgeHostLocalConfig) {
   o.subnet = "10.1.2.0/24";
   o.ip_masq = false;
   o.network_name = "other";
-  c = CniNetwork(o).networkConfig();
+  c = CniNetwork(o, RealTimeSource::instance()).networkConfig();
   EXPECT_EQ(c["bridge"], "br7");
   EXPECT_EQ(c["name"], "other");
   EXPECT_EQ(c["ipMasq"], false);
@@ -171,7 +179,7 @@ TEST(CniListTest, ListsNetnsAndLeasesOfThisNetworkOnly) {
   writeFile(o.ipam_data_dir + "/knap/last_reserved_ip.0", "10.88.0.3");
   writeFile(o.ipam_data_dir + "/knap/lock", "");
   writeFile(o.ipam_data_dir + "/other/10.88.0.4", "pod-d\r\neth0");
-  CniNetwork net(o);
+  CniNetwork net(o, RealTimeSource::instance());
   EXPECT_EQ(net.listPodNetworks(), (std::vector<std::string>{"pod-a", "pod-b"}));
   EXPECT_EQ(net.listLeases(),
             (std::map<std::string, std::string>{{"10.88.0.2", "pod-a"}, {"10.88.0.3", "pod-c"}}));
@@ -179,14 +187,14 @@ TEST(CniListTest, ListsNetnsAndLeasesOfThisNetworkOnly) {
 }
 
 TEST(CniSetUpTest, RejectsBadPodIdAndMissingPlugins) {
-  CniNetwork net(CniOptions{});
+  CniNetwork net(CniOptions{}, RealTimeSource::instance());
   auto r = net.setUp("../../etc");
   ASSERT_FALSE(r.isOk());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
 
   CniOptions o;
   o.plugin_dir = "/nonexistent/cni";
-  auto r2 = CniNetwork(o).setUp("pod-1");
+  auto r2 = CniNetwork(o, RealTimeSource::instance()).setUp("pod-1");
   ASSERT_FALSE(r2.isOk());
   EXPECT_EQ(r2.status().code(), Code::kNotFound);
   EXPECT_NE(r2.status().message().find("containernetworking-plugins"), std::string::npos);
@@ -305,7 +313,7 @@ class CniIntegrationTest : public ::testing::Test {
     if (isDir("/sys/class/net/" + options_.bridge)) {
       GTEST_SKIP() << "\n*** SKIPPED: bridge " << options_.bridge << " already exists ***";
     }
-    net_ = std::make_unique<CniNetwork>(options_);
+    net_ = std::make_unique<CniNetwork>(options_, RealTimeSource::instance());
   }
   void TearDown() override {
     if (!net_) return;

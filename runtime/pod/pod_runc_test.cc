@@ -21,6 +21,14 @@
 namespace knap::runtime {
 namespace {
 
+// The real clock for the subprocess calls of this test (only mains name it in knap code).
+StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv, const ProgramOptions& o) {
+  return runtime::runProgram(argv, o, RealTimeSource::instance());
+}
+StatusOr<std::string> runChecked(const std::vector<std::string>& argv, const ProgramOptions& o = {}) {
+  return runtime::runChecked(argv, o, RealTimeSource::instance());
+}
+
 using nlohmann::json;
 
 void writeFile(const std::string& path, const std::string& text, mode_t mode = 0644) {
@@ -81,7 +89,7 @@ class PodRuncTest : public ::testing::Test {
     cni_.network_name = "knapruncnet" + std::to_string(tag_);
     cni_.netns_prefix = "knapruncnet" + std::to_string(tag_) + "-";
     cni_.ipam_data_dir = dir_ + "/ipam";
-    net_ = std::make_unique<CniNetwork>(cni_);
+    net_ = std::make_unique<CniNetwork>(cni_, RealTimeSource::instance());
     pod_id_ = "hello-00001-runc-" + std::to_string(::getpid());
   }
 
@@ -218,7 +226,7 @@ TEST_F(PodRuncTest, RuntimeContractInsideARealContainer) {
   // The liveness-style HTTP probe with the kube-probe agent reaches the app.
   ProbeSpec health = *readiness;
   health.period_seconds = 1;
-  ProbeResult r = probeOnce(health, network->ip, 8801);
+  ProbeResult r = probeOnce(health, network->ip, 8801, attemptTimeout(health), RealTimeSource::instance());
   EXPECT_TRUE(r.success) << r.message;
 }
 

@@ -276,10 +276,6 @@ Duration attemptTimeout(const ProbeSpec& spec) {
   return std::chrono::seconds(std::max(1, spec.timeout_seconds));
 }
 
-ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port) {
-  return probeOnce(spec, ip, default_port, attemptTimeout(spec), RealTimeSource::instance());
-}
-
 ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port, Duration timeout,
                       const TimeSource& time, const ExecInContainer& exec) {
   const int port = spec.port != 0 ? spec.port : default_port;

@@ -97,7 +97,6 @@ Duration attemptTimeout(const ProbeSpec& spec);
 // "User-Agent: kube-probe/1.30" and the spec's headers (which may override
 // Host, User-Agent, Accept); success = status 200-399. Never throws; a failure
 // is a result, not an error.
-ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port);
 ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port, Duration timeout,
                       const TimeSource& time, const ExecInContainer& exec = nullptr);
 

@@ -18,6 +18,11 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
+// One attempt on the real clock with the spec's own attempt timeout.
+ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_port) {
+  return runtime::probeOnce(spec, ip, default_port, attemptTimeout(spec), RealTimeSource::instance());
+}
+
 // --- ProbeState: table-driven, times passed in, no sleeping -------------------
 
 struct Step {

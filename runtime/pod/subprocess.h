@@ -35,11 +35,11 @@ struct ProgramOptions {
 // started, kDeadlineExceeded when it ran longer than options.timeout (it is
 // killed), kInternal for pipe/spawn failures.
 StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv, const ProgramOptions& options,
-                                   const TimeSource& time = RealTimeSource::instance());
+                                   const TimeSource& time);
 
 // "ip netns add x" style one-liners: runs the program and converts a nonzero
 // exit into kInternal carrying the program's stderr. Returns stdout.
-StatusOr<std::string> runChecked(const std::vector<std::string>& argv, const ProgramOptions& options = {},
-                                 const TimeSource& time = RealTimeSource::instance());
+StatusOr<std::string> runChecked(const std::vector<std::string>& argv, const ProgramOptions& options,
+                                 const TimeSource& time);
 
 }  // namespace knap::runtime

@@ -5,6 +5,14 @@
 namespace knap::runtime {
 namespace {
 
+// The real clock for the subprocess calls of this test (only mains name it in knap code).
+StatusOr<ProgramResult> runProgram(const std::vector<std::string>& argv, const ProgramOptions& o) {
+  return runtime::runProgram(argv, o, RealTimeSource::instance());
+}
+StatusOr<std::string> runChecked(const std::vector<std::string>& argv, const ProgramOptions& o = {}) {
+  return runtime::runChecked(argv, o, RealTimeSource::instance());
+}
+
 TEST(SubprocessTest, FeedsStdinAndCapturesBothStreams) {
   ProgramOptions o;
   o.stdin_text = "hello\nworld\n";

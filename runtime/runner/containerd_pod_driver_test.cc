@@ -124,7 +124,7 @@ Env& env() {
     e->client = std::make_unique<containerd::ContainerdClient>(o);
     if (!e->client->version(seconds(3)).isOk()) {
       // Start containerd when its socket is absent (CI containers).
-      (void)runtime::runProgram({"sh", "-c", "containerd >/tmp/knap-runner-containerd.log 2>&1 &"}, {});
+      (void)runtime::runProgram({"sh", "-c", "containerd >/tmp/knap-runner-containerd.log 2>&1 &"}, {}, RealTimeSource::instance());
       if (!e->client->version(seconds(20)).isOk()) {
         e->skip = "containerd does not answer on " + o.address + " (see /tmp/knap-runner-containerd.log)";
         return e;
@@ -163,7 +163,7 @@ class E2eCleanup : public ::testing::Environment {
     Env& e = env();
     if (!e.ok) return;
     (void)e.client->deleteImage(kImage, true);
-    (void)runtime::runProgram({"ip", "link", "del", e.cni.bridge}, {});
+    (void)runtime::runProgram({"ip", "link", "del", e.cni.bridge}, {}, RealTimeSource::instance());
     std::error_code ec;
     fs::remove_all(e.dir, ec);
   }
@@ -174,7 +174,7 @@ class RunnerE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!env().ok) GTEST_SKIP() << "\n*** SKIPPED: " << env().skip << " ***";
-    net_ = std::make_unique<runtime::CniNetwork>(env().cni);
+    net_ = std::make_unique<runtime::CniNetwork>(env().cni, RealTimeSource::instance());
     opts_.data_dir = env().dir + "/data";
     driver_ = std::make_unique<ContainerdPodDriver>(*env().client, *net_, RealTimeSource::instance(), opts_);
     runner_ = makeRunner(*driver_);
@@ -540,7 +540,7 @@ TEST(ContainerdPodDriverPure, RotateLogsCoversSidecars) {
   char tmpl[] = "/tmp/knap-rotate-XXXXXX";
   const std::string data = ::mkdtemp(tmpl);
   containerd::ContainerdClient client(containerd::ContainerdClient::Options{.address = data + "/no-containerd.sock"});
-  runtime::CniNetwork net(runtime::CniOptions{});
+  runtime::CniNetwork net(runtime::CniOptions{}, RealTimeSource::instance());
   ContainerdPodDriverOptions opts;
   opts.data_dir = data;
   opts.log_rotate_bytes = 100;
@@ -679,7 +679,7 @@ Census census(const containerd::ContainerdClient& client, runtime::CniNetwork& n
   }
   c.netns = net.listPodNetworks().size();
   c.leases = net.listLeases().size();
-  auto links = runtime::runProgram({"ip", "-o", "link", "show", "master", net.options().bridge}, {});
+  auto links = runtime::runProgram({"ip", "-o", "link", "show", "master", net.options().bridge}, {}, RealTimeSource::instance());
   if (links.isOk()) {
     for (char ch : links->stdout_text) c.veths += ch == '\n';
   }

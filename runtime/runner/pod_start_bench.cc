@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   cni.network_name = "knapbench";
   cni.netns_prefix = "knapbench-";
   cni.ipam_data_dir = dir + "/ipam";
-  knap::runtime::CniNetwork net(cni);
+  knap::runtime::CniNetwork net(cni, knap::RealTimeSource::instance());
   kr::ContainerdPodDriverOptions dopt;
   dopt.data_dir = dir + "/data";
   kr::ContainerdPodDriver driver(client, net, knap::RealTimeSource::instance(), dopt);
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   }
   runner.shutdownAndDestroyAll();
   (void)client.deleteImage(kImage, true);
-  (void)knap::runtime::runProgram({"ip", "link", "del", cni.bridge}, {});
+  (void)knap::runtime::runProgram({"ip", "link", "del", cni.bridge}, {}, knap::RealTimeSource::instance());
   std::filesystem::remove_all(dir);
 
   std::printf("pod start over %d runs (ms)            p50      p99\n", runs);
