@@ -6,28 +6,13 @@
 #include <cctype>
 #include <thread>
 
+#include "common/json_path.h"
+#include "common/string_util.h"
+
 namespace knap::acme {
 namespace {
 
 using nlohmann::json;
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\r' || s.back() == '\n' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
-}
-
-std::string str(const json& obj, const char* key) {
-  if (!obj.is_object()) return "";
-  auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 struct Transfer {
   HttpResponse* resp;
@@ -41,7 +26,7 @@ size_t onHeader(char* data, size_t size, size_t n, void* user) {
   if (line.rfind("HTTP/", 0) == 0) t->resp->headers.clear();  // a new response (after 100-continue)
   auto colon = line.find(':');
   if (colon != std::string::npos && t->resp->headers.size() < 100) {
-    t->resp->headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
+    t->resp->headers[asciiLower(std::string(trimSpace(line.substr(0, colon))))] = std::string(trimSpace(line.substr(colon + 1)));
   }
   return size * n;
 }
@@ -122,8 +107,8 @@ std::unique_ptr<Transport> makeCurlTransport(const CurlOptions& options) {
 }
 
 std::string problemText(const json& body) {
-  std::string type = str(body, "type");
-  std::string detail = str(body, "detail");
+  std::string type = stringAt(body, "type");
+  std::string detail = stringAt(body, "detail");
   if (type.empty() && detail.empty()) return "";
   std::string text = type.empty() ? detail : (detail.empty() ? type : type + ": " + detail);
   if (text.size() > 1024) text.resize(1024);
@@ -158,7 +143,7 @@ Status AcmeClient::loadDirectory() {
   if (!body.isOk()) return body.status();
   std::map<std::string, std::string> dir;
   for (const char* k : {"newNonce", "newAccount", "newOrder"}) {
-    std::string url = str(*body, k);
+    std::string url = stringAt(*body, k);
     if (url.empty()) return unavailable("ACME directory " + options_.directory_url + " has no " + k + " URL");
     KNAP_RETURN_IF_ERROR(checkUrl(url, std::string("directory ") + k));
     dir[k] = url;
@@ -191,7 +176,7 @@ StatusOr<HttpResponse> AcmeClient::post(const std::string& url, const std::optio
     }
     if (r->status == 400 && attempt < options_.max_bad_nonce_retries) {
       json body = json::parse(r->body, nullptr, false);
-      if (str(body, "type") == "urn:ietf:params:acme:error:badNonce") continue;
+      if (stringAt(body, "type") == "urn:ietf:params:acme:error:badNonce") continue;
     }
     return r;
   }
@@ -228,8 +213,8 @@ Status AcmeClient::ensureAccount() {
   std::string location;
   auto body = postJson(directory_["newAccount"], payload, "newAccount", &location);
   if (!body.isOk()) return body.status();
-  if (str(*body, "status") != "valid") {
-    return failedPrecondition("ACME newAccount: account status is \"" + str(*body, "status").substr(0, 64) + "\"");
+  if (stringAt(*body, "status") != "valid") {
+    return failedPrecondition("ACME newAccount: account status is \"" + stringAt(*body, "status").substr(0, 64) + "\"");
   }
   account_url_ = location;
   return Status::ok();
@@ -242,7 +227,7 @@ StatusOr<json> AcmeClient::poll(const std::string& url, const std::string& what,
   for (;;) {
     auto body = postJson(url, std::nullopt, what);
     if (!body.isOk()) return body.status();
-    const std::string status = str(*body, "status");
+    const std::string status = stringAt(*body, "status");
     bool pending = std::any_of(pending_states.begin(), pending_states.end(),
                                [&](const char* s) { return status == s; });
     if (!pending) return body;
@@ -263,7 +248,7 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
   std::string order_url;
   auto order = postJson(directory_["newOrder"], json{{"identifiers", json::array({id})}}, "newOrder", &order_url);
   if (!order.isOk()) return order.status();
-  std::string finalize = str(*order, "finalize");
+  std::string finalize = stringAt(*order, "finalize");
   auto authzs = order->value("authorizations", json());
   if (finalize.empty() || !authzs.is_array() || authzs.empty() || authzs.size() > 10) {
     return unavailable("ACME newOrder: the order has no finalize URL or no authorizations");
@@ -274,14 +259,14 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
     const std::string authz_url = a.get<std::string>();
     auto authz = postJson(authz_url, std::nullopt, "authorization");
     if (!authz.isOk()) return authz.status();
-    if (str(*authz, "status") == "valid") continue;
+    if (stringAt(*authz, "status") == "valid") continue;
     std::string chall_url, token;
     auto challenges = authz->value("challenges", json());
     if (challenges.is_array()) {
       for (const json& c : challenges) {
-        if (str(c, "type") == "http-01") {
-          chall_url = str(c, "url");
-          token = str(c, "token");
+        if (stringAt(c, "type") == "http-01") {
+          chall_url = stringAt(c, "url");
+          token = stringAt(c, "token");
         }
       }
     }
@@ -298,14 +283,14 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
                                            : StatusOr<json>(responded.status());
     publish(token, "");
     if (!done.isOk()) return done.status();
-    if (str(*done, "status") != "valid") {
+    if (stringAt(*done, "status") != "valid") {
       std::string why;
       if (challenges = done->value("challenges", json()); challenges.is_array()) {
         for (const json& c : challenges) {
           if (c.is_object() && c.contains("error")) why = problemText(c["error"]);
         }
       }
-      return failedPrecondition("ACME authorization for " + host + " is \"" + str(*done, "status").substr(0, 32) +
+      return failedPrecondition("ACME authorization for " + host + " is \"" + stringAt(*done, "status").substr(0, 32) +
                                 "\"" + (why.empty() ? "" : ": " + why));
     }
   }
@@ -318,12 +303,12 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
   if (!fin.isOk()) return fin.status();
   auto final_order = poll(order_url, "order", {"pending", "ready", "processing"});
   if (!final_order.isOk()) return final_order.status();
-  if (str(*final_order, "status") != "valid") {
+  if (stringAt(*final_order, "status") != "valid") {
     std::string why = final_order->contains("error") ? problemText((*final_order)["error"]) : "";
-    return failedPrecondition("ACME order for " + host + " is \"" + str(*final_order, "status").substr(0, 32) + "\"" +
+    return failedPrecondition("ACME order for " + host + " is \"" + stringAt(*final_order, "status").substr(0, 32) + "\"" +
                               (why.empty() ? "" : ": " + why));
   }
-  const std::string cert_url = str(*final_order, "certificate");
+  const std::string cert_url = stringAt(*final_order, "certificate");
   KNAP_RETURN_IF_ERROR(checkUrl(cert_url, "certificate"));
   auto cert = post(cert_url, std::nullopt);
   if (!cert.isOk()) return unavailable("ACME certificate download: " + cert.status().message());

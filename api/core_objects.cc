@@ -4,6 +4,7 @@
 
 #include "api/naming.h"
 #include "common/base64.h"
+#include "common/json_path.h"
 
 namespace knap::api {
 
@@ -13,13 +14,6 @@ namespace {
 
 constexpr size_t kMaxDataBytes = 1024 * 1024;  // kube-apiserver's MaxSecretSize / configmap limit
 constexpr const char* kImmutableForbidden = "Forbidden: field is immutable when `immutable` is set";
-
-const json& member(const json& obj, const char* key) {
-  static const json kNull;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(key);
-  return it == obj.end() ? kNull : *it;
-}
 
 std::string quoteJson(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -69,15 +63,15 @@ void checkBase64(const json& map, const std::string& field, Errors& errs) {
 }
 
 void checkImmutable(const json& obj, const json* old, std::initializer_list<const char*> data_fields, Errors& errs) {
-  if (!old || member(*old, "immutable") != json(true)) return;
+  if (!old || valueAt(*old, "immutable") != json(true)) return;
   for (const char* f : data_fields) {
-    if (member(obj, f) != member(*old, f)) errs.add(f, kImmutableForbidden, "FieldValueForbidden");
+    if (valueAt(obj, f) != valueAt(*old, f)) errs.add(f, kImmutableForbidden, "FieldValueForbidden");
   }
-  if (member(obj, "immutable") != json(true)) errs.add("immutable", kImmutableForbidden, "FieldValueForbidden");
+  if (valueAt(obj, "immutable") != json(true)) errs.add("immutable", kImmutableForbidden, "FieldValueForbidden");
 }
 
 void checkName(const json& obj, bool label, Errors& errs) {
-  const json& name = member(member(obj, "metadata"), "name");
+  const json& name = valueAt(valueAt(obj, "metadata"), "name");
   if (!name.is_string()) return;  // the REST layer requires a name
   const std::string& n = name.get_ref<const std::string&>();
   if (label ? isDns1123Label(n) : isDns1123Subdomain(n)) return;
@@ -109,12 +103,12 @@ void requireJsonKey(const json& data, const char* key, Errors& errs) {
 Status validateSecret(const json& obj, const json* old) {
   Errors errs;
   checkName(obj, false, errs);
-  const json& data = member(obj, "data");
+  const json& data = valueAt(obj, "data");
   checkKeys(data, "data", errs);
   checkBase64(data, "data", errs);
   if (decodedBytes(data) > kMaxDataBytes)
     errs.add("data", "Too long: must have at most " + std::to_string(kMaxDataBytes) + " bytes", "FieldValueTooLong");
-  std::string type = member(obj, "type").is_string() ? member(obj, "type").get<std::string>() : "";
+  std::string type = valueAt(obj, "type").is_string() ? valueAt(obj, "type").get<std::string>() : "";
   if (type == kSecretTypeTls) {
     requireKey(data, "tls.crt", errs);
     requireKey(data, "tls.key", errs);
@@ -132,7 +126,7 @@ Status validateSecret(const json& obj, const json* old) {
              "FieldValueNotSupported");
   }
   if (old) {
-    const json& old_type = member(*old, "type");
+    const json& old_type = valueAt(*old, "type");
     if (old_type.is_string() && old_type.get<std::string>() != type)
       errs.add("type", "Invalid value: " + quoteJson(type) + ": field is immutable");
   }
@@ -143,8 +137,8 @@ Status validateSecret(const json& obj, const json* old) {
 Status validateConfigMap(const json& obj, const json* old) {
   Errors errs;
   checkName(obj, false, errs);
-  const json& data = member(obj, "data");
-  const json& binary = member(obj, "binaryData");
+  const json& data = valueAt(obj, "data");
+  const json& binary = valueAt(obj, "binaryData");
   checkKeys(data, "data", errs);
   checkKeys(binary, "binaryData", errs);
   checkBase64(binary, "binaryData", errs);

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "common/base64.h"
+#include "common/json_path.h"
 
 namespace knap::api {
 
@@ -10,25 +11,18 @@ using nlohmann::json;
 
 namespace {
 
-const json& member(const json& o, const char* k) {
-  static const json kNull;
-  if (!o.is_object()) return kNull;
-  auto it = o.find(k);
-  return it == o.end() ? kNull : *it;
-}
-
 std::string str(const json& o, const char* k) {
-  const json& v = member(o, k);
+  const json& v = valueAt(o, k);
   return v.is_string() ? v.get<std::string>() : "";
 }
 
-bool optional(const json& ref) { return member(ref, "optional") == true; }
+bool optional(const json& ref) { return valueAt(ref, "optional") == true; }
 
 // The kind's key/value pairs as a container sees them (Secret data decoded).
 // For env only `data`; volumes also get a ConfigMap's binaryData.
 std::map<std::string, std::string> values(const std::string& kind, const json& obj, bool with_binary) {
   std::map<std::string, std::string> out;
-  const json& data = member(obj, "data");
+  const json& data = valueAt(obj, "data");
   if (data.is_object()) {
     for (auto it = data.begin(); it != data.end(); ++it) {
       if (!it.value().is_string()) continue;
@@ -41,7 +35,7 @@ std::map<std::string, std::string> values(const std::string& kind, const json& o
       out[it.key()] = v;
     }
   }
-  const json& bin = member(obj, "binaryData");
+  const json& bin = valueAt(obj, "binaryData");
   if (with_binary && kind == "ConfigMap" && bin.is_object()) {
     for (auto it = bin.begin(); it != bin.end(); ++it) {
       std::string decoded;
@@ -89,7 +83,7 @@ struct Resolver {
       return fail("FailedMount", prefix + lowerKind(kind) + " \"" + name + "\" not found");
     }
     std::map<std::string, std::string> kv = values(kind, *obj, true);
-    const json& items = member(src, "items");
+    const json& items = valueAt(src, "items");
     if (items.is_array() && !items.empty()) {
       for (const json& item : items) {
         std::string key = str(item, "key"), path = str(item, "path");
@@ -102,7 +96,7 @@ struct Resolver {
                                                                 : "configmap references non-existent config key: ") +
                                          key);
         }
-        const json& mode = member(item, "mode");
+        const json& mode = valueAt(item, "mode");
         files->push_back({path, it->second, mode.is_number_integer() ? mode.get<int>() & 0777 : default_mode});
       }
       return true;
@@ -115,33 +109,33 @@ struct Resolver {
   }
 
   bool volumes(const json& spec, PodObjects* out) {
-    const json& vols = member(spec, "volumes");
+    const json& vols = valueAt(spec, "volumes");
     if (!vols.is_array()) return true;
     for (const json& v : vols) {
       std::string vname = str(v, "name");
       auto modeOf = [](const json& src) {
-        const json& m = member(src, "defaultMode");
+        const json& m = valueAt(src, "defaultMode");
         return m.is_number_integer() ? m.get<int>() & 0777 : 0644;
       };
       std::vector<ProjectedFile> files;
-      if (const json& s = member(v, "secret"); s.is_object()) {
+      if (const json& s = valueAt(v, "secret"); s.is_object()) {
         if (!project("Secret", s, str(s, "secretName"), modeOf(s), vname, &files)) return false;
-      } else if (const json& c = member(v, "configMap"); c.is_object()) {
+      } else if (const json& c = valueAt(v, "configMap"); c.is_object()) {
         if (!project("ConfigMap", c, str(c, "name"), modeOf(c), vname, &files)) return false;
-      } else if (const json& p = member(v, "projected"); p.is_object()) {
+      } else if (const json& p = valueAt(v, "projected"); p.is_object()) {
         int mode = modeOf(p);
-        const json& sources = member(p, "sources");
+        const json& sources = valueAt(p, "sources");
         for (const json& src : sources.is_array() ? sources : json::array()) {
-          if (const json& s2 = member(src, "secret"); s2.is_object()) {
+          if (const json& s2 = valueAt(src, "secret"); s2.is_object()) {
             if (!project("Secret", s2, str(s2, "name"), mode, vname, &files)) return false;
-          } else if (const json& c2 = member(src, "configMap"); c2.is_object()) {
+          } else if (const json& c2 = valueAt(src, "configMap"); c2.is_object()) {
             if (!project("ConfigMap", c2, str(c2, "name"), mode, vname, &files)) return false;
-          } else if (const json& t = member(src, "serviceAccountToken"); t.is_object()) {
+          } else if (const json& t = valueAt(src, "serviceAccountToken"); t.is_object()) {
             std::string prefix = "MountVolume.SetUp failed for volume \"" + vname + "\" : ";
             std::string path = str(t, "path");
             if (!safeRelativePath(path)) return fail("FailedMount", prefix + "invalid token path \"" + path + "\"");
             if (!issue_token) return fail("FailedMount", prefix + "service account tokens are not available");
-            const json& exp = member(t, "expirationSeconds");
+            const json& exp = valueAt(t, "expirationSeconds");
             std::string sa = str(spec, "serviceAccountName");
             auto token = issue_token(ns, sa.empty() ? "default" : sa, str(t, "audience"),
                                      exp.is_number_integer() ? exp.get<int64_t>() : 3600);
@@ -163,11 +157,11 @@ struct Resolver {
 
   bool env(const json& container, PodObjects* out) {
     PodObjects::ContainerEnv ce;
-    const json& from = member(container, "envFrom");
+    const json& from = valueAt(container, "envFrom");
     for (const json& e : from.is_array() ? from : json::array()) {
       std::string prefix = str(e, "prefix");
-      const char* kind = member(e, "secretRef").is_object() ? "Secret" : "ConfigMap";
-      const json& ref = member(e, kind == std::string("Secret") ? "secretRef" : "configMapRef");
+      const char* kind = valueAt(e, "secretRef").is_object() ? "Secret" : "ConfigMap";
+      const json& ref = valueAt(e, kind == std::string("Secret") ? "secretRef" : "configMapRef");
       if (!ref.is_object()) continue;
       std::string name = str(ref, "name");
       std::optional<json> obj = lookup(kind, name);
@@ -179,17 +173,17 @@ struct Resolver {
         if (isEnvVarName(prefix + k)) ce.from_env_from.emplace_back(prefix + k, v);
       }
     }
-    const json& env = member(container, "env");
+    const json& env = valueAt(container, "env");
     for (const json& e : env.is_array() ? env : json::array()) {
-      const json& vf = member(e, "valueFrom");
+      const json& vf = valueAt(e, "valueFrom");
       const char* kind = nullptr;
       const json* ref = nullptr;
-      if (member(vf, "secretKeyRef").is_object()) {
+      if (valueAt(vf, "secretKeyRef").is_object()) {
         kind = "Secret";
-        ref = &member(vf, "secretKeyRef");
-      } else if (member(vf, "configMapKeyRef").is_object()) {
+        ref = &valueAt(vf, "secretKeyRef");
+      } else if (valueAt(vf, "configMapKeyRef").is_object()) {
         kind = "ConfigMap";
-        ref = &member(vf, "configMapKeyRef");
+        ref = &valueAt(vf, "configMapKeyRef");
       }
       if (kind == nullptr) continue;
       std::string name = str(*ref, "name"), key = str(*ref, "key");
@@ -230,7 +224,7 @@ std::optional<PodObjects> resolvePodObjects(const json& spec, const std::string&
   Resolver r{ns, lookup, error ? error : &ignored, issue_token};
   PodObjects out;
   for (const char* list : {"initContainers", "containers"}) {
-    const json& cs = member(spec, list);
+    const json& cs = valueAt(spec, list);
     for (const json& c : cs.is_array() ? cs : json::array()) {
       if (!r.env(c, &out)) return std::nullopt;
     }
@@ -241,19 +235,19 @@ std::optional<PodObjects> resolvePodObjects(const json& spec, const std::string&
 
 bool readsObjects(const json& spec) {
   for (const char* list : {"initContainers", "containers"}) {
-    const json& cs = member(spec, list);
+    const json& cs = valueAt(spec, list);
     for (const json& c : cs.is_array() ? cs : json::array()) {
-      if (member(c, "envFrom").is_array() && !member(c, "envFrom").empty()) return true;
-      const json& env = member(c, "env");
+      if (valueAt(c, "envFrom").is_array() && !valueAt(c, "envFrom").empty()) return true;
+      const json& env = valueAt(c, "env");
       for (const json& e : env.is_array() ? env : json::array()) {
-        const json& vf = member(e, "valueFrom");
-        if (member(vf, "secretKeyRef").is_object() || member(vf, "configMapKeyRef").is_object()) return true;
+        const json& vf = valueAt(e, "valueFrom");
+        if (valueAt(vf, "secretKeyRef").is_object() || valueAt(vf, "configMapKeyRef").is_object()) return true;
       }
     }
   }
-  const json& vols = member(spec, "volumes");
+  const json& vols = valueAt(spec, "volumes");
   for (const json& v : vols.is_array() ? vols : json::array()) {
-    if (member(v, "secret").is_object() || member(v, "configMap").is_object() || member(v, "projected").is_object())
+    if (valueAt(v, "secret").is_object() || valueAt(v, "configMap").is_object() || valueAt(v, "projected").is_object())
       return true;
   }
   return false;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/duration.h"
+#include "common/json_path.h"
 
 namespace knap::api {
 namespace {
@@ -52,13 +53,6 @@ std::string fmtDuration(D d) {
 }
 
 // obj[name] when obj is an object that has it, else null.
-const json& member(const json& obj, const char* name) {
-  static const json kNull;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(name);
-  return it == obj.end() ? kNull : *it;
-}
-
 // ---- annotation values (the bounds admission applies, api/validation.cc) ----
 
 Status bad(const AnnotationValue& a, const std::string& why) {
@@ -254,7 +248,7 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
 // error when the field is set to something else). Its row goes to *rows.
 int64_t specInt(const json& spec, const char* field, int64_t fallback, const char* fallback_source,
                 std::vector<EffectiveValue>* rows, Recorder& r) {
-  const json& v = member(spec, field);
+  const json& v = valueAt(spec, field);
   if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxSpecSeconds) {
     rows->push_back({field, std::to_string(v.get<int64_t>()), "spec"});
     return v.get<int64_t>();
@@ -271,7 +265,7 @@ int64_t specInt(const json& spec, const char* field, int64_t fallback, const cha
 void parseProgressDeadline(const json& annotations, const Config& config, RevisionSettings& out,
                            std::vector<EffectiveValue>* rows, Recorder& r) {
   out.progress_deadline = std::chrono::duration_cast<nanoseconds>(config.deployment.progress_deadline);
-  const json& v = member(annotations, kProgressDeadlineAnnotation);
+  const json& v = valueAt(annotations, kProgressDeadlineAnnotation);
   if (v.is_string()) {
     AnnotationValue a{kProgressDeadlineAnnotation, v.get<std::string>()};
     auto d = parseGoDuration(a.value);
@@ -331,8 +325,8 @@ Status RevisionSettings::status() const {
 
 RevisionSettings revisionSettings(const json& revision, const Config& config) {
   RevisionSettings out;
-  const json& annotations = member(member(revision, "metadata"), "annotations");
-  const json& spec = member(revision, "spec");
+  const json& annotations = valueAt(valueAt(revision, "metadata"), "annotations");
+  const json& spec = valueAt(revision, "spec");
   Recorder r(annotations, out);
   // The spec's rows follow the autoscaling ones; containerConcurrency feeds the targets.
   std::vector<EffectiveValue> rows;

@@ -21,6 +21,7 @@
 #include "api/quantity.h"
 #include "api/resources.h"
 #include "common/duration.h"
+#include "common/json_path.h"
 
 namespace knap::api {
 namespace {
@@ -115,27 +116,23 @@ class Errors {
 bool has(const json& o, const char* k) {
   return o.is_object() && o.contains(k) && !o[k].is_null();
 }
-const json& get(const json& o, const char* k) {
-  static const json kNull;
-  return has(o, k) ? o[k] : kNull;
-}
 std::string str(const json& o, const char* k) {
-  const json& v = get(o, k);
+  const json& v = valueAt(o, k);
   return v.is_string() ? v.get<std::string>() : std::string();
 }
 std::optional<int64_t> integer(const json& o, const char* k) {
-  const json& v = get(o, k);
+  const json& v = valueAt(o, k);
   if (v.is_number_integer()) return v.get<int64_t>();
   return std::nullopt;
 }
 const json& arr(const json& o, const char* k) {
   static const json kEmpty = json::array();
-  const json& v = get(o, k);
+  const json& v = valueAt(o, k);
   return v.is_array() ? v : kEmpty;
 }
 const json& objOrEmpty(const json& o, const char* k) {
   static const json kEmpty = json::object();
-  const json& v = get(o, k);
+  const json& v = valueAt(o, k);
   return v.is_object() ? v : kEmpty;
 }
 std::string idx(const std::string& path, const char* field, size_t i) {
@@ -511,9 +508,9 @@ void validateProbe(const json& probe, const std::string& path, const std::string
     errs.add(path, "expected exactly one, got both: " + both);
   }
   for (const char* h : {"httpGet", "tcpSocket"}) {
-    const json& action = get(probe, h);
+    const json& action = valueAt(probe, h);
     if (!action.is_object()) continue;
-    const json& port = get(action, "port");
+    const json& port = valueAt(action, "port");
     if (port.is_string() && port.get<std::string>() != port_name) {
       errs.add(path + "." + h + ".port",
                "invalid value: \"" + port.get<std::string>() +
@@ -523,7 +520,7 @@ void validateProbe(const json& probe, const std::string& path, const std::string
       errs.outOfBounds(path + "." + h + ".port", port.dump(), "0", "65535");
     }
   }
-  if (const json& http = get(probe, "httpGet"); http.is_object()) {
+  if (const json& http = valueAt(probe, "httpGet"); http.is_object()) {
     std::string scheme = str(http, "scheme");
     if (!scheme.empty() && scheme != "HTTP" && scheme != "HTTPS") {
       errs.notOneOf(path + ".httpGet.scheme", scheme, quoteList({"HTTP", "HTTPS"}));
@@ -533,7 +530,7 @@ void validateProbe(const json& probe, const std::string& path, const std::string
         errs.missing(idx(path + ".httpGet", "httpHeaders", i) + ".name");
     }
   }
-  if (const json& exec = get(probe, "exec"); exec.is_object() && arr(exec, "command").empty()) {
+  if (const json& exec = valueAt(probe, "exec"); exec.is_object() && arr(exec, "command").empty()) {
     errs.missing(path + ".exec.command");
   }
   validateNonNegative(probe, path,
@@ -673,7 +670,7 @@ void validateEnv(const json& c, const std::string& path, bool serving, const Pod
                    "and K_REVISION are set by the platform)",
                kForbidden);
     }
-    const json& from = get(e, "valueFrom");
+    const json& from = valueAt(e, "valueFrom");
     if (!from.is_object()) continue;
     if (has(e, "value") && !str(e, "value").empty()) {
       errs.add(p + ".valueFrom", "may not be specified when `value` is not empty", kForbidden);
@@ -749,7 +746,7 @@ void validateVolumeMounts(const json& c, const std::string& path, const PodConte
       errs.add(p + ".mountPath", "\"" + mount_path + "\" must be unique", kDuplicate);
     }
     seen_paths.insert(clean);
-    if (pod.volumes.count(name) && !pod.writable_volumes.count(name) && get(m, "readOnly") != true) {
+    if (pod.volumes.count(name) && !pod.writable_volumes.count(name) && valueAt(m, "readOnly") != true) {
       errs.add(p + ".readOnly",
                "missing field(s): mounts of secret, configMap and projected volumes must be readOnly: true",
                kRequired);
@@ -823,21 +820,21 @@ void validateContainer(const json& c, const std::string& path, const std::string
              "more than one container port is set: only a single port is allowed across all containers");
   }
   if (!ports.empty()) validatePort(ports[0], path + ".ports[0]", errs);
-  validateResources(get(c, "resources"), path + ".resources", errs);
-  validateSecurityContext(get(c, "securityContext"), path + ".securityContext", pod, errs);
+  validateResources(valueAt(c, "resources"), path + ".resources", errs);
+  validateSecurityContext(valueAt(c, "securityContext"), path + ".securityContext", pod, errs);
   validateVolumeMounts(c, path, pod, errs);
 
   std::string port_name = ports.empty() ? "" : str(ports[0], "name");
   if (kind == "serving") {
-    validateReadinessProbe(get(c, "readinessProbe"), path + ".readinessProbe", port_name, errs);
-    validateProbe(get(c, "livenessProbe"), path + ".livenessProbe", port_name, errs);
-    validateProbe(get(c, "startupProbe"), path + ".startupProbe", port_name, errs);
+    validateReadinessProbe(valueAt(c, "readinessProbe"), path + ".readinessProbe", port_name, errs);
+    validateProbe(valueAt(c, "livenessProbe"), path + ".livenessProbe", port_name, errs);
+    validateProbe(valueAt(c, "startupProbe"), path + ".startupProbe", port_name, errs);
   } else {
     bool probes_ok = kind == "sidecar" && pod.feats.on("multi-container-probing");
     for (const char* probe : {"readinessProbe", "livenessProbe", "startupProbe"}) {
       if (!has(c, probe)) continue;
       if (probes_ok) {
-        validateProbe(get(c, probe), path + "." + probe, port_name, errs);
+        validateProbe(valueAt(c, probe), path + "." + probe, port_name, errs);
       } else if (kind == "init") {
         errs.disallowed(path + "." + probe, "init containers cannot have probes");
       } else {
@@ -879,9 +876,9 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
     const std::string& src = it.key();
     std::string p = path + "." + src;
     if (src == "secret") {
-      validateKeyToPaths(get(it.value(), "items"), p, errs);
+      validateKeyToPaths(valueAt(it.value(), "items"), p, errs);
     } else if (src == "configMap") {
-      validateKeyToPaths(get(it.value(), "items"), p, errs);
+      validateKeyToPaths(valueAt(it.value(), "items"), p, errs);
     } else if (src == "projected") {
       const json& proj = arr(it.value(), "sources");
       for (size_t i = 0; i < proj.size(); ++i) {
@@ -893,10 +890,10 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
           kinds.push_back(s.key());
           if (s.key() == "secret" || s.key() == "configMap") {
             if (str(s.value(), "name").empty()) errs.missing(pp + "." + s.key() + ".name");
-            validateKeyToPaths(get(s.value(), "items"), pp + "." + s.key(), errs);
+            validateKeyToPaths(valueAt(s.value(), "items"), pp + "." + s.key(), errs);
           } else if (s.key() == "serviceAccountToken") {
             if (str(s.value(), "path").empty()) errs.missing(pp + ".serviceAccountToken.path");
-            if (const json& exp = get(s.value(), "expirationSeconds"); exp.is_number_integer()) {
+            if (const json& exp = valueAt(s.value(), "expirationSeconds"); exp.is_number_integer()) {
               int64_t e = exp.get<int64_t>();
               if (e < 600) {
                 errs.add(pp + ".serviceAccountToken.expirationSeconds",
@@ -999,7 +996,7 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
   for (size_t i = 0; i < pull_secrets.size(); ++i) {
     if (str(pull_secrets[i], "name").empty()) errs.missing(idx(path, "imagePullSecrets", i) + ".name");
   }
-  validatePodSecurityContext(get(spec, "securityContext"), path + ".securityContext", pod, errs);
+  validatePodSecurityContext(valueAt(spec, "securityContext"), path + ".securityContext", pod, errs);
 
   // Volumes: names unique, each mounted by some container, exactly one allowed source.
   const json& volumes = arr(spec, "volumes");
@@ -1215,7 +1212,7 @@ void validateCreatorAndModifier(const json& obj, const json& old, Errors& errs) 
   if (val(ann, annotations::kCreator) != val(old_ann, annotations::kCreator)) {
     errs.add(key("metadata.annotations", annotations::kCreator), "annotation value is immutable", kForbidden);
   }
-  if (get(obj, "spec") == get(old, "spec") &&
+  if (valueAt(obj, "spec") == valueAt(old, "spec") &&
       val(ann, annotations::kLastModifier) != val(old_ann, annotations::kLastModifier)) {
     errs.add(key("metadata.annotations", annotations::kLastModifier),
              "annotation value is immutable (it may only change together with the spec)", kForbidden);
@@ -1239,8 +1236,8 @@ std::string templateDiff(const json& old_t, const json& new_t) {
 }
 
 void validateNameChange(const json& obj, const json& old, Errors& errs) {
-  const json& tmpl = get(get(obj, "spec"), "template");
-  const json& old_tmpl = get(get(old, "spec"), "template");
+  const json& tmpl = valueAt(valueAt(obj, "spec"), "template");
+  const json& old_tmpl = valueAt(valueAt(old, "spec"), "template");
   std::string name = str(objOrEmpty(tmpl, "metadata"), "name");
   if (name.empty() || name != str(objOrEmpty(old_tmpl, "metadata"), "name")) return;
   if (tmpl != old_tmpl) {
@@ -1301,7 +1298,7 @@ void validateDomainMapping(const json& obj, const json* old, Errors& errs) {
     }
   }
   validateLabelsAndAnnotations(meta, "metadata", errs);
-  const json& spec = get(obj, "spec");
+  const json& spec = valueAt(obj, "spec");
   if (!spec.is_object()) {
     errs.missing("spec.ref.apiVersion");
     errs.missing("spec.ref.kind");
@@ -1316,7 +1313,7 @@ void validateDomainMapping(const json& obj, const json* old, Errors& errs) {
       errs.add("spec.ref.namespace", "mismatched namespaces: parent namespace: \"" + ns +
                                          "\" does not match ref: \"" + ref_ns + "\"");
     }
-    if (has(spec, "tls") && !get(spec, "tls").is_null() && str(get(spec, "tls"), "secretName").empty())
+    if (has(spec, "tls") && !valueAt(spec, "tls").is_null() && str(valueAt(spec, "tls"), "secretName").empty())
       errs.missing("spec.tls.secretName");
   }
   if (old != nullptr) validateCreatorAndModifier(obj, *old, errs);
@@ -1370,16 +1367,16 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
   const json& meta = objOrEmpty(obj, "metadata");
   validateObjectName(meta, "metadata", errs);
   validateLabelsAndAnnotations(meta, "metadata", errs);
-  const json& spec = get(obj, "spec");
+  const json& spec = valueAt(obj, "spec");
   bool update = op == Operation::kUpdate && old != nullptr;
 
   if (kind == "Revision") {
     validateOwnerLabel(meta, "metadata", labels::kConfiguration, "Configuration", errs);
     if (update) {
       // Revision spec is immutable; Revision defaulting is skipped on update.
-      if (get(obj, "spec") != get(*old, "spec")) {
+      if (valueAt(obj, "spec") != valueAt(*old, "spec")) {
         errs.add("spec",
-                 "Immutable fields changed (-old +new): " + templateDiff(get(*old, "spec"), get(obj, "spec")),
+                 "Immutable fields changed (-old +new): " + templateDiff(valueAt(*old, "spec"), valueAt(obj, "spec")),
                  kForbidden);
       }
     } else {
@@ -1417,8 +1414,8 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
     validateTraffic(arr(spec, "traffic"), "spec.traffic", /*service_context=*/false, /*in_status=*/false,
                     errs);
   }
-  if (kind != "Configuration" && has(get(obj, "status"), "traffic")) {
-    const json& st = get(get(obj, "status"), "traffic");
+  if (kind != "Configuration" && has(valueAt(obj, "status"), "traffic")) {
+    const json& st = valueAt(valueAt(obj, "status"), "traffic");
     if (st.is_array() && !st.empty()) validateTraffic(st, "status.traffic", false, /*in_status=*/true, errs);
   }
 

@@ -18,6 +18,7 @@
 
 #include "common/duration.h"
 #include "common/log.h"
+#include "common/string_util.h"
 
 namespace knap {
 namespace {
@@ -48,18 +49,6 @@ std::string quoted(const std::string& v) {
   return "\"" + v + "\"";
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
 // Short form for messages: 1h, 10m, 6s, 90s.
 std::string shortSeconds(Seconds s) {
   int64_t n = s.count();
@@ -79,7 +68,7 @@ std::string parseSeconds(const std::string& v, Seconds* out) {
 }
 
 std::string parseDouble(const std::string& v, double* out) {
-  std::string t = trim(v);
+  std::string t(trimSpace(v));
   if (t.empty()) return "must be a number, got " + quoted(v);
   char* end = nullptr;
   errno = 0;
@@ -92,7 +81,7 @@ std::string parseDouble(const std::string& v, double* out) {
 }
 
 std::string parseInt64(const std::string& v, int64_t* out) {
-  std::string t = trim(v);
+  std::string t(trimSpace(v));
   if (t.empty()) return "must be an integer, got " + quoted(v);
   char* end = nullptr;
   errno = 0;
@@ -128,7 +117,7 @@ std::string parseBool(const std::string& v, bool* out) {
 std::string parseEnum(const std::string& v, const std::vector<std::string>& allowed, std::string* out) {
   std::string want;
   for (const std::string& a : allowed) {
-    if (lower(a) == lower(v)) return (*out = a), "";
+    if (asciiLower(a) == asciiLower(v)) return (*out = a), "";
     want += (want.empty() ? "" : ", ") + a;
   }
   return "must be one of " + want + ", got " + quoted(v);
@@ -207,7 +196,7 @@ std::string renderTemplate(const std::string& tmpl, const std::map<std::string, 
     if (close == std::string::npos) return "unclosed action \"{{\"";
     // Trim markers ({{- x -}}) and escapes are not supported by the renderer in controller/route_urls.cc
     // either.
-    std::string action = trim(tmpl.substr(open + 2, close - open - 2));
+    std::string action(trimSpace(tmpl.substr(open + 2, close - open - 2)));
     std::istringstream words(action);
     std::vector<std::string> w;
     for (std::string x; words >> x;) w.push_back(x);
@@ -270,17 +259,15 @@ std::string checkContainerNameTemplate(const std::string& v) {
 
 // host:port or [v6]:port, port 0..65535.
 std::string checkListen(const std::string& v) {
+  if (splitHostPort(v)) return "";
+  // Which part is wrong, for the message.
   size_t colon = v.rfind(':');
   if (colon == std::string::npos || colon == 0) return "must be host:port, got " + quoted(v);
-  std::string host = v.substr(0, colon), port = v.substr(colon + 1);
+  std::string host = v.substr(0, colon);
   if (host.front() == '[' ? host.back() != ']' : host.find(':') != std::string::npos) {
     return "must be host:port (IPv6 in brackets), got " + quoted(v);
   }
-  int64_t p = 0;
-  if (port.empty() || !parseInt64(port, &p).empty() || p < 0 || p > 65535) {
-    return "port must be 0..65535, got " + quoted(v);
-  }
-  return "";
+  return "port must be 0..65535, got " + quoted(v);
 }
 
 std::string checkAbsolutePath(const std::string& v, bool allow_empty) {
@@ -607,7 +594,7 @@ SectionSpec gcSpec(GcConfig& c) {
   SectionSpec s;
   auto retain = [](std::optional<Seconds>* field) -> Handler {
     return [field](const std::string& v) -> std::string {
-      if (lower(v) == "disabled") {
+      if (asciiLower(v) == "disabled") {
         *field = std::nullopt;
         return "";
       }
@@ -629,7 +616,7 @@ SectionSpec gcSpec(GcConfig& c) {
     return err;
   };
   s.keys["max-non-active-revisions"] = [&c](const std::string& v) -> std::string {
-    if (lower(v) == "disabled") {
+    if (asciiLower(v) == "disabled") {
       c.max_non_active_revisions = std::nullopt;
       return "";
     }
@@ -664,7 +651,7 @@ SectionSpec deploymentSpec(DeploymentConfig& c) {
     std::vector<std::string> out;
     std::istringstream in(v);
     for (std::string item; std::getline(in, item, ',');) {
-      item = trim(item);
+      item = trimSpace(item);
       if (item.empty()) continue;
       if (item.find_first_of(" /\t") != std::string::npos) return "invalid registry " + quoted(item);
       out.push_back(item);
@@ -800,7 +787,7 @@ SectionSpec knapSpec(KnapConfig& c) {
       std::vector<std::string> out;
       std::istringstream in(v);
       for (std::string item; std::getline(in, item, ',');) {
-        item = trim(item);
+        item = trimSpace(item);
         if (item.empty()) continue;
         if (item.find_first_of(" \t") != std::string::npos || (!allow_path && item.find('/') != std::string::npos))
           return "invalid " + std::string(allow_path ? "image" : "registry") + " " + quoted(item);
@@ -870,7 +857,7 @@ SectionSpec knapSpec(KnapConfig& c) {
     std::vector<ApiRoleBinding> out;
     std::istringstream in(v);
     for (std::string item; std::getline(in, item, ',');) {
-      item = trim(item);
+      item = trimSpace(item);
       if (item.empty()) continue;
       std::istringstream words(item);
       std::vector<std::string> w;
@@ -973,7 +960,7 @@ void applyDomain(const YAML::Node& node, DomainConfig& c, Errors& e) {
     YAML::Node value = kv.second;
     if (value.IsScalar()) {
       std::string text = value.Scalar();
-      if (trim(text).empty()) {
+      if (trimSpace(text).empty()) {
         value = YAML::Node();
       } else {
         try {

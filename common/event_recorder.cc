@@ -1,5 +1,7 @@
 #include "common/event_recorder.h"
 
+#include "common/json_path.h"
+
 namespace knap {
 
 namespace {
@@ -8,11 +10,6 @@ class NullEventRecorder final : public EventRecorder {
  public:
   void record(const ObjectRef&, EventType, const std::string&, const std::string&, const std::string&) override {}
 };
-
-std::string stringAt(const nlohmann::json& obj, const char* field) {
-  auto it = obj.find(field);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 }  // namespace
 

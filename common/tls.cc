@@ -9,6 +9,8 @@
 #include <cctype>
 #include <ctime>
 
+#include "common/string_util.h"
+
 namespace knap::tls {
 
 namespace {
@@ -28,11 +30,6 @@ std::string opensslError() {
     out += buf;
   }
   return out.empty() ? "unknown OpenSSL error" : out;
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // A DNS name as a certificate may carry it: labels of [a-z0-9-_], a leading
@@ -64,7 +61,7 @@ std::vector<std::string> dnsNames(X509* leaf) {
       const GENERAL_NAME* g = sk_GENERAL_NAME_value(sans, i);
       if (g->type != GEN_DNS) continue;
       const ASN1_IA5STRING* s = g->d.dNSName;
-      std::string n = lower(std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+      std::string n = asciiLower(std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
                                         static_cast<size_t>(ASN1_STRING_length(s))));
       if (plausibleDnsName(n)) out.push_back(n);
     }
@@ -76,7 +73,7 @@ std::vector<std::string> dnsNames(X509* leaf) {
   char cn[256];
   const int len = X509_NAME_get_text_by_NID(X509_get_subject_name(leaf), NID_commonName, cn, sizeof cn);
   if (len > 0) {
-    std::string n = lower(std::string(cn, static_cast<size_t>(len)));
+    std::string n = asciiLower(std::string(cn, static_cast<size_t>(len)));
     if (plausibleDnsName(n)) out.push_back(n);
   }
   return out;

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "common/json_path.h"
+
 namespace knap::controller {
 
 namespace {
@@ -32,10 +34,7 @@ std::string stringOf(const json& obj, const char* field) {
 }  // namespace
 
 std::string metaString(const json& obj, const char* field) {
-  const json& md = metadataOf(obj);
-  auto it = md.find(field);
-  if (it == md.end() || !it->is_string()) return "";
-  return it->get<std::string>();
+  return stringAt(obj, {"metadata", field});
 }
 
 int64_t generationOf(const json& obj) {

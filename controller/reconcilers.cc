@@ -5,6 +5,7 @@
 
 #include "api/naming.h"
 #include "api/resources.h"
+#include "common/json_path.h"
 #include "common/log.h"
 #include "controller/domain_mappings.h"
 #include "controller/object_util.h"
@@ -31,13 +32,6 @@ const json& statusOf(const json& obj) {
   auto it = obj.find("status");
   if (it == obj.end() || !it->is_object()) return kEmpty;
   return *it;
-}
-
-std::string stringAt(const json& obj, const char* key) {
-  if (!obj.is_object()) return "";
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string()) return "";
-  return it->get<std::string>();
 }
 
 const json& specAt(const json& obj, const char* key) {

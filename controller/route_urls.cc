@@ -5,6 +5,7 @@
 
 #include "api/naming.h"
 #include "api/resources.h"
+#include "common/string_util.h"
 #include "controller/object_util.h"
 
 namespace knap::controller {
@@ -12,13 +13,6 @@ namespace knap::controller {
 namespace {
 
 constexpr const char* kDefaultDomainTemplate = "{{.Name}}.{{.Namespace}}.{{.Domain}}";
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
 
 std::string supportedActions(TemplateKind kind) {
   return kind == TemplateKind::kDomain
@@ -29,12 +23,12 @@ std::string supportedActions(TemplateKind kind) {
 // Parses `index .Annotations "key"` / `index .Labels "key"`; false if the action has another shape.
 bool parseIndex(const std::string& action, std::string* map_name, std::string* key) {
   if (action.rfind("index", 0) != 0) return false;
-  std::string rest = trim(action.substr(5));
+  std::string rest(trimOws(action.substr(5)));
   if (rest.size() == action.size() - 5) return false;  // "indexX": no space after index
   size_t sp = rest.find_first_of(" \t");
   if (sp == std::string::npos) return false;
   *map_name = rest.substr(0, sp);
-  std::string lit = trim(rest.substr(sp));
+  std::string lit(trimOws(rest.substr(sp)));
   if (lit.size() < 2 || lit.front() != '"' || lit.back() != '"') return false;
   std::string inner = lit.substr(1, lit.size() - 2);
   if (inner.find_first_of("\"\\") != std::string::npos) return false;  // no escapes supported
@@ -63,7 +57,7 @@ StatusOr<std::string> renderTemplate(const std::string& tmpl, TemplateKind kind,
       return invalidArgument(std::string(what) + " \"" + tmpl + "\": unclosed action \"{{\"");
     }
     std::string raw = tmpl.substr(open + 2, close - open - 2);
-    std::string action = trim(raw);
+    std::string action(trimOws(raw));
     auto unsupported = [&]() {
       return invalidArgument(std::string(what) + " \"" + tmpl + "\": unsupported action {{" + raw +
                              "}}; knap supports " + supportedActions(kind));

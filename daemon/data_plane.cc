@@ -15,7 +15,9 @@
 #include "api/resources.h"
 #include "common/base64.h"
 #include "common/guard.h"
+#include "common/json_path.h"
 #include "common/log.h"
+#include "common/string_util.h"
 #include "controller/domain_mappings.h"
 #include "controller/route_urls.h"
 
@@ -26,13 +28,6 @@ using nlohmann::json;
 
 // obj[name] when obj is an object that has it, else null (stored objects are
 // not trusted to have admission's shape).
-const json& member(const json& obj, const char* name) {
-  static const json kNull;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(name);
-  return it == obj.end() ? kNull : *it;
-}
-
 // How often the certificate directory is looked at for changed files.
 constexpr auto kCertFilePoll = std::chrono::seconds(2);
 constexpr off_t kMaxPemBytes = 1 << 20;
@@ -103,20 +98,10 @@ scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool rea
   return s;
 }
 
-StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what) {
-  auto colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return invalidArgument(what + ": \"" + listen + "\" is not host:port");
-  }
-  std::string host = listen.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = -1;
-  try {
-    port = std::stoi(listen.substr(colon + 1));
-  } catch (...) {
-  }
-  if (port < 0 || port > 65535) return invalidArgument(what + ": bad port in \"" + listen + "\"");
-  return std::make_pair(host, port);
+StatusOr<std::pair<std::string, int>> listenAddress(const std::string& listen, const std::string& what) {
+  auto hp = splitHostPort(listen);
+  if (!hp) return invalidArgument(what + ": \"" + listen + "\" is not host:port (IPv6 in brackets, port 0..65535)");
+  return std::make_pair(hp->host, hp->port);
 }
 
 DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
@@ -129,7 +114,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     options.tls_fd = router_tls_fd;
     options.http_protocol = httpProtocol(config.network.http_protocol);
     if (router_tls_fd < 0) {
-      auto https = splitHostPort(config.knap.router_tls_listen, "knap.router-tls-listen");
+      auto https = listenAddress(config.knap.router_tls_listen, "knap.router-tls-listen");
       if (!https.isOk()) {
         init_status_ = https.status();
       } else {
@@ -152,7 +137,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   // Requests that arrive before the first route sync wait for it (a
   // restarted knapd has not loaded its routes yet), never 404.
   options.startup_hold = config.knap.router_startup_hold;
-  auto external = splitHostPort(config.knap.router_listen, "knap.router-listen");
+  auto external = listenAddress(config.knap.router_listen, "knap.router-listen");
   if (!external.isOk()) {
     init_status_ = external.status();
   } else {
@@ -160,7 +145,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     options.port = external->second;
   }
   if (!config.knap.router_internal_listen.empty()) {
-    auto internal = splitHostPort(config.knap.router_internal_listen, "knap.router-internal-listen");
+    auto internal = listenAddress(config.knap.router_internal_listen, "knap.router-internal-listen");
     if (!internal.isOk()) {
       init_status_ = internal.status();
     } else {
@@ -169,7 +154,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     }
   }
   if (!config.knap.metrics_listen.empty()) {
-    auto admin = splitHostPort(config.knap.metrics_listen, "knap.metrics-listen");
+    auto admin = listenAddress(config.knap.metrics_listen, "knap.metrics-listen");
     if (!admin.isOk()) {
       init_status_ = admin.status();
     } else {
@@ -539,10 +524,10 @@ void DataPlane::syncRevisions() {
     std::string key = obj.key.ns + "/" + obj.key.name;
     live.insert(key);
     const api::RevisionSettings settings = api::revisionSettings(rev, config_);
-    const json& md = member(rev, "metadata");
-    bool reachable = member(member(md, "labels"), api::labels::kRoutingState) != "reserve";
+    const json& md = valueAt(rev, "metadata");
+    bool reachable = valueAt(valueAt(md, "labels"), api::labels::kRoutingState) != "reserve";
     // Only re-apply when what the data plane uses changed.
-    std::string fingerprint = member(rev, "spec").dump() + member(md, "annotations").dump() + (reachable ? "r" : "u");
+    std::string fingerprint = valueAt(rev, "spec").dump() + valueAt(md, "annotations").dump() + (reachable ? "r" : "u");
     auto known = known_revisions_.find(key);
     if (known != known_revisions_.end() && known->second == fingerprint) continue;
 

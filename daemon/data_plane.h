@@ -145,6 +145,6 @@ class DataPlane {
 scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& settings, bool reachable);
 
 // "127.0.0.1:8080" -> {address, port}; kInvalidArgument on a malformed value.
-StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what);
+StatusOr<std::pair<std::string, int>> listenAddress(const std::string& listen, const std::string& what);
 
 }  // namespace knap::daemon

@@ -1,16 +1,13 @@
 #include "events/events.h"
 
+#include "common/json_path.h"
+
 
 namespace knap::events {
 
 using nlohmann::json;
 
 namespace {
-
-std::string stringAt(const json& obj, const char* field) {
-  auto it = obj.is_object() ? obj.find(field) : obj.end();
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 }  // namespace
 

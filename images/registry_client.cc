@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "common/string_util.h"
 #include "oci/digest.h"
 
 namespace knap::images {
@@ -22,18 +23,6 @@ using nlohmann::json;
 constexpr char kManifestAccept[] =
     "Accept: application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, "
     "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -99,12 +88,12 @@ void curlGlobalInit() {
 // ------------------------------------------------------------- pure helpers
 
 std::string normalizeRegistryHost(const std::string& key) {
-  std::string k = trim(key);
+  std::string k(trimSpace(key));
   size_t scheme = k.find("://");
   if (scheme != std::string::npos) k = k.substr(scheme + 3);
   size_t slash = k.find('/');
   if (slash != std::string::npos) k = k.substr(0, slash);
-  k = lower(k);
+  k = asciiLower(k);
   if (k == "index.docker.io" || k == "registry-1.docker.io" || k == "registry.hub.docker.com") k = kDockerHub;
   return k;
 }
@@ -184,10 +173,10 @@ std::vector<AuthChallenge> parseWwwAuthenticate(const std::string& value) {
         while (i < n && value[i] != ',' && value[i] != ' ') ++i;
         v = value.substr(vs, i - vs);
       }
-      if (!out.empty()) out.back().params[lower(token)] = v;
+      if (!out.empty()) out.back().params[asciiLower(token)] = v;
       continue;
     }
-    out.push_back(AuthChallenge{lower(token), {}});
+    out.push_back(AuthChallenge{asciiLower(token), {}});
   }
   return out;
 }
@@ -312,8 +301,8 @@ size_t onHeader(char* data, size_t size, size_t n, void* user) {
   }
   size_t colon = line.find(':');
   if (colon != std::string::npos) {
-    std::string name = lower(trim(line.substr(0, colon)));
-    std::string value = trim(line.substr(colon + 1));
+    std::string name = asciiLower(std::string(trimSpace(line.substr(0, colon))));
+    std::string value(trimSpace(line.substr(colon + 1)));
     auto it = t->resp->headers.find(name);
     if (it != t->resp->headers.end() && name == "www-authenticate") {
       it->second += ", " + value;
@@ -577,7 +566,7 @@ StatusOr<Descriptor> RegistryClient::resolve(const Reference& ref) {
       Descriptor desc;
       desc.digest = d->second;
       std::string ct = resp.headers.count("content-type") ? resp.headers["content-type"] : "";
-      desc.media_type = trim(ct.substr(0, ct.find(';')));
+      desc.media_type = std::string(trimSpace(ct.substr(0, ct.find(';'))));
       if (resp.headers.count("content-length")) desc.size = std::atoll(resp.headers["content-length"].c_str());
       if (isIndexMediaType(desc.media_type) || isManifestMediaType(desc.media_type)) return desc;
     }
@@ -617,7 +606,7 @@ StatusOr<FetchedManifest> RegistryClient::getManifest(const Reference& ref, cons
                     " but the body hashes to " + m.digest);
   }
   std::string ct = resp.headers.count("content-type") ? resp.headers["content-type"] : "";
-  m.media_type = trim(ct.substr(0, ct.find(';')));
+  m.media_type = std::string(trimSpace(ct.substr(0, ct.find(';'))));
   if (!isIndexMediaType(m.media_type) && !isManifestMediaType(m.media_type)) {
     std::string sniffed = sniffManifestMediaType(m.body);
     if (isIndexMediaType(sniffed) || isManifestMediaType(sniffed)) {

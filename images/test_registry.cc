@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "common/string_util.h"
 #include "oci/digest.h"
 
 namespace knap::images::testing {
@@ -16,11 +17,6 @@ namespace knap::images::testing {
 namespace {
 
 using nlohmann::json;
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 bool sendAll(int fd, const char* p, size_t n) {
   while (n > 0) {
@@ -150,7 +146,7 @@ void TestHttpServer::serve(int fd) {
     if (colon != std::string::npos) {
       std::string v = h.substr(colon + 1);
       while (!v.empty() && v.front() == ' ') v.erase(0, 1);
-      req.headers[lower(h.substr(0, colon))] = v;
+      req.headers[asciiLower(h.substr(0, colon))] = v;
     }
     pos = e + 2;
   }
@@ -159,7 +155,7 @@ void TestHttpServer::serve(int fd) {
   bool has_length = false;
   for (const auto& [k, v] : resp.headers) {
     head += k + ": " + v + "\r\n";
-    has_length = has_length || lower(k) == "content-length";
+    has_length = has_length || asciiLower(k) == "content-length";
   }
   if (!has_length) head += "Content-Length: " + std::to_string(resp.body.size()) + "\r\n";
   head += "Connection: close\r\n\r\n";

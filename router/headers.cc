@@ -7,6 +7,8 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/container/small_vector.hpp>
 
+#include "common/string_util.h"
+
 namespace knap::router {
 
 namespace {
@@ -15,12 +17,6 @@ boost::beast::string_view bsv(std::string_view s) { return {s.data(), s.size()};
 
 bool iequals(std::string_view a, std::string_view b) {
   return boost::beast::iequals(bsv(a), bsv(b));
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 // Comma-separated tokens of every instance of header `name`: views into the
@@ -35,7 +31,7 @@ Tokens tokens(const http::fields& fields, std::string_view name) {
     while (start <= v.size()) {
       size_t comma = v.find(',', start);
       if (comma == std::string_view::npos) comma = v.size();
-      std::string_view tok = trim(v.substr(start, comma - start));
+      std::string_view tok = trimOws(v.substr(start, comma - start));
       if (!tok.empty()) out.emplace_back(tok);
       start = comma + 1;
     }
@@ -100,7 +96,7 @@ std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std:
   while (start <= xff.size()) {
     size_t comma = xff.find(',', start);
     if (comma == std::string_view::npos) comma = xff.size();
-    std::string_view node = trim(xff.substr(start, comma - start));
+    std::string_view node = trimOws(xff.substr(start, comma - start));
     if (!node.empty()) nodes.push_back(node);
     start = comma + 1;
   }

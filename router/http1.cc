@@ -3,6 +3,8 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/container/small_vector.hpp>
 
+#include "common/string_util.h"
+
 namespace knap::router::http1 {
 
 namespace {
@@ -11,12 +13,6 @@ boost::beast::string_view bsv(std::string_view s) { return {s.data(), s.size()};
 std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
 bool iequals(std::string_view a, std::string_view b) { return boost::beast::iequals(bsv(a), bsv(b)); }
-
-std::string_view trimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 bool isToken(std::string_view s) {
   if (s.empty()) return false;

@@ -17,6 +17,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/container/small_vector.hpp>
 
+#include "common/string_util.h"
 #include "router/headers.h"
 #include "router/router_impl.h"
 
@@ -28,20 +29,12 @@ using http1::Framing;
 
 // "ip:port" / "[v6]:port" -> endpoint.
 bool parseEndpointKey(const std::string& key, tcp::endpoint* out) {
-  const size_t colon = key.rfind(':');
-  if (colon == std::string::npos) return false;
-  std::string host = key.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(key.substr(colon + 1));
-  } catch (...) {
-    return false;
-  }
+  auto hp = splitHostPort(key);
+  if (!hp || hp->port == 0) return false;
   beast::error_code ec;
-  asio::ip::address addr = asio::ip::make_address(host, ec);
-  if (ec || port <= 0 || port > 65535) return false;
-  *out = tcp::endpoint(addr, static_cast<uint16_t>(port));
+  asio::ip::address addr = asio::ip::make_address(hp->host, ec);
+  if (ec) return false;
+  *out = tcp::endpoint(addr, static_cast<uint16_t>(hp->port));
   return true;
 }
 

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/string_util.h"
+
 namespace knap::api {
 namespace {
 
@@ -74,13 +76,6 @@ bool tokenChars(const std::string& s) {
   });
 }
 
-std::string trimmed(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
 bool isRead(const std::string& verb) { return verb == "get" || verb == "list" || verb == "watch"; }
 
 bool roleAllows(const std::string& role, const RequestAttributes& a) {
@@ -126,7 +121,7 @@ StatusOr<TokenFile> TokenFile::parse(const std::string& text, const std::string&
       break;
     }
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (trimmed(line).empty() || trimmed(line)[0] == '#') continue;
+    if (trimOws(line).empty() || trimOws(line)[0] == '#') continue;
     if (line.size() > kMaxLineBytes) {
       fail(line_no, "the line is longer than " + std::to_string(kMaxLineBytes) + " bytes");
       continue;
@@ -156,7 +151,7 @@ StatusOr<TokenFile> TokenFile::parse(const std::string& text, const std::string&
       fail(line_no, "the token contains spaces or non-ASCII characters");
       continue;
     }
-    if (trimmed(f[1]).empty()) {
+    if (trimOws(f[1]).empty()) {
       fail(line_no, "the user name is empty");
       continue;
     }
@@ -167,12 +162,12 @@ StatusOr<TokenFile> TokenFile::parse(const std::string& text, const std::string&
       continue;
     }
     seen.push_back(e.digest);
-    e.user.name = trimmed(f[1]);
-    e.user.uid = trimmed(f[2]);
+    e.user.name = trimOws(f[1]);
+    e.user.uid = trimOws(f[2]);
     if (f.size() == 4) {
       std::istringstream groups(f[3]);
       for (std::string g; std::getline(groups, g, ',');) {
-        g = trimmed(g);
+        g = trimOws(g);
         if (!g.empty()) e.user.groups.push_back(g);
       }
     }

@@ -30,6 +30,7 @@
 #include "common/guard.h"
 #include "common/listen_fds.h"
 #include "common/log.h"
+#include "common/string_util.h"
 #include "common/tls.h"
 
 namespace knap::api {
@@ -648,20 +649,12 @@ void ApiServer::Impl::accept(typename Protocol::acceptor& acceptor, AcceptState&
 // Binds the TCP listener named by options_.tcp_listen.
 Status ApiServer::Impl::bindTcp() {
   beast::error_code ec;
-  std::string addr = options_.tcp_listen;
-  size_t colon = addr.rfind(':');
-  if (colon == std::string::npos) return invalidArgument("tcp listen address \"" + addr + "\" must be host:port");
-  std::string host = addr.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(addr.substr(colon + 1));
-  } catch (const std::exception&) {
-    return invalidArgument("tcp listen address \"" + addr + "\" has a bad port");
-  }
-  auto ip = net::ip::make_address(host, ec);
-  if (ec || port < 0 || port > 65535) return invalidArgument("tcp listen address \"" + addr + "\" is not ip:port");
-  net::ip::tcp::endpoint ep(ip, static_cast<unsigned short>(port));
+  const std::string& addr = options_.tcp_listen;
+  auto hp = splitHostPort(addr);
+  if (!hp) return invalidArgument("tcp listen address \"" + addr + "\" must be ip:port (IPv6 in brackets)");
+  auto ip = net::ip::make_address(hp->host, ec);
+  if (ec) return invalidArgument("tcp listen address \"" + addr + "\" is not ip:port");
+  net::ip::tcp::endpoint ep(ip, static_cast<unsigned short>(hp->port));
   tcp_acceptor_.emplace(ioc_);
   tcp_acceptor_->open(ep.protocol(), ec);
   if (!ec) tcp_acceptor_->set_option(net::socket_base::reuse_address(true), ec);
@@ -828,13 +821,9 @@ Status configureApiSecurity(const Config& config, const std::string& data_dir,
   }
   std::vector<std::string> hosts = extra_hosts;
   // A specific listen address must be in the serving certificate too.
-  std::string listen = options->tcp_listen;
-  size_t colon = listen.rfind(':');
-  if (colon != std::string::npos) {
-    std::string host = listen.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (auto hp = splitHostPort(options->tcp_listen)) {
     beast::error_code ec;
-    auto ip = net::ip::make_address(host, ec);
+    auto ip = net::ip::make_address(hp->host, ec);
     if (!ec && !ip.is_unspecified()) hosts.push_back(ip.to_string());
   }
   auto pki = ensurePki(data_dir + "/pki", hosts);

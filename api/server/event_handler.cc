@@ -6,6 +6,7 @@
 #include "api/server/k8s_status.h"
 #include "api/server/selectors.h"
 #include "api/server/tables.h"
+#include "common/json_path.h"
 #include "events/events.h"
 
 namespace knap::api {
@@ -23,16 +24,6 @@ HttpResponse reply(int code, const json& body) {
 
 HttpResponse replyError(const ApiError& e) { return reply(e.code, e.body); }
 
-std::string str(const json& obj, const char* a, const char* b = nullptr) {
-  const json* cur = &obj;
-  for (const char* k : {a, b}) {
-    if (!k) break;
-    if (!cur->is_object() || !cur->contains(k)) return "";
-    cur = &(*cur)[k];
-  }
-  return cur->is_string() ? cur->get<std::string>() : "";
-}
-
 json tableOf(const std::vector<json>& events, WallTime now, IncludeObject include, const std::string& rv) {
   auto col = [](const char* name, const char* description, int priority = 0) {
     return json{{"name", name}, {"type", "string"}, {"format", ""}, {"description", description}, {"priority", priority}};
@@ -44,12 +35,12 @@ json tableOf(const std::vector<json>& events, WallTime now, IncludeObject includ
                               col("Name", "The event's name", 1)});
   json rows = json::array();
   for (const json& e : events) {
-    std::string kind = str(e, "involvedObject", "kind");
+    std::string kind = stringAt(e, {"involvedObject", "kind"});
     for (char& c : kind) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     json row = {{"cells",
-                 {humanDuration(now - events::lastSeen(e)), str(e, "type"), str(e, "reason"),
-                  kind + "/" + str(e, "involvedObject", "name"), str(e, "message"), str(e, "source", "component"),
-                  std::to_string(e.value("count", 1)), str(e, "metadata", "name")}}};
+                 {humanDuration(now - events::lastSeen(e)), stringAt(e, "type"), stringAt(e, "reason"),
+                  kind + "/" + stringAt(e, {"involvedObject", "name"}), stringAt(e, "message"), stringAt(e, {"source", "component"}),
+                  std::to_string(e.value("count", 1)), stringAt(e, {"metadata", "name"})}}};
     if (include == IncludeObject::kObject) {
       row["object"] = e;
     } else if (include == IncludeObject::kMetadata) {

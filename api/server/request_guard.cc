@@ -6,14 +6,10 @@
 #include <cctype>
 #include <string_view>
 
+#include "common/string_util.h"
+
 namespace knap::api {
 namespace {
-
-std::string lowerAscii(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // "Example.COM:6443" -> "example.com"; "[::1]:6443" -> "::1". Empty when malformed.
 std::string hostName(std::string_view host) {
@@ -22,13 +18,13 @@ std::string hostName(std::string_view host) {
     if (close == std::string_view::npos) return "";
     std::string_view rest = host.substr(close + 1);
     if (!rest.empty() && rest.front() != ':') return "";
-    return lowerAscii(host.substr(1, close - 1));
+    return asciiLower(host.substr(1, close - 1));
   }
   size_t colon = host.find(':');
   if (colon != std::string_view::npos && host.find(':', colon + 1) != std::string_view::npos) {
-    return lowerAscii(host);  // a bare IPv6 literal
+    return asciiLower(host);  // a bare IPv6 literal
   }
-  std::string name = lowerAscii(host.substr(0, colon));
+  std::string name = asciiLower(host.substr(0, colon));
   if (!name.empty() && name.back() == '.') name.pop_back();  // "localhost." is localhost
   return name;
 }
@@ -47,7 +43,7 @@ std::string mediaTypeOf(const std::string& content_type) {
   t = t.substr(0, t.find(';'));
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
-  return lowerAscii(t);
+  return asciiLower(t);
 }
 
 // "http://a.example:8080" -> "a.example:8080"; "" for "null" and malformed origins.
@@ -56,7 +52,7 @@ std::string originHostPort(const std::string& origin) {
   if (scheme == std::string::npos) return "";
   std::string rest = origin.substr(scheme + 3);
   if (rest.find('/') != std::string::npos) rest = rest.substr(0, rest.find('/'));
-  return lowerAscii(rest);
+  return asciiLower(rest);
 }
 
 bool isWrite(const std::string& method) {
@@ -72,7 +68,7 @@ bool hostAllowed(const std::string& host, const std::vector<std::string>& allowe
   if (name == "localhost" || endsWith(name, ".localhost")) return true;
   if (isIpLiteral(name)) return true;  // an address cannot be rebound to another one
   return std::any_of(allowed_names.begin(), allowed_names.end(),
-                     [&](const std::string& a) { return lowerAscii(a) == name; });
+                     [&](const std::string& a) { return asciiLower(a) == name; });
 }
 
 bool bodyMediaTypeAllowed(const std::string& media_type) {
@@ -92,7 +88,7 @@ std::optional<ApiError> guardRequest(const RequestHeaders& h, const std::vector<
   }
   if (isWrite(h.method) && !h.origin.empty()) {
     std::string from = originHostPort(h.origin);
-    if (from.empty() || from != lowerAscii(h.host)) {
+    if (from.empty() || from != asciiLower(h.host)) {
       return makeApiError(
           403, "Forbidden",
           "cross-origin write refused: Origin \"" + h.origin + "\" does not match Host \"" + h.host + "\"");

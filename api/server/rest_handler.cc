@@ -22,8 +22,10 @@
 #include "api/server/placeholder_kinds.h"
 #include "api/server/request_guard.h"
 #include "common/base64.h"
+#include "common/json_path.h"
 #include "common/pod_logs.h"
 #include "common/log.h"
+#include "common/string_util.h"
 #include "events/events.h"
 
 
@@ -74,18 +76,13 @@ std::optional<bool> parseBool(const std::string& s) {
   return std::nullopt;
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // Media type without parameters, lower-case: "application/json".
 std::string mediaType(const std::string& content_type) {
   std::string t = content_type.substr(0, content_type.find(';'));
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
   size_t b = 0;
   while (b < t.size() && std::isspace(static_cast<unsigned char>(t[b]))) ++b;
-  return lower(t.substr(b));
+  return asciiLower(t.substr(b));
 }
 
 HttpResponse jsonResponse(int code, const json& body) {
@@ -125,11 +122,7 @@ json withTypeMeta(json obj, const ResourceInfo& info) {
 }
 
 std::string metaString(const json& obj, const char* field) {
-  if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return "";
-  const json& md = obj["metadata"];
-  auto it = md.find(field);
-  if (it == md.end() || !it->is_string()) return "";
-  return it->get<std::string>();
+  return stringAt(obj, {"metadata", field});
 }
 
 json* labelsOf(json& obj) {
@@ -483,7 +476,7 @@ bool openToAnonymous(const std::string& method, const std::vector<std::string>& 
 // "Bearer TOKEN" (the scheme is case-insensitive); "" otherwise.
 std::string bearerToken(const std::string& header) {
   if (header.size() < 7) return "";
-  std::string scheme = lower(header.substr(0, 7));
+  std::string scheme = asciiLower(header.substr(0, 7));
   if (scheme != "bearer ") return "";
   std::string token = header.substr(7);
   size_t b = token.find_first_not_of(' ');
@@ -911,7 +904,7 @@ std::optional<HttpResponse> readWriteOptions(const std::map<std::string, std::st
   }
   it = q.find("fieldValidation");
   if (it != q.end() && !it->second.empty()) {
-    std::string v = lower(it->second);
+    std::string v = asciiLower(it->second);
     if (v == "strict") *validation = "Strict";
     else if (v == "warn") *validation = "Warn";
     else if (v == "ignore") *validation = "Ignore";

@@ -2,16 +2,11 @@
 
 #include <cctype>
 
+#include "common/string_util.h"
+
 namespace knap::api {
 
 namespace {
-
-std::string trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
 
 // Splits on commas that are not inside parentheses.
 StatusOr<std::vector<std::string>> splitTopLevel(const std::string& text) {
@@ -73,46 +68,46 @@ size_t findWord(const std::string& s, const std::string& word) {
 
 StatusOr<LabelSelector> LabelSelector::parse(const std::string& text) {
   LabelSelector sel;
-  if (trim(text).empty()) return sel;
+  if (trimSpace(text).empty()) return sel;
   KNAP_ASSIGN_OR_RETURN(auto parts, splitTopLevel(text));
   for (const std::string& raw : parts) {
-    std::string part = trim(raw);
+    std::string part(trimSpace(raw));
     if (part.empty()) return badRequirement(raw, "empty requirement");
     Requirement r;
     size_t p;
     if (part[0] == '!') {
-      r.key = trim(part.substr(1));
+      r.key = trimSpace(part.substr(1));
       r.op = Op::kDoesNotExist;
     } else if ((p = findWord(part, "notin")) != std::string::npos ||
                (p = findWord(part, "in")) != std::string::npos) {
       bool notin = part.compare(p, 5, "notin") == 0;
-      r.key = trim(part.substr(0, p));
+      r.key = trimSpace(part.substr(0, p));
       r.op = notin ? Op::kNotIn : Op::kIn;
-      std::string rest = trim(part.substr(p + (notin ? 5 : 2)));
+      std::string rest(trimSpace(part.substr(p + (notin ? 5 : 2))));
       if (rest.size() < 2 || rest.front() != '(' || rest.back() != ')')
         return badRequirement(part, "expected a parenthesised value list");
       std::string inner = rest.substr(1, rest.size() - 2);
       size_t start = 0;
       while (true) {
         size_t comma = inner.find(',', start);
-        std::string v = trim(inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        std::string v(trimSpace(inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
         if (!validValue(v)) return badRequirement(part, "invalid label value \"" + v + "\"");
         r.values.push_back(v);
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
     } else if ((p = part.find("!=")) != std::string::npos) {
-      r.key = trim(part.substr(0, p));
+      r.key = trimSpace(part.substr(0, p));
       r.op = Op::kNotEquals;
-      r.values.push_back(trim(part.substr(p + 2)));
+      r.values.push_back(std::string(trimSpace(part.substr(p + 2))));
     } else if ((p = part.find("==")) != std::string::npos) {
-      r.key = trim(part.substr(0, p));
+      r.key = trimSpace(part.substr(0, p));
       r.op = Op::kEquals;
-      r.values.push_back(trim(part.substr(p + 2)));
+      r.values.push_back(std::string(trimSpace(part.substr(p + 2))));
     } else if ((p = part.find('=')) != std::string::npos) {
-      r.key = trim(part.substr(0, p));
+      r.key = trimSpace(part.substr(0, p));
       r.op = Op::kEquals;
-      r.values.push_back(trim(part.substr(p + 1)));
+      r.values.push_back(std::string(trimSpace(part.substr(p + 1))));
     } else {
       r.key = part;
       r.op = Op::kExists;
@@ -163,25 +158,25 @@ bool LabelSelector::matches(const nlohmann::json& labels) const {
 StatusOr<FieldSelector> FieldSelector::parse(const std::string& text,
                                              const std::map<std::string, std::string>& extra_fields) {
   FieldSelector sel;
-  if (trim(text).empty()) return sel;
+  if (trimSpace(text).empty()) return sel;
   size_t start = 0;
   while (true) {
     size_t comma = text.find(',', start);
-    std::string part = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    std::string part(trimSpace(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
     Term t;
     size_t p;
     if ((p = part.find("!=")) != std::string::npos) {
       t.negate = true;
-      t.field = trim(part.substr(0, p));
-      t.value = trim(part.substr(p + 2));
+      t.field = trimSpace(part.substr(0, p));
+      t.value = trimSpace(part.substr(p + 2));
     } else if ((p = part.find("==")) != std::string::npos) {
       t.negate = false;
-      t.field = trim(part.substr(0, p));
-      t.value = trim(part.substr(p + 2));
+      t.field = trimSpace(part.substr(0, p));
+      t.value = trimSpace(part.substr(p + 2));
     } else if ((p = part.find('=')) != std::string::npos) {
       t.negate = false;
-      t.field = trim(part.substr(0, p));
-      t.value = trim(part.substr(p + 1));
+      t.field = trimSpace(part.substr(0, p));
+      t.value = trimSpace(part.substr(p + 1));
     } else {
       return invalidArgument("invalid field selector: \"" + part + "\": expected field=value");
     }

@@ -2,6 +2,7 @@
 
 #include "api/server/event_handler.h"
 #include "common/clock.h"
+#include "common/json_path.h"
 
 namespace knap::api {
 
@@ -26,13 +27,8 @@ json column(const std::string& name, const std::string& type, const std::string&
 
 // The string at a path of object keys, "" when absent or not a string/number.
 std::string str(const json& obj, std::initializer_list<const char*> path) {
-  const json* cur = &obj;
-  for (const char* k : path) {
-    if (!cur->is_object()) return "";
-    auto it = cur->find(k);
-    if (it == cur->end()) return "";
-    cur = &*it;
-  }
+  const json* cur = jsonAt(obj, path);
+  if (cur == nullptr) return "";
   if (cur->is_string()) return cur->get<std::string>();
   if (cur->is_number_integer()) return std::to_string(cur->get<int64_t>());
   if (cur->is_number()) return cur->dump();

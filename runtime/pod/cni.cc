@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "common/string_util.h"
 #include "runtime/pod/subprocess.h"
 
 namespace knap::runtime {
@@ -37,13 +38,6 @@ std::vector<std::string> listDir(const std::string& dir) {
   ::closedir(d);
   std::sort(out.begin(), out.end());
   return out;
-}
-
-std::string trimmed(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t b = 0;
-  while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  return s.substr(b);
 }
 
 bool isIpv4(const std::string& s) {
@@ -172,8 +166,8 @@ Status cniError(const std::string& what, int exit_code, const std::string& stdou
     }
   } catch (const json::exception&) {
   }
-  if (msg.empty()) msg = trimmed(stderr_text);
-  if (msg.empty()) msg = trimmed(stdout_text);
+  if (msg.empty()) msg = trimSpace(stderr_text);
+  if (msg.empty()) msg = trimSpace(stdout_text);
   if (msg.empty()) msg = "exit status " + std::to_string(exit_code);
   const std::string text = what + ": " + msg;
   if (code == 11) return unavailable(text);
@@ -323,7 +317,7 @@ std::map<std::string, std::string> CniNetwork::listLeases() const {
     std::ifstream f(dir + "/" + name);
     std::string id;
     std::getline(f, id);
-    id = trimmed(id);
+    id = trimSpace(id);
     if (!id.empty()) out[name] = id;
   }
   return out;

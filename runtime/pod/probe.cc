@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/string_util.h"
+
 namespace knap::runtime {
 namespace {
 
@@ -21,11 +23,6 @@ using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
 constexpr const char* kUserAgent = "kube-probe/1.30";
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string hostPort(const std::string& ip, int port) {
   if (ip.find(':') != std::string::npos) return "[" + ip + "]:" + std::to_string(port);
@@ -101,7 +98,7 @@ ProbeResult httpProbe(const ProbeSpec& spec, const std::string& ip, int port, Mo
       {"Accept", "*/*"}};
   for (const auto& [k, v] : spec.headers) {
     auto it = std::find_if(headers.begin(), headers.end(),
-                           [&](const auto& h) { return lower(h.first) == lower(k); });
+                           [&](const auto& h) { return asciiLower(h.first) == asciiLower(k); });
     if (it != headers.end())
       it->second = v;
     else

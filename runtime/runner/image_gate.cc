@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "common/json_path.h"
 #include "common/log.h"
 #include "oci/reference.h"
 #include "runtime/runner/pod_runner.h"
@@ -36,15 +37,6 @@ namespace {
 
 std::string keyOf(const std::string& ns, const std::string& name) { return ns + "/" + name; }
 
-std::string strAt(const json& j, std::initializer_list<const char*> path) {
-  const json* cur = &j;
-  for (const char* p : path) {
-    if (!cur->is_object() || !cur->contains(p)) return "";
-    cur = &(*cur)[p];
-  }
-  return cur->is_string() ? cur->get<std::string>() : "";
-}
-
 const json* firstContainer(const json& rev) {
   if (!rev.contains("spec") || !rev["spec"].is_object()) return nullptr;
   const json& spec = rev["spec"];
@@ -58,7 +50,7 @@ std::vector<std::string> containerImages(const json& rev) {
   if (!rev.contains("spec") || !rev["spec"].is_object()) return out;
   const json& spec = rev["spec"];
   if (!spec.contains("containers") || !spec["containers"].is_array()) return out;
-  for (const json& c : spec["containers"]) out.push_back(strAt(c, {"image"}));
+  for (const json& c : spec["containers"]) out.push_back(stringAt(c, {"image"}));
   return out;
 }
 
@@ -76,7 +68,7 @@ std::string pinnedFromStatus(const json& rev, size_t i) {
       st["containerStatuses"].size() <= i) {
     return "";
   }
-  std::string d = strAt(st["containerStatuses"][i], {"imageDigest"});
+  std::string d = stringAt(st["containerStatuses"][i], {"imageDigest"});
   return oci::hasDigest(d) ? d : "";
 }
 
@@ -101,7 +93,7 @@ json forInner(const json& object, const std::vector<std::string>& refs, WallTime
   if (ready_at != WallTime{}) {
     at = formatRfc3339Nano(ready_at);
   } else if (!previous.is_null()) {
-    at = strAt(previous, {"metadata", "annotations", kImageReadyAtAnnotation});
+    at = stringAt(previous, {"metadata", "annotations", kImageReadyAtAnnotation});
   }
   if (!at.empty()) out["metadata"]["annotations"][kImageReadyAtAnnotation] = at;
   return out;
@@ -134,8 +126,8 @@ void ImageGate::setRequesterHook(std::function<void(const std::string& key, cons
 }
 
 void ImageGate::ensure(const json& revision) {
-  const std::string ns = strAt(revision, {"metadata", "namespace"});
-  const std::string name = strAt(revision, {"metadata", "name"});
+  const std::string ns = stringAt(revision, {"metadata", "namespace"});
+  const std::string name = stringAt(revision, {"metadata", "name"});
   if (name.empty()) return;
   const std::string key = keyOf(ns, name);
   if (requester_hook_) requester_hook_(key, &revision);
@@ -233,7 +225,7 @@ void ImageGate::sync(const std::string& key) {
     }
   }
   if (forward) {
-    if (!r.forwarded) LOG(INFO) << "image gate: " << key << " runs " << strAt(*firstContainer(obj), {"image"});
+    if (!r.forwarded) LOG(INFO) << "image gate: " << key << " runs " << stringAt(*firstContainer(obj), {"image"});
     inner_.ensure(obj);
   }
 }

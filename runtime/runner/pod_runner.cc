@@ -7,6 +7,7 @@
 #include "api/revision_settings.h"
 #include "common/duration.h"
 #include "common/guard.h"
+#include "common/json_path.h"
 #include "common/log.h"
 #include "runtime/pod/oci_spec.h"
 
@@ -43,13 +44,6 @@ std::optional<int> annotationInt(const json& obj, const char* key) {
   } catch (...) {
     return std::nullopt;
   }
-}
-
-std::string str(const json& j, const char* a, const char* b) {
-  if (!j.is_object() || !j.contains(a) || !j[a].is_object()) return "";
-  const json& o = j[a];
-  auto it = o.find(b);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 const json& firstContainer(const json& rev) {
@@ -353,8 +347,8 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
 }
 
 void PodRunner::ensure(const json& revision) {
-  std::string ns = str(revision, "metadata", "namespace");
-  std::string name = str(revision, "metadata", "name");
+  std::string ns = stringAt(revision, {"metadata", "namespace"});
+  std::string name = stringAt(revision, {"metadata", "name"});
   if (name.empty()) return;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -14,6 +14,7 @@
 
 #include "api/codec.h"
 #include "common/base64.h"
+#include "common/string_util.h"
 
 namespace knap::cli {
 namespace beast = boost::beast;
@@ -47,12 +48,10 @@ StatusOr<Endpoint> parseServer(const std::string& server) {
   }
   auto slash = rest.find('/');
   if (slash != std::string::npos) rest = rest.substr(0, slash);
-  auto colon = rest.rfind(':');
-  if (colon == std::string::npos || (rest.front() == '[' && rest.back() == ']'))
-    return invalidArgument("server address needs a port: " + server);
-  ep.host = rest.substr(0, colon);
-  ep.port = rest.substr(colon + 1);
-  if (ep.host.size() >= 2 && ep.host.front() == '[') ep.host = ep.host.substr(1, ep.host.size() - 2);
+  auto hp = splitHostPort(rest);
+  if (!hp) return invalidArgument("server address needs host:port (IPv6 in brackets): " + server);
+  ep.host = hp->host;
+  ep.port = std::to_string(hp->port);
   return ep;
 }
 

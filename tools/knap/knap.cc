@@ -27,6 +27,7 @@
 #include "api/codec.h"
 #include "api/resources.h"
 #include "common/clock.h"
+#include "common/json_path.h"
 #include "tools/knap/http_client.h"
 #include "tools/knap/image_pull_cmd.h"
 #include "tools/knap/pods_cmd.h"
@@ -161,11 +162,8 @@ std::string conditionsSummary(const json& obj) {
 }
 
 std::string str(const json& obj, std::initializer_list<const char*> path) {
-  const json* cur = &obj;
-  for (const char* p : path) {
-    if (!cur->is_object() || !cur->contains(p)) return "";
-    cur = &(*cur)[p];
-  }
+  const json* cur = jsonAt(obj, path);
+  if (cur == nullptr) return "";
   if (cur->is_string()) return cur->get<std::string>();
   if (cur->is_null()) return "";
   return cur->dump();
