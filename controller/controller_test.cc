@@ -259,13 +259,16 @@ TEST_F(ControllerTest, CertificateProvisionedFollowsTheCertificateSource) {
   EXPECT_EQ(ready(get("Service", "hello")), "True");
 }
 
+json domainMappingBody(const std::string& domain, const std::string& ns, const std::string& target);  // below
+
 // With an ingress source (the daemon's data plane), a Route is Ready only
 // once the router serves its traffic; the same traffic stays Ready after.
 TEST_F(ControllerTest, IngressReadyWaitsForTheRouterToServeTheTraffic) {
   struct FakeIngress : IngressStatus {
     std::set<std::string> served;  // "ns/name\n" + fingerprint
-    bool programmed(const std::string& ns, const std::string& name, const std::string& fp) const override {
-      return served.count(ns + "/" + name + "\n" + fp) > 0;
+    bool programmed(const std::string& kind, const std::string& ns, const std::string& name,
+                    const std::string& fp) const override {
+      return served.count(kind + " " + ns + "/" + name + "\n" + fp) > 0;
     }
   } ingress;
   makeController();
@@ -279,7 +282,7 @@ TEST_F(ControllerTest, IngressReadyWaitsForTheRouterToServeTheTraffic) {
   EXPECT_EQ(ready(r), "Unknown");
   EXPECT_EQ(ready(get("Service", "hello")), "Unknown");
 
-  ingress.served.insert(std::string(kNs) + "/hello\n" + programFingerprint(r));
+  ingress.served.insert("Route " + std::string(kNs) + "/hello\n" + programFingerprint(r));
   ctl_->enqueue(Key{"Route", kNs, "hello"});
   settle();
   r = get("Route", "hello");
@@ -287,12 +290,28 @@ TEST_F(ControllerTest, IngressReadyWaitsForTheRouterToServeTheTraffic) {
   EXPECT_EQ(ready(r), "True");
   EXPECT_EQ(ready(get("Service", "hello")), "True");
 
+  // A DomainMapping of the Service waits for its own host the same way.
+  json mapping = domainMappingBody("app.example.org", kNs, "hello");
+  ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "app.example.org"}, mapping).isOk());
+  settle();
+  json dm = get("DomainMapping", "app.example.org");
+  EXPECT_EQ(cond(dm, "ReferenceResolved").status, "True");
+  EXPECT_EQ(cond(dm, "IngressReady").status, "Unknown");
+  EXPECT_EQ(cond(dm, "IngressReady").reason, "IngressNotConfigured");
+  EXPECT_EQ(ready(dm), "Unknown");
+  ingress.served.insert("DomainMapping " + std::string(kNs) + "/app.example.org\n" + domainFingerprint(dm));
+  ctl_->enqueue(Key{"DomainMapping", kNs, "app.example.org"});
+  settle();
+  EXPECT_EQ(ready(get("DomainMapping", "app.example.org")), "True");
+
   // The source forgets (a restarted knapd whose router has not reported
   // yet): the same traffic stays Ready.
   ingress.served.clear();
   ctl_->enqueue(Key{"Route", kNs, "hello"});
+  ctl_->enqueue(Key{"DomainMapping", kNs, "app.example.org"});
   settle();
   EXPECT_EQ(ready(get("Route", "hello")), "True");
+  EXPECT_EQ(ready(get("DomainMapping", "app.example.org")), "True");
 }
 
 TEST_F(ControllerTest, SecondReconcileWritesNothing) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "common/json_path.h"
 #include "controller/object_util.h"
 
 namespace knap::controller {
@@ -69,6 +70,11 @@ std::vector<DomainTarget> domainTargets(const Config& config, const std::vector<
   std::vector<DomainTarget> result;
   for (auto& [host, target] : out) result.push_back(std::move(target));
   return result;
+}
+
+std::string domainFingerprint(const nlohmann::json& mapping) {
+  const nlohmann::json* ref = jsonAt(mapping, {"spec", "ref"});
+  return ref != nullptr ? ref->dump() : "";
 }
 
 }  // namespace knap::controller

@@ -41,4 +41,10 @@ struct DomainTarget {
 std::vector<DomainTarget> domainTargets(const Config& config, const std::vector<nlohmann::json>& mappings,
                                         const std::vector<nlohmann::json>& routes);
 
+// What the router's table takes from a DomainMapping itself (its spec.ref;
+// the host is its name), as text, for IngressReady
+// (controller/ingress_status.h): the data plane records it for each mapping
+// domainTargets() returned.
+std::string domainFingerprint(const nlohmann::json& mapping);
+
 }  // namespace knap::controller

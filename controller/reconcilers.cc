@@ -602,7 +602,7 @@ Status Reconcilers::reconcileRoute(const Key& key) {
     // said so for the same traffic (a restarted knapd's router may not have
     // reported yet; it serves what is stored before it listens).
     const std::string fingerprint = programFingerprint(json{{"status", st}});
-    const bool served = ingress_ == nullptr || ingress_->programmed(key.ns, key.name, fingerprint) ||
+    const bool served = ingress_ == nullptr || ingress_->programmed("Route", key.ns, key.name, fingerprint) ||
                         (conditionStateOf(old_status, "IngressReady").status == "True" &&
                          programFingerprint(json{{"status", old_status}}) == fingerprint);
     ingress = served ? conditionTrue()
@@ -758,9 +758,23 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
           if (auto table = routingTable(config_, route->body); table.isOk()) {
             for (const HostSplit& split : *table) serving = serving || (split.tag.empty() && !split.revisions.empty());
           }
-          ingress = serving ? conditionTrue()
-                            : conditionUnknown("IngressNotConfigured", "Waiting for target Route " + key.ns + "/" +
-                                                                           route_name + " to have traffic.");
+          // Served once the router has the mapping's host (the data plane
+          // re-queues it) and the Route's own traffic; or as the last status
+          // said for the same spec (a restarted knapd's router serves what is
+          // stored before it listens).
+          const bool programmed =
+              ingress_ == nullptr ||
+              (ingress_->programmed("DomainMapping", key.ns, key.name, domainFingerprint(d)) &&
+               conditionStateOf(statusOf(route->body), "IngressReady").status == "True") ||
+              (conditionStateOf(old_status, "IngressReady").status == "True" && isUpToDate(d));
+          if (!serving) {
+            ingress = conditionUnknown("IngressNotConfigured",
+                                       "Waiting for target Route " + key.ns + "/" + route_name + " to have traffic.");
+          } else if (!programmed) {
+            ingress = conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
+          } else {
+            ingress = conditionTrue();
+          }
         }
       }
     }

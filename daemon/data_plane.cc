@@ -274,9 +274,9 @@ void DataPlane::syncRoutes() {
     return;
   }
   std::vector<json> bodies;
-  std::map<std::string, std::string> programmed;  // "ns/name" -> programFingerprint
+  std::vector<std::pair<store::Key, std::string>> served;  // what the new table serves, for IngressReady
   for (auto& r : *routes) {
-    programmed[r.key.ns + "/" + r.key.name] = controller::programFingerprint(r.body);
+    served.emplace_back(r.key, controller::programFingerprint(r.body));
     bodies.push_back(std::move(r.body));
   }
   std::vector<router::HostGroup> groups;
@@ -305,8 +305,13 @@ void DataPlane::syncRoutes() {
     LOG(WARNING) << "data plane: cannot list domain mappings: " << mappings.status().message();
   } else {
     std::vector<json> dms;
-    for (auto& m : *mappings) dms.push_back(std::move(m.body));
+    std::map<std::pair<std::string, std::string>, std::string> dm_fingerprints;  // (ns, host) ->
+    for (auto& m : *mappings) {
+      dm_fingerprints[{m.key.ns, m.key.name}] = controller::domainFingerprint(m.body);
+      dms.push_back(std::move(m.body));
+    }
     for (const controller::DomainTarget& t : controller::domainTargets(config_, dms, bodies)) {
+      served.emplace_back(store::Key{"DomainMapping", t.ns, t.host}, dm_fingerprints[{t.ns, t.host}]);
       router::HostGroup g;
       g.namespace_name = t.ns;
       g.route_name = t.route;
@@ -333,29 +338,29 @@ void DataPlane::syncRoutes() {
   }
   // After host_routes_: a new host's state change looks its Route up.
   if (acme_ != nullptr && config_.network.externalDomainTls()) acme_->setHosts(hosts);
-  // The router serves these Routes now: re-queue the ones whose traffic is
-  // new, so their IngressReady turns True (controller/ingress_status.h).
-  std::vector<std::string> changed;
+  // The router serves these Routes and DomainMappings now: re-queue the
+  // ones whose traffic is new, so their IngressReady turns True
+  // (controller/ingress_status.h).
+  std::vector<store::Key> changed;
   {
+    std::map<std::string, std::string> next;
     std::lock_guard<std::mutex> lock(programmed_mu_);
-    for (const auto& [key, fingerprint] : programmed) {
-      auto it = programmed_.find(key);
+    for (const auto& [key, fingerprint] : served) {
+      std::string id = key.toString();
+      auto it = programmed_.find(id);
       if (it == programmed_.end() || it->second != fingerprint) changed.push_back(key);
+      next[std::move(id)] = fingerprint;
     }
-    programmed_ = std::move(programmed);
+    programmed_ = std::move(next);
   }
-  if (on_route_programmed_) {
-    for (const std::string& key : changed) {
-      const size_t slash = key.find('/');
-      on_route_programmed_(key.substr(0, slash), key.substr(slash + 1));
-    }
+  if (on_programmed_) {
+    for (const store::Key& key : changed) on_programmed_(key);
   }
 }
 
-bool DataPlane::routeProgrammed(const std::string& ns, const std::string& name,
-                                const std::string& fingerprint) const {
+bool DataPlane::programmed(const store::Key& key, const std::string& fingerprint) const {
   std::lock_guard<std::mutex> lock(programmed_mu_);
-  auto it = programmed_.find(ns + "/" + name);
+  auto it = programmed_.find(key.toString());
   return it != programmed_.end() && it->second == fingerprint;
 }
 

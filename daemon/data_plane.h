@@ -70,14 +70,14 @@ class DataPlane {
   // changes; false when none does. Any thread.
   bool routeOfHost(const std::string& host, std::string* ns, std::string* name) const;
 
-  // Whether the router's table was last built from Route ns/name with this
-  // controller::programFingerprint (controller/ingress_status.h). Any thread.
-  bool routeProgrammed(const std::string& ns, const std::string& name, const std::string& fingerprint) const;
-  // Called (on the sync thread) for each Route whose fingerprint the router
-  // now serves for the first time; the daemon re-queues the Route. Before start().
-  void setOnRouteProgrammed(std::function<void(const std::string& ns, const std::string& name)> fn) {
-    on_route_programmed_ = std::move(fn);
-  }
+  // Whether the router's table was last built from the Route or
+  // DomainMapping `key` with this fingerprint (controller::programFingerprint,
+  // controller::domainFingerprint; controller/ingress_status.h). Any thread.
+  bool programmed(const store::Key& key, const std::string& fingerprint) const;
+  // Called (on the sync thread) for each Route and DomainMapping whose
+  // fingerprint the router now serves for the first time; the daemon
+  // re-queues it. Before start().
+  void setOnProgrammed(std::function<void(const store::Key&)> fn) { on_programmed_ = std::move(fn); }
 
   router::Router& router() { return *router_; }
   scaler::ScalerDriver& scaler() { return *driver_; }
@@ -110,8 +110,8 @@ class DataPlane {
   mutable std::mutex hosts_mu_;
   std::map<std::string, std::pair<std::string, std::string>> host_routes_;  // external host -> (ns, route)
   mutable std::mutex programmed_mu_;
-  std::map<std::string, std::string> programmed_;  // "ns/name" -> programFingerprint the router serves
-  std::function<void(const std::string&, const std::string&)> on_route_programmed_;
+  std::map<std::string, std::string> programmed_;  // Key::toString() -> fingerprint the router serves
+  std::function<void(const store::Key&)> on_programmed_;
 
   const Config& config_;
   store::Store& store_;

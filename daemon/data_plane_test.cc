@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "controller/domain_mappings.h"
 #include "controller/route_urls.h"
 #include "store/sqlite_store.h"
 
@@ -86,9 +87,9 @@ TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
   DataPlane dp(config, *store, clock, pods, pods, nullEventRecorder());
   std::mutex mu;
   std::vector<std::string> calls;
-  dp.setOnRouteProgrammed([&](const std::string& ns, const std::string& name) {
+  dp.setOnProgrammed([&](const store::Key& key) {
     std::lock_guard<std::mutex> lock(mu);
-    calls.push_back(ns + "/" + name);
+    calls.push_back(key.toString());
   });
   ASSERT_TRUE(dp.start().isOk());
   auto callsSoon = [&](size_t n) {  // the sync thread is asynchronous: a generous bound
@@ -107,17 +108,17 @@ TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
   auto created = store->create(store::Key{"Route", "default", "hello"}, v1);
   ASSERT_TRUE(created.isOk()) << created.status().message();
   ASSERT_EQ(callsSoon(1), 1u);
-  EXPECT_EQ(calls[0], "default/hello");
-  EXPECT_TRUE(dp.routeProgrammed("default", "hello", controller::programFingerprint(v1)));
-  EXPECT_FALSE(dp.routeProgrammed("default", "other", controller::programFingerprint(v1)));
+  EXPECT_EQ(calls[0], "Route default/hello");
+  EXPECT_TRUE(dp.programmed(store::Key{"Route", "default", "hello"}, controller::programFingerprint(v1)));
+  EXPECT_FALSE(dp.programmed(store::Key{"Route", "default", "other"}, controller::programFingerprint(v1)));
 
   // A new split: the old status is no longer what the router serves.
   json v2 = routeWithTraffic("hello-00002");
   auto updated = store->update(store::Key{"Route", "default", "hello"}, v2, created->resource_version);
   ASSERT_TRUE(updated.isOk()) << updated.status().message();
   ASSERT_EQ(callsSoon(2), 2u);
-  EXPECT_TRUE(dp.routeProgrammed("default", "hello", controller::programFingerprint(v2)));
-  EXPECT_FALSE(dp.routeProgrammed("default", "hello", controller::programFingerprint(v1)));
+  EXPECT_TRUE(dp.programmed(store::Key{"Route", "default", "hello"}, controller::programFingerprint(v2)));
+  EXPECT_FALSE(dp.programmed(store::Key{"Route", "default", "hello"}, controller::programFingerprint(v1)));
 
   // A change outside url/traffic (a label) is served already: no call.
   json v3 = v2;
@@ -128,7 +129,22 @@ TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
   other["status"]["url"] = "http://x.default.example.com";
   ASSERT_TRUE(store->create(store::Key{"Route", "default", "x"}, other).isOk());
   ASSERT_EQ(callsSoon(3), 3u);  // only the new Route
-  EXPECT_EQ(calls[2], "default/x");
+  EXPECT_EQ(calls[2], "Route default/x");
+
+  // A DomainMapping is served once its status says claimed and resolved
+  // (controller::domainTargets) and its Route has traffic.
+  json dm = {{"apiVersion", "serving.knative.dev/v1beta1"},
+             {"kind", "DomainMapping"},
+             {"metadata", {{"name", "app.example.org"}, {"namespace", "default"}}},
+             {"spec", {{"ref", {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Route"}, {"name", "x"}}}}},
+             {"status",
+              {{"conditions", json::array({{{"type", "DomainClaimed"}, {"status", "True"}},
+                                           {{"type", "ReferenceResolved"}, {"status", "True"}}})}}}};
+  ASSERT_TRUE(store->create(store::Key{"DomainMapping", "default", "app.example.org"}, dm).isOk());
+  ASSERT_EQ(callsSoon(4), 4u);
+  EXPECT_EQ(calls[3], "DomainMapping default/app.example.org");
+  EXPECT_TRUE(dp.programmed(store::Key{"DomainMapping", "default", "app.example.org"}, controller::domainFingerprint(dm)));
+  EXPECT_FALSE(dp.programmed(store::Key{"DomainMapping", "default", "app.example.org"}, ""));
   dp.stop();
 }
 
