@@ -649,7 +649,7 @@ std::optional<size_t> firstInvalidUtf8(const std::string& s) {
 }  // namespace
 
 StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text, const DecodeLimits& limits) {
-  // YAML streams are Unicode; libfyaml 0.8 loops forever on some invalid
+  // YAML streams are Unicode; libfyaml 0.7.12 (Debian 12) loops forever on some invalid
   // UTF-8 (a directive line "%\xff" was found by fuzz_admission), so bytes
   // that are not UTF-8 never reach it.
   if (auto bad = firstInvalidUtf8(text)) {
