@@ -135,6 +135,24 @@ const Migration kMigrations[] = {
      "  SELECT uid, kind, namespace, name FROM uids WHERE typeof(uid) = 'text';"
      "INSERT OR IGNORE INTO owner_refs(owner_uid, kind, namespace, name)"
      "  SELECT '*', kind, namespace, name FROM objects WHERE NOT json_valid(body);"},
+    // metadata.labels (string values only: what a selector can match), so
+    // that a label-selector list reads only the rows it may match. Bodies
+    // that are not JSON (sealed) get one row with the empty key, "labels
+    // unknown" (no label key is empty): every selector list reads them.
+    {5, "index metadata.labels (label-selector lists)",
+     "CREATE TABLE labels ("
+     "  kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,"
+     "  PRIMARY KEY (kind, key, value, namespace, name)) WITHOUT ROWID;"
+     "CREATE INDEX labels_object ON labels(kind, namespace, name);"
+     "WITH v AS MATERIALIZED (SELECT kind, namespace, name, body FROM objects WHERE json_valid(body)),"
+     "     l AS MATERIALIZED ("
+     "       SELECT v.kind, v.namespace, v.name, e.key AS key, e.value AS value, e.type AS type"
+     "       FROM v, json_each(v.body, '$.metadata.labels') e"
+     "       WHERE json_type(v.body, '$.metadata.labels') = 'object')"
+     "INSERT OR IGNORE INTO labels(kind, key, value, namespace, name)"
+     "  SELECT kind, key, value, namespace, name FROM l WHERE type = 'text' AND key <> '';"
+     "INSERT OR IGNORE INTO labels(kind, key, value, namespace, name)"
+     "  SELECT kind, '', '', namespace, name FROM objects WHERE NOT json_valid(body);"},
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == SqliteStore::kLatestSchemaVersion);
 
@@ -230,6 +248,11 @@ class SqliteStore::Conn {
       StatusOr<bool> r = step();
       return r.isOk() ? Status::ok() : r.status();
     }
+    // Ready to run again with new bindings.
+    void reset() {
+      sqlite3_reset(stmt_);
+      sqlite3_clear_bindings(stmt_);
+    }
     int64_t i64(int col) { return sqlite3_column_int64(stmt_, col); }
     std::string text(int col) {
       const unsigned char* p = sqlite3_column_text(stmt_, col);
@@ -291,6 +314,13 @@ class SqliteStore::Conn {
     KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
     if (!row) return internalError("meta key " + key + " missing");
     return stmt->i64(0);
+  }
+
+  // Removes `key`'s rows from the labels index.
+  Status deleteLabels(const Key& key) {
+    KNAP_ASSIGN_OR_RETURN(auto del, prepare("DELETE FROM labels WHERE kind = ? AND namespace = ? AND name = ?"));
+    del->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
+    return del->run();
   }
 
   Status setMeta(const std::string& key, int64_t value) {
@@ -417,6 +447,7 @@ class SqliteStore::TxnImpl final : public Txn {
     stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name).bind(4, uid).bind(5, rv).bind(6, text);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
     KNAP_RETURN_IF_ERROR(indexOwners(key, &body));
+    KNAP_RETURN_IF_ERROR(indexLabels(key, &body));
     Object obj{key, std::move(body), rv};
     KNAP_RETURN_IF_ERROR(record(EventType::kAdded, obj, text));
     return obj;
@@ -462,6 +493,7 @@ class SqliteStore::TxnImpl final : public Txn {
     stmt->bind(1, rv).bind(2, generation).bind(3, text).bind(4, key.kind).bind(5, key.ns).bind(6, key.name);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
     KNAP_RETURN_IF_ERROR(indexOwners(key, &body));
+    KNAP_RETURN_IF_ERROR(indexLabels(key, &body));
     Object obj{key, std::move(body), rv};
     KNAP_RETURN_IF_ERROR(record(EventType::kModified, obj, text));
     return obj;
@@ -477,6 +509,7 @@ class SqliteStore::TxnImpl final : public Txn {
     stmt->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
     KNAP_RETURN_IF_ERROR(track(stmt->run()));
     KNAP_RETURN_IF_ERROR(indexOwners(key, nullptr));
+    KNAP_RETURN_IF_ERROR(indexLabels(key, nullptr));
     int64_t rv = rv_ + 1;
     Object obj = std::move(old->object);
     if (!obj.body["metadata"].is_object()) obj.body["metadata"] = nlohmann::json::object();
@@ -629,6 +662,32 @@ class SqliteStore::TxnImpl final : public Txn {
     return Status::ok();
   }
 
+  // Replaces the labels rows of `key` with `body`'s string-valued
+  // metadata.labels (none when body is null: the object is gone). A body the
+  // cipher seals is indexed as "labels unknown" (the empty key): its labels
+  // stay encrypted at rest, and selector lists read it.
+  Status indexLabels(const Key& key, const nlohmann::json* body) {
+    KNAP_RETURN_IF_ERROR(track(conn_.deleteLabels(key)));
+    if (!body) return Status::ok();
+    KNAP_ASSIGN_OR_RETURN(auto ins, prepare("INSERT OR IGNORE INTO labels(kind, key, value, namespace, name) "
+                                            "VALUES (?, ?, ?, ?, ?)"));
+    if (conn_.cipher && conn_.cipher->seals(key.kind)) {
+      ins->bind(1, key.kind).bind(2, std::string()).bind(3, std::string()).bind(4, key.ns).bind(5, key.name);
+      return track(ins->run());
+    }
+    auto meta = body->find("metadata");
+    if (meta == body->end() || !meta->is_object()) return Status::ok();
+    auto labels = meta->find("labels");
+    if (labels == meta->end() || !labels->is_object()) return Status::ok();
+    for (auto it = labels->begin(); it != labels->end(); ++it) {
+      if (!it.value().is_string() || it.key().empty()) continue;
+      ins->bind(1, key.kind).bind(2, it.key()).bind(3, it.value().get<std::string>()).bind(4, key.ns).bind(5, key.name);
+      KNAP_RETURN_IF_ERROR(track(ins->run()));
+      ins->reset();
+    }
+    return Status::ok();
+  }
+
   Status record(EventType type, const Object& obj, const std::string& text) {
     KNAP_ASSIGN_OR_RETURN(auto stmt, prepare("INSERT INTO events(rv, type, kind, namespace, name, body) "
                                              "VALUES (?, ?, ?, ?, ?, ?)"));
@@ -775,33 +834,70 @@ StatusOr<std::vector<Object>> SqliteStore::list(const std::string& kind, const s
 }
 
 StatusOr<std::vector<Store::RawObject>> SqliteStore::listRaw(const std::string& kind, const std::string& ns) {
+  return listRawWhere(kind, ns, nullptr, {});
+}
+
+StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWithLabel(const std::string& kind, const std::string& ns,
+                                                                      const std::string& label_key,
+                                                                      const std::vector<std::string>& values) {
+  return listRawWhere(kind, ns, &label_key, values);
+}
+
+StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWhere(const std::string& kind, const std::string& ns,
+                                                                  const std::string* label_key,
+                                                                  const std::vector<std::string>& values) {
   // SQLite's JSON reader extracts the labels (sealed bodies are opened and
-  // parsed here instead): no JSON tree per object.
-  std::string sql =
-      "SELECT namespace, name, resource_version, body, "
-      "CASE WHEN substr(body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" + std::string(kSealedPrefix) +
-      "' THEN NULL ELSE json_extract(body, '$.metadata.labels') END, "
-      "CASE WHEN substr(body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" + std::string(kSealedPrefix) +
-      "' THEN 1 ELSE 0 END FROM objects WHERE kind = ?";
-  if (!ns.empty()) sql += " AND namespace = ?";
-  sql += " ORDER BY namespace, name";
+  // parsed here instead): no JSON tree per object. ?1 kind, ?2 namespace,
+  // ?3 label key, ?4... label values.
+  const std::string sealed = "substr(o.body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" +
+                             std::string(kSealedPrefix) + "'";
+  std::string sql = "SELECT o.namespace, o.name, o.resource_version, o.body, CASE WHEN " + sealed +
+                    " THEN NULL ELSE json_extract(o.body, '$.metadata.labels') END, CASE WHEN " + sealed +
+                    " THEN 1 ELSE 0 END FROM ";
+  // More values than this read the key's rows, any value (a superset): the
+  // statement cache keeps one statement per shape.
+  constexpr size_t kMaxIndexedValues = 16;
+  bool by_value = label_key && !values.empty() && values.size() <= kMaxIndexedValues;
+  if (label_key) {
+    // The objects with the label, and those whose labels are unknown (sealed).
+    // (Every term on the primary key (kind, key, value, namespace, name): with
+    // no value, "+namespace" keeps SQLite from scanning the kind's namespace
+    // in labels_object instead.)
+    std::string in_ns = ns.empty() ? "" : by_value ? " AND namespace = ?2" : " AND +namespace = ?2";
+    std::string value_in;
+    if (by_value) {
+      value_in = " AND value IN (";
+      for (size_t i = 0; i < values.size(); ++i) value_in += (i ? ", ?" : "?") + std::to_string(4 + i);
+      value_in += ")";
+    }
+    sql += "(SELECT namespace, name FROM labels WHERE kind = ?1 AND key = ?3" + value_in + in_ns +
+           " UNION SELECT namespace, name FROM labels WHERE kind = ?1 AND key = '' AND value = ''" +
+           (ns.empty() ? "" : " AND namespace = ?2") +
+           ") c JOIN objects o ON o.kind = ?1 AND o.namespace = c.namespace AND o.name = c.name";
+  } else {
+    sql += "objects o WHERE o.kind = ?1";
+    if (!ns.empty()) sql += " AND o.namespace = ?2";
+  }
+  sql += " ORDER BY o.namespace, o.name";
   std::vector<RawObject> out;
-  std::vector<size_t> sealed;
+  std::vector<size_t> sealed_rows;
   std::shared_ptr<BodyCipher> cipher;
   KNAP_RETURN_IF_ERROR(withConnection([&](Conn& conn) -> Status {
     KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare(sql));
     stmt->bind(1, kind);
     if (!ns.empty()) stmt->bind(2, ns);
+    if (label_key) stmt->bind(3, *label_key);
+    for (size_t i = 0; by_value && i < values.size(); ++i) stmt->bind(static_cast<int>(4 + i), values[i]);
     for (;;) {
       KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
       if (!row) break;
-      if (stmt->i64(5)) sealed.push_back(out.size());
+      if (stmt->i64(5)) sealed_rows.push_back(out.size());
       out.push_back(RawObject{{kind, stmt->text(0), stmt->text(1)}, stmt->i64(2), stmt->text(3), stmt->text(4)});
     }
     cipher = conn.cipher;
     return Status::ok();
   }));
-  for (size_t i : sealed) {
+  for (size_t i : sealed_rows) {
     RawObject& r = out[i];
     KNAP_ASSIGN_OR_RETURN(nlohmann::json body, parseStoredBody(cipher.get(), r.key, std::move(r.json)));
     r.json = dumpJson(body);
@@ -953,7 +1049,12 @@ Status SqliteStore::setCipher(std::shared_ptr<BodyCipher> cipher) {
       for (const char* table : {"objects", "events"}) {
         // resource_version is unique per row (one global counter).
         std::string id = std::string(table) == "objects" ? "resource_version" : "rv";
-        std::vector<std::pair<int64_t, std::string>> updates;
+        struct Update {
+          int64_t rowid;
+          Key key;
+          std::string sealed;
+        };
+        std::vector<Update> updates;
         {
           KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare("SELECT " + id + ", kind, namespace, name, body FROM " +
                                                         table));
@@ -965,15 +1066,22 @@ Status SqliteStore::setCipher(std::shared_ptr<BodyCipher> cipher) {
             if (!conn.cipher->seals(key.kind) || conn.cipher->isCurrent(stored)) continue;
             KNAP_ASSIGN_OR_RETURN(std::string plain, conn.decode(key, stored));
             KNAP_ASSIGN_OR_RETURN(std::string sealed, conn.cipher->seal(key, plain));
-            updates.emplace_back(stmt->i64(0), std::move(sealed));
+            updates.push_back(Update{stmt->i64(0), std::move(key), std::move(sealed)});
           }
         }
-        for (auto& [rowid, text] : updates) {
+        for (const Update& u : updates) {
           KNAP_ASSIGN_OR_RETURN(auto up, conn.prepare("UPDATE " + std::string(table) + " SET body = ? WHERE " + id +
                                                       " = ?"));
-          up->bind(1, text).bind(2, rowid);
+          up->bind(1, u.sealed).bind(2, u.rowid);
           KNAP_RETURN_IF_ERROR(up->run());
           ++resealed;
+          if (std::string(table) != "objects") continue;
+          // Its labels are encrypted now: the index says "labels unknown" instead.
+          KNAP_RETURN_IF_ERROR(conn.deleteLabels(u.key));
+          KNAP_ASSIGN_OR_RETURN(auto mark, conn.prepare("INSERT OR IGNORE INTO labels(kind, key, value, namespace, "
+                                                        "name) VALUES (?, '', '', ?, ?)"));
+          mark->bind(1, u.key.kind).bind(2, u.key.ns).bind(3, u.key.name);
+          KNAP_RETURN_IF_ERROR(mark->run());
         }
       }
       return conn.exec("COMMIT");

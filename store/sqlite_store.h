@@ -12,6 +12,12 @@
 //                                      primary key (kind, namespace, name); body is JSON
 //   events(rv, type, kind, namespace, name, body)
 //                                      watch history, the newest watch_history_events kept
+//   owner_refs(owner_uid, kind, namespace, name)
+//                                      the uids each object's ownerReferences name
+//   labels(kind, key, value, namespace, name)
+//                                      each object's string-valued metadata.labels (a sealed
+//                                      body: one row with key '', "labels unknown"); written
+//                                      in the transaction that writes the object
 // With a BodyCipher (setCipher), the body column of sealed kinds (Secrets)
 // holds the sealed text (store/body_cipher.h) in both tables, never JSON.
 //
@@ -55,7 +61,7 @@ namespace knap::store {
 
 class SqliteStore final : public Store {
  public:
-  static constexpr int kLatestSchemaVersion = 4;
+  static constexpr int kLatestSchemaVersion = 5;
 
   // Opens (creating if missing) the database at `path` (":memory:" for a
   // private in-memory database) and migrates it to kLatestSchemaVersion.
@@ -76,6 +82,9 @@ class SqliteStore final : public Store {
 
   StatusOr<Object> get(const Key& key) override;
   StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns) override;
+  StatusOr<std::vector<RawObject>> listRawWithLabel(const std::string& kind, const std::string& ns,
+                                                    const std::string& label_key,
+                                                    const std::vector<std::string>& values) override;
   StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) override;
   int64_t currentResourceVersion() override;
   Status transact(const std::function<Status(Txn&)>& fn) override;
@@ -104,6 +113,9 @@ class SqliteStore final : public Store {
   // Delivers queued event batches to listeners unless another thread already is.
   void deliver();
   static StatusOr<std::unique_ptr<Conn>> openConn(const std::string& path);
+  // listRaw, and listRawWithLabel when `label_key` is set.
+  StatusOr<std::vector<RawObject>> listRawWhere(const std::string& kind, const std::string& ns,
+                                                const std::string* label_key, const std::vector<std::string>& values);
   static Status readEventsSince(Conn& conn, int64_t since_rv, const std::string& kind,
                                 std::vector<Event>* out);
 

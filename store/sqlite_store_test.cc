@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -873,6 +874,178 @@ TEST(SqliteStoreOwnerIndex, MigrationIndexesExistingObjects) {
   EXPECT_EQ(dependentNames(*store, "default", "u2"),
             (std::vector<std::string>{"Service/default/owned", "Service/default/sealed"}));
   EXPECT_EQ(rawQuery(path, "PRAGMA integrity_check"), "ok");
+}
+
+// --- labels index (label-selector lists) -------------------------------------
+
+json labelledBody(const json& labels) {
+  json b = serviceBody("img");
+  b["metadata"]["labels"] = labels;
+  return b;
+}
+
+// "ns/name" of what listRawWithLabel gives, in its order.
+std::vector<std::string> withLabel(Store& store, const std::string& ns, const std::string& key,
+                                   const std::vector<std::string>& values, const std::string& kind = "Service") {
+  auto raw = store.listRawWithLabel(kind, ns, key, values);
+  EXPECT_TRUE(raw.isOk()) << raw.status().toString();
+  std::vector<std::string> out;
+  if (!raw.isOk()) return out;
+  for (const auto& r : *raw) out.push_back(r.key.ns + "/" + r.key.name);
+  return out;
+}
+
+using Names = std::vector<std::string>;
+
+// The index follows every write: create, updates that change, add and drop
+// labels, remove; and a listed object is exactly what listRaw gives for it.
+TEST(SqliteStoreLabelIndex, FollowsCreateUpdateAndRemove) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  auto store = mustOpen(dir.file("knap.db"), clock);
+  ASSERT_TRUE(store->create(svc("a"), labelledBody({{"app", "x"}, {"tier", "web"}})).isOk());
+  ASSERT_TRUE(store->create(svc("b"), labelledBody({{"app", "y"}})).isOk());
+  ASSERT_TRUE(store->create(svc("c", "other"), labelledBody({{"app", "x"}})).isOk());
+  ASSERT_TRUE(store->create(svc("d"), labelledBody({{"app", 7}, {"n", nullptr}})).isOk());  // not strings
+  ASSERT_TRUE(store->create(Key{"Route", "default", "a"}, labelledBody({{"app", "x"}})).isOk());
+
+  EXPECT_EQ(withLabel(*store, "default", "app", {"x"}), (Names{"default/a"}));
+  EXPECT_EQ(withLabel(*store, "", "app", {"x"}), (Names{"default/a", "other/c"}));
+  EXPECT_EQ(withLabel(*store, "", "app", {"y", "x"}), (Names{"default/a", "default/b", "other/c"}));
+  EXPECT_EQ(withLabel(*store, "", "app", {}), (Names{"default/a", "default/b", "other/c"}));
+  EXPECT_EQ(withLabel(*store, "default", "tier", {}), (Names{"default/a"}));
+  EXPECT_TRUE(withLabel(*store, "", "app", {"z"}).empty());
+  EXPECT_TRUE(withLabel(*store, "", "n", {}).empty());
+  EXPECT_EQ(withLabel(*store, "", "app", {"x"}, "Route"), (Names{"default/a"}));
+
+  auto raw = store->listRawWithLabel("Service", "default", "app", {"x"});
+  auto all = store->listRaw("Service", "default");
+  ASSERT_TRUE(raw.isOk() && all.isOk());
+  ASSERT_EQ(raw->size(), 1u);
+  EXPECT_EQ((*raw)[0].json, (*all)[0].json);
+  EXPECT_EQ((*raw)[0].labels, (*all)[0].labels);
+  EXPECT_EQ((*raw)[0].resource_version, (*all)[0].resource_version);
+
+  // Change a value, drop a label, add one.
+  ASSERT_TRUE(store->update(svc("a"), labelledBody({{"app", "y"}}), 0).isOk());
+  ASSERT_TRUE(store->update(svc("d"), labelledBody({{"app", "x"}}), 0).isOk());
+  EXPECT_EQ(withLabel(*store, "default", "app", {"x"}), (Names{"default/d"}));
+  EXPECT_EQ(withLabel(*store, "default", "app", {"y"}), (Names{"default/a", "default/b"}));
+  EXPECT_TRUE(withLabel(*store, "", "tier", {}).empty());
+  json none = serviceBody("img");
+  none["metadata"].erase("labels");
+  ASSERT_TRUE(store->update(svc("b"), none, 0).isOk());
+  EXPECT_EQ(withLabel(*store, "default", "app", {"y"}), (Names{"default/a"}));
+
+  // Remove, and a rolled-back transaction leaves the index as it was.
+  ASSERT_TRUE(store->remove(svc("a")).isOk());
+  EXPECT_TRUE(withLabel(*store, "default", "app", {"y"}).empty());
+  Status st = store->transact([&](Txn& txn) -> Status {
+    KNAP_RETURN_IF_ERROR(txn.create(svc("e"), labelledBody({{"app", "x"}})).status());
+    KNAP_RETURN_IF_ERROR(txn.remove(svc("d")).status());
+    return invalidArgument("roll back");
+  });
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(withLabel(*store, "default", "app", {"x"}), (Names{"default/d"}));
+}
+
+// The index is in the database: a reopened store (knapd restarted) answers
+// the same, and keeps it up to date.
+TEST(SqliteStoreLabelIndex, SurvivesReopen) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  std::string path = dir.file("knap.db");
+  {
+    auto store = mustOpen(path, clock);
+    for (int i = 0; i < 20; ++i) {
+      std::string name = "s" + std::to_string(10 + i);
+      ASSERT_TRUE(store->create(svc(name), labelledBody({{"group", i % 4 == 0 ? "g0" : "other"}})).isOk());
+    }
+  }
+  auto store = mustOpen(path, clock);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(withLabel(*store, "default", "group", {"g0"}),
+            (Names{"default/s10", "default/s14", "default/s18", "default/s22", "default/s26"}));
+  ASSERT_TRUE(store->remove(svc("s14")).isOk());
+  ASSERT_TRUE(store->update(svc("s11"), labelledBody({{"group", "g0"}}), 0).isOk());
+  EXPECT_EQ(withLabel(*store, "default", "group", {"g0"}),
+            (Names{"default/s10", "default/s11", "default/s18", "default/s22", "default/s26"}));
+  EXPECT_EQ(rawQuery(path, "PRAGMA integrity_check"), "ok");
+}
+
+// More values than the statement shape allows read every object with the key.
+TEST(SqliteStoreLabelIndex, ManyValuesReadTheKey) {
+  SimulatedTimeSource clock;
+  auto store = mustOpen(":memory:", clock);
+  ASSERT_TRUE(store->create(svc("a"), labelledBody({{"app", "v3"}})).isOk());
+  ASSERT_TRUE(store->create(svc("b"), labelledBody({{"app", "zz"}})).isOk());
+  ASSERT_TRUE(store->create(svc("c"), labelledBody({{"other", "v3"}})).isOk());
+  std::vector<std::string> values;
+  for (int i = 0; i < 40; ++i) values.push_back("v" + std::to_string(i));
+  Names got = withLabel(*store, "default", "app", values);
+  // A superset: a and maybe b (callers match the labels), never c.
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got[0], "default/a");
+  EXPECT_EQ(std::count(got.begin(), got.end(), "default/c"), 0);
+}
+
+// Migrating indexes what is stored: string values only; a body that is not
+// JSON (sealed) is a candidate for every label.
+TEST(SqliteStoreLabelIndex, MigrationIndexesExistingObjects) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  std::string path = dir.file("knap.db");
+  ASSERT_TRUE(SqliteStore::createAtSchemaVersionForTest(path, 4).isOk());
+  auto row = [](const std::string& name, const std::string& body) {
+    return "INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) VALUES "
+           "('Service', 'default', '" + name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
+  };
+  rawExec(path, row("x", R"({"metadata":{"labels":{"app":"x","tier":"web"}}})") +
+                    row("y", R"({"metadata":{"labels":{"app":"y"}}})") +
+                    row("number", R"({"metadata":{"labels":{"app":1}}})") +
+                    row("list", R"({"metadata":{"labels":["app"]}})") + row("none", R"({"metadata":{}})") +
+                    row("sealed", "knap:enc:not-json") + "UPDATE meta SET value = 1 WHERE key = 'resource_version';");
+  auto store = mustOpen(path, clock);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE key = ''"), "1");
+  // The sealed row is a candidate too; reading it without a key is the error it always was.
+  auto raw = store->listRawWithLabel("Service", "default", "app", {"x"});
+  EXPECT_FALSE(raw.isOk());
+  EXPECT_EQ(rawQuery(path, "SELECT group_concat(name) FROM (SELECT name FROM labels WHERE key = 'app' ORDER BY name)"),
+            "x,y");
+  EXPECT_EQ(rawQuery(path, "SELECT group_concat(name) FROM labels WHERE key = 'tier'"), "x");
+  EXPECT_EQ(rawQuery(path, "PRAGMA integrity_check"), "ok");
+}
+
+// Sealed kinds keep their labels out of the index (encrypted at rest): a
+// Secret is indexed as "labels unknown", listed for every selector, and its
+// labels come from the opened body.
+TEST(SqliteStoreLabelIndex, SealedBodiesKeepTheirLabelsEncrypted) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  std::string path = dir.file("knap.db");
+  Key plain{"Secret", "default", "before"};
+  {
+    auto store = mustOpen(path, clock);
+    ASSERT_TRUE(store->create(plain, labelledBody({{"app", "secret-label"}})).isOk());  // written before encryption
+  }
+  EXPECT_EQ(rawQuery(path, "SELECT value FROM labels WHERE kind = 'Secret' AND key = 'app'"), "secret-label");
+  auto store = mustOpen(path, clock);
+  ASSERT_TRUE(store->setCipher(std::make_shared<KeyringCipher>(
+                                   std::map<std::string, std::string>{{"1", std::string(32, 'k')}}, "1"))
+                  .isOk());
+  ASSERT_TRUE(store->create(Key{"Secret", "default", "after"}, labelledBody({{"app", "secret-label"}})).isOk());
+  ASSERT_TRUE(store->create(Key{"Secret", "default", "other"}, labelledBody({{"app", "z"}})).isOk());
+  EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE kind = 'Secret' AND key <> ''"), "0");
+  EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE kind = 'Secret' AND key = ''"), "3");
+  auto raw = store->listRawWithLabel("Secret", "default", "app", {"secret-label"});
+  ASSERT_TRUE(raw.isOk()) << raw.status().toString();
+  ASSERT_EQ(raw->size(), 3u);  // every Secret: the caller matches the labels
+  EXPECT_EQ((*raw)[0].key.name, "after");
+  EXPECT_EQ(json::parse((*raw)[0].labels), json({{"app", "secret-label"}}));
+  EXPECT_EQ(json::parse((*raw)[2].labels), json({{"app", "z"}}));
+  ASSERT_TRUE(store->remove(Key{"Secret", "default", "other"}).isOk());
+  EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE kind = 'Secret'"), "2");
 }
 
 // Several processes opening one fresh file at once must all succeed: each

@@ -25,6 +25,11 @@ StatusOr<std::vector<Store::RawObject>> Store::listRaw(const std::string& kind, 
   return out;
 }
 
+StatusOr<std::vector<Store::RawObject>> Store::listRawWithLabel(const std::string& kind, const std::string& ns,
+                                                                const std::string&, const std::vector<std::string>&) {
+  return listRaw(kind, ns);
+}
+
 StatusOr<Object> Store::create(const Key& key, nlohmann::json body) {
   Object out;
   Status st = transact([&](Txn& txn) -> Status {

@@ -90,6 +90,16 @@ class Store {
     std::string labels;
   };
   virtual StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns);
+  // A label-selector list's candidates: listRaw restricted to the objects
+  // whose metadata.labels has `label_key` with one of `values` (with any
+  // string value when `values` is empty), in the same order. It may return
+  // more (objects whose labels the store cannot read without their key, such
+  // as sealed ones), never fewer: callers still match each object's labels.
+  // SqliteStore reads only those rows (its labels index); the default
+  // implementation is listRaw.
+  virtual StatusOr<std::vector<RawObject>> listRawWithLabel(const std::string& kind, const std::string& ns,
+                                                            const std::string& label_key,
+                                                            const std::vector<std::string>& values);
   // The RV of the latest committed change (what a LIST reports as metadata.resourceVersion).
   virtual int64_t currentResourceVersion() = 0;
 

@@ -872,11 +872,23 @@ TEST_F(ApiServerTest, LabelAndFieldSelectors) {
   EXPECT_EQ(names("labelSelector=env"), (V{"a", "b"}));
   EXPECT_EQ(names("labelSelector=!env"), (V{"c"}));
   EXPECT_EQ(names("labelSelector=app%3Dx,env%3Dprod"), (V{"a"}));
+  EXPECT_EQ(names("labelSelector=app%3Dx,!env"), (V{"c"}));
+  EXPECT_EQ(names("labelSelector=env,app+notin+(y)"), (V{"a"}));
+  EXPECT_EQ(names("labelSelector=app+in+(x,y),env!%3Dprod"), (V{"b", "c"}));
+  EXPECT_EQ(names("labelSelector=nope"), V{});
   EXPECT_EQ(names("fieldSelector=metadata.name%3Db"), (V{"b"}));
   EXPECT_EQ(names("fieldSelector=metadata.name!%3Db"), (V{"a", "c"}));
   EXPECT_EQ(names("fieldSelector=metadata.namespace%3Ddefault&labelSelector=app%3Dy"), (V{"b"}));
   expectStatus(request("GET", path("services") + "?labelSelector=app+in+(x"), 400, "BadRequest");
   expectStatus(request("GET", path("services") + "?fieldSelector=spec.foo%3Dx"), 400, "BadRequest");
+  // The store's labels index follows a relabelling.
+  ASSERT_EQ(request("PATCH", path("services", "c"), R"({"metadata":{"labels":{"app":"y","env":"dev"}}})",
+                    "application/merge-patch+json")
+                .code,
+            200);
+  EXPECT_EQ(names("labelSelector=app%3Dx"), (V{"a"}));
+  EXPECT_EQ(names("labelSelector=env%3Ddev"), (V{"b", "c"}));
+  EXPECT_EQ(names("labelSelector=!env"), V{});
 }
 
 // ---------------------------------------------------------------- tables

@@ -753,9 +753,19 @@ HttpResponse listRawObjects(store::Store& store, const ResourceInfo& info, const
                             const LabelSelector& labels, int64_t limit, const std::optional<ContinueToken>& cont) {
   int64_t rv = 0;
   std::vector<store::Store::RawObject> objs;
+  // A selector with a requirement an object must have a label for (k=v,
+  // k in (..), k) reads only the objects with that label (the store's labels
+  // index); the full selector is matched below either way.
+  const LabelSelector::Requirement* narrow = nullptr;
+  for (LabelSelector::Op op : {LabelSelector::Op::kEquals, LabelSelector::Op::kIn, LabelSelector::Op::kExists}) {
+    for (const auto& r : labels.requirements()) {
+      if (!narrow && r.op == op) narrow = &r;
+    }
+  }
   for (int attempt = 0; attempt < 5; ++attempt) {  // as in listObjects: RV stable around the list
     rv = store.currentResourceVersion();
-    auto listed = store.listRaw(info.kind, ns);
+    auto listed = narrow ? store.listRawWithLabel(info.kind, ns, narrow->key, narrow->values)
+                         : store.listRaw(info.kind, ns);
     if (!listed.isOk()) return errorResponse(errorFromStatus(listed.status(), nullptr, ""));
     objs = std::move(*listed);
     if (store.currentResourceVersion() == rv) break;
@@ -840,8 +850,8 @@ HttpResponse RestHandler::listObjects(const HttpRequest& req, const Target& t) {
     }
   }
   // A plain JSON list of a namespaced kind is assembled from the stored text
-  // (Store::listRaw): no JSON tree per object, and a label selector reads only
-  // the labels, so its cost follows the matches.
+  // (Store::listRaw): no JSON tree per object; a label selector reads only
+  // the objects carrying one of its labels, so its cost follows the matches.
   if (!acceptsTable(req.accept) && fields->empty() && t.info->namespaced)
     return listRawObjects(store_, *t.info, t.ns, *labels, limit, cont);
   // The list's resourceVersion must not be newer than what the list shows, or a

@@ -90,7 +90,9 @@ def check(root):
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         if rel_dir == ".":
-            dirnames[:] = [d for d in dirnames if d not in EXEMPT_DIRS and not d.startswith(".")]
+            # build dirs are /build*/ (.gitignore): build/, build-fuzz/, ...
+            dirnames[:] = [d for d in dirnames
+                           if d not in EXEMPT_DIRS and not d.startswith((".", "build"))]
             continue
         for name in filenames:
             if not name.endswith((".cc", ".h")) or is_test_code(name):
