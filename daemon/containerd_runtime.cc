@@ -32,11 +32,10 @@ namespace knap::daemon {
 #ifdef KNAP_HAVE_RUNNER_CONTAINERD
 namespace {
 
-containerd::ContainerdClient::Options clientOptions(const Config& config, TimeSource* clock) {
+containerd::ContainerdClient::Options clientOptions(const Config& config) {
   containerd::ContainerdClient::Options o;
   o.address = "unix://" + config.knap.containerd_socket;
   o.ns = config.knap.containerd_namespace;
-  o.time = clock;
   return o;
 }
 
@@ -65,7 +64,7 @@ class ContainerdRuntime final : public Runtime {
   ContainerdRuntime(const Config& config, store::Store& store, TimeSource& clock, EventRecorder& events)
       : store_(store),
         events_(events),
-        client_(clientOptions(config, &clock)),
+        client_(clientOptions(config), clock),
         network_(cniOptions(config), clock),
         driver_(client_, network_, clock, driverOptions(config)),
         runner_(driver_, clock, runnerOptions(config, events, store)),
@@ -347,12 +346,12 @@ class ContainerdRuntime final : public Runtime {
 
 bool containerdRuntimeBuilt() { return true; }
 
-bool containerdAvailable(const Config& config, std::string* why) {
+bool containerdAvailable(const Config& config, const TimeSource& clock, std::string* why) {
   if (::geteuid() != 0) {
     *why = "knapd is not running as root (pod networking needs it)";
     return false;
   }
-  containerd::ContainerdClient client(clientOptions(config, nullptr));
+  containerd::ContainerdClient client(clientOptions(config), clock);
   auto v = client.version(std::chrono::seconds(2));
   if (!v.isOk()) {
     *why = "containerd does not answer on " + config.knap.containerd_socket + ": " + v.status().message();
@@ -372,7 +371,7 @@ StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config& config, s
 
 bool containerdRuntimeBuilt() { return false; }
 
-bool containerdAvailable(const Config&, std::string* why) {
+bool containerdAvailable(const Config&, const TimeSource&, std::string* why) {
   *why = "knapd was built without the containerd client (grpc++/protobuf or the containerd protos were missing)";
   return false;
 }

@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<Runtime>> makeRuntime(const std::string& mode, const Co
   if (mode == "none") return std::unique_ptr<Runtime>(new ControlPlaneOnly());
   if (mode == "containerd") return makeContainerdRuntime(config, store, clock, events);
   std::string why;
-  if (containerdAvailable(config, &why)) return makeContainerdRuntime(config, store, clock, events);
+  if (containerdAvailable(config, clock, &why)) return makeContainerdRuntime(config, store, clock, events);
   LOG(WARNING) << "runtime auto: " << why << "; running the control plane only (revisions report Ready without pods)";
   return std::unique_ptr<Runtime>(new ControlPlaneOnly());
 }

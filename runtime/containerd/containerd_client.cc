@@ -261,8 +261,8 @@ struct ContainerdClient::Stubs {
   std::unique_ptr<events::Events::Stub> events;
 };
 
-ContainerdClient::ContainerdClient(Options options) : options_(std::move(options)) {
-  if (options_.time == nullptr) options_.time = &RealTimeSource::instance();
+ContainerdClient::ContainerdClient(Options options, const TimeSource& time)
+    : options_(std::move(options)), time_(&time) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);  // the server's limit, §1
   args.SetMaxSendMessageSize(16 << 20);
@@ -297,7 +297,7 @@ ContainerdClient ContainerdClient::withNamespace(std::string ns) const {
 namespace {
 
 // Fills a ClientContext with the namespace/lease headers and a deadline.
-void setup(grpc::ClientContext* ctx, const std::string& ns, const std::string& lease, TimeSource* time,
+void setup(grpc::ClientContext* ctx, const std::string& ns, const std::string& lease, const TimeSource* time,
            std::optional<Duration> timeout) {
   if (!ns.empty()) ctx->AddMetadata("containerd-namespace", ns);
   if (!lease.empty()) ctx->AddMetadata("containerd-lease", lease);
@@ -310,11 +310,11 @@ void setup(grpc::ClientContext* ctx, const std::string& ns, const std::string& l
 
 #define KNAP_CD_CTX(ctx)             \
   grpc::ClientContext ctx;           \
-  setup(&ctx, options_.ns, lease_, options_.time, options_.call_timeout)
+  setup(&ctx, options_.ns, lease_, time_, options_.call_timeout)
 
 StatusOr<VersionInfo> ContainerdClient::version(Duration timeout) const {
   grpc::ClientContext ctx;
-  setup(&ctx, "", "", options_.time, timeout);
+  setup(&ctx, "", "", time_, timeout);
   ctx.set_wait_for_ready(true);  // wait for the socket instead of failing fast
   google::protobuf::Empty req;
   version::VersionResponse resp;
@@ -334,7 +334,7 @@ StatusOr<std::string> ContainerdClient::createLease(const std::string& id, Durat
   KNAP_CD_CTX(ctx);
   leases::CreateRequest req;
   req.set_id(id.empty() ? "knap-" + randomHex(16) : id);
-  if (expire_after.count() > 0) labels[kGcExpireLabel] = formatRfc3339(options_.time->now() +
+  if (expire_after.count() > 0) labels[kGcExpireLabel] = formatRfc3339(time_->now() +
       std::chrono::duration_cast<WallTime::duration>(expire_after));
   setLabels(labels, req.mutable_labels());
   leases::CreateResponse resp;
@@ -375,7 +375,7 @@ Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSou
   const std::string ref = ref_in.empty() ? "knap-" + randomHex(8) + "-" + desc.digest : ref_in;
   grpc::ClientContext ctx;
   // Large blobs need longer than one call timeout; allow 10x.
-  setup(&ctx, options_.ns, lease_, options_.time, options_.call_timeout * 10);
+  setup(&ctx, options_.ns, lease_, time_, options_.call_timeout * 10);
   auto stream = stubs_->content->Write(&ctx);
   content::WriteContentRequest req;
   content::WriteContentResponse resp;
@@ -447,7 +447,7 @@ Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSou
   if (s.ok()) result = internalError("containerd " + op + ": stream closed without a commit reply");
   // A failed commit leaves the ingest behind (G12).
   grpc::ClientContext actx;
-  setup(&actx, options_.ns, lease_, options_.time, options_.call_timeout);
+  setup(&actx, options_.ns, lease_, time_, options_.call_timeout);
   content::AbortRequest areq;
   areq.set_ref(ref);
   google::protobuf::Empty aresp;
@@ -668,7 +668,7 @@ StatusOr<std::vector<SnapshotInfo>> ContainerdClient::listSnapshots(const std::v
 
 StatusOr<oci::Descriptor> ContainerdClient::applyDiff(const oci::Descriptor& layer, const std::vector<Mount>& mounts) const {
   grpc::ClientContext ctx;
-  setup(&ctx, options_.ns, lease_, options_.time, options_.call_timeout * 10);  // big layers take a while
+  setup(&ctx, options_.ns, lease_, time_, options_.call_timeout * 10);  // big layers take a while
   diff::ApplyRequest req;
   toPb(layer, req.mutable_diff());
   req.mutable_diff()->clear_annotations();
@@ -767,7 +767,7 @@ StatusOr<uint32_t> ContainerdClient::startTask(const std::string& id) const {
 
 StatusOr<ExitInfo> ContainerdClient::waitTask(const std::string& id, CallCanceller* canceller) const {
   grpc::ClientContext ctx;
-  setup(&ctx, options_.ns, lease_, options_.time, std::nullopt);  // no deadline: waits for the exit
+  setup(&ctx, options_.ns, lease_, time_, std::nullopt);  // no deadline: waits for the exit
   if (canceller != nullptr && !canceller->attach(&ctx)) return unavailable("containerd wait task " + id + ": cancelled");
   tasks::WaitRequest req;
   req.set_container_id(id);
@@ -870,7 +870,7 @@ StatusOr<uint32_t> ContainerdClient::startProcess(const std::string& id, const s
 StatusOr<ExitInfo> ContainerdClient::waitProcess(const std::string& id, const std::string& exec_id,
                                                  Duration timeout) const {
   grpc::ClientContext ctx;
-  setup(&ctx, options_.ns, lease_, options_.time, timeout);
+  setup(&ctx, options_.ns, lease_, time_, timeout);
   tasks::WaitRequest req;
   req.set_container_id(id);
   req.set_exec_id(exec_id);
@@ -1049,7 +1049,7 @@ StatusOr<std::unique_ptr<EventStream>> ContainerdClient::subscribe(const std::ve
   req.add_filters("topic==" + quoteFilterValue(sync_topic) + "," + ns_filter);
 
   auto ctx = std::make_unique<grpc::ClientContext>();
-  setup(ctx.get(), options_.ns, "", options_.time, std::nullopt);
+  setup(ctx.get(), options_.ns, "", time_, std::nullopt);
   auto stream = std::make_unique<GrpcEventStream>(std::move(ctx), sync_topic);
   stream->start(stubs_->events.get(), req);
 
@@ -1064,7 +1064,7 @@ StatusOr<std::unique_ptr<EventStream>> ContainerdClient::subscribe(const std::ve
     // the first one or two; surplus sync events are skipped by next().
     for (int attempt = 0; attempt < 2000 && !synced; ++attempt) {
       grpc::ClientContext pctx;
-      setup(&pctx, options_.ns, "", options_.time, std::chrono::seconds(2));
+      setup(&pctx, options_.ns, "", time_, std::chrono::seconds(2));
       events::PublishRequest preq;
       preq.set_topic(sync_topic);
       preq.mutable_event()->set_type_url("knap.SubscribeSync");

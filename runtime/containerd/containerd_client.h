@@ -196,11 +196,12 @@ class ContainerdClient {
     std::string ns = "knap";
     std::string snapshotter = "overlayfs";
     Duration call_timeout = std::chrono::seconds(30);
-    TimeSource* time = nullptr;  // nullptr = RealTimeSource::instance()
   };
 
   // Creates the channel lazily (connects on the first call); never fails.
-  explicit ContainerdClient(Options options);
+  // `time` (which must outlive the client and its copies) dates the calls'
+  // deadlines and lease expiries: daemon/ or a program's main hands it down.
+  ContainerdClient(Options options, const TimeSource& time);
   ContainerdClient(const ContainerdClient&) = default;
   ContainerdClient& operator=(const ContainerdClient&) = default;
   ~ContainerdClient();
@@ -314,6 +315,7 @@ class ContainerdClient {
  private:
   struct Stubs;
   Options options_;
+  const TimeSource* time_;
   std::string lease_;
   std::shared_ptr<Stubs> stubs_;
 };

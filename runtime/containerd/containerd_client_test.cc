@@ -57,7 +57,7 @@ TEST(LogFileTest, CreatesParentsAndKeepsOrTruncates) {
 TEST(ClientTest, UnreachableSocketIsUnavailable) {
   ContainerdClient::Options o;
   o.address = "unix:///nonexistent/knap-test.sock";
-  ContainerdClient c(o);
+  ContainerdClient c(o, RealTimeSource::instance());
   StatusOr<VersionInfo> v = c.version(std::chrono::milliseconds(300));
   EXPECT_EQ(v.status().code(), Code::kUnavailable) << v.status().toString();
 }
@@ -152,7 +152,7 @@ class ContainerdIntegrationTest : public ::testing::Test {
   static void SetUpTestSuite() {
     ContainerdClient::Options o;
     o.ns = kNs;
-    client_ = new ContainerdClient(o);
+    client_ = new ContainerdClient(o, RealTimeSource::instance());
     if (!client_->version(std::chrono::seconds(1)).isOk() && geteuid() == 0 &&
         !fs::exists("/run/containerd/containerd.sock") && std::system("command -v containerd >/dev/null") == 0) {
       fprintf(stderr, "containerd_client_test: starting containerd (log /var/log/knap/containerd.log)\n");

@@ -23,7 +23,7 @@ TEST(ContainerdImageStoreTest, ContainerdDownIsNotARegistryError) {
   ContainerdClient::Options o;
   o.address = "unix:///nonexistent/knap-images-test.sock";
   o.call_timeout = std::chrono::seconds(5);
-  ContainerdImageStore store{ContainerdClient(o)};
+  ContainerdImageStore store{ContainerdClient(o, RealTimeSource::instance())};
   auto session = store.begin("app:v1");
   ASSERT_FALSE(session.isOk());
   EXPECT_EQ(session.status().code(), Code::kFailedPrecondition) << session.status().toString();
@@ -35,7 +35,7 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   if (::geteuid() != 0) GTEST_SKIP() << "\n*** SKIPPED: needs root (containerd) ***";
   ContainerdClient::Options o;
   o.ns = "knap-images-test-" + std::to_string(::getpid());
-  ContainerdClient cd(o);
+  ContainerdClient cd(o, RealTimeSource::instance());
   if (!cd.version(std::chrono::seconds(3)).isOk()) {
     GTEST_SKIP() << "\n*** SKIPPED: containerd does not answer on " << o.address << " ***";
   }

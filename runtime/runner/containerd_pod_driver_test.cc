@@ -121,7 +121,7 @@ Env& env() {
     }
     containerd::ContainerdClient::Options o;
     o.ns = "knap-runner-test";
-    e->client = std::make_unique<containerd::ContainerdClient>(o);
+    e->client = std::make_unique<containerd::ContainerdClient>(o, RealTimeSource::instance());
     if (!e->client->version(seconds(3)).isOk()) {
       // Start containerd when its socket is absent (CI containers).
       (void)runtime::runProgram({"sh", "-c", "containerd >/tmp/knap-runner-containerd.log 2>&1 &"}, {}, RealTimeSource::instance());
@@ -504,7 +504,9 @@ TEST_F(RunnerE2eTest, LogsAreRotatedByCopyTruncateAndKeepFlowing) {
   EXPECT_GT(fs::file_size(log + ".1"), 2000u);
   EXPECT_EQ(fs::file_size(log), 0u);
   (void)httpGet(ep.ip, 8080, "/after-rotation");
-  ASSERT_TRUE(waitFor([&] { return fs::file_size(log) > 0; }, seconds(5)));
+  // The shim appends asynchronously: lines of the requests before the
+  // rotation may still land first, so wait for this request's own line.
+  ASSERT_TRUE(waitFor([&] { return fileTail(log, 5).find("/after-rotation") != std::string::npos; }, seconds(30)));
   std::string text = fileTail(log, 5);
   EXPECT_NE(text.find("/after-rotation"), std::string::npos) << text;
   EXPECT_EQ(text.find('\0'), std::string::npos) << "the shim must append at the new end, not leave a hole";
@@ -539,7 +541,8 @@ TEST(ContainerdPodDriverPure, FileTail) {
 TEST(ContainerdPodDriverPure, RotateLogsCoversSidecars) {
   char tmpl[] = "/tmp/knap-rotate-XXXXXX";
   const std::string data = ::mkdtemp(tmpl);
-  containerd::ContainerdClient client(containerd::ContainerdClient::Options{.address = data + "/no-containerd.sock"});
+  containerd::ContainerdClient client(containerd::ContainerdClient::Options{.address = data + "/no-containerd.sock"},
+                                     RealTimeSource::instance());
   runtime::CniNetwork net(runtime::CniOptions{}, RealTimeSource::instance());
   ContainerdPodDriverOptions opts;
   opts.data_dir = data;

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   if (std::system(cmd.c_str()) != 0) return 1;
   knap::containerd::ContainerdClient::Options co;
   co.ns = "knap-bench";
-  knap::containerd::ContainerdClient client(co);
+  knap::containerd::ContainerdClient client(co, knap::RealTimeSource::instance());
   if (auto r = knap::containerd::importImageArchive(client, tar); !r.isOk()) {
     std::cerr << "import: " << r.status().toString() << "\n";
     return 1;

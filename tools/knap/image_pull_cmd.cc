@@ -147,7 +147,7 @@ int cmdImagePull(const std::vector<std::string>& args) {
   o.address = config.knap.containerd_socket.rfind("unix://", 0) == 0 ? config.knap.containerd_socket
                                                                       : "unix://" + config.knap.containerd_socket;
   o.ns = config.knap.containerd_namespace;
-  containerd::ContainerdClient client(o);
+  containerd::ContainerdClient client(o, RealTimeSource::instance());
   auto puller = images::makeRegistryPuller(config, std::make_unique<containerd::ContainerdImageStore>(client),
                                            RealTimeSource::instance());
   if (!puller.isOk()) return fail(puller.status());

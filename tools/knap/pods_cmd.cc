@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/pod_logs.h"
 
 #ifdef KNAP_CLI_HAVE_CONTAINERD
@@ -180,7 +181,7 @@ int cmdImage(const std::vector<std::string>& args) {
   containerd::ContainerdClient::Options o;
   o.address = "unix://" + socket;
   o.ns = ns;
-  containerd::ContainerdClient client(o);
+  containerd::ContainerdClient client(o, RealTimeSource::instance());
   containerd::ImportOptions io;
   io.name = name;
   auto r = containerd::importImageArchive(client, fs::absolute(file).string(), io);
