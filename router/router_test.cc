@@ -1,6 +1,11 @@
 // Integration tests: a Router on 127.0.0.1 port 0 in front of loopback
 // backend "pods" started by the tests (router/test_backend.h). Real time,
-// real sockets; timeouts are short so the suite stays fast.
+// real sockets; timeouts are short so the suite stays fast. The Router's
+// socket timers run on Asio's steady clock, so these tests cannot step a
+// simulated clock: they wait for events (eventually(), a Latch the test
+// opens) instead of sleeping. The sleeps left are a pod's work or pacing, or
+// the minimum time a measurement needs: a slower machine makes them longer,
+// which never turns a passing check into a failing one.
 #include "router/router.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +20,7 @@
 #include <thread>
 
 #include "router/test_backend.h"
+#include "tests/fakes/wait.h"
 
 namespace knap::router {
 namespace {
@@ -25,15 +31,11 @@ using namespace std::chrono_literals;
 constexpr const char* kHost = "hello.default.example.com";
 constexpr const char* kRev = "default/hello-00001";
 
-// Waits (polling) until `cond` holds or `limit` passes.
-template <typename F>
-bool eventually(F cond, std::chrono::milliseconds limit = 5000ms) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return cond();
+using knap::testing::Latch;
+
+// Waits (polling every 5 ms) until `cond` holds or `limit` passes.
+bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = 30s) {
+  return knap::testing::eventually(cond, limit, 5ms);
 }
 
 // Every request header, one "name: value" line each.
@@ -415,7 +417,7 @@ TEST_F(RouterTest, ContainerConcurrencyOneNeverOverlaps) {
     const int now = ++in_flight;
     int seen = max_in_flight.load();
     while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {}
-    std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(10ms);  // the pod's work: the longer, the likelier an overlap would show
     --in_flight;
     ++served;
     resp.body() = "ok";
@@ -520,7 +522,7 @@ TEST_F(RouterTest, ColdStartHeaderAndHistogramByWakePath) {
   ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 1; }));
   auto second = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
   ASSERT_TRUE(eventually([&] { return router_->queued(kRev) == 2; }));
-  std::this_thread::sleep_for(30ms);
+  std::this_thread::sleep_for(30ms);  // the cold start lasts at least this (checked below)
   router_->setEndpoints(kRev, {pod.endpoint()}, WakeInfo{"frozen", std::nullopt});
   auto r1 = first.get();
   auto r2 = second.get();
@@ -635,10 +637,12 @@ TEST_F(RouterTest, QueueTimeCountsAgainstTimeout) {
 // --- timeouts ---------------------------------------------------------------
 
 TEST_F(RouterTest, TimeoutWithNoResponseByteIs504) {
-  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
-    std::this_thread::sleep_for(1500ms);
+  Latch release;  // the pod answers only once the test has its 504
+  TestBackend pod(TestBackend::httpHandler([release](const StringRequest&, StringResponse& resp) {
+    release.wait();
     resp.body() = "too late";
   }));
+  Latch::OpenOnExit release_at_end(release);
   startRouter(); setRoutes({helloRoute()});
   RevisionConfig cfg;
   cfg.timeout = 500ms;
@@ -652,9 +656,9 @@ TEST_F(RouterTest, TimeoutWithNoResponseByteIs504) {
 }
 
 TEST_F(RouterTest, ResponseStartTimeoutIs504) {
-  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
-    std::this_thread::sleep_for(1000ms);
-  }));
+  Latch release;  // the pod answers only once the test has its 504
+  TestBackend pod(TestBackend::httpHandler([release](const StringRequest&, StringResponse&) { release.wait(); }));
+  Latch::OpenOnExit release_at_end(release);
   startRouter(); setRoutes({helloRoute()});
   RevisionConfig cfg;
   cfg.timeout = 10s;
@@ -676,9 +680,25 @@ TestBackend::ConnHandler slowStream(int pieces, std::chrono::milliseconds gap) {
     asio::write(sock, asio::buffer(head), ec);
     for (int i = 0; i < pieces && !ec; ++i) {
       asio::write(sock, asio::buffer(std::string("6\r\npiece") + char('0' + i) + "\r\n"), ec);
-      std::this_thread::sleep_for(gap);
+      std::this_thread::sleep_for(gap);  // pacing: the stream outlasts the timeout however slow the machine
     }
     asio::write(sock, asio::buffer(std::string("0\r\n\r\n")), ec);
+  };
+}
+
+// A pod that answers at once with one chunk, then stalls until `release`
+// opens (the end of the test), then ends the body.
+TestBackend::ConnHandler stalledStream(Latch release) {
+  return [release](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    asio::write(sock, asio::buffer(std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\npiece0\r\n")),
+                ec);
+    release.wait();
+    asio::write(sock, asio::buffer(std::string("6\r\npiece1\r\n0\r\n\r\n")), ec);
   };
 }
 
@@ -698,7 +718,9 @@ TEST_F(RouterTest, StartedStreamIsNotCutByTimeout) {
 }
 
 TEST_F(RouterTest, IdleTimeoutCutsAStalledStream) {
-  TestBackend pod(slowStream(2, 1500ms));
+  Latch release;
+  TestBackend pod(stalledStream(release));
+  Latch::OpenOnExit release_at_end(release);
   startRouter(); setRoutes({helloRoute()});
   RevisionConfig cfg;
   cfg.idle_timeout = 300ms;
@@ -792,15 +814,19 @@ TEST_F(RouterTest, ExpectContinueAnsweredByRouter) {
 }
 
 TEST_F(RouterTest, RoutingTableSwapKeepsServing) {
-  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
-    std::this_thread::sleep_for(200ms);
+  Latch arrived, release;  // the request is at the pod; the pod may answer
+  TestBackend pod(TestBackend::httpHandler([arrived, release](const StringRequest&, StringResponse& resp) {
+    arrived.open();
+    release.wait();
     resp.body() = "slow ok";
   }));
+  Latch::OpenOnExit release_at_end(release);
   startRouter(); setRoutes({helloRoute()});
   router_->setEndpoints(kRev, {pod.endpoint()});
   auto inflight = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(arrived.wait());
   router_->setRoutingTable(RoutingTable::empty());
+  release.open();
   EXPECT_EQ(inflight.get().body(), "slow ok");
   EXPECT_EQ(get(router_->port(), kHost).result_int(), 404);
 }
@@ -1050,7 +1076,7 @@ TEST_F(RouterTest, IdlePodConnectionsClosedByPodOrTimeoutDoNotLinger) {
     if (ec) return;
     const std::string out = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
     asio::write(sock, asio::buffer(out), ec);
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(100ms);  // then closes: the pool notices whenever it comes (polled below)
   });
   RouterOptions o = defaultOptions();
   o.upstream_idle_timeout = 300ms;
@@ -1151,6 +1177,11 @@ TEST_F(RouterTest, AcceptBacksOffWhileOutOfFileDescriptors) {
   ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);  // in the backlog
   const std::string req = "GET / HTTP/1.1\r\nHost: " + std::string(kHost) + "\r\nConnection: close\r\n\r\n";
   ASSERT_EQ(::send(client, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  // The window the accept attempts are counted in: at least one comes at
+  // once; a slower machine makes fewer, never more.
+  ASSERT_TRUE(eventually([&] {
+    return metricValue(router_->renderMetrics(), "knap_router_accept_errors_total{listener=\"external\"}") >= 1;
+  }));
   std::this_thread::sleep_for(1500ms);
   const double errors =
       metricValue(router_->renderMetrics(), "knap_router_accept_errors_total{listener=\"external\"}");
@@ -1186,7 +1217,7 @@ TEST_F(RouterTest, IdleTunnelIsClosedAndReleasesItsSlot) {
   char data[256];
   auto last_io = std::chrono::steady_clock::now();
   for (int i = 0; i < 6; ++i) {
-    std::this_thread::sleep_for(250ms);
+    std::this_thread::sleep_for(250ms);  // pacing: 6 x 250 ms of traffic outlasts the 1 s idle timeout
     c.writeRaw("p");
     size_t got = 0;
     while (got < 6) {
@@ -1207,10 +1238,15 @@ TEST_F(RouterTest, IdleTunnelIsClosedAndReleasesItsSlot) {
 }
 
 TEST_F(RouterTest, DrainFinishesInFlightAndHeldRequestsAndClosesIdleOnes) {
-  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
-    if (req.target() == "/slow") std::this_thread::sleep_for(700ms);
+  Latch slow_arrived, release_slow;  // /slow is at the pod; the pod may answer it
+  TestBackend pod(TestBackend::httpHandler([slow_arrived, release_slow](const StringRequest& req, StringResponse& resp) {
+    if (req.target() == "/slow") {
+      slow_arrived.open();
+      release_slow.wait();
+    }
     resp.body() = std::string(req.target());
   }));
+  Latch::OpenOnExit release_at_end(release_slow);
   startRouter(); setRoutes({helloRoute()});
   router_->setEndpoints(kRev, {pod.endpoint()});
   const int port = router_->port();
@@ -1218,6 +1254,7 @@ TEST_F(RouterTest, DrainFinishesInFlightAndHeldRequestsAndClosesIdleOnes) {
   ASSERT_EQ(idle.send(helloGet()).result_int(), 200);  // kept alive, now idle
   auto slow = std::async(std::launch::async, [&] { return get(port, kHost, "/slow"); });
   ASSERT_TRUE(eventually([&] { return router_->openConnections() == 2; }));
+  ASSERT_TRUE(slow_arrived.wait());  // in flight at the pod when the drain starts
   // A request held in the activator queue (its revision has no pod yet).
   RouteSpec other = helloRoute({{"default/other-00001", 100, ""}});
   other.name = "other";
@@ -1236,12 +1273,12 @@ TEST_F(RouterTest, DrainFinishesInFlightAndHeldRequestsAndClosesIdleOnes) {
     TestClient late(port);
     return late.error().failed();
   }));
+  release_slow.open();  // the in-flight request finishes during the drain
   auto s = slow.get();
   EXPECT_EQ(s.result_int(), 200);
   EXPECT_EQ(s.body(), "/slow");
   EXPECT_EQ(s[http::field::connection], "close");
-  std::this_thread::sleep_for(100ms);
-  EXPECT_EQ(drained.wait_for(0s), std::future_status::timeout) << "drain must wait for the held request";
+  EXPECT_EQ(drained.wait_for(100ms), std::future_status::timeout) << "drain must wait for the held request";
   router_->setEndpoints("default/other-00001", {pod.endpoint()});
   auto h = held.get();
   EXPECT_EQ(h.result_int(), 200);
@@ -1272,7 +1309,10 @@ TEST_F(RouterTest, DrainServesANewConnectionThatSendsWithinTheGrace) {
   TestClient c(router_->port());
   ASSERT_TRUE(eventually([&] { return router_->openConnections() == 1; }));
   auto drained = std::async(std::launch::async, [&] { return router_->drain(20s); });
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(eventually([&] {  // the drain has begun: new connections are refused
+    TestClient late(router_->port());
+    return late.error().failed();
+  }));
   auto r = c.send(helloGet());
   EXPECT_EQ(r.result_int(), 200);
   EXPECT_EQ(r[http::field::connection], "close");
@@ -1302,8 +1342,8 @@ TEST_F(RouterTest, RequestsBeforeTheFirstRoutingTableAreHeldNot404) {
   startRouter(o);
   router_->setEndpoints(kRev, {pod.endpoint()});
   auto early = std::async(std::launch::async, [&] { return get(router_->port(), kHost); });
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(early.wait_for(0s), std::future_status::timeout) << "answered before the routes were loaded";
+  ASSERT_TRUE(eventually([&] { return router_->openConnections() == 1; }));
+  EXPECT_EQ(early.wait_for(300ms), std::future_status::timeout) << "answered before the routes were loaded";
   setRoutes({helloRoute()});
   auto r = early.get();
   EXPECT_EQ(r.result_int(), 200) << r.body();

@@ -1,7 +1,8 @@
 // PodRunner logic over FakePodDriver with a SimulatedTimeSource and an inline
 // executor: every runOnce() does its driver work before returning, so the
-// tests are deterministic. Only pod exits cross threads (wait() threads);
-// exitPod() below waits until the runner has received the exit.
+// tests are deterministic. Only pod exits cross threads (wait() threads):
+// the tests wait for the runner to have received them (eventually(), a
+// bounded poll of exitsReceived() and the like), never for a fixed time.
 #include "runtime/runner/pod_runner.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 
 #include "runtime/runner/fake_pod_driver.h"
 #include "tests/fakes/fake_event_recorder.h"
+#include "tests/fakes/wait.h"
 
 namespace knap::runner {
 namespace {
@@ -21,6 +23,7 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using knap::testing::eventually;
 
 json makeRevision(const std::string& name, json annotations = json::object(), json container_extra = json::object()) {
   json c = {{"name", "user-container"}, {"image", "dev.local/app:v1"}};
@@ -65,21 +68,17 @@ class PodRunnerTest : public ::testing::Test {
   void exitPod(const std::string& id, int code, bool oom = false, std::string tail = "") {
     int before = runner_->exitsReceived();
     driver_.exitPod(id, PodExit{code, oom, tail});
-    for (int i = 0; i < 5000 && runner_->exitsReceived() == before; ++i) {
-      std::this_thread::sleep_for(milliseconds(1));
-    }
+    eventually([&] { return runner_->exitsReceived() > before; });
     ASSERT_GT(runner_->exitsReceived(), before) << "exit of " << id << " never reached the runner";
     settle();
   }
   // Pod stops complete asynchronously (the fake's wait() returns on its own
-  // thread): run the loop until `done` holds or ~5 s pass.
+  // thread): run the loop until `done` holds (or, failing, 30 s pass).
   bool settleUntil(const std::function<bool()>& done) {
-    for (int i = 0; i < 5000; ++i) {
+    return eventually([&] {
       runner_->runOnce();
-      if (done()) return true;
-      std::this_thread::sleep_for(milliseconds(1));
-    }
-    return false;
+      return done();
+    });
   }
   controller::RevisionHealth health(const std::string& name = "r1") { return runner_->health("default", name); }
   int changeCount() {
@@ -293,7 +292,7 @@ TEST_F(PodRunnerTest, SidecarsAndTheServingContainer) {
   EXPECT_EQ(eps[0].port, 8881);
   int before = runner_->exitsReceived();
   driver_.exitPod(id, PodExit{2, false, "sidecar boom", "user-container"});
-  for (int i = 0; i < 5000 && runner_->exitsReceived() == before; ++i) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_TRUE(eventually([&] { return runner_->exitsReceived() > before; }));
   settle();
   auto h = health();
   EXPECT_EQ(h.container_healthy.status, "False");
@@ -517,10 +516,7 @@ TEST_F(PodRunnerTest, LivenessFailureRestartsThePod) {
   EXPECT_EQ(driver_.stopCount(), 0);  // one failure of two
   advance(seconds(1));
   // stop() made the fake exit; wait until the runner saw it.
-  for (int i = 0; i < 5000 && !driver_.pod(first).destroyed; ++i) {
-    std::this_thread::sleep_for(milliseconds(1));
-    runner_->runOnce();
-  }
+  EXPECT_TRUE(settleUntil([&] { return driver_.pod(first).destroyed; }));
   EXPECT_EQ(driver_.stopCount(), 1);
   EXPECT_TRUE(driver_.pod(first).destroyed);
   alive = true;
@@ -555,10 +551,7 @@ TEST_F(PodRunnerTest, RemoveStopsAndDestroysAllPods) {
   settle();
   ASSERT_EQ(driver_.livePods().size(), 2u);
   runner_->remove("default", "r1");
-  for (int i = 0; i < 5000 && !driver_.livePods().empty(); ++i) {
-    std::this_thread::sleep_for(milliseconds(1));
-    runner_->runOnce();
-  }
+  EXPECT_TRUE(settleUntil([&] { return driver_.livePods().empty(); }));
   EXPECT_TRUE(driver_.livePods().empty());
   EXPECT_EQ(driver_.stopCount(), 2);
   settle();
@@ -641,7 +634,7 @@ TEST_F(PodRunnerTest, ThreadedModeConvergesWithRealPool) {
   PodRunner runner(driver, time_, o);
   runner.start();
   runner.ensure(makeRevision("r1", {{"autoscaling.knative.dev/initial-scale", "3"}}));
-  for (int i = 0; i < 5000 && runner.readyPods("default/r1") < 3; ++i) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_TRUE(eventually([&] { return runner.readyPods("default/r1") >= 3; }));
   EXPECT_EQ(runner.readyPods("default/r1"), 3);
   runner.shutdownAndDestroyAll();
   EXPECT_TRUE(driver.livePods().empty());
@@ -1117,7 +1110,9 @@ TEST_F(PodRunnerTest, RestartReplacesPodsOneByOneKeepingTheDesiredReadyCount) {
     bool any_old = false;
     for (const std::string& id : driver_.livePods()) any_old = any_old || old.count(id) > 0;
     done = !any_old && eps.size() == 2u;
-    std::this_thread::sleep_for(milliseconds(1));  // the fake's wait() threads deliver stop exits
+    // The fake's wait() threads deliver the stops' exits: every one issued so
+    // far has reached the runner before time moves on.
+    ASSERT_TRUE(eventually([&] { return runner_->exitsReceived() >= driver_.stopCount(); })) << "step " << step;
   }
   ASSERT_TRUE(done) << "the old pods were not all replaced";
   EXPECT_EQ(driver_.createCount(), 4);
