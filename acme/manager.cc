@@ -13,7 +13,6 @@
 
 #include "acme/client.h"
 #include "acme/jws.h"
-#include "common/guard.h"
 #include "common/log.h"
 #include "common/tls.h"
 
@@ -59,7 +58,8 @@ Status makeDir(const std::string& dir) {
 
 }  // namespace
 
-CertificateManager::CertificateManager(ManagerOptions options) : options_(std::move(options)) {}
+CertificateManager::CertificateManager(ManagerOptions options, const TimeSource& time)
+    : options_(std::move(options)), time_(time), loop_(time, "ACME loop") {}
 
 CertificateManager::~CertificateManager() { stop(); }
 
@@ -79,7 +79,7 @@ Status CertificateManager::start() {
     KNAP_RETURN_IF_ERROR(writeFile(key_path, account_pem_, 0600));
     LOG(INFO) << "ACME: created the account key " << key_path;
   }
-  thread_ = std::thread([this] { runRestarting("ACME loop", [this] { loop(); }); });
+  loop_.start([this] { return step(); });
   return Status::ok();
 }
 
@@ -89,7 +89,7 @@ void CertificateManager::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  loop_.stop();
 }
 
 void CertificateManager::setHosts(const std::vector<std::string>& hosts) {
@@ -114,7 +114,7 @@ void CertificateManager::setHosts(const std::vector<std::string>& hosts) {
     hosts_ = std::move(next);
   }
   if (added.empty()) return;
-  cv_.notify_all();
+  loop_.wake();
   // A new host is pending: its Route's condition says so from now on.
   if (options_.on_change) {
     for (const std::string& h : added) options_.on_change(h);
@@ -142,8 +142,7 @@ void CertificateManager::publish(const std::string& token, const std::string& ke
   if (options_.set_challenges) options_.set_challenges(snapshot);
 }
 
-void CertificateManager::setState(const std::string& host, HostState s, std::chrono::steady_clock::time_point due,
-                                  std::chrono::seconds backoff) {
+void CertificateManager::setState(const std::string& host, HostState s, MonoTime due, std::chrono::seconds backoff) {
   bool changed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -159,32 +158,28 @@ void CertificateManager::setState(const std::string& host, HostState s, std::chr
   if (changed && options_.on_change) options_.on_change(host);
 }
 
-void CertificateManager::loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    auto now = std::chrono::steady_clock::now();
-    std::string next_host;
-    auto next_due = now + std::chrono::hours(1);
+MonoTime CertificateManager::step() {
+  auto earliest = [this](std::string* host) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MonoTime due = MonoTime::max();  // no host: setHosts() wakes the loop
     for (const auto& [h, e] : hosts_) {
-      if (e.due < next_due) {
-        next_due = e.due;
-        next_host = h;
+      if (e.due < due) {
+        due = e.due;
+        *host = h;
       }
     }
-    if (next_host.empty() || next_due > now) {
-      cv_.wait_until(lock, next_due);
-      continue;
-    }
-    lock.unlock();
-    work(next_host);
-    lock.lock();
-  }
+    return stopping_ ? MonoTime::max() : due;
+  };
+  std::string host;
+  if (earliest(&host) <= time_.monotonic()) work(host);
+  host.clear();
+  return earliest(&host);
 }
 
 void CertificateManager::work(const std::string& host) {
   using std::chrono::seconds;
-  const auto now = std::chrono::steady_clock::now();
-  const int64_t wall = static_cast<int64_t>(std::time(nullptr));
+  const MonoTime now = time_.monotonic();
+  const int64_t wall = static_cast<int64_t>(std::chrono::system_clock::to_time_t(time_.now()));
   const std::string crt = certDir() + "/" + host + ".crt";
   const std::string key = certDir() + "/" + host + ".key";
   Entry entry;
@@ -220,7 +215,7 @@ void CertificateManager::work(const std::string& host) {
     co.email = options_.email;
     co.sleep = [this](std::chrono::milliseconds d) {
       std::unique_lock<std::mutex> lock(mu_);
-      return !cv_.wait_for(lock, d, [this] { return stopping_; });
+      return !time_.waitUntil(lock, cv_, time_.monotonic() + d, [this] { return stopping_; });
     };
     AcmeClient client(*transport, *account, co);
     issued = client.issue(host, [this](const std::string& t, const std::string& ka) { publish(t, ka); });

@@ -249,7 +249,7 @@ int run(int argc, char** argv) {
         std::string ns, name;
         if (data_plane.routeOfHost(host, &ns, &name)) controller.enqueue({"Route", ns, name});
       };
-      acme_manager = std::make_unique<acme::CertificateManager>(std::move(ao));
+      acme_manager = std::make_unique<acme::CertificateManager>(std::move(ao), clock);
       if (Status st = acme_manager->start(); !st.isOk()) {
         std::cerr << "knapd: " << st.message() << "\n";
         return 1;
