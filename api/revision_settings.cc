@@ -288,7 +288,43 @@ void parseProgressDeadline(const json& annotations, const Config& config, Revisi
   rows->push_back({"progress-deadline", fmtDuration(config.deployment.progress_deadline), "config"});
 }
 
+// knap.dev/warm-pool and knap.dev/warm-pool-mode (string values; others are ignored).
+void parseWarmPool(const json& annotations, WarmPoolSettings& out) {
+  if (const json& v = member(annotations, kWarmPoolAnnotation); v.is_string()) {
+    AnnotationValue a{kWarmPoolAnnotation, v.get<std::string>()};
+    auto size = parseWarmPoolSize(a.value);
+    if (size.isOk()) {
+      out.size = *size;
+    } else {
+      out.errors.push_back(bad(a, size.status().message()).message());
+    }
+  }
+  if (const json& v = member(annotations, kWarmPoolModeAnnotation); v.is_string()) {
+    AnnotationValue a{kWarmPoolModeAnnotation, v.get<std::string>()};
+    auto mode = parseWarmPoolMode(a.value);
+    if (mode.isOk()) {
+      out.mode = *mode;
+    } else {
+      out.errors.push_back(bad(a, mode.status().message()).message());
+    }
+  }
+}
+
 }  // namespace
+
+StatusOr<int32_t> parseWarmPoolSize(const std::string& value) {
+  const bool digits = !value.empty() && value.size() <= 3 &&
+                      std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoi(value) > kMaxWarmPoolSize) {
+    return invalidArgument("must be an integer from 0 to " + std::to_string(kMaxWarmPoolSize));
+  }
+  return static_cast<int32_t>(std::stoi(value));
+}
+
+StatusOr<std::string> parseWarmPoolMode(const std::string& value) {
+  if (value != "created" && value != "frozen") return invalidArgument("must be \"created\" or \"frozen\"");
+  return value;
+}
 
 const std::vector<NumberRule>& numberAnnotationRules() {
   static const std::vector<NumberRule> kRules = {
@@ -343,6 +379,7 @@ RevisionSettings revisionSettings(const json& revision, const Config& config) {
   out.idle_timeout = seconds(specInt(spec, "idleTimeoutSeconds", 0, "default", &rows, r));
   parseProgressDeadline(annotations, config, out, &rows, r);
   parseAutoscaling(r, config, out.container_concurrency, out.autoscaling);
+  parseWarmPool(annotations, out.warm_pool);
   out.autoscaling_rows = out.rows.size();
   out.rows.insert(out.rows.end(), rows.begin(), rows.end());
   return out;

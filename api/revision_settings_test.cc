@@ -197,5 +197,68 @@ TEST(RevisionSettingsTest, MalformedObjectsFallBackWithoutThrowing) {
   EXPECT_EQ(s.idle_timeout, seconds(0));
 }
 
+// knap.dev/warm-pool and knap.dev/warm-pool-mode: parsed here for the pod
+// runner; absent means "the runner's configured size and mode".
+TEST(RevisionSettingsTest, WarmPoolAnnotations) {
+  RevisionSettings none = revisionSettings(revision(json::object()), defaultConfig());
+  EXPECT_FALSE(none.warm_pool.size.has_value());
+  EXPECT_FALSE(none.warm_pool.mode.has_value());
+  EXPECT_TRUE(none.errors.empty());
+  EXPECT_TRUE(none.warm_pool.errors.empty());
+
+  for (const auto& [value, want] : std::vector<std::pair<std::string, int32_t>>{{"0", 0}, {"3", 3}, {"100", 100},
+                                                                                {"007", 7}}) {
+    SCOPED_TRACE(value);
+    RevisionSettings s = revisionSettings(revision({{kWarmPoolAnnotation, value}}), defaultConfig());
+    ASSERT_TRUE(s.warm_pool.errors.empty()) << s.warm_pool.errors[0];
+    EXPECT_EQ(s.warm_pool.size, want);
+  }
+  for (const std::string mode : {"created", "frozen"}) {
+    RevisionSettings s = revisionSettings(revision({{kWarmPoolModeAnnotation, mode}}), defaultConfig());
+    ASSERT_TRUE(s.warm_pool.errors.empty()) << s.warm_pool.errors[0];
+    EXPECT_EQ(s.warm_pool.mode, mode);
+  }
+  // Both at once, with the autoscaling annotations untouched.
+  RevisionSettings both = revisionSettings(
+      revision({{kWarmPoolAnnotation, "2"}, {kWarmPoolModeAnnotation, "created"},
+                {"autoscaling.knative.dev/min-scale", "0"}}),
+      defaultConfig());
+  EXPECT_EQ(both.warm_pool.size, 2);
+  EXPECT_EQ(both.warm_pool.mode, "created");
+  EXPECT_EQ(both.rows.size(), 24u);  // no display rows of their own
+}
+
+TEST(RevisionSettingsTest, BadWarmPoolValuesAreRefusedNamingTheAnnotation) {
+  for (const std::string value : {"-2", "lots", "", "101", "1000", "+3", " 3", "3 ", "1.5", "99999999999"}) {
+    SCOPED_TRACE(value);
+    RevisionSettings s = revisionSettings(revision({{kWarmPoolAnnotation, value}}), defaultConfig());
+    EXPECT_FALSE(s.warm_pool.size.has_value());  // the runner's configured size applies
+    ASSERT_EQ(s.warm_pool.errors.size(), 1u);
+    EXPECT_EQ(s.warm_pool.errors[0],
+              "annotation knap.dev/warm-pool=\"" + value + "\": must be an integer from 0 to 100");
+    // Not a refused scaler/router setting: the revision still goes to the scaler.
+    EXPECT_TRUE(s.errors.empty());
+    EXPECT_TRUE(s.status().isOk());
+  }
+  for (const std::string value : {"lukewarm", "", "Frozen", "created "}) {
+    SCOPED_TRACE(value);
+    RevisionSettings s = revisionSettings(revision({{kWarmPoolModeAnnotation, value}}), defaultConfig());
+    EXPECT_FALSE(s.warm_pool.mode.has_value());
+    ASSERT_EQ(s.warm_pool.errors.size(), 1u);
+    EXPECT_EQ(s.warm_pool.errors[0], "annotation knap.dev/warm-pool-mode=\"" + value + "\": must be \"created\" or \"frozen\"");
+  }
+  // A value that is not a string is no annotation value at all (as for autoscaling.knative.dev/*).
+  RevisionSettings s = revisionSettings(revision({{kWarmPoolAnnotation, 3}, {kWarmPoolModeAnnotation, true}}),
+                                        defaultConfig());
+  EXPECT_TRUE(s.warm_pool.errors.empty());
+  EXPECT_FALSE(s.warm_pool.size.has_value());
+  EXPECT_FALSE(s.warm_pool.mode.has_value());
+  // One bad, one good: the good one still counts.
+  RevisionSettings mixed = revisionSettings(revision({{kWarmPoolAnnotation, "x"}, {kWarmPoolModeAnnotation, "created"}}),
+                                            defaultConfig());
+  EXPECT_EQ(mixed.warm_pool.errors.size(), 1u);
+  EXPECT_EQ(mixed.warm_pool.mode, "created");
+}
+
 }  // namespace
 }  // namespace knap::api

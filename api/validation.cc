@@ -461,15 +461,16 @@ void validateTemplateAnnotations(const json& meta, const std::string& path, cons
       errs.add(key(ann_path, k),
                "invalid value: \"" + v + "\": must be a Kubernetes quantity such as 100m or 128Mi");
     }
-    if (k == "knap.dev/warm-pool") {  // knap's warm pool size (runtime/runner, issue 5)
-      bool digits = !v.empty() && v.size() <= 3 &&
-                    std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
-      if (!digits || std::stoi(v) > 100) {
-        errs.add(key(ann_path, k), "invalid value: \"" + v + "\": must be an integer from 0 to 100");
+    // knap's warm pool (runtime/runner, issue 5): the rules of api/revision_settings.h.
+    if (k == kWarmPoolAnnotation) {
+      if (auto size = parseWarmPoolSize(v); !size.isOk()) {
+        errs.add(key(ann_path, k), "invalid value: \"" + v + "\": " + size.status().message());
       }
     }
-    if (k == "knap.dev/warm-pool-mode" && v != "created" && v != "frozen") {
-      errs.add(key(ann_path, k), "invalid value: \"" + v + "\": must be \"created\" or \"frozen\"");
+    if (k == kWarmPoolModeAnnotation) {
+      if (auto mode = parseWarmPoolMode(v); !mode.isOk()) {
+        errs.add(key(ann_path, k), "invalid value: \"" + v + "\": " + mode.status().message());
+      }
     }
     if (k == "queue.sidecar.serving.knative.dev/resource-percentage") {
       auto f = parseFloat(v);

@@ -32,19 +32,6 @@ std::optional<std::string> annotation(const json& obj, const char* key) {
   return it->get<std::string>();
 }
 
-std::optional<int> annotationInt(const json& obj, const char* key) {
-  auto v = annotation(obj, key);
-  if (!v) return std::nullopt;
-  try {
-    size_t pos = 0;
-    int n = std::stoi(*v, &pos);
-    if (pos != v->size() || n < 0) return std::nullopt;
-    return n;
-  } catch (...) {
-    return std::nullopt;
-  }
-}
-
 std::string str(const json& j, const char* a, const char* b) {
   if (!j.is_object() || !j.contains(a) || !j[a].is_object()) return "";
   const json& o = j[a];
@@ -312,36 +299,27 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
     }
   }
   const api::RevisionSettings settings = api::revisionSettings(object, options_.config);
-  if (!settings.errors.empty() && rev.settings_error != settings.errors.front()) {
-    LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << settings.errors.front()
-                 << " (the default is used)";
+  std::vector<std::string> refused = settings.errors;
+  refused.insert(refused.end(), settings.warm_pool.errors.begin(), settings.warm_pool.errors.end());
+  std::string errors;  // every refused setting, each logged once per change
+  for (const std::string& e : refused) errors += (errors.empty() ? "" : "; ") + e;
+  if (!errors.empty() && rev.settings_error != errors) {
+    for (const std::string& e : refused) {
+      LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << e << " (the default is used)";
+    }
   }
-  rev.settings_error = settings.errors.empty() ? "" : settings.errors.front();
+  rev.settings_error = errors;
   rev.stop_grace = std::min<Duration>(settings.timeout, options_.max_stop_grace);
   rev.progress_deadline = settings.progress_deadline;
   rev.min_scale = settings.autoscaling.min_scale;
   rev.max_scale = settings.autoscaling.max_scale;
   // Initial scale (api/revision_settings.h), at least min-scale.
   rev.initial_scale = std::max(settings.autoscaling.initial_scale, rev.min_scale);
-  int size = options_.warm_pool_size;
-  if (auto w = annotation(object, kWarmPoolAnnotation)) {
-    if (auto n = annotationInt(object, kWarmPoolAnnotation)) {
-      size = *n;
-    } else if (rev.warm_bad_value != *w) {
-      LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << kWarmPoolAnnotation << " \"" << *w
-                   << "\" is not a non-negative integer; using the configured warm pool size " << size;
-    }
-    rev.warm_bad_value = annotationInt(object, kWarmPoolAnnotation) ? "" : *w;
-  }
+  // The warm pool annotations (api/revision_settings.h), else the configured size and mode.
+  const int size = settings.warm_pool.size.value_or(options_.warm_pool_size);
   rev.warm_mode = options_.warm_pool_mode;
-  if (auto m = annotation(object, kWarmPoolModeAnnotation)) {
-    if (*m == "created" || *m == "frozen") {
-      rev.warm_mode = *m == "created" ? WarmPoolMode::kCreated : WarmPoolMode::kFrozen;
-    } else if (rev.warm_bad_value != *m) {
-      LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << kWarmPoolModeAnnotation << " \"" << *m
-                   << "\" is neither \"created\" nor \"frozen\"; using " << warmPoolModeName(rev.warm_mode);
-      rev.warm_bad_value = *m;
-    }
+  if (settings.warm_pool.mode) {
+    rev.warm_mode = *settings.warm_pool.mode == "created" ? WarmPoolMode::kCreated : WarmPoolMode::kFrozen;
   }
   // Only revisions that can scale to zero keep a pool.
   rev.warm_size = rev.min_scale == 0 && settings.autoscaling.enable_scale_to_zero ? size : 0;

@@ -64,6 +64,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/revision_settings.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/event_recorder.h"
@@ -181,8 +182,9 @@ struct WarmPoolStatus {
   bool operator==(const WarmPoolStatus&) const = default;
 };
 
-inline constexpr char kWarmPoolAnnotation[] = "knap.dev/warm-pool";
-inline constexpr char kWarmPoolModeAnnotation[] = "knap.dev/warm-pool-mode";  // "created" / "frozen"; else config
+// Parsed in api/revision_settings.h (RevisionSettings::warm_pool).
+using api::kWarmPoolAnnotation;
+using api::kWarmPoolModeAnnotation;
 inline constexpr char kImageReadyAtAnnotation[] = "knap.dev/image-ready-at";
 
 class PodRunner final : public controller::RevisionBackend, public scaler::PodCounter, public scaler::ScaleTarget {
@@ -300,8 +302,7 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     int max_scale = 0;        // 0 = no limit
     int warm_size = 0;        // pool size before the max-scale cap (0 when min-scale > 0)
     WarmPoolMode warm_mode = WarmPoolMode::kFrozen;
-    std::string warm_bad_value;  // an invalid knap.dev/warm-pool already logged
-    std::string settings_error;  // the refused setting already logged
+    std::string settings_error;  // the refused settings already logged ("; "-joined)
     std::optional<WallTime> image_ready_at;
     WakeReport last_wake;
     WarmPoolStatus last_warm;
