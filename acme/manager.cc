@@ -52,7 +52,8 @@ Status writeFile(const std::string& path, const std::string& data, mode_t mode) 
 }
 
 Status makeDir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return unavailable(dir + ": " + std::strerror(errno));
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return unavailable(dir + ": " + std::strerror(errno));
   return Status::ok();
 }
 
@@ -61,7 +62,9 @@ Status makeDir(const std::string& dir) {
 CertificateManager::CertificateManager(ManagerOptions options, const TimeSource& time)
     : options_(std::move(options)), time_(time), loop_(time, "ACME loop") {}
 
-CertificateManager::~CertificateManager() { stop(); }
+CertificateManager::~CertificateManager() {
+  stop();
+}
 
 Status CertificateManager::start() {
   KNAP_RETURN_IF_ERROR(makeDir(options_.data_dir + "/acme"));
@@ -99,8 +102,8 @@ void CertificateManager::setHosts(const std::vector<std::string>& hosts) {
     std::map<std::string, Entry> next;
     for (const std::string& h : hosts) {
       // The host names a file: DNS names only (no '/', no "..", no wildcard).
-      const bool dns = !h.empty() && h.size() <= 253 && h.front() != '.' && h.find("..") == std::string::npos &&
-                       std::all_of(h.begin(), h.end(), [](char c) {
+      const bool dns = !h.empty() && h.size() <= 253 && h.front() != '.' &&
+                       h.find("..") == std::string::npos && std::all_of(h.begin(), h.end(), [](char c) {
                          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
                        });
       if (!dns) {
@@ -142,7 +145,8 @@ void CertificateManager::publish(const std::string& token, const std::string& ke
   if (options_.set_challenges) options_.set_challenges(snapshot);
 }
 
-void CertificateManager::setState(const std::string& host, HostState s, MonoTime due, std::chrono::seconds backoff) {
+void CertificateManager::setState(const std::string& host, HostState s, MonoTime due,
+                                  std::chrono::seconds backoff) {
   bool changed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -193,7 +197,8 @@ void CertificateManager::work(const std::string& host) {
   int64_t not_after = 0;
   if (auto chain = readFile(crt); chain.isOk()) {
     if (auto k = readFile(key); k.isOk()) {
-      if (auto cert = tls::loadServerCertificate(*chain, *k, "file " + crt); cert.isOk()) not_after = cert->not_after;
+      if (auto cert = tls::loadServerCertificate(*chain, *k, "file " + crt); cert.isOk())
+        not_after = cert->not_after;
     }
   }
   const int64_t renew_at = not_after - options_.renew_before.count();
@@ -221,7 +226,8 @@ void CertificateManager::work(const std::string& host) {
     issued = client.issue(host, [this](const std::string& t, const std::string& ka) { publish(t, ka); });
   }
   if (issued.isOk()) {
-    auto cert = tls::loadServerCertificate(issued->chain_pem, issued->key_pem, "ACME certificate for " + host);
+    auto cert =
+        tls::loadServerCertificate(issued->chain_pem, issued->key_pem, "ACME certificate for " + host);
     Status st = cert.status();
     if (st.isOk()) st = writeFile(key, issued->key_pem, 0600);
     if (st.isOk()) st = writeFile(crt, issued->chain_pem, 0644);

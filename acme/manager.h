@@ -43,7 +43,7 @@ using Challenges = std::unordered_map<std::string, std::string>;  // token -> ke
 struct ManagerOptions {
   std::string directory_url;
   std::string email;
-  std::string ca_file;  // trust for the ACME server's own TLS ("" = system CAs)
+  std::string ca_file;   // trust for the ACME server's own TLS ("" = system CAs)
   std::string data_dir;  // keys and certificates go to <data_dir>/acme
   std::chrono::seconds renew_before{30 * 24 * 3600};
   std::function<void(std::shared_ptr<const Challenges>)> set_challenges;
@@ -53,7 +53,7 @@ struct ManagerOptions {
 struct HostState {
   enum class Kind { kPending, kIssued, kFailed };
   Kind kind = Kind::kPending;
-  std::string message;   // the ACME error of the last attempt (kFailed)
+  std::string message;    // the ACME error of the last attempt (kFailed)
   int64_t not_after = 0;  // kIssued: the certificate's expiry (epoch seconds)
 };
 

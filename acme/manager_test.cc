@@ -5,12 +5,11 @@
 // certificates on disk are covered by client_test and tests/e2e/test_acme.py.)
 #include "acme/manager.h"
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -61,7 +60,7 @@ TEST(CertificateManagerTest, KeyKeptAndFailureReported) {
   {
     CertificateManager m(o, RealTimeSource::instance());
     ASSERT_TRUE(m.start().isOk());
-    struct stat st{};
+    struct stat st {};
     ASSERT_EQ(::stat((dir + "/acme/account.key").c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0600u);
     first_key = slurp(dir + "/acme/account.key");

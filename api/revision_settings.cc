@@ -169,7 +169,8 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
                      : (cc > 0 ? static_cast<double>(cc) : ac.container_concurrency_target_default);
   double utilization = rps ? kRpsTargetUtilization : ac.targetUtilizationFraction();
   if (auto a = r.annotation(
-          "target", fmt(rps ? ac.requests_per_second_target_default : ac.container_concurrency_target_default),
+          "target",
+          fmt(rps ? ac.requests_per_second_target_default : ac.container_concurrency_target_default),
           "config")) {
     double t = total;
     r.take(floatIn(*a, numberRule("target")), &t);
@@ -195,10 +196,13 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
 
   s.min_scale = ac.min_scale;
   s.max_scale = ac.max_scale;
-  if (auto a = r.annotation("min-scale", std::to_string(ac.min_scale), "config")) r.take(intIn(*a, 0), &s.min_scale);
-  if (auto a = r.annotation("max-scale", std::to_string(ac.max_scale), "config")) r.take(intIn(*a, 0), &s.max_scale);
+  if (auto a = r.annotation("min-scale", std::to_string(ac.min_scale), "config"))
+    r.take(intIn(*a, 0), &s.min_scale);
+  if (auto a = r.annotation("max-scale", std::to_string(ac.max_scale), "config"))
+    r.take(intIn(*a, 0), &s.max_scale);
   if (s.max_scale != 0 && s.max_scale < s.min_scale) {
-    r.error("max-scale=" + std::to_string(s.max_scale) + " is less than min-scale=" + std::to_string(s.min_scale));
+    r.error("max-scale=" + std::to_string(s.max_scale) +
+            " is less than min-scale=" + std::to_string(s.min_scale));
   }
   // initial-scale: the annotation counts when non-zero, or zero with allow-zero-initial-scale (§4.7).
   s.initial_scale = ac.initial_scale;
@@ -233,9 +237,10 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
   }
   s.scale_to_zero_pod_retention_period =
       std::chrono::duration_cast<nanoseconds>(ac.scale_to_zero_pod_retention_period);
-  if (auto a = r.annotation("scale-to-zero-pod-retention-period", fmtDuration(ac.scale_to_zero_pod_retention_period),
-                            "config")) {
-    r.take(durationIn(*a, durationRule("scale-to-zero-pod-retention-period")), &s.scale_to_zero_pod_retention_period);
+  if (auto a = r.annotation("scale-to-zero-pod-retention-period",
+                            fmtDuration(ac.scale_to_zero_pod_retention_period), "config")) {
+    r.take(durationIn(*a, durationRule("scale-to-zero-pod-retention-period")),
+           &s.scale_to_zero_pod_retention_period);
   }
   s.enable_scale_to_zero = ac.enable_scale_to_zero;
   r.fixed("enable-scale-to-zero", ac.enable_scale_to_zero ? "true" : "false");
@@ -373,7 +378,8 @@ RevisionSettings revisionSettings(const json& revision, const Config& config) {
   // The spec's rows follow the autoscaling ones; containerConcurrency feeds the targets.
   std::vector<EffectiveValue> rows;
   const DefaultsConfig& d = config.defaults;
-  out.container_concurrency = specInt(spec, "containerConcurrency", d.container_concurrency, "config", &rows, r);
+  out.container_concurrency =
+      specInt(spec, "containerConcurrency", d.container_concurrency, "config", &rows, r);
   out.timeout = seconds(specInt(spec, "timeoutSeconds", d.revision_timeout_seconds, "config", &rows, r));
   out.response_start_timeout = seconds(specInt(spec, "responseStartTimeoutSeconds", 0, "default", &rows, r));
   out.idle_timeout = seconds(specInt(spec, "idleTimeoutSeconds", 0, "default", &rows, r));

@@ -123,11 +123,11 @@ struct WarmPoolSettings {
 
 struct RevisionSettings {
   AutoscalingSettings autoscaling;
-  WarmPoolSettings warm_pool;  // not among the display rows
-  int64_t container_concurrency = 0;                 // spec.containerConcurrency, 0 = unlimited
-  std::chrono::seconds timeout{300};                 // spec.timeoutSeconds
-  std::chrono::seconds response_start_timeout{0};    // spec.responseStartTimeoutSeconds, 0 = none
-  std::chrono::seconds idle_timeout{0};              // spec.idleTimeoutSeconds, 0 = none
+  WarmPoolSettings warm_pool;                      // not among the display rows
+  int64_t container_concurrency = 0;               // spec.containerConcurrency, 0 = unlimited
+  std::chrono::seconds timeout{300};               // spec.timeoutSeconds
+  std::chrono::seconds response_start_timeout{0};  // spec.responseStartTimeoutSeconds, 0 = none
+  std::chrono::seconds idle_timeout{0};            // spec.idleTimeoutSeconds, 0 = none
   std::chrono::nanoseconds progress_deadline{std::chrono::seconds(600)};  // annotation > 0, else config
 
   // Every setting above, in display order: the autoscaling rows (see

@@ -768,7 +768,8 @@ void validateVolumeMounts(const json& c, const std::string& path, const PodConte
       bool back = false;
       for (size_t start = 0; start <= sub.size();) {
         size_t slash = sub.find('/', start);
-        if (sub.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..") back = true;
+        if (sub.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..")
+          back = true;
         if (slash == std::string::npos) break;
         start = slash + 1;
       }
@@ -901,10 +902,12 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
               int64_t e = exp.get<int64_t>();
               if (e < 600) {
                 errs.add(pp + ".serviceAccountToken.expirationSeconds",
-                         "invalid value: " + std::to_string(e) + ": may not specify a duration less than 10 minutes");
+                         "invalid value: " + std::to_string(e) +
+                             ": may not specify a duration less than 10 minutes");
               } else if (e > (int64_t{1} << 32)) {
                 errs.add(pp + ".serviceAccountToken.expirationSeconds",
-                         "invalid value: " + std::to_string(e) + ": may not specify a duration larger than 2^32 seconds");
+                         "invalid value: " + std::to_string(e) +
+                             ": may not specify a duration larger than 2^32 seconds");
               }
             }
           } else if (s.key() != "downwardAPI") {
@@ -991,10 +994,12 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
     // Knative's webhook text (TestServiceAccountValidation looks for it):
     // "<value>: <field>" and then Kubernetes' IsDNS1123Subdomain explanation.
     const std::string field = path + ".serviceAccountName";
-    errs.add(field, "invalid value: " + sa + ": " + field +
-                        "\na lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                        "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-                        "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+    errs.add(
+        field,
+        "invalid value: " + sa + ": " + field +
+            "\na lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+            "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+            "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
   }
   const json& pull_secrets = arr(spec, "imagePullSecrets");
   for (size_t i = 0; i < pull_secrets.size(); ++i) {
@@ -1027,7 +1032,8 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
   for (const char* list : {"containers", "initContainers"}) {
     if (size_t n = arr(spec, list).size(); n > kMaxContainers) {
       errs.add(path + "." + list,
-               "Too many: " + std::to_string(n) + ": must have at most " + std::to_string(kMaxContainers) + " items",
+               "Too many: " + std::to_string(n) + ": must have at most " + std::to_string(kMaxContainers) +
+                   " items",
                kTooMany);
       return;  // not each of thousands of containers
     }
@@ -1263,10 +1269,11 @@ std::string fqdnProblem(std::string name) {
     return "name: Invalid value: \"" + v + "\": " + why;
   };
   if (!isDns1123Subdomain(name)) {
-    return invalid(name, name.size() > 253 ? "must be no more than 253 characters"
-                                          : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                                            "characters, '-' or '.', and must start and end with an alphanumeric "
-                                            "character (e.g. 'example.com')");
+    return invalid(name, name.size() > 253
+                             ? "must be no more than 253 characters"
+                             : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                               "characters, '-' or '.', and must start and end with an alphanumeric "
+                               "character (e.g. 'example.com')");
   }
   if (name.find('.') == std::string::npos)
     return invalid(name, "should be a domain with at least two segments separated by dots");
@@ -1295,8 +1302,8 @@ void validateDomainMapping(const json& obj, const json* old, Errors& errs) {
     if (std::string why = fqdnProblem(name); !why.empty())
       errs.add("metadata.name", "invalid name \"" + name + "\": " + why);
     const std::string local = "cluster.local";
-    if (name.size() > local.size() && name.compare(name.size() - local.size() - 1, std::string::npos,
-                                                   "." + local) == 0) {
+    if (name.size() > local.size() &&
+        name.compare(name.size() - local.size() - 1, std::string::npos, "." + local) == 0) {
       errs.add("metadata.name", "invalid name \"" + name +
                                     "\": must not be a subdomain of cluster local domain \"" + local + "\"");
     }
@@ -1360,8 +1367,10 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
   Errors errs;
   if (kind == "DomainMapping" || kind == "ClusterDomainClaim") {
     if (!obj.is_object()) return invalidArgument(kind + ": the object must be a JSON object");
-    if (kind == "DomainMapping") validateDomainMapping(obj, op == Operation::kUpdate ? old : nullptr, errs);
-    else validateClusterDomainClaim(obj, errs);
+    if (kind == "DomainMapping")
+      validateDomainMapping(obj, op == Operation::kUpdate ? old : nullptr, errs);
+    else
+      validateClusterDomainClaim(obj, errs);
     return toStatus(kind, obj, errs);
   }
   if (kind != "Service" && kind != "Configuration" && kind != "Revision" && kind != "Route") {

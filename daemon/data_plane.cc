@@ -2,18 +2,17 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include "api/revision_settings.h"
 #include "api/resources.h"
+#include "api/revision_settings.h"
 #include "common/base64.h"
 #include "common/guard.h"
 #include "common/log.h"
@@ -60,9 +59,9 @@ StatusOr<std::string> readPem(const std::string& path) {
 // A certificate served past (or close to) its expiry is logged when loaded.
 void warnIfExpiring(const DataPlane::LoadedCert& lc, const std::string& what) {
   if (!lc.error.empty() || lc.cert.not_after == 0) return;
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   if (lc.cert.not_after <= now) {
     LOG(WARNING) << "router TLS: " << what << " has expired; clients will refuse it until it is replaced";
   } else if (lc.cert.not_after - now < 14 * 24 * 3600) {
@@ -84,7 +83,8 @@ scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool rea
   s.metric = scaler::parseScalingMetric(a.metric).value_or(scaler::ScalingMetric::kConcurrency);
   s.target_value = a.target_value;
   s.total_value = a.total_value;
-  s.aggregation = scaler::parseAggregation(a.metric_aggregation_algorithm).value_or(scaler::Aggregation::kLinear);
+  s.aggregation =
+      scaler::parseAggregation(a.metric_aggregation_algorithm).value_or(scaler::Aggregation::kLinear);
   s.stable_window = a.stable_window;
   s.panic_window_percentage = a.panic_window_percentage;
   s.panic_threshold_percentage = a.panic_threshold_percentage;
@@ -120,9 +120,14 @@ StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, c
   return std::make_pair(host, port);
 }
 
-DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
-                     scaler::ScaleTarget& scale, EventRecorder& events, int router_fd, int router_tls_fd)
-    : config_(config), store_(store), clock_(clock), router_fd_(router_fd), sync_loop_(clock, "data plane sync loop") {
+DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock,
+                     scaler::PodCounter& pods, scaler::ScaleTarget& scale, EventRecorder& events,
+                     int router_fd, int router_tls_fd)
+    : config_(config),
+      store_(store),
+      clock_(clock),
+      router_fd_(router_fd),
+      sync_loop_(clock, "data plane sync loop") {
   router::RouterOptions options;
   options.external_fd = router_fd;
   tls_ = !config.knap.router_tls_listen.empty() || router_tls_fd >= 0;
@@ -189,7 +194,9 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock);
 }
 
-DataPlane::~DataPlane() { stop(); }
+DataPlane::~DataPlane() {
+  stop();
+}
 
 Status DataPlane::start() {
   KNAP_RETURN_IF_ERROR(init_status_);
@@ -200,7 +207,8 @@ Status DataPlane::start() {
   sync_loop_.start([this] { return syncStep(); });
   ticker_->start();
   if (router_fd_ >= 0) {
-    LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port() << ")";
+    LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port()
+              << ")";
   } else {
     LOG(INFO) << "router listening on " << config_.knap.router_listen << " (port " << router_->port() << ")";
   }
@@ -303,10 +311,12 @@ void DataPlane::syncRoutes() {
     g.namespace_name = target.ns;
     g.route_name = target.route;
     g.tag = target.split.tag;
-    g.visibility = target.split.cluster_local ? router::Visibility::kClusterLocal : router::Visibility::kExternal;
+    g.visibility =
+        target.split.cluster_local ? router::Visibility::kClusterLocal : router::Visibility::kExternal;
     g.hosts = {host};
     for (const auto& rw : target.split.revisions) {
-      if (rw.percent > 0) g.traffic.push_back({target.ns + "/" + rw.revision, static_cast<int>(rw.percent), g.tag});
+      if (rw.percent > 0)
+        g.traffic.push_back({target.ns + "/" + rw.revision, static_cast<int>(rw.percent), g.tag});
     }
     if (!g.traffic.empty()) groups.push_back(std::move(g));
   }
@@ -385,7 +395,8 @@ void DataPlane::syncCertificates() {
   // changed. The operator's directory, then the ACME client's.
   std::map<std::string, LoadedCert> files;
   std::vector<std::string> dirs;
-  if (!config_.knap.router_tls_certificates_dir.empty()) dirs.push_back(config_.knap.router_tls_certificates_dir);
+  if (!config_.knap.router_tls_certificates_dir.empty())
+    dirs.push_back(config_.knap.router_tls_certificates_dir);
   if (acme_ != nullptr) dirs.push_back(acme_->certDir());
   std::vector<std::string> crts;
   std::string dir_error;
@@ -399,7 +410,8 @@ void DataPlane::syncCertificates() {
     crts.insert(crts.end(), in_dir.begin(), in_dir.end());
     if (ec) dir_error += dir + ": " + ec.message() + "; ";
   }
-  if (!dir_error.empty() && dir_error_ != dir_error) LOG(WARNING) << "router TLS certificate directory " << dir_error;
+  if (!dir_error.empty() && dir_error_ != dir_error)
+    LOG(WARNING) << "router TLS certificate directory " << dir_error;
   dir_error_ = dir_error;
   {
     for (const std::string& crt : crts) {
@@ -539,7 +551,8 @@ void DataPlane::syncRevisions() {
     const json& md = member(rev, "metadata");
     bool reachable = member(member(md, "labels"), api::labels::kRoutingState) != "reserve";
     // Only re-apply when what the data plane uses changed.
-    std::string fingerprint = member(rev, "spec").dump() + member(md, "annotations").dump() + (reachable ? "r" : "u");
+    std::string fingerprint =
+        member(rev, "spec").dump() + member(md, "annotations").dump() + (reachable ? "r" : "u");
     auto known = known_revisions_.find(key);
     if (known != known_revisions_.end() && known->second == fingerprint) continue;
 

@@ -136,12 +136,12 @@ class DataPlane {
   bool poll_files_ = false;  // set by start(): a certificates dir or ACME to poll
   MonoTime next_file_poll_{};
   std::map<std::string, std::vector<std::string>> external_hosts_;  // namespace -> routed external hosts
-  std::map<std::string, LoadedCert> file_certs_;    // "<dir>/<name>" -> loaded pair
-  std::map<std::string, LoadedCert> secret_certs_;  // "ns/name" -> loaded Secret
-  std::string certs_applied_;                       // fingerprint of the table the router has
-  std::string dir_error_;                           // last error reading the certificate directory
-  bool secret_certs_stale_ = true;                  // Secrets changed since they were last listed
-  Loop sync_loop_;  // last: stopped before the state its step reads is destroyed
+  std::map<std::string, LoadedCert> file_certs_;                    // "<dir>/<name>" -> loaded pair
+  std::map<std::string, LoadedCert> secret_certs_;                  // "ns/name" -> loaded Secret
+  std::string certs_applied_;                                       // fingerprint of the table the router has
+  std::string dir_error_;           // last error reading the certificate directory
+  bool secret_certs_stale_ = true;  // Secrets changed since they were last listed
+  Loop sync_loop_;                  // last: stopped before the state its step reads is destroyed
 };
 
 // The scaler's settings of a Revision: its settings model mapped into the

@@ -57,7 +57,8 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   Config config = defaultConfig();
   config.knap.insecure_registries = {reg.host()};
   config.knap.data_dir = ::testing::TempDir() + "/knap-images-cd-" + std::to_string(::getpid());
-  auto puller = makeRegistryPuller(config, std::make_unique<ContainerdImageStore>(cd), RealTimeSource::instance());
+  auto puller =
+      makeRegistryPuller(config, std::make_unique<ContainerdImageStore>(cd), RealTimeSource::instance());
   ASSERT_TRUE(puller.isOk()) << puller.status().toString();
   const std::string image = reg.host() + "/team/app:v1";
   auto r = (*puller)->pull(image);
@@ -85,7 +86,8 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   }
   std::filesystem::remove_all(config.knap.data_dir);
   // Empty now (GC took blobs and snapshots with the records): drop the namespace.
-  EXPECT_EQ(std::system(("ctr namespaces rm " + o.ns + " >/dev/null 2>&1").c_str()), 0) << "namespace not empty";
+  EXPECT_EQ(std::system(("ctr namespaces rm " + o.ns + " >/dev/null 2>&1").c_str()), 0)
+      << "namespace not empty";
 }
 
 }  // namespace
