@@ -13,7 +13,6 @@
 
 #include "acme/client.h"
 #include "acme/jws.h"
-#include "common/guard.h"
 #include "common/log.h"
 #include "common/tls.h"
 
@@ -53,15 +52,19 @@ Status writeFile(const std::string& path, const std::string& data, mode_t mode) 
 }
 
 Status makeDir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return unavailable(dir + ": " + std::strerror(errno));
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return unavailable(dir + ": " + std::strerror(errno));
   return Status::ok();
 }
 
 }  // namespace
 
-CertificateManager::CertificateManager(ManagerOptions options) : options_(std::move(options)) {}
+CertificateManager::CertificateManager(ManagerOptions options, const TimeSource& time)
+    : options_(std::move(options)), time_(time), loop_(time, "ACME loop") {}
 
-CertificateManager::~CertificateManager() { stop(); }
+CertificateManager::~CertificateManager() {
+  stop();
+}
 
 Status CertificateManager::start() {
   KNAP_RETURN_IF_ERROR(makeDir(options_.data_dir + "/acme"));
@@ -79,7 +82,7 @@ Status CertificateManager::start() {
     KNAP_RETURN_IF_ERROR(writeFile(key_path, account_pem_, 0600));
     LOG(INFO) << "ACME: created the account key " << key_path;
   }
-  thread_ = std::thread([this] { runRestarting("ACME loop", [this] { loop(); }); });
+  loop_.start([this] { return step(); });
   return Status::ok();
 }
 
@@ -89,7 +92,7 @@ void CertificateManager::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  loop_.stop();
 }
 
 void CertificateManager::setHosts(const std::vector<std::string>& hosts) {
@@ -99,8 +102,8 @@ void CertificateManager::setHosts(const std::vector<std::string>& hosts) {
     std::map<std::string, Entry> next;
     for (const std::string& h : hosts) {
       // The host names a file: DNS names only (no '/', no "..", no wildcard).
-      const bool dns = !h.empty() && h.size() <= 253 && h.front() != '.' && h.find("..") == std::string::npos &&
-                       std::all_of(h.begin(), h.end(), [](char c) {
+      const bool dns = !h.empty() && h.size() <= 253 && h.front() != '.' &&
+                       h.find("..") == std::string::npos && std::all_of(h.begin(), h.end(), [](char c) {
                          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
                        });
       if (!dns) {
@@ -114,7 +117,7 @@ void CertificateManager::setHosts(const std::vector<std::string>& hosts) {
     hosts_ = std::move(next);
   }
   if (added.empty()) return;
-  cv_.notify_all();
+  loop_.wake();
   // A new host is pending: its Route's condition says so from now on.
   if (options_.on_change) {
     for (const std::string& h : added) options_.on_change(h);
@@ -142,7 +145,7 @@ void CertificateManager::publish(const std::string& token, const std::string& ke
   if (options_.set_challenges) options_.set_challenges(snapshot);
 }
 
-void CertificateManager::setState(const std::string& host, HostState s, std::chrono::steady_clock::time_point due,
+void CertificateManager::setState(const std::string& host, HostState s, MonoTime due,
                                   std::chrono::seconds backoff) {
   bool changed = false;
   {
@@ -159,32 +162,28 @@ void CertificateManager::setState(const std::string& host, HostState s, std::chr
   if (changed && options_.on_change) options_.on_change(host);
 }
 
-void CertificateManager::loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    auto now = std::chrono::steady_clock::now();
-    std::string next_host;
-    auto next_due = now + std::chrono::hours(1);
+MonoTime CertificateManager::step() {
+  auto earliest = [this](std::string* host) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MonoTime due = MonoTime::max();  // no host: setHosts() wakes the loop
     for (const auto& [h, e] : hosts_) {
-      if (e.due < next_due) {
-        next_due = e.due;
-        next_host = h;
+      if (e.due < due) {
+        due = e.due;
+        *host = h;
       }
     }
-    if (next_host.empty() || next_due > now) {
-      cv_.wait_until(lock, next_due);
-      continue;
-    }
-    lock.unlock();
-    work(next_host);
-    lock.lock();
-  }
+    return stopping_ ? MonoTime::max() : due;
+  };
+  std::string host;
+  if (earliest(&host) <= time_.monotonic()) work(host);
+  host.clear();
+  return earliest(&host);
 }
 
 void CertificateManager::work(const std::string& host) {
   using std::chrono::seconds;
-  const auto now = std::chrono::steady_clock::now();
-  const int64_t wall = static_cast<int64_t>(std::time(nullptr));
+  const MonoTime now = time_.monotonic();
+  const int64_t wall = static_cast<int64_t>(std::chrono::system_clock::to_time_t(time_.now()));
   const std::string crt = certDir() + "/" + host + ".crt";
   const std::string key = certDir() + "/" + host + ".key";
   Entry entry;
@@ -198,7 +197,8 @@ void CertificateManager::work(const std::string& host) {
   int64_t not_after = 0;
   if (auto chain = readFile(crt); chain.isOk()) {
     if (auto k = readFile(key); k.isOk()) {
-      if (auto cert = tls::loadServerCertificate(*chain, *k, "file " + crt); cert.isOk()) not_after = cert->not_after;
+      if (auto cert = tls::loadServerCertificate(*chain, *k, "file " + crt); cert.isOk())
+        not_after = cert->not_after;
     }
   }
   const int64_t renew_at = not_after - options_.renew_before.count();
@@ -220,13 +220,14 @@ void CertificateManager::work(const std::string& host) {
     co.email = options_.email;
     co.sleep = [this](std::chrono::milliseconds d) {
       std::unique_lock<std::mutex> lock(mu_);
-      return !cv_.wait_for(lock, d, [this] { return stopping_; });
+      return !time_.waitUntil(lock, cv_, time_.monotonic() + d, [this] { return stopping_; });
     };
     AcmeClient client(*transport, *account, co);
     issued = client.issue(host, [this](const std::string& t, const std::string& ka) { publish(t, ka); });
   }
   if (issued.isOk()) {
-    auto cert = tls::loadServerCertificate(issued->chain_pem, issued->key_pem, "ACME certificate for " + host);
+    auto cert =
+        tls::loadServerCertificate(issued->chain_pem, issued->key_pem, "ACME certificate for " + host);
     Status st = cert.status();
     if (st.isOk()) st = writeFile(key, issued->key_pem, 0600);
     if (st.isOk()) st = writeFile(crt, issued->chain_pem, 0644);

@@ -1,5 +1,5 @@
 // CertificateManager: keeps an ACME certificate for every host it is given
-// (issue 14). One background thread walks the hosts: a certificate already
+// (issue 14). One background Loop (common/loop.h) walks the hosts: a certificate already
 // under <data-dir>/acme/certs/<host>.crt (+ .key, 0600) that is not within
 // `renew_before` of its expiry is kept; otherwise AcmeClient::issue runs
 // and the result is written there (the daemon serves that directory like
@@ -14,6 +14,10 @@
 // of a host's state calls `on_change(host)` (the daemon re-reconciles the
 // Route so that CertificateProvisioned follows).
 //
+// Every time (due dates, back-off, expiry checks, the client's polling
+// pauses) is read from the TimeSource the daemon hands down, so tests step a
+// SimulatedTimeSource through the back-off instead of waiting for it.
+//
 // Thread safety: setHosts/state from any thread.
 #pragma once
 
@@ -25,10 +29,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/loop.h"
 #include "common/status.h"
 
 namespace knap::acme {
@@ -38,7 +43,7 @@ using Challenges = std::unordered_map<std::string, std::string>;  // token -> ke
 struct ManagerOptions {
   std::string directory_url;
   std::string email;
-  std::string ca_file;  // trust for the ACME server's own TLS ("" = system CAs)
+  std::string ca_file;   // trust for the ACME server's own TLS ("" = system CAs)
   std::string data_dir;  // keys and certificates go to <data_dir>/acme
   std::chrono::seconds renew_before{30 * 24 * 3600};
   std::function<void(std::shared_ptr<const Challenges>)> set_challenges;
@@ -48,7 +53,7 @@ struct ManagerOptions {
 struct HostState {
   enum class Kind { kPending, kIssued, kFailed };
   Kind kind = Kind::kPending;
-  std::string message;   // the ACME error of the last attempt (kFailed)
+  std::string message;    // the ACME error of the last attempt (kFailed)
   int64_t not_after = 0;  // kIssued: the certificate's expiry (epoch seconds)
 };
 
@@ -58,12 +63,13 @@ class CertificateManager {
   static constexpr std::chrono::seconds kFirstRetry{10};
   static constexpr std::chrono::seconds kMaxRetry{3600};
 
-  explicit CertificateManager(ManagerOptions options);
+  // `time` must outlive the manager.
+  CertificateManager(ManagerOptions options, const TimeSource& time);
   ~CertificateManager();
   CertificateManager(const CertificateManager&) = delete;
   CertificateManager& operator=(const CertificateManager&) = delete;
 
-  Status start();  // creates <data_dir>/acme and the account key; starts the thread
+  Status start();  // creates <data_dir>/acme and the account key; starts the loop
   void stop();
 
   // The hosts that need a certificate (lower case); others are forgotten
@@ -76,24 +82,25 @@ class CertificateManager {
  private:
   struct Entry {
     HostState state;
-    std::chrono::steady_clock::time_point due{};
+    MonoTime due{};
     std::chrono::seconds backoff{0};
     bool checked_disk = false;
   };
-  void loop();
+  // The loop's step: works on at most one due host; returns when the next is due.
+  MonoTime step();
   void work(const std::string& host);
   void publish(const std::string& token, const std::string& key_authorization);
-  void setState(const std::string& host, HostState s, std::chrono::steady_clock::time_point due,
-                std::chrono::seconds backoff);
+  void setState(const std::string& host, HostState s, MonoTime due, std::chrono::seconds backoff);
 
   ManagerOptions options_;
+  const TimeSource& time_;
   std::string account_pem_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;  // ends the client's polling pauses on stop()
   std::map<std::string, Entry> hosts_;
   Challenges challenges_;
   bool stopping_ = false;
-  std::thread thread_;
+  Loop loop_;  // last: stopped (joined) before the state it reads is destroyed
 };
 
 }  // namespace knap::acme

@@ -1,12 +1,15 @@
 // CertificateManager without a reachable CA: the account key is created
 // 0600 and reused, a new host is reported pending then failed with the
-// ACME error, and a corrupt account key is refused. (Issuance, renewal and
+// ACME error, failures are retried with doubling back-off (on a simulated
+// clock), and a corrupt account key is refused. (Issuance, renewal and
 // certificates on disk are covered by client_test and tests/e2e/test_acme.py.)
 #include "acme/manager.h"
 
-#include <sys/stat.h>
-
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -55,9 +58,9 @@ TEST(CertificateManagerTest, KeyKeptAndFailureReported) {
   };
   std::string first_key;
   {
-    CertificateManager m(o);
+    CertificateManager m(o, RealTimeSource::instance());
     ASSERT_TRUE(m.start().isOk());
-    struct stat st{};
+    struct stat st {};
     ASSERT_EQ(::stat((dir + "/acme/account.key").c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0600u);
     first_key = slurp(dir + "/acme/account.key");
@@ -79,18 +82,93 @@ TEST(CertificateManagerTest, KeyKeptAndFailureReported) {
     m.stop();
   }
   {
-    CertificateManager m(o);
+    CertificateManager m(o, RealTimeSource::instance());
     ASSERT_TRUE(m.start().isOk());
     EXPECT_EQ(slurp(dir + "/acme/account.key"), first_key);  // reused
   }
   // A corrupt account key is refused with the path in the message.
   {
     std::ofstream(dir + "/acme/account.key") << "not a key";
-    CertificateManager m(o);
+    CertificateManager m(o, RealTimeSource::instance());
     Status st = m.start();
     ASSERT_FALSE(st.isOk());
     EXPECT_NE(st.message().find("account.key"), std::string::npos) << st.message();
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A "CA" on 127.0.0.1 that accepts each connection and closes it at once:
+// every issuance attempt fails at the directory, and attempts() counts them.
+class ClosingServer {
+ public:
+  ClosingServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;  // shut down
+        ++attempts_;
+        ::close(c);
+      }
+    });
+  }
+  ~ClosingServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+  int attempts() const { return attempts_.load(); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> attempts_{0};
+  std::thread thread_;
+};
+
+TEST(CertificateManagerTest, FailuresAreRetriedWithDoublingBackOffOnTheClock) {
+  const std::string dir = tempDir();
+  ClosingServer ca;
+  SimulatedTimeSource clock;
+  ManagerOptions o;
+  o.directory_url = "http://127.0.0.1:" + std::to_string(ca.port()) + "/dir";
+  o.data_dir = dir;
+  CertificateManager m(o, clock);
+  ASSERT_TRUE(m.start().isOk());
+  auto failed = [&] {
+    auto s = m.state("a.example.com");
+    return s && s->kind == HostState::Kind::kFailed;
+  };
+  // The loop is idle when it waits on the simulated clock for the next due host.
+  auto idle = [&] { return clock.waiters() >= 1; };
+  m.setHosts({"a.example.com"});
+  ASSERT_TRUE(waitFor(failed));
+  ASSERT_TRUE(waitFor(idle));
+  EXPECT_EQ(ca.attempts(), 1);
+  // Not before the first retry is due...
+  clock.advance(CertificateManager::kFirstRetry - std::chrono::seconds(1));
+  ASSERT_TRUE(waitFor(idle));
+  EXPECT_EQ(ca.attempts(), 1);
+  // ...then at kFirstRetry, and the next after twice that.
+  clock.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(waitFor([&] { return ca.attempts() == 2; }));
+  ASSERT_TRUE(waitFor(idle));
+  clock.advance(2 * CertificateManager::kFirstRetry - std::chrono::seconds(1));
+  ASSERT_TRUE(waitFor(idle));
+  EXPECT_EQ(ca.attempts(), 2);
+  clock.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(waitFor([&] { return ca.attempts() == 3; }));
+  EXPECT_TRUE(failed());
+  m.stop();
   std::filesystem::remove_all(dir);
 }
 

@@ -163,7 +163,8 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
                      : (cc > 0 ? static_cast<double>(cc) : ac.container_concurrency_target_default);
   double utilization = rps ? kRpsTargetUtilization : ac.targetUtilizationFraction();
   if (auto a = r.annotation(
-          "target", fmt(rps ? ac.requests_per_second_target_default : ac.container_concurrency_target_default),
+          "target",
+          fmt(rps ? ac.requests_per_second_target_default : ac.container_concurrency_target_default),
           "config")) {
     double t = total;
     r.take(floatIn(*a, numberRule("target")), &t);
@@ -189,10 +190,13 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
 
   s.min_scale = ac.min_scale;
   s.max_scale = ac.max_scale;
-  if (auto a = r.annotation("min-scale", std::to_string(ac.min_scale), "config")) r.take(intIn(*a, 0), &s.min_scale);
-  if (auto a = r.annotation("max-scale", std::to_string(ac.max_scale), "config")) r.take(intIn(*a, 0), &s.max_scale);
+  if (auto a = r.annotation("min-scale", std::to_string(ac.min_scale), "config"))
+    r.take(intIn(*a, 0), &s.min_scale);
+  if (auto a = r.annotation("max-scale", std::to_string(ac.max_scale), "config"))
+    r.take(intIn(*a, 0), &s.max_scale);
   if (s.max_scale != 0 && s.max_scale < s.min_scale) {
-    r.error("max-scale=" + std::to_string(s.max_scale) + " is less than min-scale=" + std::to_string(s.min_scale));
+    r.error("max-scale=" + std::to_string(s.max_scale) +
+            " is less than min-scale=" + std::to_string(s.min_scale));
   }
   // initial-scale: the annotation counts when non-zero, or zero with allow-zero-initial-scale (§4.7).
   s.initial_scale = ac.initial_scale;
@@ -227,9 +231,10 @@ void parseAutoscaling(Recorder& r, const Config& config, int64_t cc, Autoscaling
   }
   s.scale_to_zero_pod_retention_period =
       std::chrono::duration_cast<nanoseconds>(ac.scale_to_zero_pod_retention_period);
-  if (auto a = r.annotation("scale-to-zero-pod-retention-period", fmtDuration(ac.scale_to_zero_pod_retention_period),
-                            "config")) {
-    r.take(durationIn(*a, durationRule("scale-to-zero-pod-retention-period")), &s.scale_to_zero_pod_retention_period);
+  if (auto a = r.annotation("scale-to-zero-pod-retention-period",
+                            fmtDuration(ac.scale_to_zero_pod_retention_period), "config")) {
+    r.take(durationIn(*a, durationRule("scale-to-zero-pod-retention-period")),
+           &s.scale_to_zero_pod_retention_period);
   }
   s.enable_scale_to_zero = ac.enable_scale_to_zero;
   r.fixed("enable-scale-to-zero", ac.enable_scale_to_zero ? "true" : "false");
@@ -282,7 +287,43 @@ void parseProgressDeadline(const json& annotations, const Config& config, Revisi
   rows->push_back({"progress-deadline", fmtDuration(config.deployment.progress_deadline), "config"});
 }
 
+// knap.dev/warm-pool and knap.dev/warm-pool-mode (string values; others are ignored).
+void parseWarmPool(const json& annotations, WarmPoolSettings& out) {
+  if (const json& v = valueAt(annotations, kWarmPoolAnnotation); v.is_string()) {
+    AnnotationValue a{kWarmPoolAnnotation, v.get<std::string>()};
+    auto size = parseWarmPoolSize(a.value);
+    if (size.isOk()) {
+      out.size = *size;
+    } else {
+      out.errors.push_back(bad(a, size.status().message()).message());
+    }
+  }
+  if (const json& v = valueAt(annotations, kWarmPoolModeAnnotation); v.is_string()) {
+    AnnotationValue a{kWarmPoolModeAnnotation, v.get<std::string>()};
+    auto mode = parseWarmPoolMode(a.value);
+    if (mode.isOk()) {
+      out.mode = *mode;
+    } else {
+      out.errors.push_back(bad(a, mode.status().message()).message());
+    }
+  }
+}
+
 }  // namespace
+
+StatusOr<int32_t> parseWarmPoolSize(const std::string& value) {
+  const bool digits = !value.empty() && value.size() <= 3 &&
+                      std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoi(value) > kMaxWarmPoolSize) {
+    return invalidArgument("must be an integer from 0 to " + std::to_string(kMaxWarmPoolSize));
+  }
+  return static_cast<int32_t>(std::stoi(value));
+}
+
+StatusOr<std::string> parseWarmPoolMode(const std::string& value) {
+  if (value != "created" && value != "frozen") return invalidArgument("must be \"created\" or \"frozen\"");
+  return value;
+}
 
 const std::vector<NumberRule>& numberAnnotationRules() {
   static const std::vector<NumberRule> kRules = {
@@ -331,12 +372,14 @@ RevisionSettings revisionSettings(const json& revision, const Config& config) {
   // The spec's rows follow the autoscaling ones; containerConcurrency feeds the targets.
   std::vector<EffectiveValue> rows;
   const DefaultsConfig& d = config.defaults;
-  out.container_concurrency = specInt(spec, "containerConcurrency", d.container_concurrency, "config", &rows, r);
+  out.container_concurrency =
+      specInt(spec, "containerConcurrency", d.container_concurrency, "config", &rows, r);
   out.timeout = seconds(specInt(spec, "timeoutSeconds", d.revision_timeout_seconds, "config", &rows, r));
   out.response_start_timeout = seconds(specInt(spec, "responseStartTimeoutSeconds", 0, "default", &rows, r));
   out.idle_timeout = seconds(specInt(spec, "idleTimeoutSeconds", 0, "default", &rows, r));
   parseProgressDeadline(annotations, config, out, &rows, r);
   parseAutoscaling(r, config, out.container_concurrency, out.autoscaling);
+  parseWarmPool(annotations, out.warm_pool);
   out.autoscaling_rows = out.rows.size();
   out.rows.insert(out.rows.end(), rows.begin(), rows.end());
   return out;

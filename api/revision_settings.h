@@ -2,8 +2,9 @@
 // autoscaling.knative.dev/* annotations (with their legacy camelCase aliases,
 // Knative's pkg/apis/autoscaling) merged over config-autoscaler (docs/scaling.md), the
 // progress deadline (serving.knative.dev/progress-deadline over
-// config-deployment), and the spec's timeouts and containerConcurrency
-// (over config-defaults). Every consumer reads this model: the scaler (through
+// config-deployment), the spec's timeouts and containerConcurrency
+// (over config-defaults), and knap's warm pool annotations
+// (knap.dev/warm-pool, knap.dev/warm-pool-mode). Every consumer reads this model: the scaler (through
 // daemon/'s mapping to scaler::ScalerSettings), the router's per-revision
 // config, the pod runner, and the effective-settings view (`knap describe`,
 // the console; api/effective_config.h). docs/scaling.md says how a new
@@ -34,6 +35,16 @@ namespace knap::api {
 inline constexpr const char* kKpaClass = "kpa.autoscaling.knative.dev";
 inline constexpr const char* kHpaClass = "hpa.autoscaling.knative.dev";
 inline constexpr const char* kProgressDeadlineAnnotation = "serving.knative.dev/progress-deadline";
+inline constexpr const char* kWarmPoolAnnotation = "knap.dev/warm-pool";
+inline constexpr const char* kWarmPoolModeAnnotation = "knap.dev/warm-pool-mode";
+inline constexpr int32_t kMaxWarmPoolSize = 100;  // as knap.warm-pool-size (common/config.h)
+
+// The values of the warm pool annotations, the rules admission
+// (api/validation.cc) and revisionSettings both apply: a size is an integer
+// from 0 to kMaxWarmPoolSize written in digits; a mode is "created" or
+// "frozen". kInvalidArgument saying what the value must be.
+StatusOr<int32_t> parseWarmPoolSize(const std::string& value);
+StatusOr<std::string> parseWarmPoolMode(const std::string& value);
 
 // One autoscaling annotation found in an annotation map.
 struct AnnotationValue {
@@ -98,12 +109,25 @@ struct AutoscalingSettings {
   double max_scale_down_rate = 2;
 };
 
+// The pod runner's warm pool (docs/pod-runner.md) for this revision. nullopt:
+// the annotation is absent (or refused, see `errors`), and the runner's
+// configured knap.warm-pool-size / knap.warm-pool-mode apply.
+struct WarmPoolSettings {
+  std::optional<int32_t> size;      // knap.dev/warm-pool
+  std::optional<std::string> mode;  // knap.dev/warm-pool-mode: "created" or "frozen"
+  // Values refused, each naming its annotation. Kept apart from
+  // RevisionSettings::errors: only the pod runner uses the warm pool, and a
+  // bad pool annotation must not keep the revision from the scaler.
+  std::vector<std::string> errors;
+};
+
 struct RevisionSettings {
   AutoscalingSettings autoscaling;
-  int64_t container_concurrency = 0;                 // spec.containerConcurrency, 0 = unlimited
-  std::chrono::seconds timeout{300};                 // spec.timeoutSeconds
-  std::chrono::seconds response_start_timeout{0};    // spec.responseStartTimeoutSeconds, 0 = none
-  std::chrono::seconds idle_timeout{0};              // spec.idleTimeoutSeconds, 0 = none
+  WarmPoolSettings warm_pool;                      // not among the display rows
+  int64_t container_concurrency = 0;               // spec.containerConcurrency, 0 = unlimited
+  std::chrono::seconds timeout{300};               // spec.timeoutSeconds
+  std::chrono::seconds response_start_timeout{0};  // spec.responseStartTimeoutSeconds, 0 = none
+  std::chrono::seconds idle_timeout{0};            // spec.idleTimeoutSeconds, 0 = none
   std::chrono::nanoseconds progress_deadline{std::chrono::seconds(600)};  // annotation > 0, else config
 
   // Every setting above, in display order: the autoscaling rows (see

@@ -458,15 +458,16 @@ void validateTemplateAnnotations(const json& meta, const std::string& path, cons
       errs.add(key(ann_path, k),
                "invalid value: \"" + v + "\": must be a Kubernetes quantity such as 100m or 128Mi");
     }
-    if (k == "knap.dev/warm-pool") {  // knap's warm pool size (runtime/runner, issue 5)
-      bool digits = !v.empty() && v.size() <= 3 &&
-                    std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
-      if (!digits || std::stoi(v) > 100) {
-        errs.add(key(ann_path, k), "invalid value: \"" + v + "\": must be an integer from 0 to 100");
+    // knap's warm pool (runtime/runner, issue 5): the rules of api/revision_settings.h.
+    if (k == kWarmPoolAnnotation) {
+      if (auto size = parseWarmPoolSize(v); !size.isOk()) {
+        errs.add(key(ann_path, k), "invalid value: \"" + v + "\": " + size.status().message());
       }
     }
-    if (k == "knap.dev/warm-pool-mode" && v != "created" && v != "frozen") {
-      errs.add(key(ann_path, k), "invalid value: \"" + v + "\": must be \"created\" or \"frozen\"");
+    if (k == kWarmPoolModeAnnotation) {
+      if (auto mode = parseWarmPoolMode(v); !mode.isOk()) {
+        errs.add(key(ann_path, k), "invalid value: \"" + v + "\": " + mode.status().message());
+      }
     }
     if (k == "queue.sidecar.serving.knative.dev/resource-percentage") {
       auto f = parseFloat(v);
@@ -764,7 +765,8 @@ void validateVolumeMounts(const json& c, const std::string& path, const PodConte
       bool back = false;
       for (size_t start = 0; start <= sub.size();) {
         size_t slash = sub.find('/', start);
-        if (sub.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..") back = true;
+        if (sub.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..")
+          back = true;
         if (slash == std::string::npos) break;
         start = slash + 1;
       }
@@ -897,10 +899,12 @@ void validateVolume(const json& v, const std::string& path, const PodContext& po
               int64_t e = exp.get<int64_t>();
               if (e < 600) {
                 errs.add(pp + ".serviceAccountToken.expirationSeconds",
-                         "invalid value: " + std::to_string(e) + ": may not specify a duration less than 10 minutes");
+                         "invalid value: " + std::to_string(e) +
+                             ": may not specify a duration less than 10 minutes");
               } else if (e > (int64_t{1} << 32)) {
                 errs.add(pp + ".serviceAccountToken.expirationSeconds",
-                         "invalid value: " + std::to_string(e) + ": may not specify a duration larger than 2^32 seconds");
+                         "invalid value: " + std::to_string(e) +
+                             ": may not specify a duration larger than 2^32 seconds");
               }
             }
           } else if (s.key() != "downwardAPI") {
@@ -987,10 +991,12 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
     // Knative's webhook text (TestServiceAccountValidation looks for it):
     // "<value>: <field>" and then Kubernetes' IsDNS1123Subdomain explanation.
     const std::string field = path + ".serviceAccountName";
-    errs.add(field, "invalid value: " + sa + ": " + field +
-                        "\na lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                        "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-                        "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+    errs.add(
+        field,
+        "invalid value: " + sa + ": " + field +
+            "\na lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+            "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+            "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
   }
   const json& pull_secrets = arr(spec, "imagePullSecrets");
   for (size_t i = 0; i < pull_secrets.size(); ++i) {
@@ -1023,7 +1029,8 @@ void validatePodSpec(const json& spec, const std::string& path, const Config& co
   for (const char* list : {"containers", "initContainers"}) {
     if (size_t n = arr(spec, list).size(); n > kMaxContainers) {
       errs.add(path + "." + list,
-               "Too many: " + std::to_string(n) + ": must have at most " + std::to_string(kMaxContainers) + " items",
+               "Too many: " + std::to_string(n) + ": must have at most " + std::to_string(kMaxContainers) +
+                   " items",
                kTooMany);
       return;  // not each of thousands of containers
     }
@@ -1259,10 +1266,11 @@ std::string fqdnProblem(std::string name) {
     return "name: Invalid value: \"" + v + "\": " + why;
   };
   if (!isDns1123Subdomain(name)) {
-    return invalid(name, name.size() > 253 ? "must be no more than 253 characters"
-                                          : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                                            "characters, '-' or '.', and must start and end with an alphanumeric "
-                                            "character (e.g. 'example.com')");
+    return invalid(name, name.size() > 253
+                             ? "must be no more than 253 characters"
+                             : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                               "characters, '-' or '.', and must start and end with an alphanumeric "
+                               "character (e.g. 'example.com')");
   }
   if (name.find('.') == std::string::npos)
     return invalid(name, "should be a domain with at least two segments separated by dots");
@@ -1291,8 +1299,8 @@ void validateDomainMapping(const json& obj, const json* old, Errors& errs) {
     if (std::string why = fqdnProblem(name); !why.empty())
       errs.add("metadata.name", "invalid name \"" + name + "\": " + why);
     const std::string local = "cluster.local";
-    if (name.size() > local.size() && name.compare(name.size() - local.size() - 1, std::string::npos,
-                                                   "." + local) == 0) {
+    if (name.size() > local.size() &&
+        name.compare(name.size() - local.size() - 1, std::string::npos, "." + local) == 0) {
       errs.add("metadata.name", "invalid name \"" + name +
                                     "\": must not be a subdomain of cluster local domain \"" + local + "\"");
     }
@@ -1313,7 +1321,8 @@ void validateDomainMapping(const json& obj, const json* old, Errors& errs) {
       errs.add("spec.ref.namespace", "mismatched namespaces: parent namespace: \"" + ns +
                                          "\" does not match ref: \"" + ref_ns + "\"");
     }
-    if (has(spec, "tls") && !valueAt(spec, "tls").is_null() && str(valueAt(spec, "tls"), "secretName").empty())
+    if (has(spec, "tls") && !valueAt(spec, "tls").is_null() &&
+        str(valueAt(spec, "tls"), "secretName").empty())
       errs.missing("spec.tls.secretName");
   }
   if (old != nullptr) validateCreatorAndModifier(obj, *old, errs);
@@ -1356,8 +1365,10 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
   Errors errs;
   if (kind == "DomainMapping" || kind == "ClusterDomainClaim") {
     if (!obj.is_object()) return invalidArgument(kind + ": the object must be a JSON object");
-    if (kind == "DomainMapping") validateDomainMapping(obj, op == Operation::kUpdate ? old : nullptr, errs);
-    else validateClusterDomainClaim(obj, errs);
+    if (kind == "DomainMapping")
+      validateDomainMapping(obj, op == Operation::kUpdate ? old : nullptr, errs);
+    else
+      validateClusterDomainClaim(obj, errs);
     return toStatus(kind, obj, errs);
   }
   if (kind != "Service" && kind != "Configuration" && kind != "Revision" && kind != "Route") {
@@ -1376,7 +1387,8 @@ Status validate(const std::string& kind, const json& obj, const json* old, Opera
       // Revision spec is immutable; Revision defaulting is skipped on update.
       if (valueAt(obj, "spec") != valueAt(*old, "spec")) {
         errs.add("spec",
-                 "Immutable fields changed (-old +new): " + templateDiff(valueAt(*old, "spec"), valueAt(obj, "spec")),
+                 "Immutable fields changed (-old +new): " +
+                     templateDiff(valueAt(*old, "spec"), valueAt(obj, "spec")),
                  kForbidden);
       }
     } else {

@@ -32,11 +32,10 @@ namespace knap::daemon {
 #ifdef KNAP_HAVE_RUNNER_CONTAINERD
 namespace {
 
-containerd::ContainerdClient::Options clientOptions(const Config& config, TimeSource* clock) {
+containerd::ContainerdClient::Options clientOptions(const Config& config) {
   containerd::ContainerdClient::Options o;
   o.address = "unix://" + config.knap.containerd_socket;
   o.ns = config.knap.containerd_namespace;
-  o.time = clock;
   return o;
 }
 
@@ -65,7 +64,7 @@ class ContainerdRuntime final : public Runtime {
   ContainerdRuntime(const Config& config, store::Store& store, TimeSource& clock, EventRecorder& events)
       : store_(store),
         events_(events),
-        client_(clientOptions(config, &clock)),
+        client_(clientOptions(config), clock),
         network_(cniOptions(config), clock),
         driver_(client_, network_, clock, driverOptions(config)),
         runner_(driver_, clock, runnerOptions(config, events, store)),
@@ -77,15 +76,17 @@ class ContainerdRuntime final : public Runtime {
   // platform or an unreadable registry auth/CA file.
   Status initImages(const Config& config, TimeSource& clock) {
     KNAP_ASSIGN_OR_RETURN(puller_, images::makeRegistryPuller(
-                                       config, std::make_unique<containerd::ContainerdImageStore>(client_), clock,
-                                       &pull_credentials_));
+                                       config, std::make_unique<containerd::ContainerdImageStore>(client_),
+                                       clock, &pull_credentials_));
     pre_puller_ = std::make_unique<images::PrePuller>(
         *puller_, [this](const std::string& ref) { return imagePresent(ref); }, clock,
         images::prePullerOptionsFromConfig(config));
     gate_ = std::make_unique<runner::ImageGate>(runner_, *pre_puller_, events_);
     gate_->setRequesterHook([this](const std::string& key, const nlohmann::json* revision) {
-      if (revision == nullptr) pull_credentials_.release(key);
-      else pull_credentials_.set(key, pullSecretsOf(*revision));
+      if (revision == nullptr)
+        pull_credentials_.release(key);
+      else
+        pull_credentials_.set(key, pullSecretsOf(*revision));
     });
     std::string root = ::access(kContainerdRoot, F_OK) == 0 ? kContainerdRoot : config.knap.data_dir;
     gc_ = std::make_unique<images::ImageGc>(
@@ -158,7 +159,8 @@ class ContainerdRuntime final : public Runtime {
     if (config.knap.bridge_name != "knap0") o.netns_prefix = "knap-" + config.knap.bridge_name + "+";
     return o;
   }
-  static runner::PodRunnerOptions runnerOptions(const Config& config, EventRecorder& events, store::Store& store) {
+  static runner::PodRunnerOptions runnerOptions(const Config& config, EventRecorder& events,
+                                                store::Store& store) {
     runner::PodRunnerOptions o = runner::optionsFromConfig(config);
     o.events = &events;
     o.resolve_objects = objectsResolver(store, config.knap.data_dir + "/service-account.key");
@@ -173,10 +175,11 @@ class ContainerdRuntime final : public Runtime {
     auto tokens = std::make_shared<std::optional<StatusOr<api::ServiceAccountTokens>>>();
     auto tokens_mu = std::make_shared<std::mutex>();
     api::TokenIssuer issue = [tokens, tokens_mu, token_key](const std::string& ns, const std::string& sa,
-                                                           const std::string& audience,
-                                                           int64_t seconds) -> StatusOr<std::string> {
+                                                            const std::string& audience,
+                                                            int64_t seconds) -> StatusOr<std::string> {
       std::lock_guard<std::mutex> l(*tokens_mu);
-      if (!tokens->has_value() || !(**tokens).isOk()) *tokens = api::ServiceAccountTokens::loadOrCreate(token_key);
+      if (!tokens->has_value() || !(**tokens).isOk())
+        *tokens = api::ServiceAccountTokens::loadOrCreate(token_key);
       if (!(**tokens).isOk()) return (**tokens).status();
       return (**tokens)->issue(ns, sa, audience, seconds, static_cast<int64_t>(::time(nullptr)));
     };
@@ -270,7 +273,8 @@ class ContainerdRuntime final : public Runtime {
       const auto& spec = r.body.value("spec", nlohmann::json::object());
       const auto& containers = spec.value("containers", nlohmann::json::array());
       for (const auto& c : containers.is_array() ? containers : nlohmann::json::array()) {
-        if (c.is_object() && c.contains("image") && c["image"].is_string()) out.insert(c["image"].get<std::string>());
+        if (c.is_object() && c.contains("image") && c["image"].is_string())
+          out.insert(c["image"].get<std::string>());
       }
       const auto& st = r.body.value("status", nlohmann::json::object());
       const auto& cs = st.value("containerStatuses", nlohmann::json::array());
@@ -345,14 +349,16 @@ class ContainerdRuntime final : public Runtime {
 
 }  // namespace
 
-bool containerdRuntimeBuilt() { return true; }
+bool containerdRuntimeBuilt() {
+  return true;
+}
 
-bool containerdAvailable(const Config& config, std::string* why) {
+bool containerdAvailable(const Config& config, const TimeSource& clock, std::string* why) {
   if (::geteuid() != 0) {
     *why = "knapd is not running as root (pod networking needs it)";
     return false;
   }
-  containerd::ContainerdClient client(clientOptions(config, nullptr));
+  containerd::ContainerdClient client(clientOptions(config), clock);
   auto v = client.version(std::chrono::seconds(2));
   if (!v.isOk()) {
     *why = "containerd does not answer on " + config.knap.containerd_socket + ": " + v.status().message();
@@ -370,14 +376,18 @@ StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config& config, s
 
 #else
 
-bool containerdRuntimeBuilt() { return false; }
-
-bool containerdAvailable(const Config&, std::string* why) {
-  *why = "knapd was built without the containerd client (grpc++/protobuf or the containerd protos were missing)";
+bool containerdRuntimeBuilt() {
   return false;
 }
 
-StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config&, store::Store&, TimeSource&, EventRecorder&) {
+bool containerdAvailable(const Config&, const TimeSource&, std::string* why) {
+  *why =
+      "knapd was built without the containerd client (grpc++/protobuf or the containerd protos were missing)";
+  return false;
+}
+
+StatusOr<std::unique_ptr<Runtime>> makeContainerdRuntime(const Config&, store::Store&, TimeSource&,
+                                                         EventRecorder&) {
   return Status(Code::kUnsupported, "--runtime containerd: knapd was built without the containerd client");
 }
 

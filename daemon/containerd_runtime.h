@@ -20,8 +20,9 @@ namespace knap::daemon {
 bool containerdRuntimeBuilt();
 
 // Whether containerd answers Version on config.knap.containerd_socket within
-// a short timeout and knapd runs as root (CNI needs it). `why` says why not.
-bool containerdAvailable(const Config& config, std::string* why);
+// a short timeout (on `clock`) and knapd runs as root (CNI needs it). `why`
+// says why not.
+bool containerdAvailable(const Config& config, const TimeSource& clock, std::string* why);
 
 // kUnsupported when not built; kInvalidArgument when the registry settings
 // are unusable (platform, registry-auth-file, registry-ca-file); otherwise

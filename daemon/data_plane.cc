@@ -2,17 +2,17 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
-#include "api/revision_settings.h"
 #include "api/resources.h"
+#include "api/revision_settings.h"
 #include "common/base64.h"
 #include "common/guard.h"
 #include "common/json_path.h"
@@ -54,9 +54,9 @@ StatusOr<std::string> readPem(const std::string& path) {
 // A certificate served past (or close to) its expiry is logged when loaded.
 void warnIfExpiring(const DataPlane::LoadedCert& lc, const std::string& what) {
   if (!lc.error.empty() || lc.cert.not_after == 0) return;
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   if (lc.cert.not_after <= now) {
     LOG(WARNING) << "router TLS: " << what << " has expired; clients will refuse it until it is replaced";
   } else if (lc.cert.not_after - now < 14 * 24 * 3600) {
@@ -78,7 +78,8 @@ scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool rea
   s.metric = scaler::parseScalingMetric(a.metric).value_or(scaler::ScalingMetric::kConcurrency);
   s.target_value = a.target_value;
   s.total_value = a.total_value;
-  s.aggregation = scaler::parseAggregation(a.metric_aggregation_algorithm).value_or(scaler::Aggregation::kLinear);
+  s.aggregation =
+      scaler::parseAggregation(a.metric_aggregation_algorithm).value_or(scaler::Aggregation::kLinear);
   s.stable_window = a.stable_window;
   s.panic_window_percentage = a.panic_window_percentage;
   s.panic_threshold_percentage = a.panic_threshold_percentage;
@@ -100,13 +101,19 @@ scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool rea
 
 StatusOr<std::pair<std::string, int>> listenAddress(const std::string& listen, const std::string& what) {
   auto hp = splitHostPort(listen);
-  if (!hp) return invalidArgument(what + ": \"" + listen + "\" is not host:port (IPv6 in brackets, port 0..65535)");
+  if (!hp)
+    return invalidArgument(what + ": \"" + listen + "\" is not host:port (IPv6 in brackets, port 0..65535)");
   return std::make_pair(hp->host, hp->port);
 }
 
-DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock, scaler::PodCounter& pods,
-                     scaler::ScaleTarget& scale, EventRecorder& events, int router_fd, int router_tls_fd)
-    : config_(config), store_(store), clock_(clock), router_fd_(router_fd) {
+DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock,
+                     scaler::PodCounter& pods, scaler::ScaleTarget& scale, EventRecorder& events,
+                     int router_fd, int router_tls_fd)
+    : config_(config),
+      store_(store),
+      clock_(clock),
+      router_fd_(router_fd),
+      sync_loop_(clock, "data plane sync loop") {
   router::RouterOptions options;
   options.external_fd = router_fd;
   tls_ = !config.knap.router_tls_listen.empty() || router_tls_fd >= 0;
@@ -173,16 +180,21 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   ticker_ = std::make_unique<scaler::ScalerTicker>(*driver_, clock);
 }
 
-DataPlane::~DataPlane() { stop(); }
+DataPlane::~DataPlane() {
+  stop();
+}
 
 Status DataPlane::start() {
   KNAP_RETURN_IF_ERROR(init_status_);
   KNAP_RETURN_IF_ERROR(router_->start());
   listener_id_ = store_.addListener([this](const store::Event& e) { onStoreEvent(e); });
-  sync_thread_ = std::thread([this] { runRestarting("data plane sync loop", [this] { syncLoop(); }); });
+  poll_files_ = tls_ && (!config_.knap.router_tls_certificates_dir.empty() || acme_ != nullptr);
+  next_file_poll_ = clock_.monotonic();
+  sync_loop_.start([this] { return syncStep(); });
   ticker_->start();
   if (router_fd_ >= 0) {
-    LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port() << ")";
+    LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port()
+              << ")";
   } else {
     LOG(INFO) << "router listening on " << config_.knap.router_listen << " (port " << router_->port() << ")";
   }
@@ -204,9 +216,8 @@ void DataPlane::stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
   if (listener_id_ >= 0) store_.removeListener(listener_id_);
-  if (sync_thread_.joinable()) sync_thread_.join();
+  sync_loop_.stop();
   ticker_->stop();
   router_->stop();
 }
@@ -234,37 +245,32 @@ void DataPlane::onStoreEvent(const store::Event& event) {
     // A Route change moves routingState (reachability) of revisions too.
     revisions_dirty_ = true;
   }
-  cv_.notify_all();
+  sync_loop_.wake();
 }
 
-void DataPlane::syncLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  const bool poll_files = tls_ && (!config_.knap.router_tls_certificates_dir.empty() || acme_ != nullptr);
-  auto next_file_poll = std::chrono::steady_clock::now();
-  while (!stopping_) {
-    auto work = [this] { return stopping_ || routes_dirty_ || revisions_dirty_ || (tls_ && certs_dirty_); };
-    if (poll_files) {
-      cv_.wait_until(lock, next_file_poll, work);
-    } else {
-      cv_.wait(lock, work);
-    }
-    if (stopping_) break;
-    bool routes = routes_dirty_, revisions = revisions_dirty_, certs = tls_ && certs_dirty_;
+MonoTime DataPlane::syncStep() {
+  bool routes, revisions, certs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return MonoTime::max();
+    routes = routes_dirty_;
+    revisions = revisions_dirty_;
+    certs = tls_ && certs_dirty_;
     routes_dirty_ = revisions_dirty_ = certs_dirty_ = false;
-    const bool files_due = poll_files && std::chrono::steady_clock::now() >= next_file_poll;
-    if (files_due) next_file_poll = std::chrono::steady_clock::now() + kCertFilePoll;
-    lock.unlock();
-    // Each step is guarded on its own: one that throws (a stored object of a
-    // shape no code expected) is logged and the others still run.
-    if (revisions) runGuarded("data plane: sync revisions", [this] { syncRevisions(); });  // configs first
-    if (routes) runGuarded("data plane: sync routes", [this] { syncRoutes(); });
-    if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
-    if (tls_ && (certs || routes || files_due)) {
-      // After the routes: Secrets serve the routed hosts of their namespace.
-      runGuarded("data plane: sync certificates", [this] { syncCertificates(); });
-    }
-    lock.lock();
   }
+  const MonoTime now = clock_.monotonic();
+  const bool files_due = poll_files_ && now >= next_file_poll_;
+  if (files_due) next_file_poll_ = now + kCertFilePoll;
+  // Each step is guarded on its own: one that throws (a stored object of a
+  // shape no code expected) is logged and the others still run.
+  if (revisions) runGuarded("data plane: sync revisions", [this] { syncRevisions(); });  // configs first
+  if (routes) runGuarded("data plane: sync routes", [this] { syncRoutes(); });
+  if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
+  if (tls_ && (certs || routes || files_due)) {
+    // After the routes: Secrets serve the routed hosts of their namespace.
+    runGuarded("data plane: sync certificates", [this] { syncCertificates(); });
+  }
+  return poll_files_ ? next_file_poll_ : MonoTime::max();
 }
 
 void DataPlane::syncRoutes() {
@@ -291,10 +297,12 @@ void DataPlane::syncRoutes() {
     g.namespace_name = target.ns;
     g.route_name = target.route;
     g.tag = target.split.tag;
-    g.visibility = target.split.cluster_local ? router::Visibility::kClusterLocal : router::Visibility::kExternal;
+    g.visibility =
+        target.split.cluster_local ? router::Visibility::kClusterLocal : router::Visibility::kExternal;
     g.hosts = {host};
     for (const auto& rw : target.split.revisions) {
-      if (rw.percent > 0) g.traffic.push_back({target.ns + "/" + rw.revision, static_cast<int>(rw.percent), g.tag});
+      if (rw.percent > 0)
+        g.traffic.push_back({target.ns + "/" + rw.revision, static_cast<int>(rw.percent), g.tag});
     }
     if (!g.traffic.empty()) groups.push_back(std::move(g));
   }
@@ -378,7 +386,8 @@ void DataPlane::syncCertificates() {
   // changed. The operator's directory, then the ACME client's.
   std::map<std::string, LoadedCert> files;
   std::vector<std::string> dirs;
-  if (!config_.knap.router_tls_certificates_dir.empty()) dirs.push_back(config_.knap.router_tls_certificates_dir);
+  if (!config_.knap.router_tls_certificates_dir.empty())
+    dirs.push_back(config_.knap.router_tls_certificates_dir);
   if (acme_ != nullptr) dirs.push_back(acme_->certDir());
   std::vector<std::string> crts;
   std::string dir_error;
@@ -392,7 +401,8 @@ void DataPlane::syncCertificates() {
     crts.insert(crts.end(), in_dir.begin(), in_dir.end());
     if (ec) dir_error += dir + ": " + ec.message() + "; ";
   }
-  if (!dir_error.empty() && dir_error_ != dir_error) LOG(WARNING) << "router TLS certificate directory " << dir_error;
+  if (!dir_error.empty() && dir_error_ != dir_error)
+    LOG(WARNING) << "router TLS certificate directory " << dir_error;
   dir_error_ = dir_error;
   {
     for (const std::string& crt : crts) {
@@ -532,7 +542,8 @@ void DataPlane::syncRevisions() {
     const json& md = valueAt(rev, "metadata");
     bool reachable = valueAt(valueAt(md, "labels"), api::labels::kRoutingState) != "reserve";
     // Only re-apply when what the data plane uses changed.
-    std::string fingerprint = valueAt(rev, "spec").dump() + valueAt(md, "annotations").dump() + (reachable ? "r" : "u");
+    std::string fingerprint =
+        valueAt(rev, "spec").dump() + valueAt(md, "annotations").dump() + (reachable ? "r" : "u");
     auto known = known_revisions_.find(key);
     if (known != known_revisions_.end() && known->second == fingerprint) continue;
 

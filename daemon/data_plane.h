@@ -17,18 +17,18 @@
 // list and its directory <data-dir>/acme/certs is read exactly like the
 // certificates directory (after it: an operator's file wins).
 //
-// Threading: store events only mark work dirty (never block the store's
-// writer); one sync thread rebuilds from the store. The ScalerTicker runs on
-// its own thread. setEndpoints() may be called from any thread.
+// Threading: store events only mark work dirty and wake the sync Loop
+// (common/loop.h; never block the store's writer), whose step rebuilds from
+// the store and, with HTTPS, polls the certificate files on the TimeSource.
+// The ScalerTicker is a Loop of its own. setEndpoints() may be called from
+// any thread.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "acme/manager.h"
@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/event_recorder.h"
+#include "common/loop.h"
 #include "common/status.h"
 #include "common/tls.h"
 #include "router/router.h"
@@ -101,7 +102,9 @@ class DataPlane {
 
  private:
   void onStoreEvent(const store::Event& event);
-  void syncLoop();
+  // The sync Loop's step: applies what is dirty; returns when the
+  // certificate files are next due (MonoTime::max(): only on a wake-up).
+  MonoTime syncStep();
   void syncRoutes();
   void syncRevisions();
   void syncCertificates();
@@ -124,20 +127,21 @@ class DataPlane {
   int router_fd_ = -1;
 
   std::mutex mu_;
-  std::condition_variable cv_;
   bool routes_dirty_ = true;
   bool revisions_dirty_ = true;
   bool certs_dirty_ = true;  // a Secret changed
   bool stopping_ = false;
-  std::thread sync_thread_;
   std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
   // Sync thread only:
+  bool poll_files_ = false;  // set by start(): a certificates dir or ACME to poll
+  MonoTime next_file_poll_{};
   std::map<std::string, std::vector<std::string>> external_hosts_;  // namespace -> routed external hosts
-  std::map<std::string, LoadedCert> file_certs_;    // "<dir>/<name>" -> loaded pair
-  std::map<std::string, LoadedCert> secret_certs_;  // "ns/name" -> loaded Secret
-  std::string certs_applied_;                       // fingerprint of the table the router has
-  std::string dir_error_;                           // last error reading the certificate directory
-  bool secret_certs_stale_ = true;                  // Secrets changed since they were last listed
+  std::map<std::string, LoadedCert> file_certs_;                    // "<dir>/<name>" -> loaded pair
+  std::map<std::string, LoadedCert> secret_certs_;                  // "ns/name" -> loaded Secret
+  std::string certs_applied_;                                       // fingerprint of the table the router has
+  std::string dir_error_;           // last error reading the certificate directory
+  bool secret_certs_stale_ = true;  // Secrets changed since they were last listed
+  Loop sync_loop_;                  // last: stopped before the state its step reads is destroyed
 };
 
 // The scaler's settings of a Revision: its settings model mapped into the

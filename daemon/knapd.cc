@@ -7,8 +7,8 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
-#include <unistd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -101,28 +101,38 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--config") flags.config_path = value();
-    else if (a == "--data-dir") flags.data_dir = value();
-    else if (a == "--runtime") flags.runtime = value();
-    else if (a == "--log-level") flags.log_level = value();
-    else if (a == "--api-allowed-host") flags.policy.allowed_hosts.push_back(value());
+    if (a == "--config")
+      flags.config_path = value();
+    else if (a == "--data-dir")
+      flags.data_dir = value();
+    else if (a == "--runtime")
+      flags.runtime = value();
+    else if (a == "--log-level")
+      flags.log_level = value();
+    else if (a == "--api-allowed-host")
+      flags.policy.allowed_hosts.push_back(value());
     else if (a == "--min-request-timeout" || a == "--watch-bookmark-interval") {
       std::string v = value();
       auto d = parseGoDuration(v);
       if (!d.isOk() || *d <= std::chrono::nanoseconds(0))
         return usageError(a + " must be a positive duration such as 30s, got \"" + v + "\"");
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
-      if (a == "--min-request-timeout") flags.policy.min_request_timeout = ms;
-      else flags.policy.bookmark_interval = ms;
-    }
-    else if (a == "-h" || a == "--help") {
+      if (a == "--min-request-timeout")
+        flags.policy.min_request_timeout = ms;
+      else
+        flags.policy.bookmark_interval = ms;
+    } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
-    } else return usageError("unknown argument " + a);
+    } else
+      return usageError("unknown argument " + a);
   }
-  if (flags.log_level == "debug") log::setMinLevel(log::Level::kDebug);
-  else if (flags.log_level == "warning") log::setMinLevel(log::Level::kWarning);
-  else if (flags.log_level != "info") return usageError("--log-level must be debug, info or warning");
+  if (flags.log_level == "debug")
+    log::setMinLevel(log::Level::kDebug);
+  else if (flags.log_level == "warning")
+    log::setMinLevel(log::Level::kWarning);
+  else if (flags.log_level != "info")
+    return usageError("--log-level must be debug, info or warning");
   if (flags.runtime != "auto" && flags.runtime != "containerd" && flags.runtime != "none")
     return usageError("--runtime must be auto, containerd or none, got \"" + flags.runtime + "\"");
 
@@ -158,8 +168,8 @@ int run(int argc, char** argv) {
     std::string probe = dir + "/.knapd-write-test";
     int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
-      std::cerr << "knapd: refusing to start: the data dir " << dir << " is not writable (" << std::strerror(errno)
-                << "); knapd keeps its database, certificates and kubeconfig there\n";
+      std::cerr << "knapd: refusing to start: the data dir " << dir << " is not writable ("
+                << std::strerror(errno) << "); knapd keeps its database, certificates and kubeconfig there\n";
       return 1;
     }
     ::close(fd);
@@ -209,8 +219,8 @@ int run(int argc, char** argv) {
     return 1;
   }
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
-  DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(), event_recorder,
-                       router_fd, router_tls_fd);
+  DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(),
+                       event_recorder, router_fd, router_tls_fd);
   // Built-in ACME (issue 14): certificates for the routed external hosts,
   // served from <data-dir>/acme/certs like the certificates directory, and
   // CertificateProvisioned on their Routes.
@@ -221,17 +231,19 @@ int run(int argc, char** argv) {
       auto s = manager->state(host);
       if (!s) return std::nullopt;
       controller::CertificateCondition c;
-      c.state = s->kind == acme::HostState::Kind::kIssued   ? controller::CertificateCondition::State::kIssued
-                : s->kind == acme::HostState::Kind::kFailed ? controller::CertificateCondition::State::kFailed
-                                                            : controller::CertificateCondition::State::kPending;
+      c.state = s->kind == acme::HostState::Kind::kIssued ? controller::CertificateCondition::State::kIssued
+                : s->kind == acme::HostState::Kind::kFailed
+                    ? controller::CertificateCondition::State::kFailed
+                    : controller::CertificateCondition::State::kPending;
       c.message = s->message;
       return c;
     }
   } acme_status;
   if (!config.knap.acme_directory.empty()) {
     if (config.knap.router_tls_listen.empty() && router_tls_fd < 0) {
-      LOG(WARNING) << "knap.acme-directory is set but the router has no HTTPS listener (knap.router-tls-listen): "
-                      "no ACME certificates";
+      LOG(WARNING)
+          << "knap.acme-directory is set but the router has no HTTPS listener (knap.router-tls-listen): "
+             "no ACME certificates";
     } else if (!config.network.externalDomainTls()) {
       LOG(WARNING) << "knap.acme-directory is set but network.external-domain-tls is not Enabled: "
                       "no ACME certificates";
@@ -249,7 +261,7 @@ int run(int argc, char** argv) {
         std::string ns, name;
         if (data_plane.routeOfHost(host, &ns, &name)) controller.enqueue({"Route", ns, name});
       };
-      acme_manager = std::make_unique<acme::CertificateManager>(std::move(ao));
+      acme_manager = std::make_unique<acme::CertificateManager>(std::move(ao), clock);
       if (Status st = acme_manager->start(); !st.isOk()) {
         std::cerr << "knapd: " << st.message() << "\n";
         return 1;
@@ -272,14 +284,14 @@ int run(int argc, char** argv) {
   ingress_status.data_plane = &data_plane;
   controller.setIngressStatus(&ingress_status);
   data_plane.setOnProgrammed([&controller](const store::Key& key) { controller.enqueue(key); });
-  (*runtime)->setEndpointsListener([&data_plane](const std::string& revision,
-                                                  const std::vector<router::Endpoint>& endpoints,
-                                                  const router::WakeInfo& wake, uint64_t version) {
-    data_plane.setEndpoints(revision, endpoints, wake, version);
-  });
-  (*runtime)->setWarmPoolListener([&data_plane](const std::string& revision, const router::WarmPoolStats& pool) {
-    data_plane.setWarmPool(revision, pool);
-  });
+  (*runtime)->setEndpointsListener(
+      [&data_plane](const std::string& revision, const std::vector<router::Endpoint>& endpoints,
+                    const router::WakeInfo& wake,
+                    uint64_t version) { data_plane.setEndpoints(revision, endpoints, wake, version); });
+  (*runtime)->setWarmPoolListener(
+      [&data_plane](const std::string& revision, const router::WarmPoolStats& pool) {
+        data_plane.setWarmPool(revision, pool);
+      });
 
   api::ApiServerOptions options;
   options.tcp_listen = config.knap.api_listen;
@@ -326,8 +338,8 @@ int run(int argc, char** argv) {
             << ", kubeconfig " << config.knap.kubeconfig_path << ", runtime " << (*runtime)->name();
   // READY only now: the API and router serve, and the runtime has adopted the pods a
   // previous knapd left running, so systemd orders dependants after a usable knapd.
-  notify(systemd.ready("serving: api " + server.url() + ", router " + config.knap.router_listen + ", runtime " +
-                       (*runtime)->name()));
+  notify(systemd.ready("serving: api " + server.url() + ", router " + config.knap.router_listen +
+                       ", runtime " + (*runtime)->name()));
 
   // Wait for SIGTERM/SIGINT; once an hour, resync every object so that
   // time-based decisions (revision GC by age) are re-evaluated without events.
@@ -377,4 +389,6 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace knap::daemon
 
-int main(int argc, char** argv) { return knap::daemon::run(argc, argv); }
+int main(int argc, char** argv) {
+  return knap::daemon::run(argc, argv);
+}

@@ -1,8 +1,8 @@
 #include "daemon/runtime_wiring.h"
 
 #include "common/log.h"
-#include "daemon/containerd_runtime.h"
 #include "controller/immediate_revision_backend.h"
+#include "daemon/containerd_runtime.h"
 
 namespace knap::daemon {
 namespace {
@@ -29,13 +29,15 @@ class ControlPlaneOnly final : public Runtime, scaler::PodCounter, scaler::Scale
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Runtime>> makeRuntime(const std::string& mode, const Config& config, store::Store& store,
-                                               TimeSource& clock, EventRecorder& events) {
+StatusOr<std::unique_ptr<Runtime>> makeRuntime(const std::string& mode, const Config& config,
+                                               store::Store& store, TimeSource& clock,
+                                               EventRecorder& events) {
   if (mode == "none") return std::unique_ptr<Runtime>(new ControlPlaneOnly());
   if (mode == "containerd") return makeContainerdRuntime(config, store, clock, events);
   std::string why;
-  if (containerdAvailable(config, &why)) return makeContainerdRuntime(config, store, clock, events);
-  LOG(WARNING) << "runtime auto: " << why << "; running the control plane only (revisions report Ready without pods)";
+  if (containerdAvailable(config, clock, &why)) return makeContainerdRuntime(config, store, clock, events);
+  LOG(WARNING) << "runtime auto: " << why
+               << "; running the control plane only (revisions report Ready without pods)";
   return std::unique_ptr<Runtime>(new ControlPlaneOnly());
 }
 

@@ -1,10 +1,9 @@
 #include "runtime/containerd/containerd_client.h"
 
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <cerrno>
@@ -50,19 +49,30 @@ constexpr size_t kWriteChunk = 1 << 20;
 Status fromGrpc(const grpc::Status& s, std::string_view op) {
   std::string msg = "containerd " + std::string(op) + ": " + s.error_message();
   switch (s.error_code()) {
-    case grpc::StatusCode::OK: return Status::ok();
-    case grpc::StatusCode::NOT_FOUND: return {Code::kNotFound, msg};
-    case grpc::StatusCode::ALREADY_EXISTS: return {Code::kAlreadyExists, msg};
-    case grpc::StatusCode::FAILED_PRECONDITION: return {Code::kFailedPrecondition, msg};
+    case grpc::StatusCode::OK:
+      return Status::ok();
+    case grpc::StatusCode::NOT_FOUND:
+      return {Code::kNotFound, msg};
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return {Code::kAlreadyExists, msg};
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return {Code::kFailedPrecondition, msg};
     case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::OUT_OF_RANGE: return {Code::kInvalidArgument, msg};
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return {Code::kInvalidArgument, msg};
     case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::CANCELLED: return {Code::kUnavailable, msg};
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return {Code::kDeadlineExceeded, msg};
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return {Code::kResourceExhausted, msg};
-    case grpc::StatusCode::ABORTED: return {Code::kConflict, msg};
-    case grpc::StatusCode::UNIMPLEMENTED: return {Code::kUnsupported, msg};
-    default: return {Code::kInternal, msg};
+    case grpc::StatusCode::CANCELLED:
+      return {Code::kUnavailable, msg};
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return {Code::kDeadlineExceeded, msg};
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return {Code::kResourceExhausted, msg};
+    case grpc::StatusCode::ABORTED:
+      return {Code::kConflict, msg};
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return {Code::kUnsupported, msg};
+    default:
+      return {Code::kInternal, msg};
   }
 }
 
@@ -116,10 +126,18 @@ SnapshotInfo fromPb(const snapshots::Info& i) {
   out.name = i.name();
   out.parent = i.parent();
   switch (i.kind()) {
-    case snapshots::VIEW: out.kind = SnapshotKind::kView; break;
-    case snapshots::ACTIVE: out.kind = SnapshotKind::kActive; break;
-    case snapshots::COMMITTED: out.kind = SnapshotKind::kCommitted; break;
-    default: out.kind = SnapshotKind::kUnknown; break;
+    case snapshots::VIEW:
+      out.kind = SnapshotKind::kView;
+      break;
+    case snapshots::ACTIVE:
+      out.kind = SnapshotKind::kActive;
+      break;
+    case snapshots::COMMITTED:
+      out.kind = SnapshotKind::kCommitted;
+      break;
+    default:
+      out.kind = SnapshotKind::kUnknown;
+      break;
   }
   out.labels = labelsOf(i.labels());
   return out;
@@ -157,12 +175,18 @@ ContainerRecord fromPb(const containers::Container& c) {
 
 TaskStatus fromPb(::containerd::v1::types::Status s) {
   switch (s) {
-    case ::containerd::v1::types::CREATED: return TaskStatus::kCreated;
-    case ::containerd::v1::types::RUNNING: return TaskStatus::kRunning;
-    case ::containerd::v1::types::STOPPED: return TaskStatus::kStopped;
-    case ::containerd::v1::types::PAUSED: return TaskStatus::kPaused;
-    case ::containerd::v1::types::PAUSING: return TaskStatus::kPausing;
-    default: return TaskStatus::kUnknown;
+    case ::containerd::v1::types::CREATED:
+      return TaskStatus::kCreated;
+    case ::containerd::v1::types::RUNNING:
+      return TaskStatus::kRunning;
+    case ::containerd::v1::types::STOPPED:
+      return TaskStatus::kStopped;
+    case ::containerd::v1::types::PAUSED:
+      return TaskStatus::kPaused;
+    case ::containerd::v1::types::PAUSING:
+      return TaskStatus::kPausing;
+    default:
+      return TaskStatus::kUnknown;
   }
 }
 
@@ -195,12 +219,18 @@ std::string randomHex(size_t n) {
 
 const char* taskStatusName(TaskStatus s) {
   switch (s) {
-    case TaskStatus::kCreated: return "CREATED";
-    case TaskStatus::kRunning: return "RUNNING";
-    case TaskStatus::kStopped: return "STOPPED";
-    case TaskStatus::kPaused: return "PAUSED";
-    case TaskStatus::kPausing: return "PAUSING";
-    default: return "UNKNOWN";
+    case TaskStatus::kCreated:
+      return "CREATED";
+    case TaskStatus::kRunning:
+      return "RUNNING";
+    case TaskStatus::kStopped:
+      return "STOPPED";
+    case TaskStatus::kPaused:
+      return "PAUSED";
+    case TaskStatus::kPausing:
+      return "PAUSING";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -261,8 +291,8 @@ struct ContainerdClient::Stubs {
   std::unique_ptr<events::Events::Stub> events;
 };
 
-ContainerdClient::ContainerdClient(Options options) : options_(std::move(options)) {
-  if (options_.time == nullptr) options_.time = &RealTimeSource::instance();
+ContainerdClient::ContainerdClient(Options options, const TimeSource& time)
+    : options_(std::move(options)), time_(&time) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);  // the server's limit, §1
   args.SetMaxSendMessageSize(16 << 20);
@@ -297,24 +327,25 @@ ContainerdClient ContainerdClient::withNamespace(std::string ns) const {
 namespace {
 
 // Fills a ClientContext with the namespace/lease headers and a deadline.
-void setup(grpc::ClientContext* ctx, const std::string& ns, const std::string& lease, TimeSource* time,
+void setup(grpc::ClientContext* ctx, const std::string& ns, const std::string& lease, const TimeSource* time,
            std::optional<Duration> timeout) {
   if (!ns.empty()) ctx->AddMetadata("containerd-namespace", ns);
   if (!lease.empty()) ctx->AddMetadata("containerd-lease", lease);
   if (timeout) {
-    ctx->set_deadline(std::chrono::time_point_cast<std::chrono::system_clock::duration>(time->now() + *timeout));
+    ctx->set_deadline(
+        std::chrono::time_point_cast<std::chrono::system_clock::duration>(time->now() + *timeout));
   }
 }
 
 }  // namespace
 
-#define KNAP_CD_CTX(ctx)             \
-  grpc::ClientContext ctx;           \
-  setup(&ctx, options_.ns, lease_, options_.time, options_.call_timeout)
+#define KNAP_CD_CTX(ctx)   \
+  grpc::ClientContext ctx; \
+  setup(&ctx, options_.ns, lease_, time_, options_.call_timeout)
 
 StatusOr<VersionInfo> ContainerdClient::version(Duration timeout) const {
   grpc::ClientContext ctx;
-  setup(&ctx, "", "", options_.time, timeout);
+  setup(&ctx, "", "", time_, timeout);
   ctx.set_wait_for_ready(true);  // wait for the socket instead of failing fast
   google::protobuf::Empty req;
   version::VersionResponse resp;
@@ -330,12 +361,14 @@ StatusOr<VersionInfo> ContainerdClient::version(Duration timeout) const {
 
 // ------------------------------------------------------------------ leases
 
-StatusOr<std::string> ContainerdClient::createLease(const std::string& id, Duration expire_after, Labels labels) const {
+StatusOr<std::string> ContainerdClient::createLease(const std::string& id, Duration expire_after,
+                                                    Labels labels) const {
   KNAP_CD_CTX(ctx);
   leases::CreateRequest req;
   req.set_id(id.empty() ? "knap-" + randomHex(16) : id);
-  if (expire_after.count() > 0) labels[kGcExpireLabel] = formatRfc3339(options_.time->now() +
-      std::chrono::duration_cast<WallTime::duration>(expire_after));
+  if (expire_after.count() > 0)
+    labels[kGcExpireLabel] =
+        formatRfc3339(time_->now() + std::chrono::duration_cast<WallTime::duration>(expire_after));
   setLabels(labels, req.mutable_labels());
   leases::CreateResponse resp;
   grpc::Status s = stubs_->leases->Create(&ctx, req, &resp);
@@ -352,7 +385,8 @@ Status ContainerdClient::deleteLease(const std::string& id, bool sync) const {
   return fromGrpc(stubs_->leases->Delete(&ctx, req, &resp), "delete lease " + id);
 }
 
-StatusOr<std::vector<std::pair<std::string, Labels>>> ContainerdClient::listLeases(const std::string& filter) const {
+StatusOr<std::vector<std::pair<std::string, Labels>>> ContainerdClient::listLeases(
+    const std::string& filter) const {
   KNAP_CD_CTX(ctx);
   leases::ListRequest req;
   if (!filter.empty()) req.add_filters(filter);
@@ -366,8 +400,8 @@ StatusOr<std::vector<std::pair<std::string, Labels>>> ContainerdClient::listLeas
 
 // ------------------------------------------------------------------ content
 
-Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSource& source, const Labels& labels,
-                                      const std::string& ref_in) const {
+Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSource& source,
+                                      const Labels& labels, const std::string& ref_in) const {
   const std::string op = "write content " + desc.digest;
   // A unique ref per write: two concurrent writers of the same blob would
   // otherwise collide on the ref lock (UNAVAILABLE "ref ... locked"); with
@@ -375,7 +409,7 @@ Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSou
   const std::string ref = ref_in.empty() ? "knap-" + randomHex(8) + "-" + desc.digest : ref_in;
   grpc::ClientContext ctx;
   // Large blobs need longer than one call timeout; allow 10x.
-  setup(&ctx, options_.ns, lease_, options_.time, options_.call_timeout * 10);
+  setup(&ctx, options_.ns, lease_, time_, options_.call_timeout * 10);
   auto stream = stubs_->content->Write(&ctx);
   content::WriteContentRequest req;
   content::WriteContentResponse resp;
@@ -384,7 +418,8 @@ Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSou
   // gives the real status (ALREADY_EXISTS for an existing blob).
   auto roundTrip = [&]() -> bool { return stream->Write(req) && stream->Read(&resp); };
   auto finishAfterError = [&]() -> grpc::Status {
-    while (stream->Read(&resp)) {}  // drain (G1)
+    while (stream->Read(&resp)) {
+    }  // drain (G1)
     return stream->Finish();
   };
 
@@ -405,14 +440,16 @@ Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSou
   bool truncate = offset == 0 && resp.offset() != 0;
   Status err = Status::ok();
   while (offset < static_cast<uint64_t>(desc.size) || truncate) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(kWriteChunk, static_cast<uint64_t>(desc.size) - offset));
+    size_t n =
+        static_cast<size_t>(std::min<uint64_t>(kWriteChunk, static_cast<uint64_t>(desc.size) - offset));
     StatusOr<std::string> chunk = source(offset, n);
     if (!chunk.isOk()) {
       err = chunk.status().annotate(op);
       break;
     }
     if (chunk->empty() && n > 0) {
-      err = invalidArgument(op + ": source ended at " + std::to_string(offset) + " of " + std::to_string(desc.size));
+      err = invalidArgument(op + ": source ended at " + std::to_string(offset) + " of " +
+                            std::to_string(desc.size));
       break;
     }
     req.Clear();
@@ -447,7 +484,7 @@ Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSou
   if (s.ok()) result = internalError("containerd " + op + ": stream closed without a commit reply");
   // A failed commit leaves the ingest behind (G12).
   grpc::ClientContext actx;
-  setup(&actx, options_.ns, lease_, options_.time, options_.call_timeout);
+  setup(&actx, options_.ns, lease_, time_, options_.call_timeout);
   content::AbortRequest areq;
   areq.set_ref(ref);
   google::protobuf::Empty aresp;
@@ -455,12 +492,14 @@ Status ContainerdClient::writeContent(const oci::Descriptor& desc, const BlobSou
   return result;
 }
 
-Status ContainerdClient::writeContent(const oci::Descriptor& desc, std::string_view data, const Labels& labels) const {
+Status ContainerdClient::writeContent(const oci::Descriptor& desc, std::string_view data,
+                                      const Labels& labels) const {
   if (static_cast<int64_t>(data.size()) != desc.size) {
     return invalidArgument("write content " + desc.digest + ": data size does not match the descriptor");
   }
   return writeContent(
-      desc, [data](uint64_t off, size_t n) -> StatusOr<std::string> { return std::string(data.substr(off, n)); },
+      desc,
+      [data](uint64_t off, size_t n) -> StatusOr<std::string> { return std::string(data.substr(off, n)); },
       labels);
 }
 
@@ -489,8 +528,9 @@ Status ContainerdClient::updateContentLabels(const std::string& digest, const La
 StatusOr<std::string> ContainerdClient::readContent(const std::string& digest, int64_t max_bytes) const {
   KNAP_ASSIGN_OR_RETURN(ContentInfo info, contentInfo(digest));
   if (info.size > max_bytes) {
-    return Status(Code::kResourceExhausted, "containerd read content " + digest + ": " + std::to_string(info.size) +
-                                                " bytes exceeds " + std::to_string(max_bytes));
+    return Status(Code::kResourceExhausted, "containerd read content " + digest + ": " +
+                                                std::to_string(info.size) + " bytes exceeds " +
+                                                std::to_string(max_bytes));
   }
   KNAP_CD_CTX(ctx);
   content::ReadContentRequest req;
@@ -502,7 +542,8 @@ StatusOr<std::string> ContainerdClient::readContent(const std::string& digest, i
   while (reader->Read(&resp)) {
     if (resp.offset() != static_cast<int64_t>(out.size())) {
       ctx.TryCancel();
-      while (reader->Read(&resp)) {}
+      while (reader->Read(&resp)) {
+      }
       reader->Finish();
       return internalError("containerd read content " + digest + ": out-of-order chunk");
     }
@@ -510,7 +551,8 @@ StatusOr<std::string> ContainerdClient::readContent(const std::string& digest, i
   }
   grpc::Status s = reader->Finish();
   if (!s.ok()) return fromGrpc(s, "read content " + digest);
-  if (static_cast<int64_t>(out.size()) != info.size) return internalError("containerd read content " + digest + ": short read");
+  if (static_cast<int64_t>(out.size()) != info.size)
+    return internalError("containerd read content " + digest + ": short read");
   return out;
 }
 
@@ -551,7 +593,8 @@ StatusOr<ImageRecord> ContainerdClient::getImage(const std::string& name) const 
   return fromPb(resp.image());
 }
 
-StatusOr<std::vector<ImageRecord>> ContainerdClient::listImages(const std::vector<std::string>& filters) const {
+StatusOr<std::vector<ImageRecord>> ContainerdClient::listImages(
+    const std::vector<std::string>& filters) const {
   KNAP_CD_CTX(ctx);
   images::ListImagesRequest req;
   for (const auto& f : filters) req.add_filters(f);
@@ -603,7 +646,8 @@ StatusOr<SnapshotInfo> ContainerdClient::statSnapshot(const std::string& key) co
   return fromPb(resp.info());
 }
 
-StatusOr<std::vector<Mount>> ContainerdClient::prepareSnapshot(const std::string& key, const std::string& parent,
+StatusOr<std::vector<Mount>> ContainerdClient::prepareSnapshot(const std::string& key,
+                                                               const std::string& parent,
                                                                const Labels& labels) const {
   KNAP_CD_CTX(ctx);
   snapshots::PrepareSnapshotRequest req;
@@ -628,7 +672,8 @@ StatusOr<std::vector<Mount>> ContainerdClient::snapshotMounts(const std::string&
   return fromPb(resp.mounts());
 }
 
-Status ContainerdClient::commitSnapshot(const std::string& name, const std::string& key, const Labels& labels) const {
+Status ContainerdClient::commitSnapshot(const std::string& name, const std::string& key,
+                                        const Labels& labels) const {
   KNAP_CD_CTX(ctx);
   snapshots::CommitSnapshotRequest req;
   req.set_snapshotter(options_.snapshotter);
@@ -648,7 +693,8 @@ Status ContainerdClient::removeSnapshot(const std::string& key) const {
   return fromGrpc(stubs_->snapshots->Remove(&ctx, req, &resp), "remove snapshot " + key);
 }
 
-StatusOr<std::vector<SnapshotInfo>> ContainerdClient::listSnapshots(const std::vector<std::string>& filters) const {
+StatusOr<std::vector<SnapshotInfo>> ContainerdClient::listSnapshots(
+    const std::vector<std::string>& filters) const {
   KNAP_CD_CTX(ctx);
   snapshots::ListSnapshotsRequest req;
   req.set_snapshotter(options_.snapshotter);
@@ -666,9 +712,10 @@ StatusOr<std::vector<SnapshotInfo>> ContainerdClient::listSnapshots(const std::v
 
 // ------------------------------------------------------------------ diff
 
-StatusOr<oci::Descriptor> ContainerdClient::applyDiff(const oci::Descriptor& layer, const std::vector<Mount>& mounts) const {
+StatusOr<oci::Descriptor> ContainerdClient::applyDiff(const oci::Descriptor& layer,
+                                                      const std::vector<Mount>& mounts) const {
   grpc::ClientContext ctx;
-  setup(&ctx, options_.ns, lease_, options_.time, options_.call_timeout * 10);  // big layers take a while
+  setup(&ctx, options_.ns, lease_, time_, options_.call_timeout * 10);  // big layers take a while
   diff::ApplyRequest req;
   toPb(layer, req.mutable_diff());
   req.mutable_diff()->clear_annotations();
@@ -710,7 +757,8 @@ StatusOr<ContainerRecord> ContainerdClient::getContainer(const std::string& id) 
   return fromPb(resp.container());
 }
 
-StatusOr<std::vector<ContainerRecord>> ContainerdClient::listContainers(const std::vector<std::string>& filters) const {
+StatusOr<std::vector<ContainerRecord>> ContainerdClient::listContainers(
+    const std::vector<std::string>& filters) const {
   KNAP_CD_CTX(ctx);
   containers::ListContainersRequest req;
   for (const auto& f : filters) req.add_filters(f);
@@ -733,11 +781,13 @@ Status ContainerdClient::deleteContainer(const std::string& id) const {
 // ------------------------------------------------------------------ tasks
 
 StatusOr<uint32_t> ContainerdClient::createTask(const TaskCreateRequest& r) const {
-  if (r.rootfs.empty()) return invalidArgument("create task " + r.container_id + ": rootfs mounts are required");
+  if (r.rootfs.empty())
+    return invalidArgument("create task " + r.container_id + ": rootfs mounts are required");
   for (const std::string* p : {&r.stdout_path, &r.stderr_path, &r.stdin_path}) {
     // An absolute path (file or FIFO), or a binary:///abs/logger?... log driver URI (§3.2).
     if (!p->empty() && (*p)[0] != '/' && p->rfind("binary:///", 0) != 0) {
-      return invalidArgument("create task " + r.container_id + ": stdio path must be absolute or binary:///: " + *p);
+      return invalidArgument("create task " + r.container_id +
+                             ": stdio path must be absolute or binary:///: " + *p);
     }
   }
   KNAP_CD_CTX(ctx);
@@ -767,8 +817,9 @@ StatusOr<uint32_t> ContainerdClient::startTask(const std::string& id) const {
 
 StatusOr<ExitInfo> ContainerdClient::waitTask(const std::string& id, CallCanceller* canceller) const {
   grpc::ClientContext ctx;
-  setup(&ctx, options_.ns, lease_, options_.time, std::nullopt);  // no deadline: waits for the exit
-  if (canceller != nullptr && !canceller->attach(&ctx)) return unavailable("containerd wait task " + id + ": cancelled");
+  setup(&ctx, options_.ns, lease_, time_, std::nullopt);  // no deadline: waits for the exit
+  if (canceller != nullptr && !canceller->attach(&ctx))
+    return unavailable("containerd wait task " + id + ": cancelled");
   tasks::WaitRequest req;
   req.set_container_id(id);
   tasks::WaitResponse resp;
@@ -788,7 +839,8 @@ Status ContainerdClient::killTask(const std::string& id, int signal, bool all) c
   req.set_signal(static_cast<uint32_t>(signal));
   req.set_all(all);
   google::protobuf::Empty resp;
-  return fromGrpc(stubs_->tasks->Kill(&ctx, req, &resp), "kill task " + id + " with signal " + std::to_string(signal));
+  return fromGrpc(stubs_->tasks->Kill(&ctx, req, &resp),
+                  "kill task " + id + " with signal " + std::to_string(signal));
 }
 
 StatusOr<ExitInfo> ContainerdClient::deleteTask(const std::string& id) const {
@@ -870,7 +922,7 @@ StatusOr<uint32_t> ContainerdClient::startProcess(const std::string& id, const s
 StatusOr<ExitInfo> ContainerdClient::waitProcess(const std::string& id, const std::string& exec_id,
                                                  Duration timeout) const {
   grpc::ClientContext ctx;
-  setup(&ctx, options_.ns, lease_, options_.time, timeout);
+  setup(&ctx, options_.ns, lease_, time_, timeout);
   tasks::WaitRequest req;
   req.set_container_id(id);
   req.set_exec_id(exec_id);
@@ -970,11 +1022,14 @@ class GrpcEventStream final : public EventStream {
     if (reader_ && !finished_) {
       ctx_->TryCancel();
       events::Envelope env;
-      while (reader_->Read(&env)) {}
+      while (reader_->Read(&env)) {
+      }
       reader_->Finish();
     }
   }
-  void start(events::Events::Stub* stub, const events::SubscribeRequest& req) { reader_ = stub->Subscribe(ctx_.get(), req); }
+  void start(events::Events::Stub* stub, const events::SubscribeRequest& req) {
+    reader_ = stub->Subscribe(ctx_.get(), req);
+  }
 
   // Reads until the sync event arrives; false if the stream ends first.
   bool awaitSync() {
@@ -1036,7 +1091,8 @@ class GrpcEventStream final : public EventStream {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<EventStream>> ContainerdClient::subscribe(const std::vector<std::string>& filters) const {
+StatusOr<std::unique_ptr<EventStream>> ContainerdClient::subscribe(
+    const std::vector<std::string>& filters) const {
   const std::string token = randomHex(16);
   const std::string sync_topic = "/knap/subscribe-sync/" + token;
   const std::string ns_filter = "namespace==" + quoteFilterValue(options_.ns);
@@ -1049,7 +1105,7 @@ StatusOr<std::unique_ptr<EventStream>> ContainerdClient::subscribe(const std::ve
   req.add_filters("topic==" + quoteFilterValue(sync_topic) + "," + ns_filter);
 
   auto ctx = std::make_unique<grpc::ClientContext>();
-  setup(ctx.get(), options_.ns, "", options_.time, std::nullopt);
+  setup(ctx.get(), options_.ns, "", time_, std::nullopt);
   auto stream = std::make_unique<GrpcEventStream>(std::move(ctx), sync_topic);
   stream->start(stubs_->events.get(), req);
 
@@ -1064,7 +1120,7 @@ StatusOr<std::unique_ptr<EventStream>> ContainerdClient::subscribe(const std::ve
     // the first one or two; surplus sync events are skipped by next().
     for (int attempt = 0; attempt < 2000 && !synced; ++attempt) {
       grpc::ClientContext pctx;
-      setup(&pctx, options_.ns, "", options_.time, std::chrono::seconds(2));
+      setup(&pctx, options_.ns, "", time_, std::chrono::seconds(2));
       events::PublishRequest preq;
       preq.set_topic(sync_topic);
       preq.mutable_event()->set_type_url("knap.SubscribeSync");

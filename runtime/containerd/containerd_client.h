@@ -87,11 +87,11 @@ struct RuncOptions {
 struct ContainerRecord {
   std::string id;
   Labels labels;
-  std::string image;               // informational; never followed by GC
+  std::string image;  // informational; never followed by GC
   std::string runtime = kRuncRuntime;
   std::optional<RuncOptions> runtime_options;
-  std::string spec_json;           // OCI runtime spec as JSON
-  std::string snapshotter;         // empty on create = the client's snapshotter
+  std::string spec_json;    // OCI runtime spec as JSON
+  std::string snapshotter;  // empty on create = the client's snapshotter
   std::string snapshot_key;
 };
 
@@ -147,7 +147,7 @@ struct Event {
   std::string type_url;  // "containerd.events.TaskExit" (no type.googleapis.com/ prefix, G10)
   std::string payload;   // serialized event message
   std::string container_id;
-  std::string exec_id;   // TaskExit.id: equals container_id for the init process
+  std::string exec_id;  // TaskExit.id: equals container_id for the init process
   uint32_t pid = 0;
   uint32_t exit_status = 0;
   WallTime exited_at{};
@@ -196,11 +196,12 @@ class ContainerdClient {
     std::string ns = "knap";
     std::string snapshotter = "overlayfs";
     Duration call_timeout = std::chrono::seconds(30);
-    TimeSource* time = nullptr;  // nullptr = RealTimeSource::instance()
   };
 
   // Creates the channel lazily (connects on the first call); never fails.
-  explicit ContainerdClient(Options options);
+  // `time` (which must outlive the client and its copies) dates the calls'
+  // deadlines and lease expiries: daemon/ or a program's main hands it down.
+  ContainerdClient(Options options, const TimeSource& time);
   ContainerdClient(const ContainerdClient&) = default;
   ContainerdClient& operator=(const ContainerdClient&) = default;
   ~ContainerdClient();
@@ -249,8 +250,8 @@ class ContainerdClient {
   // --- images (§2.3) ---
   StatusOr<ImageRecord> getImage(const std::string& name) const;
   StatusOr<std::vector<ImageRecord>> listImages(const std::vector<std::string>& filters = {}) const;
-  Status createImage(const ImageRecord& image) const;            // kAlreadyExists if taken
-  Status updateImage(const ImageRecord& image) const;            // target + labels; kNotFound if absent
+  Status createImage(const ImageRecord& image) const;  // kAlreadyExists if taken
+  Status updateImage(const ImageRecord& image) const;  // target + labels; kNotFound if absent
   Status deleteImage(const std::string& name, bool sync = false) const;
 
   // --- snapshots (client's snapshotter) ---
@@ -299,7 +300,8 @@ class ContainerdClient {
   // Waits up to `timeout` for the exec process to exit; kDeadlineExceeded
   // while it still runs. After the exit (before deleteProcess) it returns the
   // stored status at once.
-  StatusOr<ExitInfo> waitProcess(const std::string& container_id, const std::string& exec_id, Duration timeout) const;
+  StatusOr<ExitInfo> waitProcess(const std::string& container_id, const std::string& exec_id,
+                                 Duration timeout) const;
   Status killProcess(const std::string& container_id, const std::string& exec_id, int signal) const;
   // Removes an exited exec process from the task; returns its exit status.
   StatusOr<ExitInfo> deleteProcess(const std::string& container_id, const std::string& exec_id) const;
@@ -314,6 +316,7 @@ class ContainerdClient {
  private:
   struct Stubs;
   Options options_;
+  const TimeSource* time_;
   std::string lease_;
   std::shared_ptr<Stubs> stubs_;
 };

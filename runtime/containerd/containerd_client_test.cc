@@ -6,18 +6,17 @@
 #include "runtime/containerd/containerd_client.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -57,7 +56,7 @@ TEST(LogFileTest, CreatesParentsAndKeepsOrTruncates) {
 TEST(ClientTest, UnreachableSocketIsUnavailable) {
   ContainerdClient::Options o;
   o.address = "unix:///nonexistent/knap-test.sock";
-  ContainerdClient c(o);
+  ContainerdClient c(o, RealTimeSource::instance());
   StatusOr<VersionInfo> v = c.version(std::chrono::milliseconds(300));
   EXPECT_EQ(v.status().code(), Code::kUnavailable) << v.status().toString();
 }
@@ -109,9 +108,10 @@ std::string httpGet(int port, const std::string& path) {
 // host networking (no network namespace entry).
 std::string minimalSpec(const std::string& cid, const std::vector<std::string>& args,
                         const std::vector<std::string>& env) {
-  json caps = {"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
-               "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
-               "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"};
+  json caps = {"CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FSETID",           "CAP_FOWNER",
+               "CAP_MKNOD",   "CAP_NET_RAW",      "CAP_SETGID",           "CAP_SETUID",
+               "CAP_SETFCAP", "CAP_SETPCAP",      "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+               "CAP_KILL",    "CAP_AUDIT_WRITE"};
   json spec = {
       {"ociVersion", "1.0.2-dev"},
       {"root", {{"path", "rootfs"}}},
@@ -125,22 +125,36 @@ std::string minimalSpec(const std::string& cid, const std::vector<std::string>& 
         {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", 1024}, {"soft", 1024}}})}}},
       {"mounts",
        json::array({
-           {{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}, {"options", {"nosuid", "noexec", "nodev"}}},
-           {{"destination", "/dev"}, {"type", "tmpfs"}, {"source", "tmpfs"},
-            {"options", {"nosuid", "strictatime", "mode=755", "size=65536k"}}},
-           {{"destination", "/dev/pts"}, {"type", "devpts"}, {"source", "devpts"},
-            {"options", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}}},
-           {{"destination", "/dev/shm"}, {"type", "tmpfs"}, {"source", "shm"},
-            {"options", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}}},
-           {{"destination", "/dev/mqueue"}, {"type", "mqueue"}, {"source", "mqueue"},
+           {{"destination", "/proc"},
+            {"type", "proc"},
+            {"source", "proc"},
             {"options", {"nosuid", "noexec", "nodev"}}},
-           {{"destination", "/sys"}, {"type", "sysfs"}, {"source", "sysfs"},
+           {{"destination", "/dev"},
+            {"type", "tmpfs"},
+            {"source", "tmpfs"},
+            {"options", {"nosuid", "strictatime", "mode=755", "size=65536k"}}},
+           {{"destination", "/dev/pts"},
+            {"type", "devpts"},
+            {"source", "devpts"},
+            {"options", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}}},
+           {{"destination", "/dev/shm"},
+            {"type", "tmpfs"},
+            {"source", "shm"},
+            {"options", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}}},
+           {{"destination", "/dev/mqueue"},
+            {"type", "mqueue"},
+            {"source", "mqueue"},
+            {"options", {"nosuid", "noexec", "nodev"}}},
+           {{"destination", "/sys"},
+            {"type", "sysfs"},
+            {"source", "sysfs"},
             {"options", {"nosuid", "noexec", "nodev", "ro"}}},
        })},
       {"linux",
        {{"cgroupsPath", std::string("/") + kNs + "/" + cid},
         {"resources", {{"devices", json::array({{{"allow", false}, {"access", "rwm"}}})}}},
-        {"namespaces", json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}})},
+        {"namespaces",
+         json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}})},
         {"maskedPaths", {"/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"}},
         {"readonlyPaths", {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}}}},
   };
@@ -152,11 +166,13 @@ class ContainerdIntegrationTest : public ::testing::Test {
   static void SetUpTestSuite() {
     ContainerdClient::Options o;
     o.ns = kNs;
-    client_ = new ContainerdClient(o);
+    client_ = new ContainerdClient(o, RealTimeSource::instance());
     if (!client_->version(std::chrono::seconds(1)).isOk() && geteuid() == 0 &&
-        !fs::exists("/run/containerd/containerd.sock") && std::system("command -v containerd >/dev/null") == 0) {
+        !fs::exists("/run/containerd/containerd.sock") &&
+        std::system("command -v containerd >/dev/null") == 0) {
       fprintf(stderr, "containerd_client_test: starting containerd (log /var/log/knap/containerd.log)\n");
-      std::system("mkdir -p /var/log/knap && setsid containerd >>/var/log/knap/containerd.log 2>&1 < /dev/null &");
+      std::system(
+          "mkdir -p /var/log/knap && setsid containerd >>/var/log/knap/containerd.log 2>&1 < /dev/null &");
     }
     StatusOr<VersionInfo> v = client_->version(std::chrono::seconds(15));
     if (v.isOk()) {
@@ -173,8 +189,9 @@ class ContainerdIntegrationTest : public ::testing::Test {
 
   void SetUp() override {
     if (!available_) {
-      GTEST_SKIP() << "\n\n*** containerd is NOT available (" << skip_reason_
-                   << "): SKIPPING the containerd integration tests. Run as root with containerd installed. ***\n";
+      GTEST_SKIP()
+          << "\n\n*** containerd is NOT available (" << skip_reason_
+          << "): SKIPPING the containerd integration tests. Run as root with containerd installed. ***\n";
     }
     if (geteuid() != 0) GTEST_SKIP() << "\n\n*** not root: SKIPPING the containerd integration tests ***\n";
     work_ = fs::temp_directory_path() / ("knap-cd-test-" + std::to_string(getpid()));
@@ -187,10 +204,12 @@ class ContainerdIntegrationTest : public ::testing::Test {
   // Removes whatever an earlier, interrupted run left behind.
   static void cleanupContainer(const std::string& id) {
     (void)client_->killTask(id, SIGKILL, true);
-    eventually([&] {
-      StatusOr<TaskInfo> t = client_->getTask(id);
-      return !t.isOk() || t->status != TaskStatus::kRunning;
-    }, 40);
+    eventually(
+        [&] {
+          StatusOr<TaskInfo> t = client_->getTask(id);
+          return !t.isOk() || t->status != TaskStatus::kRunning;
+        },
+        40);
     (void)client_->deleteTask(id);
     (void)client_->removeSnapshot(id);
     (void)client_->deleteContainer(id);
@@ -206,7 +225,8 @@ class ContainerdIntegrationTest : public ::testing::Test {
     }
     std::string out = work_ + "/testapp.tar";
     std::string cmd = std::string(mk) + " --out " + out + " --name " + kImage + " --file " + app +
-                      ":/app/knap-testapp --entrypoint /app/knap-testapp --user app --workdir /app --expose 8080 >/dev/null";
+                      ":/app/knap-testapp --entrypoint /app/knap-testapp --user app --workdir /app --expose "
+                      "8080 >/dev/null";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     return out;
   }
@@ -225,8 +245,10 @@ TEST_F(ContainerdIntegrationTest, ContentWriteIsIdempotentAndLabelled) {
   StatusOr<std::string> lease = client_->createLease("", std::chrono::minutes(10));
   ASSERT_TRUE(lease.isOk()) << lease.status().toString();
   ContainerdClient leased = client_->withLease(*lease);
-  std::string blob = "knap content test " + std::to_string(getpid()) + std::string(3 << 20, 'z');  // > 1 chunk
-  oci::Descriptor d{"application/octet-stream", oci::sha256Digest(blob), static_cast<int64_t>(blob.size()), {}};
+  std::string blob =
+      "knap content test " + std::to_string(getpid()) + std::string(3 << 20, 'z');  // > 1 chunk
+  oci::Descriptor d{
+      "application/octet-stream", oci::sha256Digest(blob), static_cast<int64_t>(blob.size()), {}};
   ASSERT_TRUE(leased.writeContent(d, blob, {{"knap.dev/test", "one"}}).isOk());
   // Second write: ALREADY_EXISTS on STAT is success, and labels still get applied.
   Status again = leased.writeContent(d, blob, {{"knap.dev/test", "two"}});
@@ -251,8 +273,11 @@ TEST_F(ContainerdIntegrationTest, ContentWriteIsIdempotentAndLabelled) {
   StatusOr<std::string> other_lease = other.createLease("", std::chrono::minutes(10));
   ASSERT_TRUE(other_lease.isOk());
   int calls = 0;
-  Status shared = other.withLease(*other_lease).writeContent(
-      d, [&](uint64_t off, size_t n) -> StatusOr<std::string> { ++calls; return blob.substr(off, n); });
+  Status shared =
+      other.withLease(*other_lease).writeContent(d, [&](uint64_t off, size_t n) -> StatusOr<std::string> {
+        ++calls;
+        return blob.substr(off, n);
+      });
   ASSERT_TRUE(shared.isOk()) << shared.toString();
   EXPECT_EQ(calls, 0);
   EXPECT_TRUE(other.contentInfo(d.digest).isOk());
@@ -315,7 +340,8 @@ TEST_F(ContainerdIntegrationTest, ImportRunKillDelete) {
   EXPECT_EQ(got->chain_id, imported->chain_id);
   EXPECT_EQ(got->config.working_dir, "/app");
   EXPECT_EQ(getImage(*client_, "knap.local/none:v0").status().code(), Code::kNotFound);
-  StatusOr<std::vector<ImageRecord>> images = client_->listImages({std::string("name==") + quoteFilterValue(kImage)});
+  StatusOr<std::vector<ImageRecord>> images =
+      client_->listImages({std::string("name==") + quoteFilterValue(kImage)});
   ASSERT_TRUE(images.isOk()) << images.status().toString();
   ASSERT_EQ(images->size(), 1u);
   EXPECT_EQ((*images)[0].target.digest, imported->manifest_digest);
@@ -345,7 +371,8 @@ TEST_F(ContainerdIntegrationTest, ImportRunKillDelete) {
   EXPECT_EQ(crec->runtime, kRuncRuntime);
   EXPECT_EQ(crec->snapshot_key, cid);
   EXPECT_EQ(json::parse(crec->spec_json)["process"]["args"][0], "/app/knap-testapp");
-  StatusOr<std::vector<ContainerRecord>> listed = client_->listContainers({labelFilter("knap.dev/revision", "smoke-00001")});
+  StatusOr<std::vector<ContainerRecord>> listed =
+      client_->listContainers({labelFilter("knap.dev/revision", "smoke-00001")});
   ASSERT_TRUE(listed.isOk()) << listed.status().toString();
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].id, cid);
@@ -380,7 +407,8 @@ TEST_F(ContainerdIntegrationTest, ImportRunKillDelete) {
   EXPECT_EQ(running->stdout_path, out);
   StatusOr<std::vector<TaskInfo>> tasks = client_->listTasks();
   ASSERT_TRUE(tasks.isOk());
-  EXPECT_TRUE(std::any_of(tasks->begin(), tasks->end(), [&](const TaskInfo& t) { return t.container_id == cid; }));
+  EXPECT_TRUE(
+      std::any_of(tasks->begin(), tasks->end(), [&](const TaskInfo& t) { return t.container_id == cid; }));
 
   ASSERT_TRUE(client_->pauseTask(cid).isOk());
   EXPECT_EQ(client_->getTask(cid)->status, TaskStatus::kPaused);
@@ -391,7 +419,8 @@ TEST_F(ContainerdIntegrationTest, ImportRunKillDelete) {
   // A second, cancellable Wait on the running task: cancel() makes it return.
   CallCanceller canceller;
   auto cancelled_wait = std::async(std::launch::async, [&] { return client_->waitTask(cid, &canceller); });
-  EXPECT_EQ(cancelled_wait.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);  // still blocked
+  EXPECT_EQ(cancelled_wait.wait_for(std::chrono::milliseconds(200)),
+            std::future_status::timeout);  // still blocked
   canceller.cancel();
   ASSERT_EQ(cancelled_wait.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_EQ(cancelled_wait.get().status().code(), Code::kUnavailable);
@@ -487,15 +516,18 @@ std::string runCommand(const std::string& cmd) {
 // (diff_id != layer digest), an index entry without platform, "./" paths.
 TEST_F(ContainerdIntegrationTest, ImportsGzipMultiLayerImageBuiltByUmoci) {
   if (std::system("command -v umoci >/dev/null") != 0) {
-    GTEST_SKIP() << "\n\n*** umoci is not installed (tools/setup.sh --test installs it): SKIPPING the umoci cross-check ***\n";
+    GTEST_SKIP() << "\n\n*** umoci is not installed (tools/setup.sh --test installs it): SKIPPING the umoci "
+                    "cross-check ***\n";
   }
   const char* app = getenv("KNAP_TESTAPP");
   ASSERT_TRUE(app != nullptr && fs::exists(app)) << "KNAP_TESTAPP must name the built knap-testapp";
   const std::string name = "knap.local/umoci:v1";
   (void)client_->deleteImage(name, true);
-  std::string cmd = "set -e; cd " + work_ + "; mkdir -p d1/app d2; cp " + fs::absolute(app).string() + " d1/app/; echo hello > d2/greeting.txt;" +
+  std::string cmd = "set -e; cd " + work_ + "; mkdir -p d1/app d2; cp " + fs::absolute(app).string() +
+                    " d1/app/; echo hello > d2/greeting.txt;" +
                     " umoci init --layout img; umoci new --image img:v1; umoci insert --image img:v1 d1 /;" +
-                    " umoci insert --image img:v1 d2 /data; umoci config --image img:v1 --config.entrypoint /app/knap-testapp;" +
+                    " umoci insert --image img:v1 d2 /data; umoci config --image img:v1 --config.entrypoint "
+                    "/app/knap-testapp;" +
                     " cd img && tar -cf ../umoci.tar . ) >/dev/null 2>&1";
   cmd = "(" + cmd;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -537,13 +569,17 @@ TEST_F(ContainerdIntegrationTest, ImportPicksThePlatformFromAnIndex) {
   const std::string name = "knap.local/multi:v1";
   (void)client_->deleteImage(name, true);
   std::ofstream(work_ + "/hello.txt") << "hello";
-  std::string base = std::string(mk) + " --name " + name + " --file " + work_ + "/hello.txt:/hello.txt --cmd /hello";
+  std::string base =
+      std::string(mk) + " --name " + name + " --file " + work_ + "/hello.txt:/hello.txt --cmd /hello";
   std::string out = runCommand(base + " --out " + work_ + "/amd64.tar --platform linux/amd64 --gzip");
   ASSERT_NE(out.find("linux/amd64=sha256:"), std::string::npos) << out;
   std::string amd64_digest = out.substr(out.find("linux/amd64=") + 12, 71);
-  ASSERT_EQ(std::system((base + " --out " + work_ + "/arm64.tar --platform linux/arm64/v8 >/dev/null").c_str()), 0);
-  ASSERT_EQ(std::system((std::string(mk) + " --name " + name + " --out " + work_ + "/multi.tar --index-of " + work_ +
-                         "/amd64.tar," + work_ + "/arm64.tar >/dev/null").c_str()), 0);
+  ASSERT_EQ(
+      std::system((base + " --out " + work_ + "/arm64.tar --platform linux/arm64/v8 >/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((std::string(mk) + " --name " + name + " --out " + work_ + "/multi.tar --index-of " +
+                         work_ + "/amd64.tar," + work_ + "/arm64.tar >/dev/null")
+                            .c_str()),
+            0);
   StatusOr<ImageInfo> img = importImageArchive(*client_, work_ + "/multi.tar");
   ASSERT_TRUE(img.isOk()) << img.status().toString();
   EXPECT_EQ(img->name, name);
@@ -553,7 +589,8 @@ TEST_F(ContainerdIntegrationTest, ImportPicksThePlatformFromAnIndex) {
   StatusOr<oci::Manifest> m = oci::parseManifest(*client_->readContent(img->manifest_digest));
   ASSERT_TRUE(m.isOk());
   EXPECT_EQ(m->layers[0].media_type, oci::kMediaTypeOciLayerGzip);  // --gzip layer unpacked to its diff_id
-  EXPECT_EQ(client_->contentInfo(m->layers[0].digest)->labels["containerd.io/uncompressed"], img->config.diff_ids[0]);
+  EXPECT_EQ(client_->contentInfo(m->layers[0].digest)->labels["containerd.io/uncompressed"],
+            img->config.diff_ids[0]);
   ImportOptions s390;
   s390.platform = *oci::parsePlatform("linux/s390x");
   EXPECT_EQ(importImageArchive(*client_, work_ + "/multi.tar", s390).status().code(), Code::kNotFound);
@@ -569,12 +606,16 @@ TEST_F(ContainerdIntegrationTest, ConcurrentImportsOfOneImageAllSucceed) {
   const std::string name = "knap.local/concurrent:v1";
   (void)client_->deleteImage(name, true);
   // Unique content so that nothing is unpacked yet.
-  std::ofstream(work_ + "/unique.txt") << "pid " << getpid() << " t " << std::chrono::steady_clock::now().time_since_epoch().count();
+  std::ofstream(work_ + "/unique.txt")
+      << "pid " << getpid() << " t " << std::chrono::steady_clock::now().time_since_epoch().count();
   ASSERT_EQ(std::system((std::string(mk) + " --name " + name + " --out " + work_ + "/c.tar --file " + work_ +
-                         "/unique.txt:/unique.txt --cmd /x >/dev/null").c_str()), 0);
+                         "/unique.txt:/unique.txt --cmd /x >/dev/null")
+                            .c_str()),
+            0);
   std::vector<std::future<StatusOr<ImageInfo>>> imports;
   for (int i = 0; i < 3; ++i) {
-    imports.push_back(std::async(std::launch::async, [&] { return importImageArchive(*client_, work_ + "/c.tar"); }));
+    imports.push_back(
+        std::async(std::launch::async, [&] { return importImageArchive(*client_, work_ + "/c.tar"); }));
   }
   std::string chain;
   for (auto& f : imports) {
@@ -593,7 +634,8 @@ TEST_F(ContainerdIntegrationTest, ConcurrentImportsOfOneImageAllSucceed) {
 
 // knap-mkimage's archives are accepted by the stock tools.
 TEST_F(ContainerdIntegrationTest, CtrAndSkopeoAcceptMkimageOutput) {
-  if (std::system("command -v ctr >/dev/null") != 0) GTEST_SKIP() << "\n\n*** ctr not installed: SKIPPING ***\n";
+  if (std::system("command -v ctr >/dev/null") != 0)
+    GTEST_SKIP() << "\n\n*** ctr not installed: SKIPPING ***\n";
   std::string tar = buildImage();
   ASSERT_FALSE(tar.empty());
   const std::string ns = std::string(kNs) + "-ctr";

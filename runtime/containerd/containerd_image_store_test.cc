@@ -23,7 +23,7 @@ TEST(ContainerdImageStoreTest, ContainerdDownIsNotARegistryError) {
   ContainerdClient::Options o;
   o.address = "unix:///nonexistent/knap-images-test.sock";
   o.call_timeout = std::chrono::seconds(5);
-  ContainerdImageStore store{ContainerdClient(o)};
+  ContainerdImageStore store{ContainerdClient(o, RealTimeSource::instance())};
   auto session = store.begin("app:v1");
   ASSERT_FALSE(session.isOk());
   EXPECT_EQ(session.status().code(), Code::kFailedPrecondition) << session.status().toString();
@@ -35,7 +35,7 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   if (::geteuid() != 0) GTEST_SKIP() << "\n*** SKIPPED: needs root (containerd) ***";
   ContainerdClient::Options o;
   o.ns = "knap-images-test-" + std::to_string(::getpid());
-  ContainerdClient cd(o);
+  ContainerdClient cd(o, RealTimeSource::instance());
   if (!cd.version(std::chrono::seconds(3)).isOk()) {
     GTEST_SKIP() << "\n*** SKIPPED: containerd does not answer on " << o.address << " ***";
   }
@@ -57,7 +57,8 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   Config config = defaultConfig();
   config.knap.insecure_registries = {reg.host()};
   config.knap.data_dir = ::testing::TempDir() + "/knap-images-cd-" + std::to_string(::getpid());
-  auto puller = makeRegistryPuller(config, std::make_unique<ContainerdImageStore>(cd), RealTimeSource::instance());
+  auto puller =
+      makeRegistryPuller(config, std::make_unique<ContainerdImageStore>(cd), RealTimeSource::instance());
   ASSERT_TRUE(puller.isOk()) << puller.status().toString();
   const std::string image = reg.host() + "/team/app:v1";
   auto r = (*puller)->pull(image);
@@ -85,7 +86,8 @@ TEST(ContainerdImageStoreTest, PullsIntoContainerdAndUnpacks) {
   }
   std::filesystem::remove_all(config.knap.data_dir);
   // Empty now (GC took blobs and snapshots with the records): drop the namespace.
-  EXPECT_EQ(std::system(("ctr namespaces rm " + o.ns + " >/dev/null 2>&1").c_str()), 0) << "namespace not empty";
+  EXPECT_EQ(std::system(("ctr namespaces rm " + o.ns + " >/dev/null 2>&1").c_str()), 0)
+      << "namespace not empty";
 }
 
 }  // namespace

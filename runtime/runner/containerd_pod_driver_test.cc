@@ -3,6 +3,8 @@
 // knap-mkimage and imported into a private containerd namespace; pods run on
 // a private bridge and subnet, and only those pod IPs receive traffic.
 // Root only; skips loudly otherwise. Starts containerd if its socket is absent.
+#include "runtime/runner/containerd_pod_driver.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <linux/magic.h>
@@ -21,7 +23,6 @@
 
 #include "runtime/containerd/image_import.h"
 #include "runtime/pod/subprocess.h"
-#include "runtime/runner/containerd_pod_driver.h"
 #include "runtime/runner/pod_runner.h"
 
 namespace knap::runner {
@@ -79,7 +80,8 @@ std::string httpGetWithin(const std::string& ip, int port, const std::string& pa
   return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
-json makeRevision(const std::string& name, json container_extra = json::object(), json annotations = json::object()) {
+json makeRevision(const std::string& name, json container_extra = json::object(),
+                  json annotations = json::object()) {
   json c = {{"name", "user-container"}, {"image", kImage}};
   for (auto& [k, v] : container_extra.items()) c[k] = v;
   return {{"apiVersion", "serving.knative.dev/v1"},
@@ -88,7 +90,8 @@ json makeRevision(const std::string& name, json container_extra = json::object()
            {{"name", name},
             {"namespace", "default"},
             {"annotations", annotations},
-            {"labels", {{"serving.knative.dev/service", "hello"}, {"serving.knative.dev/configuration", "hello"}}}}},
+            {"labels",
+             {{"serving.knative.dev/service", "hello"}, {"serving.knative.dev/configuration", "hello"}}}}},
           {"spec", {{"containers", json::array({c})}, {"timeoutSeconds", 10}}}};
 }
 
@@ -115,16 +118,18 @@ Env& env() {
     const char* app = std::getenv("KNAP_TESTAPP");
     const char* mk = std::getenv("KNAP_MKIMAGE");
     if (!app || !mk || ::access(app, X_OK) != 0 || ::access(mk, X_OK) != 0) {
-      e->skip = "KNAP_TESTAPP / KNAP_MKIMAGE not built: ninja -C <build> tests/apps/knap-testapp "
-                "tools/mkimage/knap-mkimage";
+      e->skip =
+          "KNAP_TESTAPP / KNAP_MKIMAGE not built: ninja -C <build> tests/apps/knap-testapp "
+          "tools/mkimage/knap-mkimage";
       return e;
     }
     containerd::ContainerdClient::Options o;
     o.ns = "knap-runner-test";
-    e->client = std::make_unique<containerd::ContainerdClient>(o);
+    e->client = std::make_unique<containerd::ContainerdClient>(o, RealTimeSource::instance());
     if (!e->client->version(seconds(3)).isOk()) {
       // Start containerd when its socket is absent (CI containers).
-      (void)runtime::runProgram({"sh", "-c", "containerd >/tmp/knap-runner-containerd.log 2>&1 &"}, {}, RealTimeSource::instance());
+      (void)runtime::runProgram({"sh", "-c", "containerd >/tmp/knap-runner-containerd.log 2>&1 &"}, {},
+                                RealTimeSource::instance());
       if (!e->client->version(seconds(20)).isOk()) {
         e->skip = "containerd does not answer on " + o.address + " (see /tmp/knap-runner-containerd.log)";
         return e;
@@ -139,8 +144,9 @@ Env& env() {
     e->cni.netns_prefix = "knaprunner" + std::to_string(e->tag) + "-";
     e->cni.ipam_data_dir = e->dir + "/ipam";
     std::string tar = e->dir + "/app.tar";
-    std::string cmd = std::string(mk) + " --out " + tar + " --name " + kImage + " --file " + app +
-                      ":/app/knap-testapp --entrypoint /app/knap-testapp --user app --workdir /app --expose 8080";
+    std::string cmd =
+        std::string(mk) + " --out " + tar + " --name " + kImage + " --file " + app +
+        ":/app/knap-testapp --entrypoint /app/knap-testapp --user app --workdir /app --expose 8080";
     if (std::system((cmd + " >/dev/null").c_str()) != 0) {
       e->skip = "knap-mkimage failed: " + cmd;
       return e;
@@ -204,7 +210,8 @@ class RunnerE2eTest : public ::testing::Test {
   Endpoint waitReady(const std::string& name) {
     std::string k = "default/" + name;
     bool ok = waitFor([&] { return !runner_->readyEndpoints(k).empty(); });
-    EXPECT_TRUE(ok) << name << " never became ready: " << runner_->health("default", name).container_healthy.message;
+    EXPECT_TRUE(ok) << name
+                    << " never became ready: " << runner_->health("default", name).container_healthy.message;
     auto eps = runner_->readyEndpoints(k);
     return eps.empty() ? Endpoint{} : eps[0];
   }
@@ -296,11 +303,14 @@ TEST_F(RunnerE2eTest, ContainerPortAndRunAsUser) {
 TEST_F(RunnerE2eTest, CrashingImageFailsWithExitCodeAndLogLines) {
   runner_->start();
   runner_->ensure(makeRevision("crash-00001", {{"args", json::array({"--fail-start"})}}));
-  ASSERT_TRUE(waitFor([&] { return runner_->health("default", "crash-00001").container_healthy.status == "False"; }));
+  ASSERT_TRUE(
+      waitFor([&] { return runner_->health("default", "crash-00001").container_healthy.status == "False"; }));
   auto h = runner_->health("default", "crash-00001");
   EXPECT_EQ(h.container_healthy.reason, "ExitCode1");
-  EXPECT_EQ(h.container_healthy.message.rfind("Container failed with: ", 0), 0u) << h.container_healthy.message;
-  EXPECT_NE(h.container_healthy.message.find("--fail-start"), std::string::npos) << h.container_healthy.message;
+  EXPECT_EQ(h.container_healthy.message.rfind("Container failed with: ", 0), 0u)
+      << h.container_healthy.message;
+  EXPECT_NE(h.container_healthy.message.find("--fail-start"), std::string::npos)
+      << h.container_healthy.message;
 }
 
 // Exec probes run in the container through containerd's Tasks.Exec: the
@@ -309,7 +319,8 @@ TEST_F(RunnerE2eTest, ExecReadinessPassesWithinSecondsAtBothPeriods) {
   runner_->start();
   for (int period : {0, 1}) {
     std::string name = "exec-ok-" + std::to_string(period) + "-00001";
-    json probe = {{"exec", {{"command", json::array({"/app/knap-testapp", "probe"})}}}, {"periodSeconds", period}};
+    json probe = {{"exec", {{"command", json::array({"/app/knap-testapp", "probe"})}}},
+                  {"periodSeconds", period}};
     auto started = std::chrono::steady_clock::now();
     runner_->ensure(makeRevision(name, {{"readinessProbe", probe}}));
     Endpoint ep = waitReady(name);
@@ -323,9 +334,10 @@ TEST_F(RunnerE2eTest, ExecReadinessPassesWithinSecondsAtBothPeriods) {
 TEST_F(RunnerE2eTest, ExecReadinessFailureShowsExitCodeAndOutput) {
   runner_->start();
   // READY_DELAY keeps /healthz/readiness at 500: `knap-testapp probe` exits 1.
-  json extra = {{"env", json::array({{{"name", "READY_DELAY"}, {"value", "600s"}}})},
-                {"readinessProbe",
-                 {{"exec", {{"command", json::array({"/app/knap-testapp", "probe"})}}}, {"periodSeconds", 1}}}};
+  json extra = {
+      {"env", json::array({{{"name", "READY_DELAY"}, {"value", "600s"}}})},
+      {"readinessProbe",
+       {{"exec", {{"command", json::array({"/app/knap-testapp", "probe"})}}}, {"periodSeconds", 1}}}};
   runner_->ensure(makeRevision("exec-bad-00001", extra));
   ASSERT_TRUE(waitFor([&] {
     return runner_->health("default", "exec-bad-00001").container_healthy.message.find("exit code 1") !=
@@ -343,8 +355,8 @@ TEST_F(RunnerE2eTest, ExecReadinessFailureShowsExitCodeAndOutput) {
   auto r = driver_->execInPod(handle, {"/no/such/binary"}, seconds(2));
   EXPECT_FALSE(r.isOk() && r->exit_code == 0);
   // A command that outlives its timeout is killed and reported as such.
-  auto slow = driver_->execInPod(handle, {"/app/knap-testapp", "--listen-delay-ms", "60000", "--port-from-arg", "1"},
-                                 milliseconds(500));
+  auto slow = driver_->execInPod(
+      handle, {"/app/knap-testapp", "--listen-delay-ms", "60000", "--port-from-arg", "1"}, milliseconds(500));
   EXPECT_EQ(slow.status().code(), Code::kDeadlineExceeded) << slow.status().toString();
   // The exec processes are gone again: the next one still works.
   auto again = driver_->execInPod(handle, {"/app/knap-testapp", "probe"}, seconds(2));
@@ -366,10 +378,13 @@ TEST_F(RunnerE2eTest, ExecLivenessFailureRestartsThePod) {
   ASSERT_EQ(runner_->pods("default/exec-live-00001").size(), 1u);
   EXPECT_EQ(runner_->pods("default/exec-live-00001")[0].pod_id, ep.pod_id) << "a passing probe restarted it";
   EXPECT_FALSE(httpGet(ep.ip, ep.port, "/start-failing").empty());
-  ASSERT_TRUE(waitFor([&] {
-    auto eps = runner_->readyEndpoints("default/exec-live-00001");
-    return !eps.empty() && eps[0].pod_id != ep.pod_id;
-  }, seconds(40))) << "the exec liveness failure did not restart the container";
+  ASSERT_TRUE(waitFor(
+      [&] {
+        auto eps = runner_->readyEndpoints("default/exec-live-00001");
+        return !eps.empty() && eps[0].pod_id != ep.pod_id;
+      },
+      seconds(40)))
+      << "the exec liveness failure did not restart the container";
 }
 
 TEST_F(RunnerE2eTest, MissingImageIsContainerMissing) {
@@ -377,7 +392,8 @@ TEST_F(RunnerE2eTest, MissingImageIsContainerMissing) {
   json rev = makeRevision("missing-00001");
   rev["spec"]["containers"][0]["image"] = "dev.local/no-such-image:v9";
   runner_->ensure(rev);
-  ASSERT_TRUE(waitFor([&] { return runner_->health("default", "missing-00001").container_healthy.status == "False"; }));
+  ASSERT_TRUE(waitFor(
+      [&] { return runner_->health("default", "missing-00001").container_healthy.status == "False"; }));
   auto h = runner_->health("default", "missing-00001");
   EXPECT_EQ(h.container_healthy.reason, "ContainerMissing");
   EXPECT_NE(h.container_healthy.message.find("knap image import"), std::string::npos);
@@ -389,8 +405,9 @@ TEST_F(RunnerE2eTest, MemoryHogIsOomKilled) {
   Endpoint ep = waitReady("hog-00001");
   ASSERT_FALSE(ep.ip.empty());
   (void)httpGet(ep.ip, 8080, "/alloc?mb=200");
-  ASSERT_TRUE(waitFor([&] { return runner_->health("default", "hog-00001").container_healthy.status == "False"; }))
-      << "the hog was not reported";
+  ASSERT_TRUE(waitFor([&] {
+    return runner_->health("default", "hog-00001").container_healthy.status == "False";
+  })) << "the hog was not reported";
   auto h = runner_->health("default", "hog-00001");
   EXPECT_EQ(h.container_healthy.reason, "OOMKilled") << h.container_healthy.message;
 }
@@ -420,7 +437,8 @@ TEST_F(RunnerE2eTest, RestartAdoptsRunningPodsWithTheirPids) {
   EXPECT_TRUE(after_pods[0].adopted);
   EXPECT_EQ(after_pods[0].pid, host_pid);
   json after = json::parse(httpGet(again.ip, 8080, "/info"), nullptr, false);
-  EXPECT_EQ(after["uptime_ms"].get<int64_t>() >= before["uptime_ms"].get<int64_t>(), true) << "process restarted";
+  EXPECT_EQ(after["uptime_ms"].get<int64_t>() >= before["uptime_ms"].get<int64_t>(), true)
+      << "process restarted";
 }
 
 // Multi-container pods: the sidecar shares the pod's netns (the serving
@@ -431,10 +449,10 @@ TEST_F(RunnerE2eTest, SidecarRunsInThePodIsAdoptedAndItsCrashReplacesThePod) {
                                           {"env", {{{"name", "FORWARD_PORT"}, {"value", "8882"}}}}});
   rev["spec"]["containers"][0]["volumeMounts"] = {{{"name", "shared"}, {"mountPath", "/shared"}}};
   rev["spec"]["containers"].push_back({{"name", "side"},
-                                      {"image", kImage},
-                                      {"args", {"--port-from-arg", "8882"}},
-                                      {"env", {{{"name", "TEXT"}, {"value", "from the sidecar"}}}},
-                                      {"volumeMounts", {{{"name", "shared"}, {"mountPath", "/data"}}}}});
+                                       {"image", kImage},
+                                       {"args", {"--port-from-arg", "8882"}},
+                                       {"env", {{{"name", "TEXT"}, {"value", "from the sidecar"}}}},
+                                       {"volumeMounts", {{{"name", "shared"}, {"mountPath", "/data"}}}}});
   rev["spec"]["volumes"] = {{{"name", "shared"}, {"emptyDir", {{"sizeLimit", "4Mi"}}}}};
   runner_->start();
   runner_->ensure(rev);
@@ -449,7 +467,8 @@ TEST_F(RunnerE2eTest, SidecarRunsInThePodIsAdoptedAndItsCrashReplacesThePod) {
   EXPECT_TRUE(fs::exists(opts_.data_dir + "/pods/" + pod + "/containers/side/stdout.log"));
   // The emptyDir is one volume for both containers.
   EXPECT_NE(httpGet(ep.ip, 8882, "/write?path=/data/note&text=shared").find("written"), std::string::npos);
-  EXPECT_NE(httpGet(ep.ip, 8881, "/file?path=/shared/note").find("\"content\":\"shared\""), std::string::npos);
+  EXPECT_NE(httpGet(ep.ip, 8881, "/file?path=/shared/note").find("\"content\":\"shared\""),
+            std::string::npos);
   auto existing = driver_->listExisting();
   ASSERT_TRUE(existing.isOk());
   for (const auto& a : *existing) EXPECT_NE(a.handle.pod_id, side) << "a sidecar is not a pod";
@@ -470,19 +489,24 @@ TEST_F(RunnerE2eTest, SidecarRunsInThePodIsAdoptedAndItsCrashReplacesThePod) {
 
   // The sidecar dies: the pod is replaced (a new one, with a new sidecar).
   ASSERT_TRUE(env().client->killTask(side, SIGKILL).isOk());
-  ASSERT_TRUE(waitFor([&] {
-    auto eps = runner_->readyEndpoints("default/multi-00001");
-    return !eps.empty() && eps[0].pod_id != pod;
-  }, seconds(60))) << runner_->health("default", "multi-00001").container_healthy.message;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        auto eps = runner_->readyEndpoints("default/multi-00001");
+        return !eps.empty() && eps[0].pod_id != pod;
+      },
+      seconds(60)))
+      << runner_->health("default", "multi-00001").container_healthy.message;
   EXPECT_FALSE(env().client->getContainer(side).isOk()) << "the crashed pod's sidecar is left behind";
   Endpoint replaced = runner_->readyEndpoints("default/multi-00001")[0];
   EXPECT_NE(httpGet(replaced.ip, 8881, "/forward?path=/text").find("from the sidecar"), std::string::npos);
   runner_->remove("default", "multi-00001");
-  ASSERT_TRUE(waitFor([&] { return !env().client->getContainer(replaced.pod_id + ".1").isOk(); }, seconds(30)));
+  ASSERT_TRUE(
+      waitFor([&] { return !env().client->getContainer(replaced.pod_id + ".1").isOk(); }, seconds(30)));
   ASSERT_TRUE(waitFor([&] { return !fs::exists(opts_.data_dir + "/pods/" + replaced.pod_id); }, seconds(30)));
   std::ifstream mounts("/proc/self/mountinfo");
   std::string line;
-  while (std::getline(mounts, line)) EXPECT_EQ(line.find(opts_.data_dir + "/pods/"), std::string::npos) << line;
+  while (std::getline(mounts, line))
+    EXPECT_EQ(line.find(opts_.data_dir + "/pods/"), std::string::npos) << line;
 }
 
 TEST_F(RunnerE2eTest, LogsAreRotatedByCopyTruncateAndKeepFlowing) {
@@ -504,7 +528,10 @@ TEST_F(RunnerE2eTest, LogsAreRotatedByCopyTruncateAndKeepFlowing) {
   EXPECT_GT(fs::file_size(log + ".1"), 2000u);
   EXPECT_EQ(fs::file_size(log), 0u);
   (void)httpGet(ep.ip, 8080, "/after-rotation");
-  ASSERT_TRUE(waitFor([&] { return fs::file_size(log) > 0; }, seconds(5)));
+  // The shim appends asynchronously: lines of the requests before the
+  // rotation may still land first, so wait for this request's own line.
+  ASSERT_TRUE(
+      waitFor([&] { return fileTail(log, 5).find("/after-rotation") != std::string::npos; }, seconds(30)));
   std::string text = fileTail(log, 5);
   EXPECT_NE(text.find("/after-rotation"), std::string::npos) << text;
   EXPECT_EQ(text.find('\0'), std::string::npos) << "the shim must append at the new end, not leave a hole";
@@ -539,7 +566,9 @@ TEST(ContainerdPodDriverPure, FileTail) {
 TEST(ContainerdPodDriverPure, RotateLogsCoversSidecars) {
   char tmpl[] = "/tmp/knap-rotate-XXXXXX";
   const std::string data = ::mkdtemp(tmpl);
-  containerd::ContainerdClient client(containerd::ContainerdClient::Options{.address = data + "/no-containerd.sock"});
+  containerd::ContainerdClient client(
+      containerd::ContainerdClient::Options{.address = data + "/no-containerd.sock"},
+      RealTimeSource::instance());
   runtime::CniNetwork net(runtime::CniOptions{}, RealTimeSource::instance());
   ContainerdPodDriverOptions opts;
   opts.data_dir = data;
@@ -629,9 +658,7 @@ TEST(ContainerdPodDriverPure, ReadLayerFileDoesNotTrustTheLayer) {
   EXPECT_EQ(r.status().code(), Code::kResourceExhausted);
   EXPECT_NE(r.status().message().find("etc/passwd"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("1048576 bytes"), std::string::npos) << r.status().message();
-  {
-    std::ofstream(huge + "/etc/group") << std::string(kMaxImageUserFileBytes, 'g');
-  }
+  { std::ofstream(huge + "/etc/group") << std::string(kMaxImageUserFileBytes, 'g'); }
   r = readLayerFile(huge, "etc/group");  // exactly the limit: read
   ASSERT_TRUE(r.isOk()) << r.status().toString();
   EXPECT_EQ((*r)->size(), static_cast<size_t>(kMaxImageUserFileBytes));
@@ -679,7 +706,8 @@ Census census(const containerd::ContainerdClient& client, runtime::CniNetwork& n
   }
   c.netns = net.listPodNetworks().size();
   c.leases = net.listLeases().size();
-  auto links = runtime::runProgram({"ip", "-o", "link", "show", "master", net.options().bridge}, {}, RealTimeSource::instance());
+  auto links = runtime::runProgram({"ip", "-o", "link", "show", "master", net.options().bridge}, {},
+                                   RealTimeSource::instance());
   if (links.isOk()) {
     for (char ch : links->stdout_text) c.veths += ch == '\n';
   }
@@ -780,7 +808,8 @@ TEST_F(RunnerE2eTest, PauseResumeAndMemoryBytes) {
   ASSERT_EQ(freezerState(opts_.cgroup_parent, h->pod_id), "FROZEN");
   auto stop0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(driver_->stop(*h, seconds(20)).isOk());
-  EXPECT_LT(std::chrono::steady_clock::now() - stop0, seconds(15)) << "SIGTERM to a frozen pod waited for SIGKILL";
+  EXPECT_LT(std::chrono::steady_clock::now() - stop0, seconds(15))
+      << "SIGTERM to a frozen pod waited for SIGKILL";
 
   ASSERT_TRUE(driver_->destroy(*h).isOk());
   auto gone = driver_->memoryBytes(*h);
@@ -809,15 +838,17 @@ TEST_P(WarmPoolE2eTest, PoolPodIsPromotedOnWake) {
   const std::string k = "default/" + name;
   runner_->setDesiredScale(k, 0);
   runner_->ensure(makeRevision(name));
-  ASSERT_TRUE(waitFor([&] { return runner_->warmPool(k).pods == 1 && runner_->warmPool(k).memory_bytes > 0; }))
-      << "pool never filled";
+  ASSERT_TRUE(waitFor([&] {
+    return runner_->warmPool(k).pods == 1 && runner_->warmPool(k).memory_bytes > 0;
+  })) << "pool never filled";
   std::string warm_id;
   for (auto& p : runner_->pods(k)) warm_id = p.pod_id;
   auto t = env().client->getTask(warm_id);
   ASSERT_TRUE(t.isOk());
   EXPECT_EQ(t->status, GetParam() == WarmPoolMode::kFrozen ? containerd::TaskStatus::kRunning
                                                            : containerd::TaskStatus::kCreated);
-  EXPECT_EQ(freezerState(opts_.cgroup_parent, warm_id), GetParam() == WarmPoolMode::kFrozen ? "FROZEN" : "THAWED");
+  EXPECT_EQ(freezerState(opts_.cgroup_parent, warm_id),
+            GetParam() == WarmPoolMode::kFrozen ? "FROZEN" : "THAWED");
   EXPECT_TRUE(runner_->readyEndpoints(k).empty());
   EXPECT_EQ(runner_->readyPods(k), 0);
   std::cout << "[ figures  ] " << warmPoolModeName(GetParam()) << " warm pod holds "
@@ -845,9 +876,10 @@ TEST_P(WarmPoolE2eTest, PoolPodIsPromotedOnWake) {
   // More wakes, each through the refilled pool pod.
   for (int cycle = 0; cycle < 5; ++cycle) {
     runner_->setDesiredScale(k, 0);
-    ASSERT_TRUE(waitFor([&] { return runner_->readyPods(k) == 0 && runner_->warmPool(k).pods == 1 &&
-                                     runner_->pods(k).size() == 1; }))
-        << "cycle " << cycle << ": not back at zero with a full pool";
+    ASSERT_TRUE(waitFor([&] {
+      return runner_->readyPods(k) == 0 && runner_->warmPool(k).pods == 1 && runner_->pods(k).size() == 1;
+    })) << "cycle "
+        << cycle << ": not back at zero with a full pool";
     std::string next;
     for (auto& p : runner_->pods(k)) next = p.pod_id;
     auto c0 = std::chrono::steady_clock::now();
@@ -872,7 +904,8 @@ TEST_P(WarmPoolE2eTest, PoolPodIsPromotedOnWake) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, WarmPoolE2eTest, ::testing::Values(WarmPoolMode::kCreated, WarmPoolMode::kFrozen),
+INSTANTIATE_TEST_SUITE_P(Modes, WarmPoolE2eTest,
+                         ::testing::Values(WarmPoolMode::kCreated, WarmPoolMode::kFrozen),
                          [](const auto& info) { return std::string(warmPoolModeName(info.param)); });
 
 }  // namespace

@@ -33,24 +33,12 @@ std::optional<std::string> annotation(const json& obj, const char* key) {
   return it->get<std::string>();
 }
 
-std::optional<int> annotationInt(const json& obj, const char* key) {
-  auto v = annotation(obj, key);
-  if (!v) return std::nullopt;
-  try {
-    size_t pos = 0;
-    int n = std::stoi(*v, &pos);
-    if (pos != v->size() || n < 0) return std::nullopt;
-    return n;
-  } catch (...) {
-    return std::nullopt;
-  }
-}
-
 const json& firstContainer(const json& rev) {
   static const json kEmpty = json::object();
   if (!rev.contains("spec") || !rev["spec"].is_object()) return kEmpty;
   const json& spec = rev["spec"];
-  if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty()) return kEmpty;
+  if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty())
+    return kEmpty;
   // The serving container (the one with ports when there are several).
   return spec["containers"][runtime::servingContainerIndex(spec["containers"])];
 }
@@ -61,7 +49,8 @@ bool hasObjectVolumes(const json& rev) {
   const json& spec = rev["spec"];
   if (!spec.contains("volumes") || !spec["volumes"].is_array()) return false;
   for (const json& v : spec["volumes"]) {
-    if (v.is_object() && (v.contains("secret") || v.contains("configMap") || v.contains("projected"))) return true;
+    if (v.is_object() && (v.contains("secret") || v.contains("configMap") || v.contains("projected")))
+      return true;
   }
   return false;
 }
@@ -102,17 +91,25 @@ std::string formatSeconds(Duration d) {
 
 const char* podStateName(PodState s) {
   switch (s) {
-    case PodState::kCreating: return "Creating";
-    case PodState::kStarting: return "Starting";
-    case PodState::kReady: return "Ready";
-    case PodState::kWarm: return "Warm";
-    case PodState::kCrashed: return "Crashed";
-    case PodState::kStopping: return "Stopping";
+    case PodState::kCreating:
+      return "Creating";
+    case PodState::kStarting:
+      return "Starting";
+    case PodState::kReady:
+      return "Ready";
+    case PodState::kWarm:
+      return "Warm";
+    case PodState::kCrashed:
+      return "Crashed";
+    case PodState::kStopping:
+      return "Stopping";
   }
   return "?";
 }
 
-const char* warmPoolModeName(WarmPoolMode m) { return m == WarmPoolMode::kCreated ? "created" : "frozen"; }
+const char* warmPoolModeName(WarmPoolMode m) {
+  return m == WarmPoolMode::kCreated ? "created" : "frozen";
+}
 
 PodRunnerOptions optionsFromConfig(const Config& config) {
   PodRunnerOptions o;
@@ -129,7 +126,9 @@ PodRunner::PodRunner(PodDriver& driver, const TimeSource& time, PodRunnerOptions
       pool_(options_.executor, WorkerPool::OnStop::kDrain, "pod runner: work item"),
       loop_(time_, "pod runner loop") {}
 
-PodRunner::~PodRunner() { stop(); }
+PodRunner::~PodRunner() {
+  stop();
+}
 
 // ------------------------------------------------------------------ threads
 
@@ -143,9 +142,13 @@ void PodRunner::start() {
   });
 }
 
-void PodRunner::wake() { loop_.wake(); }
+void PodRunner::wake() {
+  loop_.wake();
+}
 
-void PodRunner::post(std::function<void()> fn) { pool_.post(std::move(fn)); }
+void PodRunner::post(std::function<void()> fn) {
+  pool_.post(std::move(fn));
+}
 
 void PodRunner::stop() {
   loop_.stop();
@@ -236,7 +239,9 @@ Status PodRunner::adoptExisting(const std::set<std::string>& live_revisions) {
   for (const AdoptedPod& a : doomed) {
     LOG(INFO) << "pod runner: removing leftover pod " << a.handle.pod_id << " of " << a.handle.ns << "/"
               << a.handle.revision_name
-              << (a.paused ? " (frozen warm pod)" : a.running ? " (revision gone)" : " (not running)");
+              << (a.paused    ? " (frozen warm pod)"
+                  : a.running ? " (revision gone)"
+                              : " (not running)");
     if (a.paused) {
       // A warm pod serves nobody: thaw it so the kill lands, no grace needed.
       Status s = driver_.resume(a.handle);
@@ -306,36 +311,27 @@ void PodRunner::configureLocked(Revision& rev, const json& object) {
     }
   }
   const api::RevisionSettings settings = api::revisionSettings(object, options_.config);
-  if (!settings.errors.empty() && rev.settings_error != settings.errors.front()) {
-    LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << settings.errors.front()
-                 << " (the default is used)";
+  std::vector<std::string> refused = settings.errors;
+  refused.insert(refused.end(), settings.warm_pool.errors.begin(), settings.warm_pool.errors.end());
+  std::string errors;  // every refused setting, each logged once per change
+  for (const std::string& e : refused) errors += (errors.empty() ? "" : "; ") + e;
+  if (!errors.empty() && rev.settings_error != errors) {
+    for (const std::string& e : refused) {
+      LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << e << " (the default is used)";
+    }
   }
-  rev.settings_error = settings.errors.empty() ? "" : settings.errors.front();
+  rev.settings_error = errors;
   rev.stop_grace = std::min<Duration>(settings.timeout, options_.max_stop_grace);
   rev.progress_deadline = settings.progress_deadline;
   rev.min_scale = settings.autoscaling.min_scale;
   rev.max_scale = settings.autoscaling.max_scale;
   // Initial scale (api/revision_settings.h), at least min-scale.
   rev.initial_scale = std::max(settings.autoscaling.initial_scale, rev.min_scale);
-  int size = options_.warm_pool_size;
-  if (auto w = annotation(object, kWarmPoolAnnotation)) {
-    if (auto n = annotationInt(object, kWarmPoolAnnotation)) {
-      size = *n;
-    } else if (rev.warm_bad_value != *w) {
-      LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << kWarmPoolAnnotation << " \"" << *w
-                   << "\" is not a non-negative integer; using the configured warm pool size " << size;
-    }
-    rev.warm_bad_value = annotationInt(object, kWarmPoolAnnotation) ? "" : *w;
-  }
+  // The warm pool annotations (api/revision_settings.h), else the configured size and mode.
+  const int size = settings.warm_pool.size.value_or(options_.warm_pool_size);
   rev.warm_mode = options_.warm_pool_mode;
-  if (auto m = annotation(object, kWarmPoolModeAnnotation)) {
-    if (*m == "created" || *m == "frozen") {
-      rev.warm_mode = *m == "created" ? WarmPoolMode::kCreated : WarmPoolMode::kFrozen;
-    } else if (rev.warm_bad_value != *m) {
-      LOG(WARNING) << "pod runner: " << key(rev.ns, rev.name) << ": " << kWarmPoolModeAnnotation << " \"" << *m
-                   << "\" is neither \"created\" nor \"frozen\"; using " << warmPoolModeName(rev.warm_mode);
-      rev.warm_bad_value = *m;
-    }
+  if (settings.warm_pool.mode) {
+    rev.warm_mode = *settings.warm_pool.mode == "created" ? WarmPoolMode::kCreated : WarmPoolMode::kFrozen;
   }
   // Only revisions that can scale to zero keep a pool.
   rev.warm_size = rev.min_scale == 0 && settings.autoscaling.enable_scale_to_zero ? size : 0;
@@ -550,8 +546,8 @@ std::optional<MonoTime> PodRunner::nextDue() {
     int active = rev->creates_in_flight;
     int warm = 0;
     for (auto& [id, pod] : rev->pods) {
-      if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.busy && !pod.stop_requested &&
-          !pod.paused && !pod.pause_pending && !pod.resume_pending) {
+      if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !pod.busy &&
+          !pod.stop_requested && !pod.paused && !pod.pause_pending && !pod.resume_pending) {
         consider(pod.next_probe);
       }
       if (pod.state == PodState::kWarm && !pod.busy && !pod.stop_requested) consider(pod.next_memory);
@@ -561,7 +557,8 @@ std::optional<MonoTime> PodRunner::nextDue() {
         ++(pod.warm ? warm : active);
       }
     }
-    if (!rev->removed && (active < rev->desired || warm < warmTargetLocked(*rev, active))) consider(rev->next_create);
+    if (!rev->removed && (active < rev->desired || warm < warmTargetLocked(*rev, active)))
+      consider(rev->next_create);
   }
   return best;
 }
@@ -639,7 +636,8 @@ void PodRunner::refreshVolumesLocked(std::vector<std::function<void()>>* work) {
       if (!values) return;
       for (const PodHandle& h : pods) {
         Status s = driver_.updateVolumes(h, values->volumes);
-        if (!s.isOk()) LOG(WARNING) << "pod runner: updating the volumes of " << h.pod_id << ": " << s.toString();
+        if (!s.isOk())
+          LOG(WARNING) << "pod runner: updating the volumes of " << h.pod_id << ": " << s.toString();
       }
     });
   }
@@ -656,7 +654,7 @@ void PodRunner::requestStopLocked(Revision& rev, Pod& pod, std::vector<std::func
 // The revision and pod a finished driver call was for, or {nullptr, nullptr}
 // when either was removed while the call ran. Requires mu_.
 std::pair<PodRunner::Revision*, PodRunner::Pod*> PodRunner::findPodLocked(const std::string& revision,
-                                                                         const std::string& pod_id) {
+                                                                          const std::string& pod_id) {
   auto rit = revisions_.find(revision);
   if (rit == revisions_.end()) return {nullptr, nullptr};
   auto pit = rit->second->pods.find(pod_id);
@@ -664,109 +662,112 @@ std::pair<PodRunner::Revision*, PodRunner::Pod*> PodRunner::findPodLocked(const 
   return {rit->second.get(), &pit->second};
 }
 
-void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now, std::vector<std::function<void()>>* work) {
+void PodRunner::createPodLocked(Revision& rev, bool warm, MonoTime now,
+                                std::vector<std::function<void()>>* work) {
   std::string k = key(rev.ns, rev.name);
-    Pod pod;
-    pod.handle.pod_id = newPodId(rev);
-    pod.handle.ns = rev.ns;
-    pod.handle.revision_name = rev.name;
-    pod.handle.port = rev.port;
-    pod.busy = true;
-    pod.started_at = now;
-    pod.warm = warm;
-    PodRequest req;
-    req.revision = rev.object;
-    req.ns = rev.ns;
-    req.revision_name = rev.name;
-    if (firstContainer(rev.object).contains("image") && firstContainer(rev.object)["image"].is_string()) {
-      req.image = firstContainer(rev.object)["image"].get<std::string>();
+  Pod pod;
+  pod.handle.pod_id = newPodId(rev);
+  pod.handle.ns = rev.ns;
+  pod.handle.revision_name = rev.name;
+  pod.handle.port = rev.port;
+  pod.busy = true;
+  pod.started_at = now;
+  pod.warm = warm;
+  PodRequest req;
+  req.revision = rev.object;
+  req.ns = rev.ns;
+  req.revision_name = rev.name;
+  if (firstContainer(rev.object).contains("image") && firstContainer(rev.object)["image"].is_string()) {
+    req.image = firstContainer(rev.object)["image"].get<std::string>();
+  }
+  if (rev.object.contains("spec") && rev.object["spec"].is_object() &&
+      rev.object["spec"].contains("containers") && rev.object["spec"]["containers"].is_array()) {
+    for (const auto& c : rev.object["spec"]["containers"]) {
+      req.images.push_back(c.is_object() && c.contains("image") && c["image"].is_string()
+                               ? c["image"].get<std::string>()
+                               : std::string());
     }
-    if (rev.object.contains("spec") && rev.object["spec"].is_object() && rev.object["spec"].contains("containers") &&
-        rev.object["spec"]["containers"].is_array()) {
-      for (const auto& c : rev.object["spec"]["containers"]) {
-        req.images.push_back(c.is_object() && c.contains("image") && c["image"].is_string()
-                                 ? c["image"].get<std::string>()
-                                 : std::string());
+  }
+  req.pod_id = pod.handle.pod_id;
+  std::string id = pod.handle.pod_id;
+  rev.pods.emplace(id, std::move(pod));
+  work->push_back([this, k, id, req] {
+    // Secrets and ConfigMaps are read just before the create, so a pod
+    // created after a fix sees it; a missing one fails like the kubelet.
+    PodRequest request = req;
+    PodObjectsFailure objects_failure;
+    StatusOr<PodHandle> r = failedPrecondition("not created");
+    bool resolved = true;
+    if (options_.resolve_objects) {
+      auto values = options_.resolve_objects(req.revision, req.ns, &objects_failure);
+      if (values) {
+        request.objects = std::move(*values);
+      } else {
+        resolved = false;
+        r = failedPrecondition(objects_failure.message);
       }
     }
-    req.pod_id = pod.handle.pod_id;
-    std::string id = pod.handle.pod_id;
-    rev.pods.emplace(id, std::move(pod));
-    work->push_back([this, k, id, req] {
-      // Secrets and ConfigMaps are read just before the create, so a pod
-      // created after a fix sees it; a missing one fails like the kubelet.
-      PodRequest request = req;
-      PodObjectsFailure objects_failure;
-      StatusOr<PodHandle> r = failedPrecondition("not created");
-      bool resolved = true;
-      if (options_.resolve_objects) {
-        auto values = options_.resolve_objects(req.revision, req.ns, &objects_failure);
-        if (values) {
-          request.objects = std::move(*values);
+    if (resolved) r = driver_.create(request);
+    Notes notes;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto [found_rev, found_pod] = findPodLocked(k, id);
+      if (!found_pod) return;  // revision or pod gone meanwhile
+      Revision& rv = *found_rev;
+      Pod& p = *found_pod;
+      p.busy = false;
+      MonoTime t = time_.monotonic();
+      if (!r.isOk()) {
+        LOG(WARNING) << "pod runner: create " << id << " of " << k << ": " << r.status().toString();
+        controller::ConditionState f;
+        f.status = "False";
+        if (!resolved) {
+          f.reason = objects_failure.reason.empty() ? "CreateContainerConfigError" : objects_failure.reason;
+        } else if (r.status().code() == Code::kNotFound) {
+          f.reason = "ContainerMissing";
+        } else if (r.status().code() == Code::kInvalidArgument) {
+          f.reason = "InvalidSpec";
         } else {
-          resolved = false;
-          r = failedPrecondition(objects_failure.message);
+          f.reason = "CreateContainerError";
+        }
+        f.message = r.status().message();
+        if (!rv.ever_ready || f.reason == "ContainerMissing" || !resolved) {
+          if (!resolved && (!rv.failure || rv.failure->message != f.message))
+            eventLocked(rv, EventType::kWarning, "Failed", "Error: " + f.message);
+          rv.failure = f;
+        }
+        rv.pods.erase(id);
+        ++rv.consecutive_crashes;
+        Duration d = options_.backoff_initial;
+        for (int i = 1; i < rv.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
+        // A missing Secret/ConfigMap is retried soon: creating it should not wait minutes.
+        Duration cap =
+            resolved ? options_.backoff_max : std::min(options_.backoff_max, options_.objects_retry_max);
+        rv.next_create = t + std::min(d, cap);
+      } else {
+        PodHandle h = *r;
+        h.pod_id = id;
+        h.ns = rv.ns;
+        h.revision_name = rv.name;
+        if (h.port == 0) h.port = rv.port;
+        p.handle = h;
+        if (!h.image_digest.empty()) rv.image_digest = h.image_digest;
+        if (!h.image_digests.empty()) rv.image_digests = h.image_digests;
+        if (rv.failure &&
+            (rv.failure->reason == "ContainerMissing" || rv.failure->reason == "CreateContainerConfigError" ||
+             rv.failure->reason == "FailedMount"))
+          rv.failure.reset();
+        if (!shutting_down_) spawnWaiterLocked(rv, p);
+        if (p.warm && rv.warm_mode == WarmPoolMode::kCreated && p.state == PodState::kCreating) {
+          p.state = PodState::kWarm;  // created, not started: one start() from serving
+          p.next_memory = t;
         }
       }
-      if (resolved) r = driver_.create(request);
-      Notes notes;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        auto [found_rev, found_pod] = findPodLocked(k, id);
-        if (!found_pod) return;  // revision or pod gone meanwhile
-        Revision& rv = *found_rev;
-        Pod& p = *found_pod;
-        p.busy = false;
-        MonoTime t = time_.monotonic();
-        if (!r.isOk()) {
-          LOG(WARNING) << "pod runner: create " << id << " of " << k << ": " << r.status().toString();
-          controller::ConditionState f;
-          f.status = "False";
-          if (!resolved) {
-            f.reason = objects_failure.reason.empty() ? "CreateContainerConfigError" : objects_failure.reason;
-          } else if (r.status().code() == Code::kNotFound) {
-            f.reason = "ContainerMissing";
-          } else if (r.status().code() == Code::kInvalidArgument) {
-            f.reason = "InvalidSpec";
-          } else {
-            f.reason = "CreateContainerError";
-          }
-          f.message = r.status().message();
-          if (!rv.ever_ready || f.reason == "ContainerMissing" || !resolved) {
-            if (!resolved && (!rv.failure || rv.failure->message != f.message))
-              eventLocked(rv, EventType::kWarning, "Failed", "Error: " + f.message);
-            rv.failure = f;
-          }
-          rv.pods.erase(id);
-          ++rv.consecutive_crashes;
-          Duration d = options_.backoff_initial;
-          for (int i = 1; i < rv.consecutive_crashes && d < options_.backoff_max; ++i) d *= 2;
-          // A missing Secret/ConfigMap is retried soon: creating it should not wait minutes.
-          Duration cap = resolved ? options_.backoff_max : std::min(options_.backoff_max, options_.objects_retry_max);
-          rv.next_create = t + std::min(d, cap);
-        } else {
-          PodHandle h = *r;
-          h.pod_id = id;
-          h.ns = rv.ns;
-          h.revision_name = rv.name;
-          if (h.port == 0) h.port = rv.port;
-          p.handle = h;
-          if (!h.image_digest.empty()) rv.image_digest = h.image_digest;
-          if (!h.image_digests.empty()) rv.image_digests = h.image_digests;
-          if (rv.failure && (rv.failure->reason == "ContainerMissing" || rv.failure->reason == "CreateContainerConfigError" ||
-                             rv.failure->reason == "FailedMount"))
-            rv.failure.reset();
-          if (!shutting_down_) spawnWaiterLocked(rv, p);
-          if (p.warm && rv.warm_mode == WarmPoolMode::kCreated && p.state == PodState::kCreating) {
-            p.state = PodState::kWarm;  // created, not started: one start() from serving
-            p.next_memory = t;
-          }
-        }
-        collectNotesLocked(&notes);
-      }
-      notifyAll(std::move(notes));
-      wake();
-    });
+      collectNotesLocked(&notes);
+    }
+    notifyAll(std::move(notes));
+    wake();
+  });
 }
 
 int PodRunner::warmTargetLocked(const Revision& rev, int serving) const {
@@ -815,8 +816,8 @@ void PodRunner::promoteLocked(Revision& rev, Pod& pod, MonoTime now) {
   }
   // Otherwise still warming: it goes on to Ready as an ordinary pod (a pause
   // in flight is undone when it returns).
-  LOG(INFO) << "pod runner: promoted warm pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " ("
-            << pod.origin << ")";
+  LOG(INFO) << "pod runner: promoted warm pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name)
+            << " (" << pod.origin << ")";
 }
 
 void PodRunner::finishResume(const std::string& k, const std::string& pid, const Status& r) {
@@ -858,7 +859,7 @@ void PodRunner::wakeNow(const std::string& revision) {
       }
     }
     if (frozen == nullptr || serving >= rev.desired) return;  // nothing to thaw, or the loop has it
-    promoteLocked(rev, *frozen, time_.monotonic());  // -> resume_pending; done right here
+    promoteLocked(rev, *frozen, time_.monotonic());           // -> resume_pending; done right here
     frozen->busy = true;
     h = frozen->handle;
   }
@@ -936,11 +937,11 @@ void PodRunner::scaleLocked(Revision& rev, MonoTime now, Work* work, Work* creat
 // count lacks ready new pods and stops the rest, the least useful first (not
 // ready, then the oldest), after the drain. Returns how many serving pods
 // may run: while replaced pods run, at most one pod more than desired.
-int PodRunner::retireReplacedLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& replaced,
-                                    MonoTime now, Work* work) {
+int PodRunner::retireReplacedLocked(Revision& rev, const std::vector<Pod*>& serving,
+                                    std::vector<Pod*>& replaced, MonoTime now, Work* work) {
   if (replaced.empty()) return rev.desired;
-  const int ready_new = static_cast<int>(
-      std::count_if(serving.begin(), serving.end(), [](const Pod* p) { return p->state == PodState::kReady; }));
+  const int ready_new = static_cast<int>(std::count_if(
+      serving.begin(), serving.end(), [](const Pod* p) { return p->state == PodState::kReady; }));
   const int keep = std::max(0, rev.desired - ready_new);
   std::sort(replaced.begin(), replaced.end(), [](const Pod* a, const Pod* b) {
     bool ra = a->state == PodState::kReady, rb = b->state == PodState::kReady;
@@ -1022,25 +1023,29 @@ void PodRunner::sizeWarmPoolLocked(Revision& rev, const std::vector<Pod*>& servi
 }
 
 // 2. Per-pod work: the one driver call a pod that is not busy needs next.
-void PodRunner::stepPodLocked(Revision& rev, const std::string& k, const std::string& pid, Pod& pod, MonoTime now,
-                              Work* work) {
+void PodRunner::stepPodLocked(Revision& rev, const std::string& k, const std::string& pid, Pod& pod,
+                              MonoTime now, Work* work) {
   const bool stopping = pod.stop_requested;
-  if (pod.state == PodState::kCreating && !pod.started && !stopping) return queueStartLocked(k, pid, pod, work);
+  if (pod.state == PodState::kCreating && !pod.started && !stopping)
+    return queueStartLocked(k, pid, pod, work);
   // Frozen mode: the warm pod passed readiness; freeze it.
   if (pod.pause_pending && !stopping) return queuePauseLocked(k, pid, pod, work);
   // A promoted frozen pod: thaw it; it passed readiness before it froze.
   if (pod.resume_pending && !stopping) return queueResumeLocked(k, pid, pod, work);
-  if (pod.state == PodState::kWarm && !stopping && now >= pod.next_memory) return queueMemoryLocked(k, pid, pod, work);
+  if (pod.state == PodState::kWarm && !stopping && now >= pod.next_memory)
+    return queueMemoryLocked(k, pid, pod, work);
   if ((pod.state == PodState::kStarting || pod.state == PodState::kReady) && !stopping && !pod.paused &&
       pod.readiness && now >= pod.next_probe) {
     return queueProbeLocked(k, pid, pod, now, work);
   }
-  if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited && now >= pod.stop_after) {
+  if (pod.state == PodState::kStopping && !pod.stopped && pod.waiter && !pod.exited &&
+      now >= pod.stop_after) {
     return queueStopLocked(rev, k, pid, pod, work);
   }
   // Destroy once the process is known to be gone (or never ran).
   const bool gone = pod.exited || !pod.waiter;
-  if ((pod.state == PodState::kCrashed || pod.state == PodState::kStopping) && gone && now >= pod.retry_destroy_at) {
+  if ((pod.state == PodState::kCrashed || pod.state == PodState::kStopping) && gone &&
+      now >= pod.retry_destroy_at) {
     queueDestroyLocked(k, pid, pod, work);
   }
 }
@@ -1053,7 +1058,8 @@ void PodRunner::queueStartLocked(const std::string& k, const std::string& pid, P
     finishDriverCall(k, pid, [&](Revision& rv, Pod& p, MonoTime t) {
       if (!r.isOk()) {
         LOG(WARNING) << "pod runner: start " << pid << " of " << k << ": " << r.status().toString();
-        if (!rv.ever_ready) rv.failure = controller::ConditionState{"False", "StartError", r.status().message()};
+        if (!rv.ever_ready)
+          rv.failure = controller::ConditionState{"False", "StartError", r.status().message()};
         p.counts_as_crash = true;
         p.stop_requested = true;
         p.state = PodState::kStopping;
@@ -1121,9 +1127,11 @@ void PodRunner::queueMemoryLocked(const std::string& k, const std::string& pid, 
   });
 }
 
-void PodRunner::queueProbeLocked(const std::string& k, const std::string& pid, Pod& pod, MonoTime now, Work* work) {
-  bool liveness = pod.liveness && pod.liveness->nextProbeAt() <= now &&
-                  (pod.readiness->nextProbeAt() > now || pod.liveness->nextProbeAt() < pod.readiness->nextProbeAt());
+void PodRunner::queueProbeLocked(const std::string& k, const std::string& pid, Pod& pod, MonoTime now,
+                                 Work* work) {
+  bool liveness =
+      pod.liveness && pod.liveness->nextProbeAt() <= now &&
+      (pod.readiness->nextProbeAt() > now || pod.liveness->nextProbeAt() < pod.readiness->nextProbeAt());
   runtime::ProbeSpec spec = liveness ? pod.liveness->spec() : pod.readiness->spec();
   pod.busy = true;
   PodHandle h = pod.handle;
@@ -1258,8 +1266,8 @@ void PodRunner::onExit(const std::string& rev_key, const std::string& pod_id, St
 
 void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, MonoTime now) {
   bool was_ready = pod.state == PodState::kReady || pod.ready_since != MonoTime{};
-  LOG(WARNING) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " exited with "
-               << exit.exit_code << (exit.oom_killed ? " (OOM killed)" : "");
+  LOG(WARNING) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name)
+               << " exited with " << exit.exit_code << (exit.oom_killed ? " (OOM killed)" : "");
   pod.state = PodState::kCrashed;
   pod.stop_requested = true;
   int ready = 0;
@@ -1278,9 +1286,11 @@ void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, 
                   (tail.empty() ? std::string() : "\n" + tail);
     } else {
       f.reason = "ExitCode" + std::to_string(exit.exit_code);
-      f.message = "Container failed with: " + (tail.empty() ? "exit code " + std::to_string(exit.exit_code) : tail);
+      f.message =
+          "Container failed with: " + (tail.empty() ? "exit code " + std::to_string(exit.exit_code) : tail);
     }
-    if (!exit.container.empty()) f.message = "Container " + exit.container + " (sidecar) failed: " + f.message;
+    if (!exit.container.empty())
+      f.message = "Container " + exit.container + " (sidecar) failed: " + f.message;
     if (pod.counts_as_crash && pod.liveness && !pod.liveness->healthy()) {
       f.message += " (liveness probe failed)";
     }
@@ -1295,13 +1305,15 @@ void PodRunner::handleCrashLocked(Revision& rev, Pod& pod, const PodExit& exit, 
   std::string what = exit.oom_killed ? "was OOM killed (it exceeded its memory limit)"
                                      : "exited with code " + std::to_string(exit.exit_code);
   if (!exit.container.empty()) what = "(container " + exit.container + ") " + what;
-  if (pod.counts_as_crash && pod.liveness && !pod.liveness->healthy()) what += " after its liveness probe failed";
+  if (pod.counts_as_crash && pod.liveness && !pod.liveness->healthy())
+    what += " after its liveness probe failed";
   LOG(WARNING) << "pod runner: pod " << pod.handle.pod_id << " of " << key(rev.ns, rev.name) << " " << what
                << "; back-off " << formatSeconds(std::min(d, options_.backoff_max)) << " before the next pod";
   // The message names no pod and no back-off, so that a crash loop repeats one
   // Event (its count grows) instead of storing a new one per crash.
-  eventLocked(rev, EventType::kWarning, exit.oom_killed ? "OOMKilled" : "BackOff",
-              "Back-off restarting failed container: it " + what + (tail.empty() ? std::string() : ": " + tail));
+  eventLocked(
+      rev, EventType::kWarning, exit.oom_killed ? "OOMKilled" : "BackOff",
+      "Back-off restarting failed container: it " + what + (tail.empty() ? std::string() : ": " + tail));
 }
 
 // ------------------------------------------------------------------ health
@@ -1333,12 +1345,13 @@ controller::RevisionHealth PodRunner::computeHealthLocked(const Revision& rev, M
     h.resources_available = {"True", "", ""};
   } else if (now - rev.created_at >= rev.progress_deadline) {
     h.resources_available = {"False", "ProgressDeadlineExceeded",
-                             "Revision \"" + rev.name + "\" did not become ready within the progress deadline (" +
+                             "Revision \"" + rev.name +
+                                 "\" did not become ready within the progress deadline (" +
                                  formatSeconds(rev.progress_deadline) + "): " +
                                  (rev.failure ? rev.failure->message
-                                              : rev.probe_failure.empty()
-                                                  ? std::string("no pod passed readiness")
-                                                  : "no pod passed readiness (last probe: " + rev.probe_failure + ")")};
+                                  : rev.probe_failure.empty()
+                                      ? std::string("no pod passed readiness")
+                                      : "no pod passed readiness (last probe: " + rev.probe_failure + ")")};
   } else if (rev.desired == 0 && !rev.failure &&
              std::all_of(rev.pods.begin(), rev.pods.end(), [](const auto& e) { return e.second.warm; })) {
     // Initial scale 0 (allowed by config): nothing to validate.
@@ -1355,7 +1368,8 @@ controller::RevisionHealth PodRunner::computeHealthLocked(const Revision& rev, M
   } else if (ready >= rev.desired) {
     h.active = {"True", "", ""};
   } else {
-    h.active = {"Unknown", scaler::kReasonQueued, "Requests to the target are being buffered as resources are provisioned."};
+    h.active = {"Unknown", scaler::kReasonQueued,
+                "Requests to the target are being buffered as resources are provisioned."};
   }
   return h;
 }

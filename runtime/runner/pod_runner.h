@@ -64,6 +64,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/revision_settings.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/event_recorder.h"
@@ -92,7 +93,7 @@ using PodObjectsResolver = std::function<std::optional<PodObjectValues>(
 struct PodRunnerOptions {
   Duration backoff_initial = std::chrono::seconds(1);
   Duration backoff_max = std::chrono::minutes(5);
-  Duration backoff_reset = std::chrono::minutes(1);  // ready this long: back-off starts over
+  Duration backoff_reset = std::chrono::minutes(1);        // ready this long: back-off starts over
   Duration max_stop_grace = std::chrono::seconds(30);      // cap on timeoutSeconds as grace
   Duration loop_interval = std::chrono::milliseconds(20);  // control loop idle wake-up
   // The defaults under each Revision's settings (api/revision_settings.h):
@@ -100,7 +101,7 @@ struct PodRunnerOptions {
   // means no warm pools), config-deployment (progress deadline),
   // config-defaults (timeoutSeconds, the stop grace up to max_stop_grace).
   Config config;
-  int warm_pool_size = 0;           // knap.warm-pool-size (optionsFromConfig); 0 = no pools by default
+  int warm_pool_size = 0;  // knap.warm-pool-size (optionsFromConfig); 0 = no pools by default
   WarmPoolMode warm_pool_mode = WarmPoolMode::kFrozen;
   Duration warm_memory_interval = std::chrono::seconds(10);  // how often warm pods' memory is read
   int workers = 8;  // stop() holds a worker for up to the grace period
@@ -181,11 +182,14 @@ struct WarmPoolStatus {
   bool operator==(const WarmPoolStatus&) const = default;
 };
 
-inline constexpr char kWarmPoolAnnotation[] = "knap.dev/warm-pool";
-inline constexpr char kWarmPoolModeAnnotation[] = "knap.dev/warm-pool-mode";  // "created" / "frozen"; else config
+// Parsed in api/revision_settings.h (RevisionSettings::warm_pool).
+using api::kWarmPoolAnnotation;
+using api::kWarmPoolModeAnnotation;
 inline constexpr char kImageReadyAtAnnotation[] = "knap.dev/image-ready-at";
 
-class PodRunner final : public controller::RevisionBackend, public scaler::PodCounter, public scaler::ScaleTarget {
+class PodRunner final : public controller::RevisionBackend,
+                        public scaler::PodCounter,
+                        public scaler::ScaleTarget {
  public:
   PodRunner(PodDriver& driver, const TimeSource& time, PodRunnerOptions options = {});
   ~PodRunner() override;  // stop()s
@@ -259,13 +263,13 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   struct Pod {
     PodHandle handle;
     PodState state = PodState::kCreating;
-    bool busy = false;           // a driver call is in flight
+    bool busy = false;  // a driver call is in flight
     bool adopted = false;
-    bool started = false;        // start() succeeded (or adopted running)
-    bool waiter = false;         // wait() thread spawned
+    bool started = false;  // start() succeeded (or adopted running)
+    bool waiter = false;   // wait() thread spawned
     bool stop_requested = false;
-    bool stopped = false;        // stop() returned
-    bool exited = false;         // wait() returned
+    bool stopped = false;  // stop() returned
+    bool exited = false;   // wait() returned
     MonoTime retry_destroy_at{};
     bool counts_as_crash = false;  // stopping because liveness failed
     bool warm = false;             // belongs to the warm pool
@@ -295,13 +299,12 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     runtime::ProbeSpec readiness_spec;
     std::optional<runtime::ProbeSpec> liveness_spec;
     int port = 8080;
-    int initial_scale = 1;    // already at least min-scale
+    int initial_scale = 1;  // already at least min-scale
     int min_scale = 0;
-    int max_scale = 0;        // 0 = no limit
-    int warm_size = 0;        // pool size before the max-scale cap (0 when min-scale > 0)
+    int max_scale = 0;  // 0 = no limit
+    int warm_size = 0;  // pool size before the max-scale cap (0 when min-scale > 0)
     WarmPoolMode warm_mode = WarmPoolMode::kFrozen;
-    std::string warm_bad_value;  // an invalid knap.dev/warm-pool already logged
-    std::string settings_error;  // the refused setting already logged
+    std::string settings_error;  // the refused settings already logged ("; "-joined)
     std::optional<WallTime> image_ready_at;
     WakeReport last_wake;
     WarmPoolStatus last_warm;
@@ -310,12 +313,12 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
     int creates_in_flight = 0;
     bool ever_ready = false;
     int consecutive_crashes = 0;
-    MonoTime next_create{};     // back-off
+    MonoTime next_create{};  // back-off
     std::string image_digest;
     std::vector<std::string> image_digests;  // multi-container pods: every container's, in spec order
     std::optional<controller::ConditionState> failure;  // ContainerHealthy False reason
-    std::string spec_error;     // probe parse / config problem
-    std::string probe_failure;  // last failed readiness attempt of a starting pod ("" once one is ready)
+    std::string spec_error;                             // probe parse / config problem
+    std::string probe_failure;       // last failed readiness attempt of a starting pod ("" once one is ready)
     MonoTime probe_failing_since{};  // reported in conditions after kProbeFailureGrace (no churn at start-up)
     std::string probe_failure_logged;  // logged once per distinct message
     controller::RevisionHealth last_reported;
@@ -332,12 +335,12 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   // probe, stop, destroy).
   void stepRevisionLocked(Revision& rev, MonoTime now, Work* work);
   void scaleLocked(Revision& rev, MonoTime now, Work* work, Work* creates);
-  int retireReplacedLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& replaced, MonoTime now,
-                           Work* work);
+  int retireReplacedLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& replaced,
+                           MonoTime now, Work* work);
   int scaleServingLocked(Revision& rev, std::vector<Pod*>& serving, std::vector<Pod*>& warm, int surge_room,
                          bool can_create, MonoTime now, Work* work, Work* creates);
-  void sizeWarmPoolLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& warm, int created,
-                          bool can_create, MonoTime now, Work* work, Work* creates);
+  void sizeWarmPoolLocked(Revision& rev, const std::vector<Pod*>& serving, std::vector<Pod*>& warm,
+                          int created, bool can_create, MonoTime now, Work* work, Work* creates);
   void stepPodLocked(Revision& rev, const std::string& k, const std::string& pid, Pod& pod, MonoTime now,
                      Work* work);
   void queueStartLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
@@ -345,7 +348,8 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   void queueResumeLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
   void queueMemoryLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
   void queueProbeLocked(const std::string& k, const std::string& pid, Pod& pod, MonoTime now, Work* work);
-  void queueStopLocked(const Revision& rev, const std::string& k, const std::string& pid, Pod& pod, Work* work);
+  void queueStopLocked(const Revision& rev, const std::string& k, const std::string& pid, Pod& pod,
+                       Work* work);
   void queueDestroyLocked(const std::string& k, const std::string& pid, Pod& pod, Work* work);
   void spawnWaiterLocked(Revision& rev, Pod& pod);
   std::pair<Revision*, Pod*> findPodLocked(const std::string& revision, const std::string& pod_id);
@@ -360,7 +364,8 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   // The end of a resume() of a promoted frozen pod: Ready, or replaced.
   void finishResume(const std::string& rev_key, const std::string& pod_id, const Status& result);
   void markReadyLocked(Revision& rev, Pod& pod, MonoTime now);
-  void eventLocked(const Revision& rev, EventType type, const std::string& reason, const std::string& message);
+  void eventLocked(const Revision& rev, EventType type, const std::string& reason,
+                   const std::string& message);
   WarmPoolStatus warmStatusLocked(const Revision& rev) const;
   int warmTargetLocked(const Revision& rev, int serving) const;
   controller::RevisionHealth computeHealthLocked(const Revision& rev, MonoTime now) const;
@@ -385,7 +390,8 @@ class PodRunner final : public controller::RevisionBackend, public scaler::PodCo
   std::atomic<int> exits_received_{0};
   bool shutting_down_ = false;
   MonoTime next_objects_refresh_{};
-  std::map<std::string, int> pending_scale_;  // setDesiredScale() before ensure()  // stop(): waits are being abandoned
+  std::map<std::string, int>
+      pending_scale_;  // setDesiredScale() before ensure()  // stop(): waits are being abandoned
 
   // Wait threads, by pod id; finished ones are joined by runOnce().
   std::map<std::string, std::thread> waiters_;

@@ -1,7 +1,8 @@
 // PodRunner logic over FakePodDriver with a SimulatedTimeSource and an inline
 // executor: every runOnce() does its driver work before returning, so the
-// tests are deterministic. Only pod exits cross threads (wait() threads);
-// exitPod() below waits until the runner has received the exit.
+// tests are deterministic. Only pod exits cross threads (wait() threads):
+// the tests wait for the runner to have received them (eventually(), a
+// bounded poll of exitsReceived() and the like), never for a fixed time.
 #include "runtime/runner/pod_runner.h"
 
 #include <gtest/gtest.h>
@@ -14,15 +15,18 @@
 
 #include "runtime/runner/fake_pod_driver.h"
 #include "tests/fakes/fake_event_recorder.h"
+#include "tests/fakes/wait.h"
 
 namespace knap::runner {
 namespace {
 
+using knap::testing::eventually;
 using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-json makeRevision(const std::string& name, json annotations = json::object(), json container_extra = json::object()) {
+json makeRevision(const std::string& name, json annotations = json::object(),
+                  json container_extra = json::object()) {
   json c = {{"name", "user-container"}, {"image", "dev.local/app:v1"}};
   for (auto& [k, v] : container_extra.items()) c[k] = v;
   return {{"apiVersion", "serving.knative.dev/v1"},
@@ -65,23 +69,21 @@ class PodRunnerTest : public ::testing::Test {
   void exitPod(const std::string& id, int code, bool oom = false, std::string tail = "") {
     int before = runner_->exitsReceived();
     driver_.exitPod(id, PodExit{code, oom, tail});
-    for (int i = 0; i < 5000 && runner_->exitsReceived() == before; ++i) {
-      std::this_thread::sleep_for(milliseconds(1));
-    }
+    eventually([&] { return runner_->exitsReceived() > before; });
     ASSERT_GT(runner_->exitsReceived(), before) << "exit of " << id << " never reached the runner";
     settle();
   }
   // Pod stops complete asynchronously (the fake's wait() returns on its own
-  // thread): run the loop until `done` holds or ~5 s pass.
+  // thread): run the loop until `done` holds (or, failing, 30 s pass).
   bool settleUntil(const std::function<bool()>& done) {
-    for (int i = 0; i < 5000; ++i) {
+    return eventually([&] {
       runner_->runOnce();
-      if (done()) return true;
-      std::this_thread::sleep_for(milliseconds(1));
-    }
-    return false;
+      return done();
+    });
   }
-  controller::RevisionHealth health(const std::string& name = "r1") { return runner_->health("default", name); }
+  controller::RevisionHealth health(const std::string& name = "r1") {
+    return runner_->health("default", name);
+  }
   int changeCount() {
     std::lock_guard<std::mutex> l(mu_);
     return static_cast<int>(changes_.size());
@@ -168,14 +170,20 @@ TEST_F(PodRunnerTest, InitialScaleTable) {
       {"annotation3", {{"autoscaling.knative.dev/initial-scale", "3"}}, false, 1, 3},
       {"config2", json::object(), false, 2, 2},
       {"minscale", {{"autoscaling.knative.dev/min-scale", "2"}}, false, 1, 2},
-      {"min-over-initial", {{"autoscaling.knative.dev/min-scale", "3"}, {"autoscaling.knative.dev/initial-scale", "2"}},
-       false, 1, 3},
+      {"min-over-initial",
+       {{"autoscaling.knative.dev/min-scale", "3"}, {"autoscaling.knative.dev/initial-scale", "2"}},
+       false,
+       1,
+       3},
       {"zero-not-allowed", {{"autoscaling.knative.dev/initial-scale", "0"}}, false, 1, 1},
       {"zero-allowed", {{"autoscaling.knative.dev/initial-scale", "0"}}, true, 1, 0},
       // The legacy alias counts as the kebab-case key (it was ignored here once).
       {"legacy-initialScale", {{"autoscaling.knative.dev/initialScale", "3"}}, false, 1, 3},
       {"kebab-wins-over-legacy",
-       {{"autoscaling.knative.dev/initial-scale", "2"}, {"autoscaling.knative.dev/initialScale", "3"}}, false, 1, 2},
+       {{"autoscaling.knative.dev/initial-scale", "2"}, {"autoscaling.knative.dev/initialScale", "3"}},
+       false,
+       1,
+       2},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -257,7 +265,8 @@ TEST_F(PodRunnerTest, StartsCrashesAndOomKillsAreEventsOnTheRevision) {
   ASSERT_EQ(crash.size(), 1u);
   EXPECT_EQ(crash[0].type, EventType::kWarning);
   EXPECT_NE(crash[0].message.find("exited with code 3"), std::string::npos) << crash[0].message;
-  EXPECT_NE(crash[0].message.find("Back-off restarting failed container"), std::string::npos) << crash[0].message;
+  EXPECT_NE(crash[0].message.find("Back-off restarting failed container"), std::string::npos)
+      << crash[0].message;
   // No pod id and no back-off duration: a crash loop repeats one Event instead of storing one per crash.
   EXPECT_EQ(crash[0].message.find(driver_.createdPods().back()), std::string::npos) << crash[0].message;
   EXPECT_EQ(crash[0].message.find("1s"), std::string::npos) << crash[0].message;
@@ -293,15 +302,17 @@ TEST_F(PodRunnerTest, SidecarsAndTheServingContainer) {
   EXPECT_EQ(eps[0].port, 8881);
   int before = runner_->exitsReceived();
   driver_.exitPod(id, PodExit{2, false, "sidecar boom", "user-container"});
-  for (int i = 0; i < 5000 && runner_->exitsReceived() == before; ++i) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_TRUE(eventually([&] { return runner_->exitsReceived() > before; }));
   settle();
   auto h = health();
   EXPECT_EQ(h.container_healthy.status, "False");
   EXPECT_EQ(h.container_healthy.reason, "ExitCode2");
-  EXPECT_EQ(h.container_healthy.message, "Container user-container (sidecar) failed: Container failed with: sidecar boom");
+  EXPECT_EQ(h.container_healthy.message,
+            "Container user-container (sidecar) failed: Container failed with: sidecar boom");
   auto crash = events.byReason("BackOff");
   ASSERT_EQ(crash.size(), 1u);
-  EXPECT_NE(crash[0].message.find("(container user-container) exited with code 2"), std::string::npos) << crash[0].message;
+  EXPECT_NE(crash[0].message.find("(container user-container) exited with code 2"), std::string::npos)
+      << crash[0].message;
   advance(seconds(1));
   EXPECT_EQ(driver_.createCount(), 2) << "the pod is replaced after the back-off";
 }
@@ -338,8 +349,8 @@ TEST_F(PodRunnerTest, PodObjectsAreResolvedBeforeCreateAndVolumesFollowChanges) 
   o.backoff_max = seconds(60);
   o.objects_retry_max = seconds(2);
   o.objects_refresh_interval = seconds(1);
-  o.resolve_objects = [&](const json& rev, const std::string& ns, PodObjectsFailure* failure)
-      -> std::optional<PodObjectValues> {
+  o.resolve_objects = [&](const json& rev, const std::string& ns,
+                          PodObjectsFailure* failure) -> std::optional<PodObjectValues> {
     std::lock_guard<std::mutex> l(m);
     ++resolves;
     EXPECT_EQ(ns, "default");
@@ -375,12 +386,14 @@ TEST_F(PodRunnerTest, PodObjectsAreResolvedBeforeCreateAndVolumesFollowChanges) 
   }
   advance(seconds(2));
   h = health();
-  EXPECT_EQ(h.container_healthy.status, "True") << h.container_healthy.reason << ": " << h.container_healthy.message;
+  EXPECT_EQ(h.container_healthy.status, "True")
+      << h.container_healthy.reason << ": " << h.container_healthy.message;
   ASSERT_EQ(driver_.livePods().size(), 1u);
   std::string id = driver_.livePods()[0];
   EXPECT_EQ(driver_.pod(id).objects.env_refs.at("PW"), "s3cr3t");
   bool warned = false;
-  for (const auto& e : events.byReason("Failed")) warned |= e.message.find("key password") != std::string::npos;
+  for (const auto& e : events.byReason("Failed"))
+    warned |= e.message.find("key password") != std::string::npos;
   EXPECT_TRUE(warned);
   // A change reaches the running pod's volume; no change, no update.
   advance(seconds(1));
@@ -417,7 +430,8 @@ TEST_F(PodRunnerTest, ProgressDeadlineExceededWithoutReadyPod) {
 
 TEST_F(PodRunnerTest, ReadinessProbedAggressivelyUntilReady) {
   int calls = 0;
-  driver_.setProbe([&calls](const FakePodDriver::FakePod&, const runtime::ProbeSpec&) { return ++calls >= 4; });
+  driver_.setProbe(
+      [&calls](const FakePodDriver::FakePod&, const runtime::ProbeSpec&) { return ++calls >= 4; });
   runner_->ensure(makeRevision("r1"));
   settle();
   EXPECT_EQ(calls, 1);
@@ -517,10 +531,7 @@ TEST_F(PodRunnerTest, LivenessFailureRestartsThePod) {
   EXPECT_EQ(driver_.stopCount(), 0);  // one failure of two
   advance(seconds(1));
   // stop() made the fake exit; wait until the runner saw it.
-  for (int i = 0; i < 5000 && !driver_.pod(first).destroyed; ++i) {
-    std::this_thread::sleep_for(milliseconds(1));
-    runner_->runOnce();
-  }
+  EXPECT_TRUE(settleUntil([&] { return driver_.pod(first).destroyed; }));
   EXPECT_EQ(driver_.stopCount(), 1);
   EXPECT_TRUE(driver_.pod(first).destroyed);
   alive = true;
@@ -555,10 +566,7 @@ TEST_F(PodRunnerTest, RemoveStopsAndDestroysAllPods) {
   settle();
   ASSERT_EQ(driver_.livePods().size(), 2u);
   runner_->remove("default", "r1");
-  for (int i = 0; i < 5000 && !driver_.livePods().empty(); ++i) {
-    std::this_thread::sleep_for(milliseconds(1));
-    runner_->runOnce();
-  }
+  EXPECT_TRUE(settleUntil([&] { return driver_.livePods().empty(); }));
   EXPECT_TRUE(driver_.livePods().empty());
   EXPECT_EQ(driver_.stopCount(), 2);
   settle();
@@ -579,7 +587,8 @@ TEST_F(PodRunnerTest, AdoptsRunningPodsOfLiveRevisionsAndDestroysTheRest) {
     a.running = running;
     return a;
   };
-  driver_.setExisting({pod("r1-aaaa", "r1", true, 11), pod("r1-dead", "r1", false, 12), pod("gone-bbbb", "gone", true, 13)});
+  driver_.setExisting(
+      {pod("r1-aaaa", "r1", true, 11), pod("r1-dead", "r1", false, 12), pod("gone-bbbb", "gone", true, 13)});
   ASSERT_TRUE(runner_->adoptExisting({"default/r1"}).isOk());
   auto destroyed = driver_.destroyed();
   std::sort(destroyed.begin(), destroyed.end());
@@ -641,7 +650,7 @@ TEST_F(PodRunnerTest, ThreadedModeConvergesWithRealPool) {
   PodRunner runner(driver, time_, o);
   runner.start();
   runner.ensure(makeRevision("r1", {{"autoscaling.knative.dev/initial-scale", "3"}}));
-  for (int i = 0; i < 5000 && runner.readyPods("default/r1") < 3; ++i) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_TRUE(eventually([&] { return runner.readyPods("default/r1") >= 3; }));
   EXPECT_EQ(runner.readyPods("default/r1"), 3);
   runner.shutdownAndDestroyAll();
   EXPECT_TRUE(driver.livePods().empty());
@@ -782,7 +791,8 @@ TEST_F(WarmPoolTest, WakeThawsTheFrozenPodFirstThenRefills) {
   int resume_at = callIndex("resume " + warm_id);
   ASSERT_GE(resume_at, 0);
   auto calls = driver_.calls();
-  for (int i = static_cast<int>(before); i < resume_at; ++i) EXPECT_NE(calls[i].rfind("create ", 0), 0u) << "at " << i << ": " << calls[i];
+  for (int i = static_cast<int>(before); i < resume_at; ++i)
+    EXPECT_NE(calls[i].rfind("create ", 0), 0u) << "at " << i << ": " << calls[i];
   EXPECT_EQ(driver_.createCount(), creates + 1) << "exactly one refill";
   auto warm = podsIn(PodState::kWarm);
   ASSERT_EQ(warm.size(), 1u);
@@ -919,7 +929,8 @@ TEST_F(WarmPoolTest, WarmPodBeforeWarmingPod) {
   deployAtZero({{kWarmPoolAnnotation, "1"}});
   std::string frozen = podsIn(PodState::kWarm).at(0).pod_id;
   // A second pool pod that cannot pass readiness stays warming.
-  driver_.setProbe([&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == frozen; });
+  driver_.setProbe(
+      [&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == frozen; });
   runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "2"}}));
   settle();
   auto warm = warmPods();
@@ -958,9 +969,11 @@ TEST_F(WarmPoolTest, PoolRespectsMaxScale) {
   EXPECT_EQ(runner_->warmPool("default/r1").target, 0);
   // Back to zero: the pool comes back to its cap.
   runner_->setDesiredScale("default/r1", 0);
-  ASSERT_TRUE(settleUntil([&] { return podsIn(PodState::kWarm).size() == 2 && runner_->readyPods("default/r1") == 0; }));
+  ASSERT_TRUE(settleUntil(
+      [&] { return podsIn(PodState::kWarm).size() == 2 && runner_->readyPods("default/r1") == 0; }));
   // The legacy camelCase key is honoured too.
-  runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "3"}, {"autoscaling.knative.dev/maxScale", "1"}}));
+  runner_->ensure(
+      makeRevision("r1", {{kWarmPoolAnnotation, "3"}, {"autoscaling.knative.dev/maxScale", "1"}}));
   ASSERT_TRUE(settleUntil([&] { return podsIn(PodState::kWarm).size() == 1; }));
 }
 
@@ -986,7 +999,8 @@ TEST_F(WarmPoolTest, MinScaleAboveZeroEmptiesThePool) {
   deployAtZero({{kWarmPoolAnnotation, "2"}});
   ASSERT_EQ(podsIn(PodState::kWarm).size(), 2u);
   runner_->setDesiredScale("default/r1", 1);
-  runner_->ensure(makeRevision("r1", {{kWarmPoolAnnotation, "2"}, {"autoscaling.knative.dev/min-scale", "1"}}));
+  runner_->ensure(
+      makeRevision("r1", {{kWarmPoolAnnotation, "2"}, {"autoscaling.knative.dev/min-scale", "1"}}));
   ASSERT_TRUE(settleUntil([&] { return warmPods().empty() && driver_.livePods().size() == 1; }));
   EXPECT_EQ(runner_->warmPool("default/r1").target, 0);
   EXPECT_EQ(runner_->readyPods("default/r1"), 1);
@@ -1016,7 +1030,8 @@ TEST_F(WarmPoolTest, RestartDestroysWarmPodsAndRefills) {
     return a;
   };
   // A serving pod, a frozen warm pod (PAUSED) and a created warm pod (CREATED).
-  driver_.setExisting({pod("r1-serving", true, false, 11), pod("r1-frozen", true, true, 12), pod("r1-created", false, false, 13)});
+  driver_.setExisting({pod("r1-serving", true, false, 11), pod("r1-frozen", true, true, 12),
+                       pod("r1-created", false, false, 13)});
   ASSERT_TRUE(runner_->adoptExisting({"default/r1"}).isOk());
   auto destroyed = driver_.destroyed();
   std::sort(destroyed.begin(), destroyed.end());
@@ -1117,7 +1132,10 @@ TEST_F(PodRunnerTest, RestartReplacesPodsOneByOneKeepingTheDesiredReadyCount) {
     bool any_old = false;
     for (const std::string& id : driver_.livePods()) any_old = any_old || old.count(id) > 0;
     done = !any_old && eps.size() == 2u;
-    std::this_thread::sleep_for(milliseconds(1));  // the fake's wait() threads deliver stop exits
+    // The fake's wait() threads deliver the stops' exits: every one issued so
+    // far has reached the runner before time moves on.
+    ASSERT_TRUE(eventually([&] { return runner_->exitsReceived() >= driver_.stopCount(); }))
+        << "step " << step;
   }
   ASSERT_TRUE(done) << "the old pods were not all replaced";
   EXPECT_EQ(driver_.createCount(), 4);
@@ -1153,7 +1171,8 @@ TEST_F(PodRunnerTest, RestartKeepsTheOldPodWhileNewPodsFailToStart) {
   runner_->ensure(makeRevision("r1"));
   settle();
   std::string old = driver_.createdPods().at(0);
-  driver_.setProbe([&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == old; });
+  driver_.setProbe(
+      [&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == old; });
   runner_->restart("default/r1");
   for (int i = 0; i < 30; ++i) advance(seconds(1));
   EXPECT_EQ(endpointIds(*runner_), std::set<std::string>{old});
@@ -1179,7 +1198,8 @@ TEST_F(PodRunnerTest, ScaleToZeroDuringARestartStopsTheReplacedPods) {
   runner_->ensure(makeRevision("r1"));
   settle();
   std::string old = driver_.createdPods().at(0);
-  driver_.setProbe([&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == old; });
+  driver_.setProbe(
+      [&](const FakePodDriver::FakePod& p, const runtime::ProbeSpec&) { return p.handle.pod_id == old; });
   runner_->restart("default/r1");
   settle();
   runner_->setDesiredScale("default/r1", 0);

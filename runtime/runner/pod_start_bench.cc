@@ -40,9 +40,12 @@ int main(int argc, char** argv) {
   int runs = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--testapp") testapp = argv[i + 1];
-    else if (a == "--mkimage") mkimage = argv[i + 1];
-    else if (a == "--runs") runs = std::atoi(argv[i + 1]);
+    if (a == "--testapp")
+      testapp = argv[i + 1];
+    else if (a == "--mkimage")
+      mkimage = argv[i + 1];
+    else if (a == "--runs")
+      runs = std::atoi(argv[i + 1]);
   }
   if (testapp.empty() || mkimage.empty() || ::geteuid() != 0) {
     std::cerr << "usage (root): knap-bench-pod-start --testapp PATH --mkimage PATH [--runs 20]\n";
@@ -51,12 +54,13 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/knap-bench-XXXXXX";
   std::string dir = ::mkdtemp(tmpl);
   std::string tar = dir + "/app.tar";
-  std::string cmd = mkimage + " --out " + tar + " --name " + kImage + " --file " + testapp +
-                    ":/app/knap-testapp --entrypoint /app/knap-testapp --user app --workdir /app --expose 8080 >/dev/null";
+  std::string cmd =
+      mkimage + " --out " + tar + " --name " + kImage + " --file " + testapp +
+      ":/app/knap-testapp --entrypoint /app/knap-testapp --user app --workdir /app --expose 8080 >/dev/null";
   if (std::system(cmd.c_str()) != 0) return 1;
   knap::containerd::ContainerdClient::Options co;
   co.ns = "knap-bench";
-  knap::containerd::ContainerdClient client(co);
+  knap::containerd::ContainerdClient client(co, knap::RealTimeSource::instance());
   if (auto r = knap::containerd::importImageArchive(client, tar); !r.isOk()) {
     std::cerr << "import: " << r.status().toString() << "\n";
     return 1;
@@ -94,8 +98,8 @@ int main(int argc, char** argv) {
   }
   for (int i = 0; i < runs; ++i) {
     auto t0 = Clock::now();
-    std::string c = "ctr -n knap-bench run --rm " + std::string(kImage) + " knap-bench-ctr-" + std::to_string(i) +
-                    " /app/knap-testapp --fail-start >/dev/null 2>&1";
+    std::string c = "ctr -n knap-bench run --rm " + std::string(kImage) + " knap-bench-ctr-" +
+                    std::to_string(i) + " /app/knap-testapp --fail-start >/dev/null 2>&1";
     (void)std::system(c.c_str());
     ctr_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }

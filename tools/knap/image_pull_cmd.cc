@@ -22,14 +22,19 @@ namespace knap::cli {
 namespace {
 
 const char* kPullUsage =
-    "usage: knap image pull IMAGE [--config FILE] [--platform os/arch] [--containerd-socket PATH] [--namespace NS]\n";
+    "usage: knap image pull IMAGE [--config FILE] [--platform os/arch] [--containerd-socket PATH] "
+    "[--namespace NS]\n";
 
 std::string humanBytes(int64_t b) {
   char buf[32];
-  if (b >= (1 << 30)) std::snprintf(buf, sizeof buf, "%.2f GB", b / double(1 << 30));
-  else if (b >= (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f MB", b / double(1 << 20));
-  else if (b >= (1 << 10)) std::snprintf(buf, sizeof buf, "%.1f kB", b / double(1 << 10));
-  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  if (b >= (1 << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GB", b / double(1 << 30));
+  else if (b >= (1 << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MB", b / double(1 << 20));
+  else if (b >= (1 << 10))
+    std::snprintf(buf, sizeof buf, "%.1f kB", b / double(1 << 10));
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
   return buf;
 }
 
@@ -45,10 +50,11 @@ class ProgressDisplay {
       if (p.phase == phase_) return;
       phase_ = p.phase;
       if (p.phase == "fetching") {
-        std::cerr << "fetching " << p.blobs_total << " blobs (" << humanBytes(p.bytes_total) << ")" << std::endl;
-      } else if (p.phase == "done") {
-        std::cerr << "done: " << p.blobs_done << "/" << p.blobs_total << " blobs, " << humanBytes(p.bytes_done)
+        std::cerr << "fetching " << p.blobs_total << " blobs (" << humanBytes(p.bytes_total) << ")"
                   << std::endl;
+      } else if (p.phase == "done") {
+        std::cerr << "done: " << p.blobs_done << "/" << p.blobs_total << " blobs, "
+                  << humanBytes(p.bytes_done) << std::endl;
       } else {
         std::cerr << p.phase << " " << p.image << std::endl;
       }
@@ -68,7 +74,8 @@ class ProgressDisplay {
     char line[256];
     std::snprintf(line, sizeof line, "\r%-10s [%s] %3d%%  %s / %s  %d/%d blobs  %s/s\033[K", p.phase.c_str(),
                   bar.c_str(), static_cast<int>(frac * 100), humanBytes(p.bytes_done).c_str(),
-                  humanBytes(p.bytes_total).c_str(), p.blobs_done, p.blobs_total, humanBytes(int64_t(rate)).c_str());
+                  humanBytes(p.bytes_total).c_str(), p.blobs_done, p.blobs_total,
+                  humanBytes(int64_t(rate)).c_str());
     std::cerr << line << std::flush;
     drawn_ = true;
   }
@@ -100,10 +107,14 @@ int cmdImagePull(const std::vector<std::string>& args) {
       }
       return args[++i];
     };
-    if (a == "--config") config_path = value();
-    else if (a == "--platform") platform = value();
-    else if (a == "--containerd-socket") socket = value();
-    else if (a == "--namespace" || a == "-n") ns = value();
+    if (a == "--config")
+      config_path = value();
+    else if (a == "--platform")
+      platform = value();
+    else if (a == "--containerd-socket")
+      socket = value();
+    else if (a == "--namespace" || a == "-n")
+      ns = value();
     else if (a == "-h" || a == "--help") {
       std::cout << kPullUsage;
       return 0;
@@ -128,7 +139,8 @@ int cmdImagePull(const std::vector<std::string>& args) {
     std::cerr << "error: pull " << image << ": " << images::pullFailureReason(s) << ": " << msg << "\n";
     return 1;
   };
-  if (config_path.empty() && std::filesystem::exists("/etc/knap/config.yaml")) config_path = "/etc/knap/config.yaml";
+  if (config_path.empty() && std::filesystem::exists("/etc/knap/config.yaml"))
+    config_path = "/etc/knap/config.yaml";
   Config config = defaultConfig();
   if (!config_path.empty()) {
     auto loaded = loadConfigFile(config_path);
@@ -144,10 +156,11 @@ int cmdImagePull(const std::vector<std::string>& args) {
 #ifdef KNAP_CLI_HAVE_CONTAINERD
   log::setMinLevel(log::Level::kError);  // the error line says it all
   containerd::ContainerdClient::Options o;
-  o.address = config.knap.containerd_socket.rfind("unix://", 0) == 0 ? config.knap.containerd_socket
-                                                                      : "unix://" + config.knap.containerd_socket;
+  o.address = config.knap.containerd_socket.rfind("unix://", 0) == 0
+                  ? config.knap.containerd_socket
+                  : "unix://" + config.knap.containerd_socket;
   o.ns = config.knap.containerd_namespace;
-  containerd::ContainerdClient client(o);
+  containerd::ContainerdClient client(o, RealTimeSource::instance());
   auto puller = images::makeRegistryPuller(config, std::make_unique<containerd::ContainerdImageStore>(client),
                                            RealTimeSource::instance());
   if (!puller.isOk()) return fail(puller.status());

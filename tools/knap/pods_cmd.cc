@@ -4,11 +4,11 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
+#include "common/clock.h"
 #include "common/pod_logs.h"
 
 #ifdef KNAP_CLI_HAVE_CONTAINERD
@@ -63,22 +63,31 @@ int cmdLogs(const std::vector<std::string>& args) {
       }
       return args[++i];
     };
-    if (a == "-f" || a == "--follow") follow = true;
-    else if (a == "-n" || a == "--namespace") ns = value();
-    else if (a == "--data-dir") data_dir = value();
-    else if (a == "-c" || a == "--container") container = value();
-    else if (a == "--all-containers") all_containers = true;
+    if (a == "-f" || a == "--follow")
+      follow = true;
+    else if (a == "-n" || a == "--namespace")
+      ns = value();
+    else if (a == "--data-dir")
+      data_dir = value();
+    else if (a == "-c" || a == "--container")
+      container = value();
+    else if (a == "--all-containers")
+      all_containers = true;
     else if (!a.empty() && a[0] == '-') {
-      std::cerr << "Error: unknown flag " << a << "\nusage: knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] [--data-dir DIR]\n";
+      std::cerr << "Error: unknown flag " << a
+                << "\nusage: knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] "
+                   "[--data-dir DIR]\n";
       return 2;
-    } else if (name.empty()) name = a;
+    } else if (name.empty())
+      name = a;
     else {
       std::cerr << "Error: one SERVICE or REVISION name\n";
       return 2;
     }
   }
   if (name.empty()) {
-    std::cerr << "usage: knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] [--data-dir DIR]\n";
+    std::cerr << "usage: knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] "
+                 "[--data-dir DIR]\n";
     return 2;
   }
   auto collect = [&]() {
@@ -145,7 +154,8 @@ int cmdLogs(const std::vector<std::string>& args) {
 }
 
 int cmdImage(const std::vector<std::string>& args) {
-  const char* usage = "usage: knap image import FILE [--name NAME] [--containerd-socket PATH] [--namespace NS]\n";
+  const char* usage =
+      "usage: knap image import FILE [--name NAME] [--containerd-socket PATH] [--namespace NS]\n";
   if (args.empty() || args[0] != "import") {
     std::cerr << usage;
     return 2;
@@ -160,13 +170,17 @@ int cmdImage(const std::vector<std::string>& args) {
       }
       return args[++i];
     };
-    if (a == "--name") name = value();
-    else if (a == "--containerd-socket") socket = value();
-    else if (a == "--namespace" || a == "-n") ns = value();
+    if (a == "--name")
+      name = value();
+    else if (a == "--containerd-socket")
+      socket = value();
+    else if (a == "--namespace" || a == "-n")
+      ns = value();
     else if (!a.empty() && a[0] == '-') {
       std::cerr << "Error: unknown flag " << a << "\n" << usage;
       return 2;
-    } else if (file.empty()) file = a;
+    } else if (file.empty())
+      file = a;
     else {
       std::cerr << usage;
       return 2;
@@ -180,7 +194,7 @@ int cmdImage(const std::vector<std::string>& args) {
   containerd::ContainerdClient::Options o;
   o.address = "unix://" + socket;
   o.ns = ns;
-  containerd::ContainerdClient client(o);
+  containerd::ContainerdClient client(o, RealTimeSource::instance());
   containerd::ImportOptions io;
   io.name = name;
   auto r = containerd::importImageArchive(client, fs::absolute(file).string(), io);
@@ -188,7 +202,8 @@ int cmdImage(const std::vector<std::string>& args) {
     std::cerr << "Error: import " << file << ": " << r.status().message() << "\n";
     return 1;
   }
-  std::cout << "imported " << r->name << " (" << r->manifest_digest << ") into containerd namespace " << ns << "\n";
+  std::cout << "imported " << r->name << " (" << r->manifest_digest << ") into containerd namespace " << ns
+            << "\n";
   return 0;
 #else
   (void)name;
