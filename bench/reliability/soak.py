@@ -58,7 +58,8 @@ class Soak:
         with open(cfg, "w") as f:
             f.write("knap:\n"
                     f"  data-dir: {self.data}\n  api-listen: 127.0.0.1:{self.api}\n"
-                    f"  router-listen: 127.0.0.1:{self.router}\n  containerd-namespace: {self.ns}\n"
+                    f"  router-listen: 127.0.0.1:{self.router}\n  metrics-listen: 127.0.0.1:0\n"
+                    f"  containerd-namespace: {self.ns}\n"
                     f"  bridge-name: {self.bridge}\n  pod-subnet: 10.216.{tag}.0/24\n"
                     "autoscaler:\n  stable-window: 6s\n  panic-window-percentage: 20\n  scale-to-zero-grace-period: 1s\n")
         self.proc = None
@@ -105,10 +106,30 @@ class Soak:
             time.sleep(0.2)
         raise SystemExit(f"timed out: {what}\n" + open(self.log.name).read()[-3000:])
 
+    @staticmethod
+    def frozen(pod_id):
+        """True when the pod's cgroup freezer (v1 freezer.state, v2 cgroup.freeze) says frozen: knapd freezes
+        a warm pod there, so containerd still shows its task RUNNING (as tests/e2e/test_warm_pool.py)."""
+        for path, want in ((f"/sys/fs/cgroup/freezer/knap/{pod_id}/freezer.state", ("FROZEN", "FREEZING")),
+                           (f"/sys/fs/cgroup/knap/{pod_id}/cgroup.freeze", ("1",))):
+            try:
+                with open(path) as f:
+                    return f.read().strip() in want
+            except OSError:
+                continue
+        return False
+
     def tasks(self, status=None):
-        """The namespace's tasks (all, or those in `status`, e.g. RUNNING: a warm-pool pod is PAUSED)."""
-        rows = [line.split() for line in sh("ctr", "-n", self.ns, "tasks", "ls").splitlines()[1:]]
-        return len([r for r in rows if r and (status is None or r[-1] == status)])
+        """The namespace's tasks (all, or those in `status`, e.g. RUNNING: a warm-pool pod is PAUSED, or
+        RUNNING in a frozen cgroup, which counts as PAUSED here)."""
+        n = 0
+        for r in [line.split() for line in sh("ctr", "-n", self.ns, "tasks", "ls").splitlines()[1:]]:
+            if not r:
+                continue
+            st = "PAUSED" if r[-1] == "RUNNING" and self.frozen(r[0]) else r[-1]
+            if status is None or st == status:
+                n += 1
+        return n
 
     def ready(self, name):
         code, body = self.req("GET", f"{API}/{name}")
