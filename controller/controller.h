@@ -81,6 +81,8 @@ class Controller {
   Stats stats() const;
   // See Reconcilers::setCertificateStatus; before start().
   void setCertificateStatus(const CertificateStatus* status) { reconcilers_.setCertificateStatus(status); }
+  // See Reconcilers::setIngressStatus; before start().
+  void setIngressStatus(const IngressStatus* status) { reconcilers_.setIngressStatus(status); }
 
   // Reconciles one key synchronously (with conflict retries) and fans out to
   // related keys as the worker would. For tests and tools.

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -256,6 +257,42 @@ TEST_F(ControllerTest, CertificateProvisionedFollowsTheCertificateSource) {
   EXPECT_EQ(cond(r, "CertificateProvisioned").status, "True");
   EXPECT_EQ(ready(r), "True");
   EXPECT_EQ(ready(get("Service", "hello")), "True");
+}
+
+// With an ingress source (the daemon's data plane), a Route is Ready only
+// once the router serves its traffic; the same traffic stays Ready after.
+TEST_F(ControllerTest, IngressReadyWaitsForTheRouterToServeTheTraffic) {
+  struct FakeIngress : IngressStatus {
+    std::set<std::string> served;  // "ns/name\n" + fingerprint
+    bool programmed(const std::string& ns, const std::string& name, const std::string& fp) const override {
+      return served.count(ns + "/" + name + "\n" + fp) > 0;
+    }
+  } ingress;
+  makeController();
+  ctl_->setIngressStatus(&ingress);
+  createReadyService("hello");
+  json r = get("Route", "hello");
+  ASSERT_EQ(r["status"]["traffic"][0]["revisionName"], "hello-00001");
+  EXPECT_EQ(cond(r, "AllTrafficAssigned").status, "True");
+  EXPECT_EQ(cond(r, "IngressReady").status, "Unknown");
+  EXPECT_EQ(cond(r, "IngressReady").reason, "IngressNotConfigured");
+  EXPECT_EQ(ready(r), "Unknown");
+  EXPECT_EQ(ready(get("Service", "hello")), "Unknown");
+
+  ingress.served.insert(std::string(kNs) + "/hello\n" + programFingerprint(r));
+  ctl_->enqueue(Key{"Route", kNs, "hello"});
+  settle();
+  r = get("Route", "hello");
+  EXPECT_EQ(cond(r, "IngressReady").status, "True");
+  EXPECT_EQ(ready(r), "True");
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+
+  // The source forgets (a restarted knapd whose router has not reported
+  // yet): the same traffic stays Ready.
+  ingress.served.clear();
+  ctl_->enqueue(Key{"Route", kNs, "hello"});
+  settle();
+  EXPECT_EQ(ready(get("Route", "hello")), "True");
 }
 
 TEST_F(ControllerTest, SecondReconcileWritesNothing) {

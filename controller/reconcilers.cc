@@ -603,7 +603,16 @@ Status Reconcilers::reconcileRoute(const Key& key) {
   ConditionState ingress;
   if (problems.empty()) {
     st["traffic"] = traffic;
-    ingress = conditionTrue();
+    // Ready only once the router serves this traffic (the data plane
+    // re-queues the Route when it has), or when the last status already
+    // said so for the same traffic (a restarted knapd's router may not have
+    // reported yet; it serves what is stored before it listens).
+    const std::string fingerprint = programFingerprint(json{{"status", st}});
+    const bool served = ingress_ == nullptr || ingress_->programmed(key.ns, key.name, fingerprint) ||
+                        (conditionStateOf(old_status, "IngressReady").status == "True" &&
+                         programFingerprint(json{{"status", old_status}}) == fingerprint);
+    ingress = served ? conditionTrue()
+                     : conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
   } else {
     // Keep serving the last traffic that did resolve until the new one can.
     if (old_status.contains("traffic")) {

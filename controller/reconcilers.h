@@ -21,6 +21,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "controller/certificate_status.h"
+#include "controller/ingress_status.h"
 #include "controller/object_cache.h"
 #include "controller/revision_backend.h"
 #include "store/store.h"
@@ -51,6 +52,10 @@ class Reconcilers {
   // ACME client); nullptr (the default) = certificates are the operator's.
   // Set before the controller starts.
   void setCertificateStatus(const CertificateStatus* status) { certificates_ = status; }
+  // The source of IngressReady: whether the router serves the Route's
+  // traffic yet. nullptr (the default) = as soon as the traffic resolves.
+  // Set before the controller starts.
+  void setIngressStatus(const IngressStatus* status) { ingress_ = status; }
 
  private:
   // Writes desired over current when they differ; returns the stored result.
@@ -75,6 +80,7 @@ class Reconcilers {
   TimeSource& clock_;
   const Config& config_;
   const CertificateStatus* certificates_ = nullptr;
+  const IngressStatus* ingress_ = nullptr;
   // What backend.ensure() last saw per revision (uid, labels, annotations,
   // spec), so ensure() runs on create/change only and cannot feed a loop
   // through the backend's change callback. Kept as compact JSON text: a

@@ -290,4 +290,15 @@ std::map<std::string, HostTarget> hostTable(const Config& config, const std::vec
   return out;
 }
 
+std::string programFingerprint(const nlohmann::json& route) {
+  if (!route.is_object()) return "";
+  auto it = route.find("status");
+  if (it == route.end() || !it->is_object()) return "";
+  const nlohmann::json* st = &*it;
+  std::string out = st->contains("url") && (*st)["url"].is_string() ? (*st)["url"].get<std::string>() : "";
+  out += '\n';
+  if (st->contains("traffic")) out += (*st)["traffic"].dump();
+  return out;
+}
+
 }  // namespace knap::controller

@@ -117,4 +117,10 @@ struct HostTarget {
 // computed are skipped. Never fails.
 std::map<std::string, HostTarget> hostTable(const Config& config, const std::vector<nlohmann::json>& routes);
 
+// What the router's table takes from one Route (status.url and
+// status.traffic), as text: the reconciler's desired status and the data
+// plane's stored copy agree on it exactly when the data plane serves what
+// the status says (controller/ingress_status.h).
+std::string programFingerprint(const nlohmann::json& route);
+
 }  // namespace knap::controller

@@ -289,7 +289,11 @@ void DataPlane::syncRoutes() {
     return;
   }
   std::vector<json> bodies;
-  for (auto& r : *routes) bodies.push_back(std::move(r.body));
+  std::map<std::string, std::string> programmed;  // "ns/name" -> programFingerprint
+  for (auto& r : *routes) {
+    programmed[r.key.ns + "/" + r.key.name] = controller::programFingerprint(r.body);
+    bodies.push_back(std::move(r.body));
+  }
   std::vector<router::HostGroup> groups;
   std::map<std::string, std::vector<std::string>> external_hosts;
   std::map<std::string, std::pair<std::string, std::string>> host_routes;
@@ -344,6 +348,30 @@ void DataPlane::syncRoutes() {
   }
   // After host_routes_: a new host's state change looks its Route up.
   if (acme_ != nullptr && config_.network.externalDomainTls()) acme_->setHosts(hosts);
+  // The router serves these Routes now: re-queue the ones whose traffic is
+  // new, so their IngressReady turns True (controller/ingress_status.h).
+  std::vector<std::string> changed;
+  {
+    std::lock_guard<std::mutex> lock(programmed_mu_);
+    for (const auto& [key, fingerprint] : programmed) {
+      auto it = programmed_.find(key);
+      if (it == programmed_.end() || it->second != fingerprint) changed.push_back(key);
+    }
+    programmed_ = std::move(programmed);
+  }
+  if (on_route_programmed_) {
+    for (const std::string& key : changed) {
+      const size_t slash = key.find('/');
+      on_route_programmed_(key.substr(0, slash), key.substr(slash + 1));
+    }
+  }
+}
+
+bool DataPlane::routeProgrammed(const std::string& ns, const std::string& name,
+                                const std::string& fingerprint) const {
+  std::lock_guard<std::mutex> lock(programmed_mu_);
+  auto it = programmed_.find(ns + "/" + name);
+  return it != programmed_.end() && it->second == fingerprint;
 }
 
 bool DataPlane::routeOfHost(const std::string& host, std::string* ns, std::string* name) const {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,15 @@ class DataPlane {
   // changes; false when none does. Any thread.
   bool routeOfHost(const std::string& host, std::string* ns, std::string* name) const;
 
+  // Whether the router's table was last built from Route ns/name with this
+  // controller::programFingerprint (controller/ingress_status.h). Any thread.
+  bool routeProgrammed(const std::string& ns, const std::string& name, const std::string& fingerprint) const;
+  // Called (on the sync thread) for each Route whose fingerprint the router
+  // now serves for the first time; the daemon re-queues the Route. Before start().
+  void setOnRouteProgrammed(std::function<void(const std::string& ns, const std::string& name)> fn) {
+    on_route_programmed_ = std::move(fn);
+  }
+
   router::Router& router() { return *router_; }
   scaler::ScalerDriver& scaler() { return *driver_; }
 
@@ -99,6 +109,9 @@ class DataPlane {
   acme::CertificateManager* acme_ = nullptr;
   mutable std::mutex hosts_mu_;
   std::map<std::string, std::pair<std::string, std::string>> host_routes_;  // external host -> (ns, route)
+  mutable std::mutex programmed_mu_;
+  std::map<std::string, std::string> programmed_;  // "ns/name" -> programFingerprint the router serves
+  std::function<void(const std::string&, const std::string&)> on_route_programmed_;
 
   const Config& config_;
   store::Store& store_;

@@ -2,6 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "controller/route_urls.h"
+#include "store/sqlite_store.h"
+
 namespace knap::daemon {
 namespace {
 
@@ -45,6 +52,84 @@ TEST(ToScalerSettingsTest, MapsEveryKnob) {
   EXPECT_DOUBLE_EQ(s.target_value, 140);
   EXPECT_FALSE(s.reachable);
   EXPECT_TRUE(scaler::validateSettings(s).isOk());
+}
+
+// The runtime's side, for a DataPlane without pods.
+struct NoPods : scaler::PodCounter, scaler::ScaleTarget {
+  int readyPods(const std::string&) override { return 0; }
+  void setDesiredScale(const std::string&, int) override {}
+  void scaleStatusChanged(const std::string&, const scaler::ScaleOutcome&) override {}
+};
+
+json routeWithTraffic(const std::string& revision) {
+  return {{"apiVersion", "serving.knative.dev/v1"},
+          {"kind", "Route"},
+          {"metadata", {{"name", "hello"}, {"namespace", "default"}}},
+          {"spec", {{"traffic", json::array({{{"revisionName", revision}, {"percent", 100}}})}}},
+          {"status",
+           {{"url", "http://hello.default.example.com"},
+            {"traffic", json::array({{{"revisionName", revision}, {"percent", 100}, {"latestRevision", false}}})}}}};
+}
+
+// A Route's IngressReady waits for the router to serve its traffic: the
+// data plane says which status (programFingerprint) its table was built
+// from, and re-queues the Route (the callback) when that changes.
+TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
+  RealTimeSource clock;
+  auto opened = store::SqliteStore::open(":memory:", clock);
+  ASSERT_TRUE(opened.isOk()) << opened.status().message();
+  auto store = std::move(opened).value();
+  Config config = defaultConfig();
+  config.domain.domains = {{"example.com", {}}};
+  config.knap.router_listen = "127.0.0.1:0";
+  NoPods pods;
+  DataPlane dp(config, *store, clock, pods, pods, nullEventRecorder());
+  std::mutex mu;
+  std::vector<std::string> calls;
+  dp.setOnRouteProgrammed([&](const std::string& ns, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu);
+    calls.push_back(ns + "/" + name);
+  });
+  ASSERT_TRUE(dp.start().isOk());
+  auto callsSoon = [&](size_t n) {  // the sync thread is asynchronous: a generous bound
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (calls.size() >= n) return calls.size();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    return calls.size();
+  };
+
+  json v1 = routeWithTraffic("hello-00001");
+  auto created = store->create(store::Key{"Route", "default", "hello"}, v1);
+  ASSERT_TRUE(created.isOk()) << created.status().message();
+  ASSERT_EQ(callsSoon(1), 1u);
+  EXPECT_EQ(calls[0], "default/hello");
+  EXPECT_TRUE(dp.routeProgrammed("default", "hello", controller::programFingerprint(v1)));
+  EXPECT_FALSE(dp.routeProgrammed("default", "other", controller::programFingerprint(v1)));
+
+  // A new split: the old status is no longer what the router serves.
+  json v2 = routeWithTraffic("hello-00002");
+  auto updated = store->update(store::Key{"Route", "default", "hello"}, v2, created->resource_version);
+  ASSERT_TRUE(updated.isOk()) << updated.status().message();
+  ASSERT_EQ(callsSoon(2), 2u);
+  EXPECT_TRUE(dp.routeProgrammed("default", "hello", controller::programFingerprint(v2)));
+  EXPECT_FALSE(dp.routeProgrammed("default", "hello", controller::programFingerprint(v1)));
+
+  // A change outside url/traffic (a label) is served already: no call.
+  json v3 = v2;
+  v3["metadata"]["labels"] = {{"team", "a"}};
+  ASSERT_TRUE(store->update(store::Key{"Route", "default", "hello"}, v3, updated->resource_version).isOk());
+  json other = routeWithTraffic("x-00001");
+  other["metadata"]["name"] = "x";
+  other["status"]["url"] = "http://x.default.example.com";
+  ASSERT_TRUE(store->create(store::Key{"Route", "default", "x"}, other).isOk());
+  ASSERT_EQ(callsSoon(3), 3u);  // only the new Route
+  EXPECT_EQ(calls[2], "default/x");
+  dp.stop();
 }
 
 }  // namespace

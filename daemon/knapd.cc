@@ -260,6 +260,18 @@ int run(int argc, char** argv) {
       LOG(INFO) << "ACME: certificates for external hosts from " << config.knap.acme_directory;
     }
   }
+  // IngressReady (and so Ready) only once the router serves a Route's traffic.
+  struct DataPlaneIngress : controller::IngressStatus {
+    DataPlane* data_plane = nullptr;
+    bool programmed(const std::string& ns, const std::string& name, const std::string& fingerprint) const override {
+      return data_plane->routeProgrammed(ns, name, fingerprint);
+    }
+  } ingress_status;
+  ingress_status.data_plane = &data_plane;
+  controller.setIngressStatus(&ingress_status);
+  data_plane.setOnRouteProgrammed([&controller](const std::string& ns, const std::string& name) {
+    controller.enqueue({"Route", ns, name});
+  });
   (*runtime)->setEndpointsListener([&data_plane](const std::string& revision,
                                                   const std::vector<router::Endpoint>& endpoints,
                                                   const router::WakeInfo& wake, uint64_t version) {

@@ -25,6 +25,19 @@ ninja -C "$BUILD" || { echo "build failed"; exit 1; }
 
 unit_rc=0
 meson test -C "$BUILD" --print-errorlogs --num-processes 2 || unit_rc=$?
+# The names of failing suites, printed again at the very end (a CI log's tail
+# is often all that is kept).
+unit_failed=""
+if ((unit_rc != 0)); then
+  unit_failed=$(/usr/bin/python3 -c 'import json,sys
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    if t.get("result") not in ("OK", "SKIP", "EXPECTEDFAIL"):
+        print(t.get("name"), t.get("result"), "after", round(t.get("duration", 0)), "s")
+        for failed in sorted({l.strip() for l in (t.get("stdout") or "").splitlines() if "[  FAILED  ]" in l}):
+            print("  ", failed)' \
+    "$BUILD/meson-logs/testlog.json" 2>/dev/null || true)
+fi
 
 e2e_rc=0
 if [[ "${1:-}" != "--unit" ]]; then
@@ -41,6 +54,7 @@ if [[ "${1:-}" != "--unit" ]]; then
 fi
 
 if ((unit_rc != 0 || e2e_rc != 0 || package_rc != 0)); then
+  [[ -n "$unit_failed" ]] && echo "failing unit suites:" && echo "$unit_failed"
   echo "FAILED: unit tests rc=$unit_rc, end-to-end tests rc=$e2e_rc, package test rc=$package_rc"
   exit 1
 fi
