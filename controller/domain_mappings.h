@@ -11,7 +11,9 @@
 // Pure functions of their arguments; thread-safe.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,5 +42,8 @@ struct DomainTarget {
 // once (the mapping created first keeps it).
 std::vector<DomainTarget> domainTargets(const Config& config, const std::vector<nlohmann::json>& mappings,
                                         const std::vector<nlohmann::json>& routes);
+// The same over Routes already reduced to their RouteHosts, by (namespace, name).
+std::vector<DomainTarget> domainTargets(const std::vector<nlohmann::json>& mappings,
+                                        const std::map<std::pair<std::string, std::string>, const RouteHosts*>& routes);
 
 }  // namespace knap::controller

@@ -245,9 +245,16 @@ void DataPlane::onStoreEvent(const store::Event& event) {
       certs_dirty_ = true;
       return;
     }
-    if (kind == "Route" || kind == "DomainMapping") routes_dirty_ = true;
-    // A Route change moves routingState (reachability) of revisions too.
-    revisions_dirty_ = true;
+    const std::string key = event.object.key.ns + "/" + event.object.key.name;
+    if (kind == "Revision") {
+      // Reachability (routingState) is the Revision's own label: a Route
+      // change that moves it is a Revision event too.
+      changed_revisions_.insert(key);
+      revisions_dirty_ = true;
+    } else {
+      (kind == "Route" ? changed_routes_ : changed_mappings_).insert(key);
+      routes_dirty_ = true;
+    }
   }
   cv_.notify_all();
 }
@@ -266,13 +273,17 @@ void DataPlane::syncLoop() {
     if (stopping_) break;
     bool routes = routes_dirty_, revisions = revisions_dirty_, certs = tls_ && certs_dirty_;
     routes_dirty_ = revisions_dirty_ = certs_dirty_ = false;
+    std::set<std::string> changed_routes, changed_revisions, changed_mappings;
+    changed_routes.swap(changed_routes_);
+    changed_revisions.swap(changed_revisions_);
+    changed_mappings.swap(changed_mappings_);
     const bool files_due = poll_files && std::chrono::steady_clock::now() >= next_file_poll;
     if (files_due) next_file_poll = std::chrono::steady_clock::now() + kCertFilePoll;
     lock.unlock();
     // Each step is guarded on its own: one that throws (a stored object of a
     // shape no code expected) is logged and the others still run.
-    if (revisions) runGuarded("data plane: sync revisions", [this] { syncRevisions(); });  // configs first
-    if (routes) runGuarded("data plane: sync routes", [this] { syncRoutes(); });
+    if (revisions) runGuarded("data plane: sync revisions", [&] { syncRevisions(changed_revisions); });  // configs first
+    if (routes) runGuarded("data plane: sync routes", [&] { syncRoutes(changed_routes, changed_mappings); });
     if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
     if (tls_ && (certs || routes || files_due)) {
       // After the routes: Secrets serve the routed hosts of their namespace.
@@ -282,22 +293,62 @@ void DataPlane::syncLoop() {
   }
 }
 
-void DataPlane::syncRoutes() {
-  auto routes = store_.list("Route", "");
-  if (!routes.isOk()) {
-    LOG(WARNING) << "data plane: cannot list routes: " << routes.status().message();
+namespace {
+
+// Brings `kept` ("ns/name" -> T) up to date for `kind`: everything listed
+// when `listed` is false (then true on success), else only the `changed`
+// keys, read one by one (gone: erased). `make` reduces a stored body to T.
+// False when the store failed (the next sync lists again).
+template <typename T, typename Make>
+bool refresh(store::Store& store, const std::string& kind, const std::set<std::string>& changed, bool& listed,
+             std::map<std::string, T>& kept, Make make) {
+  if (!listed) {
+    auto all = store.list(kind, "");
+    if (!all.isOk()) {
+      LOG(WARNING) << "data plane: cannot list " << kind << "s: " << all.status().message();
+      return false;
+    }
+    kept.clear();
+    for (const store::Object& o : *all) kept.emplace(o.key.ns + "/" + o.key.name, make(o.body));
+    listed = true;
+    return true;
+  }
+  for (const std::string& key : changed) {
+    const size_t slash = key.find('/');
+    auto got = store.get(store::Key{kind, key.substr(0, slash), key.substr(slash + 1)});
+    if (got.isOk()) {
+      kept.insert_or_assign(key, make(got->body));
+    } else if (got.status().code() == Code::kNotFound) {
+      kept.erase(key);
+    } else {
+      LOG(WARNING) << "data plane: cannot read " << kind << " " << key << ": " << got.status().message();
+      listed = false;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void DataPlane::syncRoutes(const std::set<std::string>& changed_routes, const std::set<std::string>& changed_mappings) {
+  if (!refresh(store_, "Route", changed_routes, routes_listed_, routes_, [this](const json& body) {
+        return RouteEntry{controller::routeHosts(config_, body), controller::programFingerprint(body)};
+      })) {
     return;
   }
-  std::vector<json> bodies;
   std::map<std::string, std::string> programmed;  // "ns/name" -> programFingerprint
-  for (auto& r : *routes) {
-    programmed[r.key.ns + "/" + r.key.name] = controller::programFingerprint(r.body);
-    bodies.push_back(std::move(r.body));
+  std::vector<const controller::RouteHosts*> route_hosts;
+  std::map<std::pair<std::string, std::string>, const controller::RouteHosts*> by_name;
+  for (const auto& [key, entry] : routes_) {
+    programmed[key] = entry.fingerprint;
+    route_hosts.push_back(&entry.hosts);
+    by_name[{entry.hosts.ns, entry.hosts.name}] = &entry.hosts;
   }
   std::vector<router::HostGroup> groups;
   std::map<std::string, std::vector<std::string>> external_hosts;
   std::map<std::string, std::pair<std::string, std::string>> host_routes;
-  for (const auto& [host, target] : controller::hostTable(config_, bodies)) {
+  for (const auto& [host, target] : controller::hostTable(route_hosts)) {
     if (!target.split.cluster_local) {
       external_hosts[target.ns].push_back(host);
       host_routes[host] = {target.ns, target.route};
@@ -315,13 +366,11 @@ void DataPlane::syncRoutes() {
   }
   // DomainMappings: a plain external host entry per mapped domain with the
   // target Route's main split, after the Routes' own hosts (which win a clash).
-  auto mappings = store_.list("DomainMapping", "");
-  if (!mappings.isOk()) {
-    LOG(WARNING) << "data plane: cannot list domain mappings: " << mappings.status().message();
-  } else {
+  if (refresh(store_, "DomainMapping", changed_mappings, mappings_listed_, mappings_,
+              [](const json& body) { return body; })) {
     std::vector<json> dms;
-    for (auto& m : *mappings) dms.push_back(std::move(m.body));
-    for (const controller::DomainTarget& t : controller::domainTargets(config_, dms, bodies)) {
+    for (const auto& [key, m] : mappings_) dms.push_back(m);
+    for (const controller::DomainTarget& t : controller::domainTargets(dms, by_name)) {
       router::HostGroup g;
       g.namespace_name = t.ns;
       g.route_name = t.route;
@@ -527,52 +576,76 @@ void DataPlane::syncCertificates() {
   router_->setCertificates(std::move(table));
 }
 
-void DataPlane::syncRevisions() {
-  auto revisions = store_.list("Revision", "");
-  if (!revisions.isOk()) {
-    LOG(WARNING) << "data plane: cannot list revisions: " << revisions.status().message();
+void DataPlane::syncRevisions(const std::set<std::string>& changed) {
+  if (!revisions_listed_) {
+    auto revisions = store_.list("Revision", "");
+    if (!revisions.isOk()) {
+      LOG(WARNING) << "data plane: cannot list revisions: " << revisions.status().message();
+      return;
+    }
+    std::set<std::string> live;
+    for (const auto& obj : *revisions) {
+      std::string key = obj.key.ns + "/" + obj.key.name;
+      applyRevision(key, obj.body);
+      live.insert(std::move(key));
+    }
+    std::vector<std::string> gone;
+    for (const auto& [key, fingerprint] : known_revisions_) {
+      if (!live.count(key)) gone.push_back(key);
+    }
+    for (const std::string& key : gone) forgetRevision(key);
+    revisions_listed_ = true;
     return;
   }
-  std::set<std::string> live;
-  for (const auto& obj : *revisions) {
-    const json& rev = obj.body;
-    std::string key = obj.key.ns + "/" + obj.key.name;
-    live.insert(key);
-    const api::RevisionSettings settings = api::revisionSettings(rev, config_);
-    const json& md = member(rev, "metadata");
-    bool reachable = member(member(md, "labels"), api::labels::kRoutingState) != "reserve";
-    // Only re-apply when what the data plane uses changed.
-    std::string fingerprint = member(rev, "spec").dump() + member(md, "annotations").dump() + (reachable ? "r" : "u");
-    auto known = known_revisions_.find(key);
-    if (known != known_revisions_.end() && known->second == fingerprint) continue;
-
-    router::RevisionConfig rc;
-    rc.container_concurrency = static_cast<int>(settings.container_concurrency);
-    rc.timeout = settings.timeout;
-    rc.response_start_timeout = settings.response_start_timeout;
-    rc.idle_timeout = settings.idle_timeout;
-    router_->setRevisionConfig(key, rc);
-
-    if (!settings.errors.empty()) {
-      LOG(WARNING) << "revision " << key << ": settings: " << settings.status().message();
-      continue;
+  // Only the Revisions whose events arrived: one read and parse each.
+  for (const std::string& key : changed) {
+    const size_t slash = key.find('/');
+    auto got = store_.get(store::Key{"Revision", key.substr(0, slash), key.substr(slash + 1)});
+    if (got.isOk()) {
+      applyRevision(key, got->body);
+    } else if (got.status().code() == Code::kNotFound) {
+      forgetRevision(key);
+    } else {
+      LOG(WARNING) << "data plane: cannot read revision " << key << ": " << got.status().message();
+      revisions_listed_ = false;  // the next sync lists them all
     }
-    auto st = driver_->addRevision(key, toScalerSettings(settings, reachable));
-    if (!st.isOk()) {
-      LOG(WARNING) << "revision " << key << ": scaler: " << st.message();
-      continue;
-    }
-    known_revisions_[key] = fingerprint;
   }
-  for (auto it = known_revisions_.begin(); it != known_revisions_.end();) {
-    if (live.count(it->first)) {
-      ++it;
-      continue;
-    }
-    driver_->removeRevision(it->first);
-    router_->removeRevision(it->first);
-    it = known_revisions_.erase(it);
+}
+
+void DataPlane::applyRevision(const std::string& key, const json& rev) {
+  const json& md = member(rev, "metadata");
+  bool reachable = member(member(md, "labels"), api::labels::kRoutingState) != "reserve";
+  // Only re-apply when what the data plane uses changed.
+  std::string fingerprint = member(rev, "spec").dump() + member(md, "annotations").dump() + (reachable ? "r" : "u");
+  auto known = known_revisions_.find(key);
+  if (known != known_revisions_.end() && known->second == fingerprint) return;
+  const api::RevisionSettings settings = api::revisionSettings(rev, config_);
+
+  router::RevisionConfig rc;
+  rc.container_concurrency = static_cast<int>(settings.container_concurrency);
+  rc.timeout = settings.timeout;
+  rc.response_start_timeout = settings.response_start_timeout;
+  rc.idle_timeout = settings.idle_timeout;
+  router_->setRevisionConfig(key, rc);
+
+  if (!settings.errors.empty()) {
+    LOG(WARNING) << "revision " << key << ": settings: " << settings.status().message();
+    return;
   }
+  auto st = driver_->addRevision(key, toScalerSettings(settings, reachable));
+  if (!st.isOk()) {
+    LOG(WARNING) << "revision " << key << ": scaler: " << st.message();
+    return;
+  }
+  known_revisions_[key] = fingerprint;
+}
+
+// Also for a Revision never applied (its settings were refused): the router
+// may hold its config.
+void DataPlane::forgetRevision(const std::string& key) {
+  driver_->removeRevision(key);
+  router_->removeRevision(key);
+  known_revisions_.erase(key);
 }
 
 }  // namespace knap::daemon

@@ -17,8 +17,14 @@
 // list and its directory <data-dir>/acme/certs is read exactly like the
 // certificates directory (after it: an operator's file wins).
 //
-// Threading: store events only mark work dirty (never block the store's
-// writer); one sync thread rebuilds from the store. The ScalerTicker runs on
+// Threading: store events only note which objects changed (never block the
+// store's writer); one sync thread brings the router up to date from the
+// store. The first sync lists every Route, Revision and DomainMapping; after
+// that a sync reads and parses only the objects that changed (each Route is
+// kept reduced to its hosts and splits, each Revision to a fingerprint of
+// what the data plane applied), so a change costs O(changed objects), not
+// O(all objects), in the store and in JSON parsing; the routing table is
+// then re-assembled from the kept parts. The ScalerTicker runs on
 // its own thread. setEndpoints() may be called from any thread.
 #pragma once
 
@@ -27,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +45,7 @@
 #include "common/event_recorder.h"
 #include "common/status.h"
 #include "common/tls.h"
+#include "controller/route_urls.h"
 #include "router/router.h"
 #include "scaler/driver.h"
 #include "store/store.h"
@@ -102,8 +110,11 @@ class DataPlane {
  private:
   void onStoreEvent(const store::Event& event);
   void syncLoop();
-  void syncRoutes();
-  void syncRevisions();
+  // `changed`: "ns/name" of the objects whose store events arrived since the last sync.
+  void syncRoutes(const std::set<std::string>& changed_routes, const std::set<std::string>& changed_mappings);
+  void syncRevisions(const std::set<std::string>& changed);
+  void applyRevision(const std::string& key, const nlohmann::json& rev);
+  void forgetRevision(const std::string& key);
   void syncCertificates();
   bool tls_ = false;
   acme::CertificateManager* acme_ = nullptr;
@@ -129,9 +140,19 @@ class DataPlane {
   bool revisions_dirty_ = true;
   bool certs_dirty_ = true;  // a Secret changed
   bool stopping_ = false;
+  std::set<std::string> changed_routes_, changed_revisions_, changed_mappings_;  // "ns/name", under mu_
   std::thread sync_thread_;
   std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
   // Sync thread only:
+  bool routes_listed_ = false;     // routes_ holds every Route (false: the next sync lists)
+  bool mappings_listed_ = false;   // mappings_ holds every DomainMapping
+  bool revisions_listed_ = false;  // known_revisions_ reflects every Revision
+  struct RouteEntry {
+    controller::RouteHosts hosts;
+    std::string fingerprint;  // controller::programFingerprint
+  };
+  std::map<std::string, RouteEntry> routes_;       // "ns/name" -> the Route reduced to what the table needs
+  std::map<std::string, nlohmann::json> mappings_;  // "ns/name" -> DomainMapping
   std::map<std::string, std::vector<std::string>> external_hosts_;  // namespace -> routed external hosts
   std::map<std::string, LoadedCert> file_certs_;    // "<dir>/<name>" -> loaded pair
   std::map<std::string, LoadedCert> secret_certs_;  // "ns/name" -> loaded Secret

@@ -8,6 +8,7 @@
 
 #include "controller/route_urls.h"
 #include "store/sqlite_store.h"
+#include "tests/fakes/faulty_store.h"
 
 namespace knap::daemon {
 namespace {
@@ -129,6 +130,76 @@ TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
   ASSERT_TRUE(store->create(store::Key{"Route", "default", "x"}, other).isOk());
   ASSERT_EQ(callsSoon(3), 3u);  // only the new Route
   EXPECT_EQ(calls[2], "default/x");
+  dp.stop();
+}
+
+// Polls `pred` for up to 10 s (the sync thread is asynchronous).
+template <typename Pred>
+bool soon(Pred pred) {
+  for (int i = 0; i < 1000; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+// After the first sync, a change reads only the object that changed: no
+// list, one read per change (it used to list and parse every Route and
+// every Revision on each change, O(objects) per change).
+TEST(DataPlaneTest, AChangeReadsOnlyTheChangedObject) {
+  RealTimeSource clock;
+  auto opened = store::SqliteStore::open(":memory:", clock);
+  ASSERT_TRUE(opened.isOk()) << opened.status().message();
+  auto store = std::move(opened).value();
+  testing::FaultyStore seen(*store);  // what the data plane reads through
+  Config config = defaultConfig();
+  config.domain.domains = {{"example.com", {}}};
+  config.knap.router_listen = "127.0.0.1:0";
+  auto route = [](int i, const std::string& revision) {
+    json r = routeWithTraffic(revision);
+    r["metadata"]["name"] = "r" + std::to_string(i);
+    r["status"]["url"] = "http://r" + std::to_string(i) + ".default.example.com";
+    return r;
+  };
+  auto revision = [](const std::string& name) {
+    return json{{"apiVersion", "serving.knative.dev/v1"},
+                {"kind", "Revision"},
+                {"metadata", {{"name", name}, {"namespace", "default"}}},
+                {"spec", {{"containers", json::array({{{"image", "example.com/app"}}})}}}};
+  };
+  constexpr int kRoutes = 20;
+  for (int i = 0; i < kRoutes; ++i) {
+    const std::string rev = "r" + std::to_string(i) + "-00001";
+    ASSERT_TRUE(store->create(store::Key{"Revision", "default", rev}, revision(rev)).isOk());
+    ASSERT_TRUE(store->create(store::Key{"Route", "default", "r" + std::to_string(i)}, route(i, rev)).isOk());
+  }
+  NoPods pods;
+  DataPlane dp(config, seen, clock, pods, pods, nullEventRecorder());
+  ASSERT_TRUE(dp.start().isOk());
+  // The first sync lists everything.
+  ASSERT_TRUE(soon([&] {
+    return dp.router().revisionCount() == kRoutes &&
+           dp.routeProgrammed("default", "r19", controller::programFingerprint(route(19, "r19-00001")));
+  }));
+  seen.resetCounters();
+
+  // One Route changes.
+  auto r3 = store->get(store::Key{"Route", "default", "r3"});
+  ASSERT_TRUE(r3.isOk());
+  json v2 = route(3, "r3-00002");
+  ASSERT_TRUE(store->update(r3->key, v2, r3->resource_version).isOk());
+  ASSERT_TRUE(soon([&] { return dp.routeProgrammed("default", "r3", controller::programFingerprint(v2)); }));
+  // One Revision is added, one deleted, one Route deleted.
+  ASSERT_TRUE(store->create(store::Key{"Revision", "default", "r3-00002"}, revision("r3-00002")).isOk());
+  ASSERT_TRUE(soon([&] { return dp.router().revisionCount() == kRoutes + 1; }));
+  ASSERT_TRUE(store->remove(store::Key{"Revision", "default", "r5-00001"}).isOk());
+  ASSERT_TRUE(soon([&] { return dp.router().revisionCount() == kRoutes; }));
+  ASSERT_TRUE(store->remove(store::Key{"Route", "default", "r7"}).isOk());
+  ASSERT_TRUE(soon([&] { return !dp.routeProgrammed("default", "r7", controller::programFingerprint(route(7, "r7-00001"))); }));
+  // The other Routes are still served.
+  EXPECT_TRUE(dp.routeProgrammed("default", "r19", controller::programFingerprint(route(19, "r19-00001"))));
+  EXPECT_EQ(seen.lists, 0) << "a change must not list a kind";
+  EXPECT_LE(seen.gets, 4) << "one read per changed object";
   dp.stop();
 }
 
