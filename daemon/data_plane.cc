@@ -332,19 +332,16 @@ bool refresh(store::Store& store, const std::string& kind, const std::set<std::s
 }  // namespace
 
 void DataPlane::syncRoutes(const std::set<std::string>& changed_routes, const std::set<std::string>& changed_mappings) {
+  if (!routes_listed_) unprogrammed_all_ = true;
+  unprogrammed_.insert(changed_routes.begin(), changed_routes.end());  // until a table with them is applied
   if (!refresh(store_, "Route", changed_routes, routes_listed_, routes_, [this](const json& body) {
         return RouteEntry{controller::routeHosts(config_, body), controller::programFingerprint(body)};
       })) {
     return;
   }
-  std::map<std::string, std::string> programmed;  // "ns/name" -> programFingerprint
   std::vector<const controller::RouteHosts*> route_hosts;
-  std::map<std::pair<std::string, std::string>, const controller::RouteHosts*> by_name;
-  for (const auto& [key, entry] : routes_) {
-    programmed[key] = entry.fingerprint;
-    route_hosts.push_back(&entry.hosts);
-    by_name[{entry.hosts.ns, entry.hosts.name}] = &entry.hosts;
-  }
+  route_hosts.reserve(routes_.size());
+  for (const auto& [key, entry] : routes_) route_hosts.push_back(&entry.hosts);
   std::vector<router::HostGroup> groups;
   std::map<std::string, std::vector<std::string>> external_hosts;
   std::map<std::string, std::pair<std::string, std::string>> host_routes;
@@ -370,6 +367,10 @@ void DataPlane::syncRoutes(const std::set<std::string>& changed_routes, const st
               [](const json& body) { return body; })) {
     std::vector<json> dms;
     for (const auto& [key, m] : mappings_) dms.push_back(m);
+    std::map<std::pair<std::string, std::string>, const controller::RouteHosts*> by_name;
+    if (!dms.empty()) {
+      for (const auto& [key, entry] : routes_) by_name[{entry.hosts.ns, entry.hosts.name}] = &entry.hosts;
+    }
     for (const controller::DomainTarget& t : controller::domainTargets(dms, by_name)) {
       router::HostGroup g;
       g.namespace_name = t.ns;
@@ -399,15 +400,36 @@ void DataPlane::syncRoutes(const std::set<std::string>& changed_routes, const st
   if (acme_ != nullptr && config_.network.externalDomainTls()) acme_->setHosts(hosts);
   // The router serves these Routes now: re-queue the ones whose traffic is
   // new, so their IngressReady turns True (controller/ingress_status.h).
+  // Only the Routes changed since the last applied table are compared
+  // (all of them after a full list).
   std::vector<std::string> changed;
   {
     std::lock_guard<std::mutex> lock(programmed_mu_);
-    for (const auto& [key, fingerprint] : programmed) {
-      auto it = programmed_.find(key);
-      if (it == programmed_.end() || it->second != fingerprint) changed.push_back(key);
+    if (unprogrammed_all_) {
+      std::map<std::string, std::string> programmed;  // "ns/name" -> programFingerprint
+      for (const auto& [key, entry] : routes_) {
+        auto it = programmed_.find(key);
+        if (it == programmed_.end() || it->second != entry.fingerprint) changed.push_back(key);
+        programmed.emplace(key, entry.fingerprint);
+      }
+      programmed_ = std::move(programmed);
+    } else {
+      for (const std::string& key : unprogrammed_) {
+        auto entry = routes_.find(key);
+        if (entry == routes_.end()) {
+          programmed_.erase(key);
+          continue;
+        }
+        auto it = programmed_.find(key);
+        if (it == programmed_.end() || it->second != entry->second.fingerprint) {
+          changed.push_back(key);
+          programmed_[key] = entry->second.fingerprint;
+        }
+      }
     }
-    programmed_ = std::move(programmed);
   }
+  unprogrammed_all_ = false;
+  unprogrammed_.clear();
   if (on_route_programmed_) {
     for (const std::string& key : changed) {
       const size_t slash = key.find('/');

@@ -146,6 +146,9 @@ class DataPlane {
   // Sync thread only:
   bool routes_listed_ = false;     // routes_ holds every Route (false: the next sync lists)
   bool mappings_listed_ = false;   // mappings_ holds every DomainMapping
+  // Routes changed since the router last got a table (all of them: after a full list).
+  std::set<std::string> unprogrammed_;
+  bool unprogrammed_all_ = false;
   bool revisions_listed_ = false;  // known_revisions_ reflects every Revision
   struct RouteEntry {
     controller::RouteHosts hosts;
