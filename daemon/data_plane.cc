@@ -17,6 +17,7 @@
 #include "common/guard.h"
 #include "common/log.h"
 #include "controller/domain_mappings.h"
+#include "controller/object_util.h"
 #include "controller/route_urls.h"
 
 namespace knap::daemon {
@@ -335,7 +336,9 @@ void DataPlane::syncRoutes(const std::set<std::string>& changed_routes, const st
   if (!routes_listed_) unprogrammed_all_ = true;
   unprogrammed_.insert(changed_routes.begin(), changed_routes.end());  // until a table with them is applied
   if (!refresh(store_, "Route", changed_routes, routes_listed_, routes_, [this](const json& body) {
-        return RouteEntry{controller::routeHosts(config_, body), controller::programFingerprint(body)};
+        const json& status = member(body, "status");
+        const bool ready = status.is_object() && controller::conditionStateOf(status, "IngressReady").status == "True";
+        return RouteEntry{controller::routeHosts(config_, body), controller::programFingerprint(body), ready};
       })) {
     return;
   }
@@ -432,6 +435,9 @@ void DataPlane::syncRoutes(const std::set<std::string>& changed_routes, const st
   unprogrammed_.clear();
   if (on_route_programmed_) {
     for (const std::string& key : changed) {
+      // A Route whose stored status already says IngressReady for this
+      // traffic needs no reconcile (after a restart: every Route).
+      if (auto e = routes_.find(key); e != routes_.end() && e->second.ingress_ready) continue;
       const size_t slash = key.find('/');
       on_route_programmed_(key.substr(0, slash), key.substr(slash + 1));
     }

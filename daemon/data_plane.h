@@ -152,7 +152,8 @@ class DataPlane {
   bool revisions_listed_ = false;  // known_revisions_ reflects every Revision
   struct RouteEntry {
     controller::RouteHosts hosts;
-    std::string fingerprint;  // controller::programFingerprint
+    std::string fingerprint;     // controller::programFingerprint
+    bool ingress_ready = false;  // its stored status says IngressReady True (for this fingerprint)
   };
   std::map<std::string, RouteEntry> routes_;       // "ns/name" -> the Route reduced to what the table needs
   std::map<std::string, nlohmann::json> mappings_;  // "ns/name" -> DomainMapping

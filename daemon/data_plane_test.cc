@@ -130,6 +130,22 @@ TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
   ASSERT_TRUE(store->create(store::Key{"Route", "default", "x"}, other).isOk());
   ASSERT_EQ(callsSoon(3), 3u);  // only the new Route
   EXPECT_EQ(calls[2], "default/x");
+
+  // A Route whose stored status already says IngressReady (a restarted
+  // knapd's Routes) is served but not re-queued.
+  json ready = routeWithTraffic("y-00001");
+  ready["metadata"]["name"] = "y";
+  ready["status"]["url"] = "http://y.default.example.com";
+  ready["status"]["conditions"] = json::array({{{"type", "IngressReady"}, {"status", "True"}}});
+  ASSERT_TRUE(store->create(store::Key{"Route", "default", "y"}, ready).isOk());
+  for (int i = 0; i < 1000 && !dp.routeProgrammed("default", "y", controller::programFingerprint(ready)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(dp.routeProgrammed("default", "y", controller::programFingerprint(ready)));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(calls.size(), 3u);
+  }
   dp.stop();
 }
 
