@@ -43,8 +43,16 @@ std::string domainMappingRoute(const json& dm) {
 
 std::vector<DomainTarget> domainTargets(const Config& config, const std::vector<json>& mappings,
                                         const std::vector<json>& routes) {
-  std::map<std::pair<std::string, std::string>, const json*> by_name;
-  for (const json& r : routes) by_name[{metaString(r, "namespace"), metaString(r, "name")}] = &r;
+  std::vector<RouteHosts> each;
+  each.reserve(routes.size());
+  for (const json& r : routes) each.push_back(routeHosts(config, r));
+  std::map<std::pair<std::string, std::string>, const RouteHosts*> by_name;
+  for (const RouteHosts& r : each) by_name[{r.ns, r.name}] = &r;
+  return domainTargets(mappings, by_name);
+}
+
+std::vector<DomainTarget> domainTargets(const std::vector<json>& mappings,
+                                        const std::map<std::pair<std::string, std::string>, const RouteHosts*>& by_name) {
   std::vector<const json*> ordered;
   for (const json& dm : mappings) ordered.push_back(&dm);
   auto sortKey = [](const json* m) {
@@ -59,9 +67,7 @@ std::vector<DomainTarget> domainTargets(const Config& config, const std::vector<
     if (route.empty() || host.empty() || out.count(host)) continue;
     auto it = by_name.find({ns, route});
     if (it == by_name.end()) continue;
-    auto table = routingTable(config, *it->second);
-    if (!table.isOk()) continue;
-    for (const HostSplit& split : *table) {
+    for (const HostSplit& split : it->second->splits) {
       if (!split.tag.empty() || split.revisions.empty()) continue;
       out.emplace(host, DomainTarget{host, ns, route, split});
       break;

@@ -11,7 +11,9 @@
 // Pure functions of their arguments; thread-safe.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +42,9 @@ struct DomainTarget {
 // once (the mapping created first keeps it).
 std::vector<DomainTarget> domainTargets(const Config& config, const std::vector<nlohmann::json>& mappings,
                                         const std::vector<nlohmann::json>& routes);
+// The same over Routes already reduced to their RouteHosts, by (namespace, name).
+std::vector<DomainTarget> domainTargets(const std::vector<nlohmann::json>& mappings,
+                                        const std::map<std::pair<std::string, std::string>, const RouteHosts*>& routes);
 
 // What the router's table takes from a DomainMapping itself (its spec.ref;
 // the host is its name), as text, for IngressReady

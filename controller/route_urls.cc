@@ -264,21 +264,30 @@ StatusOr<std::vector<HostSplit>> routingTable(const Config& config, const nlohma
 }
 
 std::map<std::string, HostTarget> hostTable(const Config& config, const std::vector<nlohmann::json>& routes) {
-  std::vector<const nlohmann::json*> ordered;
-  for (const auto& r : routes) ordered.push_back(&r);
-  auto sortKey = [](const nlohmann::json* r) {
-    return std::make_tuple(metaString(*r, "creationTimestamp"), metaString(*r, "namespace"), metaString(*r, "name"));
-  };
+  std::vector<RouteHosts> each;
+  each.reserve(routes.size());
+  for (const auto& r : routes) each.push_back(routeHosts(config, r));
+  std::vector<const RouteHosts*> ptrs;
+  for (const RouteHosts& r : each) ptrs.push_back(&r);
+  return hostTable(ptrs);
+}
+
+RouteHosts routeHosts(const Config& config, const nlohmann::json& route) {
+  RouteHosts out{metaString(route, "creationTimestamp"), metaString(route, "namespace"), metaString(route, "name"), {}};
+  auto table = routingTable(config, route);
+  if (table.isOk()) out.splits = std::move(*table);
+  return out;
+}
+
+std::map<std::string, HostTarget> hostTable(const std::vector<const RouteHosts*>& routes) {
+  std::vector<const RouteHosts*> ordered = routes;
+  auto sortKey = [](const RouteHosts* r) { return std::tie(r->creation_timestamp, r->ns, r->name); };
   std::stable_sort(ordered.begin(), ordered.end(),
-                   [&](const nlohmann::json* a, const nlohmann::json* b) { return sortKey(a) < sortKey(b); });
+                   [&](const RouteHosts* a, const RouteHosts* b) { return sortKey(a) < sortKey(b); });
   std::map<std::string, HostTarget> out;
-  for (const nlohmann::json* r : ordered) {
-    auto table = routingTable(config, *r);
-    if (!table.isOk()) continue;
-    for (const HostSplit& split : *table) {
-      for (const std::string& host : split.hosts) {
-        out.try_emplace(host, HostTarget{metaString(*r, "namespace"), metaString(*r, "name"), split});
-      }
+  for (const RouteHosts* r : ordered) {
+    for (const HostSplit& split : r->splits) {
+      for (const std::string& host : split.hosts) out.try_emplace(host, HostTarget{r->ns, r->name, split});
     }
   }
   return out;

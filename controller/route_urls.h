@@ -117,6 +117,18 @@ struct HostTarget {
 // computed are skipped. Never fails.
 std::map<std::string, HostTarget> hostTable(const Config& config, const std::vector<nlohmann::json>& routes);
 
+// One Route's part of the host table, computed once per Route change (the
+// data plane keeps one per Route instead of re-reading every Route on each
+// change): its routingTable() (empty when its hosts cannot be computed) and
+// what orders it against another Route claiming the same host.
+struct RouteHosts {
+  std::string creation_timestamp, ns, name;
+  std::vector<HostSplit> splits;
+};
+RouteHosts routeHosts(const Config& config, const nlohmann::json& route);
+// hostTable() over Routes already reduced to their RouteHosts.
+std::map<std::string, HostTarget> hostTable(const std::vector<const RouteHosts*>& routes);
+
 // What the router's table takes from one Route (status.url and
 // status.traffic), as text: the reconciler's desired status and the data
 // plane's stored copy agree on it exactly when the data plane serves what

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "api/resources.h"
 #include "api/revision_settings.h"
@@ -19,6 +18,7 @@
 #include "common/log.h"
 #include "common/string_util.h"
 #include "controller/domain_mappings.h"
+#include "controller/object_util.h"
 #include "controller/route_urls.h"
 
 namespace knap::daemon {
@@ -99,21 +99,26 @@ scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& r, bool rea
   return s;
 }
 
-StatusOr<std::pair<std::string, int>> listenAddress(const std::string& listen, const std::string& what) {
-  auto hp = splitHostPort(listen);
-  if (!hp)
-    return invalidArgument(what + ": \"" + listen + "\" is not host:port (IPv6 in brackets, port 0..65535)");
-  return std::make_pair(hp->host, hp->port);
+StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return invalidArgument(what + ": \"" + listen + "\" is not host:port");
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = -1;
+  try {
+    port = std::stoi(listen.substr(colon + 1));
+  } catch (...) {
+  }
+  if (port < 0 || port > 65535) return invalidArgument(what + ": bad port in \"" + listen + "\"");
+  return std::make_pair(host, port);
 }
 
 DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock,
                      scaler::PodCounter& pods, scaler::ScaleTarget& scale, EventRecorder& events,
                      int router_fd, int router_tls_fd)
-    : config_(config),
-      store_(store),
-      clock_(clock),
-      router_fd_(router_fd),
-      sync_loop_(clock, "data plane sync loop") {
+    : config_(config), store_(store), clock_(clock), router_fd_(router_fd) {
   router::RouterOptions options;
   options.external_fd = router_fd;
   tls_ = !config.knap.router_tls_listen.empty() || router_tls_fd >= 0;
@@ -121,7 +126,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     options.tls_fd = router_tls_fd;
     options.http_protocol = httpProtocol(config.network.http_protocol);
     if (router_tls_fd < 0) {
-      auto https = listenAddress(config.knap.router_tls_listen, "knap.router-tls-listen");
+      auto https = splitHostPort(config.knap.router_tls_listen, "knap.router-tls-listen");
       if (!https.isOk()) {
         init_status_ = https.status();
       } else {
@@ -144,7 +149,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   // Requests that arrive before the first route sync wait for it (a
   // restarted knapd has not loaded its routes yet), never 404.
   options.startup_hold = config.knap.router_startup_hold;
-  auto external = listenAddress(config.knap.router_listen, "knap.router-listen");
+  auto external = splitHostPort(config.knap.router_listen, "knap.router-listen");
   if (!external.isOk()) {
     init_status_ = external.status();
   } else {
@@ -152,7 +157,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     options.port = external->second;
   }
   if (!config.knap.router_internal_listen.empty()) {
-    auto internal = listenAddress(config.knap.router_internal_listen, "knap.router-internal-listen");
+    auto internal = splitHostPort(config.knap.router_internal_listen, "knap.router-internal-listen");
     if (!internal.isOk()) {
       init_status_ = internal.status();
     } else {
@@ -161,7 +166,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
     }
   }
   if (!config.knap.metrics_listen.empty()) {
-    auto admin = listenAddress(config.knap.metrics_listen, "knap.metrics-listen");
+    auto admin = splitHostPort(config.knap.metrics_listen, "knap.metrics-listen");
     if (!admin.isOk()) {
       init_status_ = admin.status();
     } else {
@@ -188,9 +193,7 @@ Status DataPlane::start() {
   KNAP_RETURN_IF_ERROR(init_status_);
   KNAP_RETURN_IF_ERROR(router_->start());
   listener_id_ = store_.addListener([this](const store::Event& e) { onStoreEvent(e); });
-  poll_files_ = tls_ && (!config_.knap.router_tls_certificates_dir.empty() || acme_ != nullptr);
-  next_file_poll_ = clock_.monotonic();
-  sync_loop_.start([this] { return syncStep(); });
+  sync_thread_ = std::thread([this] { runRestarting("data plane sync loop", [this] { syncLoop(); }); });
   ticker_->start();
   if (router_fd_ >= 0) {
     LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port()
@@ -216,8 +219,9 @@ void DataPlane::stop() {
     if (stopping_) return;
     stopping_ = true;
   }
+  cv_.notify_all();
   if (listener_id_ >= 0) store_.removeListener(listener_id_);
-  sync_loop_.stop();
+  if (sync_thread_.joinable()) sync_thread_.join();
   ticker_->stop();
   router_->stop();
 }
@@ -241,54 +245,112 @@ void DataPlane::onStoreEvent(const store::Event& event) {
       certs_dirty_ = true;
       return;
     }
-    if (kind == "Route" || kind == "DomainMapping") routes_dirty_ = true;
-    // A Route change moves routingState (reachability) of revisions too.
-    revisions_dirty_ = true;
+    const std::string key = event.object.key.ns + "/" + event.object.key.name;
+    if (kind == "Revision") {
+      // Reachability (routingState) is the Revision's own label: a Route
+      // change that moves it is a Revision event too.
+      changed_revisions_.insert(key);
+      revisions_dirty_ = true;
+    } else {
+      (kind == "Route" ? changed_routes_ : changed_mappings_).insert(key);
+      routes_dirty_ = true;
+    }
   }
-  sync_loop_.wake();
+  cv_.notify_all();
 }
 
-MonoTime DataPlane::syncStep() {
-  bool routes, revisions, certs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return MonoTime::max();
-    routes = routes_dirty_;
-    revisions = revisions_dirty_;
-    certs = tls_ && certs_dirty_;
+void DataPlane::syncLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool poll_files = tls_ && (!config_.knap.router_tls_certificates_dir.empty() || acme_ != nullptr);
+  auto next_file_poll = std::chrono::steady_clock::now();
+  while (!stopping_) {
+    auto work = [this] { return stopping_ || routes_dirty_ || revisions_dirty_ || (tls_ && certs_dirty_); };
+    if (poll_files) {
+      cv_.wait_until(lock, next_file_poll, work);
+    } else {
+      cv_.wait(lock, work);
+    }
+    if (stopping_) break;
+    bool routes = routes_dirty_, revisions = revisions_dirty_, certs = tls_ && certs_dirty_;
     routes_dirty_ = revisions_dirty_ = certs_dirty_ = false;
+    std::set<std::string> changed_routes, changed_revisions, changed_mappings;
+    changed_routes.swap(changed_routes_);
+    changed_revisions.swap(changed_revisions_);
+    changed_mappings.swap(changed_mappings_);
+    const bool files_due = poll_files && std::chrono::steady_clock::now() >= next_file_poll;
+    if (files_due) next_file_poll = std::chrono::steady_clock::now() + kCertFilePoll;
+    lock.unlock();
+    // Each step is guarded on its own: one that throws (a stored object of a
+    // shape no code expected) is logged and the others still run.
+    if (revisions)
+      runGuarded("data plane: sync revisions", [&] { syncRevisions(changed_revisions); });  // configs first
+    if (routes) runGuarded("data plane: sync routes", [&] { syncRoutes(changed_routes, changed_mappings); });
+    if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
+    if (tls_ && (certs || routes || files_due)) {
+      // After the routes: Secrets serve the routed hosts of their namespace.
+      runGuarded("data plane: sync certificates", [this] { syncCertificates(); });
+    }
+    lock.lock();
   }
-  const MonoTime now = clock_.monotonic();
-  const bool files_due = poll_files_ && now >= next_file_poll_;
-  if (files_due) next_file_poll_ = now + kCertFilePoll;
-  // Each step is guarded on its own: one that throws (a stored object of a
-  // shape no code expected) is logged and the others still run.
-  if (revisions) runGuarded("data plane: sync revisions", [this] { syncRevisions(); });  // configs first
-  if (routes) runGuarded("data plane: sync routes", [this] { syncRoutes(); });
-  if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
-  if (tls_ && (certs || routes || files_due)) {
-    // After the routes: Secrets serve the routed hosts of their namespace.
-    runGuarded("data plane: sync certificates", [this] { syncCertificates(); });
-  }
-  return poll_files_ ? next_file_poll_ : MonoTime::max();
 }
 
-void DataPlane::syncRoutes() {
-  auto routes = store_.list("Route", "");
-  if (!routes.isOk()) {
-    LOG(WARNING) << "data plane: cannot list routes: " << routes.status().message();
+namespace {
+
+// Brings `kept` ("ns/name" -> T) up to date for `kind`: everything listed
+// when `listed` is false (then true on success), else only the `changed`
+// keys, read one by one (gone: erased). `make` reduces a stored body to T.
+// False when the store failed (the next sync lists again).
+template <typename T, typename Make>
+bool refresh(store::Store& store, const std::string& kind, const std::set<std::string>& changed, bool& listed,
+             std::map<std::string, T>& kept, Make make) {
+  if (!listed) {
+    auto all = store.list(kind, "");
+    if (!all.isOk()) {
+      LOG(WARNING) << "data plane: cannot list " << kind << "s: " << all.status().message();
+      return false;
+    }
+    kept.clear();
+    for (const store::Object& o : *all) kept.emplace(o.key.ns + "/" + o.key.name, make(o.body));
+    listed = true;
+    return true;
+  }
+  for (const std::string& key : changed) {
+    const size_t slash = key.find('/');
+    auto got = store.get(store::Key{kind, key.substr(0, slash), key.substr(slash + 1)});
+    if (got.isOk()) {
+      kept.insert_or_assign(key, make(got->body));
+    } else if (got.status().code() == Code::kNotFound) {
+      kept.erase(key);
+    } else {
+      LOG(WARNING) << "data plane: cannot read " << kind << " " << key << ": " << got.status().message();
+      listed = false;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void DataPlane::syncRoutes(const std::set<std::string>& changed_routes,
+                           const std::set<std::string>& changed_mappings) {
+  if (!routes_listed_) unprogrammed_all_ = true;
+  unprogrammed_.insert(changed_routes.begin(), changed_routes.end());  // until a table with them is applied
+  if (!refresh(store_, "Route", changed_routes, routes_listed_, routes_, [this](const json& body) {
+        const json& status = valueAt(body, "status");
+        const bool ready =
+            status.is_object() && controller::conditionStateOf(status, "IngressReady").status == "True";
+        return RouteEntry{controller::routeHosts(config_, body), controller::programFingerprint(body), ready};
+      })) {
     return;
   }
-  std::vector<json> bodies;
-  std::vector<std::pair<store::Key, std::string>> served;  // what the new table serves, for IngressReady
-  for (auto& r : *routes) {
-    served.emplace_back(r.key, controller::programFingerprint(r.body));
-    bodies.push_back(std::move(r.body));
-  }
+  std::vector<const controller::RouteHosts*> route_hosts;
+  route_hosts.reserve(routes_.size());
+  for (const auto& [key, entry] : routes_) route_hosts.push_back(&entry.hosts);
   std::vector<router::HostGroup> groups;
   std::map<std::string, std::vector<std::string>> external_hosts;
   std::map<std::string, std::pair<std::string, std::string>> host_routes;
-  for (const auto& [host, target] : controller::hostTable(config_, bodies)) {
+  for (const auto& [host, target] : controller::hostTable(route_hosts)) {
     if (!target.split.cluster_local) {
       external_hosts[target.ns].push_back(host);
       host_routes[host] = {target.ns, target.route};
@@ -308,18 +370,20 @@ void DataPlane::syncRoutes() {
   }
   // DomainMappings: a plain external host entry per mapped domain with the
   // target Route's main split, after the Routes' own hosts (which win a clash).
-  auto mappings = store_.list("DomainMapping", "");
-  if (!mappings.isOk()) {
-    LOG(WARNING) << "data plane: cannot list domain mappings: " << mappings.status().message();
-  } else {
+  std::optional<std::map<std::string, std::string>> dm_served;  // "ns/name" -> domainFingerprint
+  if (refresh(store_, "DomainMapping", changed_mappings, mappings_listed_, mappings_,
+              [](const json& body) { return body; })) {
     std::vector<json> dms;
-    std::map<std::pair<std::string, std::string>, std::string> dm_fingerprints;  // (ns, host) ->
-    for (auto& m : *mappings) {
-      dm_fingerprints[{m.key.ns, m.key.name}] = controller::domainFingerprint(m.body);
-      dms.push_back(std::move(m.body));
+    for (const auto& [key, m] : mappings_) dms.push_back(m);
+    dm_served.emplace();
+    std::map<std::pair<std::string, std::string>, const controller::RouteHosts*> by_name;
+    if (!dms.empty()) {
+      for (const auto& [key, entry] : routes_) by_name[{entry.hosts.ns, entry.hosts.name}] = &entry.hosts;
     }
-    for (const controller::DomainTarget& t : controller::domainTargets(config_, dms, bodies)) {
-      served.emplace_back(store::Key{"DomainMapping", t.ns, t.host}, dm_fingerprints[{t.ns, t.host}]);
+    for (const controller::DomainTarget& t : controller::domainTargets(dms, by_name)) {
+      const std::string key = t.ns + "/" + t.host;
+      if (auto m = mappings_.find(key); m != mappings_.end())
+        (*dm_served)[key] = controller::domainFingerprint(m->second);
       router::HostGroup g;
       g.namespace_name = t.ns;
       g.route_name = t.route;
@@ -346,30 +410,68 @@ void DataPlane::syncRoutes() {
   }
   // After host_routes_: a new host's state change looks its Route up.
   if (acme_ != nullptr && config_.network.externalDomainTls()) acme_->setHosts(hosts);
-  // The router serves these Routes and DomainMappings now: re-queue the
-  // ones whose traffic is new, so their IngressReady turns True
-  // (controller/ingress_status.h).
-  std::vector<store::Key> changed;
+  // The router serves these Routes now: re-queue the ones whose traffic is
+  // new, so their IngressReady turns True (controller/ingress_status.h).
+  // Only the Routes changed since the last applied table are compared
+  // (all of them after a full list).
+  std::vector<std::string> changed;
   {
-    std::map<std::string, std::string> next;
     std::lock_guard<std::mutex> lock(programmed_mu_);
-    for (const auto& [key, fingerprint] : served) {
-      std::string id = key.toString();
-      auto it = programmed_.find(id);
-      if (it == programmed_.end() || it->second != fingerprint) changed.push_back(key);
-      next[std::move(id)] = fingerprint;
+    if (unprogrammed_all_) {
+      std::map<std::string, std::string> programmed;  // "ns/name" -> programFingerprint
+      for (const auto& [key, entry] : routes_) {
+        auto it = programmed_.find(key);
+        if (it == programmed_.end() || it->second != entry.fingerprint) changed.push_back(key);
+        programmed.emplace(key, entry.fingerprint);
+      }
+      programmed_ = std::move(programmed);
+    } else {
+      for (const std::string& key : unprogrammed_) {
+        auto entry = routes_.find(key);
+        if (entry == routes_.end()) {
+          programmed_.erase(key);
+          continue;
+        }
+        auto it = programmed_.find(key);
+        if (it == programmed_.end() || it->second != entry->second.fingerprint) {
+          changed.push_back(key);
+          programmed_[key] = entry->second.fingerprint;
+        }
+      }
     }
-    programmed_ = std::move(next);
+  }
+  unprogrammed_all_ = false;
+  unprogrammed_.clear();
+  // DomainMappings (few): the whole set the table now serves.
+  std::vector<std::string> changed_mappings_served;
+  if (dm_served) {
+    std::lock_guard<std::mutex> lock(programmed_mu_);
+    for (const auto& [key, fingerprint] : *dm_served) {
+      auto it = dm_programmed_.find(key);
+      if (it == dm_programmed_.end() || it->second != fingerprint) changed_mappings_served.push_back(key);
+    }
+    dm_programmed_ = std::move(*dm_served);
   }
   if (on_programmed_) {
-    for (const store::Key& key : changed) on_programmed_(key);
+    auto split = [](const std::string& kind, const std::string& key) {
+      const size_t slash = key.find('/');
+      return store::Key{kind, key.substr(0, slash), key.substr(slash + 1)};
+    };
+    for (const std::string& key : changed) {
+      // A Route whose stored status already says IngressReady for this
+      // traffic needs no reconcile (after a restart: every Route).
+      if (auto e = routes_.find(key); e != routes_.end() && e->second.ingress_ready) continue;
+      on_programmed_(split("Route", key));
+    }
+    for (const std::string& key : changed_mappings_served) on_programmed_(split("DomainMapping", key));
   }
 }
 
 bool DataPlane::programmed(const store::Key& key, const std::string& fingerprint) const {
   std::lock_guard<std::mutex> lock(programmed_mu_);
-  auto it = programmed_.find(key.toString());
-  return it != programmed_.end() && it->second == fingerprint;
+  const auto& served = key.kind == "DomainMapping" ? dm_programmed_ : programmed_;
+  auto it = served.find(key.ns + "/" + key.name);
+  return it != served.end() && it->second == fingerprint;
 }
 
 bool DataPlane::routeOfHost(const std::string& host, std::string* ns, std::string* name) const {
@@ -527,53 +629,77 @@ void DataPlane::syncCertificates() {
   router_->setCertificates(std::move(table));
 }
 
-void DataPlane::syncRevisions() {
-  auto revisions = store_.list("Revision", "");
-  if (!revisions.isOk()) {
-    LOG(WARNING) << "data plane: cannot list revisions: " << revisions.status().message();
+void DataPlane::syncRevisions(const std::set<std::string>& changed) {
+  if (!revisions_listed_) {
+    auto revisions = store_.list("Revision", "");
+    if (!revisions.isOk()) {
+      LOG(WARNING) << "data plane: cannot list revisions: " << revisions.status().message();
+      return;
+    }
+    std::set<std::string> live;
+    for (const auto& obj : *revisions) {
+      std::string key = obj.key.ns + "/" + obj.key.name;
+      applyRevision(key, obj.body);
+      live.insert(std::move(key));
+    }
+    std::vector<std::string> gone;
+    for (const auto& [key, fingerprint] : known_revisions_) {
+      if (!live.count(key)) gone.push_back(key);
+    }
+    for (const std::string& key : gone) forgetRevision(key);
+    revisions_listed_ = true;
     return;
   }
-  std::set<std::string> live;
-  for (const auto& obj : *revisions) {
-    const json& rev = obj.body;
-    std::string key = obj.key.ns + "/" + obj.key.name;
-    live.insert(key);
-    const api::RevisionSettings settings = api::revisionSettings(rev, config_);
-    const json& md = valueAt(rev, "metadata");
-    bool reachable = valueAt(valueAt(md, "labels"), api::labels::kRoutingState) != "reserve";
-    // Only re-apply when what the data plane uses changed.
-    std::string fingerprint =
-        valueAt(rev, "spec").dump() + valueAt(md, "annotations").dump() + (reachable ? "r" : "u");
-    auto known = known_revisions_.find(key);
-    if (known != known_revisions_.end() && known->second == fingerprint) continue;
-
-    router::RevisionConfig rc;
-    rc.container_concurrency = static_cast<int>(settings.container_concurrency);
-    rc.timeout = settings.timeout;
-    rc.response_start_timeout = settings.response_start_timeout;
-    rc.idle_timeout = settings.idle_timeout;
-    router_->setRevisionConfig(key, rc);
-
-    if (!settings.errors.empty()) {
-      LOG(WARNING) << "revision " << key << ": settings: " << settings.status().message();
-      continue;
+  // Only the Revisions whose events arrived: one read and parse each.
+  for (const std::string& key : changed) {
+    const size_t slash = key.find('/');
+    auto got = store_.get(store::Key{"Revision", key.substr(0, slash), key.substr(slash + 1)});
+    if (got.isOk()) {
+      applyRevision(key, got->body);
+    } else if (got.status().code() == Code::kNotFound) {
+      forgetRevision(key);
+    } else {
+      LOG(WARNING) << "data plane: cannot read revision " << key << ": " << got.status().message();
+      revisions_listed_ = false;  // the next sync lists them all
     }
-    auto st = driver_->addRevision(key, toScalerSettings(settings, reachable));
-    if (!st.isOk()) {
-      LOG(WARNING) << "revision " << key << ": scaler: " << st.message();
-      continue;
-    }
-    known_revisions_[key] = fingerprint;
   }
-  for (auto it = known_revisions_.begin(); it != known_revisions_.end();) {
-    if (live.count(it->first)) {
-      ++it;
-      continue;
-    }
-    driver_->removeRevision(it->first);
-    router_->removeRevision(it->first);
-    it = known_revisions_.erase(it);
+}
+
+void DataPlane::applyRevision(const std::string& key, const json& rev) {
+  const json& md = valueAt(rev, "metadata");
+  bool reachable = valueAt(valueAt(md, "labels"), api::labels::kRoutingState) != "reserve";
+  // Only re-apply when what the data plane uses changed.
+  std::string fingerprint =
+      valueAt(rev, "spec").dump() + valueAt(md, "annotations").dump() + (reachable ? "r" : "u");
+  auto known = known_revisions_.find(key);
+  if (known != known_revisions_.end() && known->second == fingerprint) return;
+  const api::RevisionSettings settings = api::revisionSettings(rev, config_);
+
+  router::RevisionConfig rc;
+  rc.container_concurrency = static_cast<int>(settings.container_concurrency);
+  rc.timeout = settings.timeout;
+  rc.response_start_timeout = settings.response_start_timeout;
+  rc.idle_timeout = settings.idle_timeout;
+  router_->setRevisionConfig(key, rc);
+
+  if (!settings.errors.empty()) {
+    LOG(WARNING) << "revision " << key << ": settings: " << settings.status().message();
+    return;
   }
+  auto st = driver_->addRevision(key, toScalerSettings(settings, reachable));
+  if (!st.isOk()) {
+    LOG(WARNING) << "revision " << key << ": scaler: " << st.message();
+    return;
+  }
+  known_revisions_[key] = fingerprint;
+}
+
+// Also for a Revision never applied (its settings were refused): the router
+// may hold its config.
+void DataPlane::forgetRevision(const std::string& key) {
+  driver_->removeRevision(key);
+  router_->removeRevision(key);
+  known_revisions_.erase(key);
 }
 
 }  // namespace knap::daemon

@@ -17,18 +17,26 @@
 // list and its directory <data-dir>/acme/certs is read exactly like the
 // certificates directory (after it: an operator's file wins).
 //
-// Threading: store events only mark work dirty and wake the sync Loop
-// (common/loop.h; never block the store's writer), whose step rebuilds from
-// the store and, with HTTPS, polls the certificate files on the TimeSource.
-// The ScalerTicker is a Loop of its own. setEndpoints() may be called from
-// any thread.
+// Threading: store events only note which objects changed (never block the
+// store's writer); one sync thread brings the router up to date from the
+// store. The first sync lists every Route, Revision and DomainMapping; after
+// that a sync reads and parses only the objects that changed (each Route is
+// kept reduced to its hosts and splits, each Revision to a fingerprint of
+// what the data plane applied), so a change costs O(changed objects), not
+// O(all objects), in the store and in JSON parsing; the routing table is
+// then re-assembled from the kept parts. The ScalerTicker runs on
+// its own thread. setEndpoints() may be called from any thread.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "acme/manager.h"
@@ -36,9 +44,9 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/event_recorder.h"
-#include "common/loop.h"
 #include "common/status.h"
 #include "common/tls.h"
+#include "controller/route_urls.h"
 #include "router/router.h"
 #include "scaler/driver.h"
 #include "store/store.h"
@@ -76,8 +84,9 @@ class DataPlane {
   // controller::domainFingerprint; controller/ingress_status.h). Any thread.
   bool programmed(const store::Key& key, const std::string& fingerprint) const;
   // Called (on the sync thread) for each Route and DomainMapping whose
-  // fingerprint the router now serves for the first time; the daemon
-  // re-queues it. Before start().
+  // fingerprint the router now serves for the first time (not for a Route
+  // whose stored status already says IngressReady); the daemon re-queues
+  // it. Before start().
   void setOnProgrammed(std::function<void(const store::Key&)> fn) { on_programmed_ = std::move(fn); }
 
   router::Router& router() { return *router_; }
@@ -102,18 +111,20 @@ class DataPlane {
 
  private:
   void onStoreEvent(const store::Event& event);
-  // The sync Loop's step: applies what is dirty; returns when the
-  // certificate files are next due (MonoTime::max(): only on a wake-up).
-  MonoTime syncStep();
-  void syncRoutes();
-  void syncRevisions();
+  void syncLoop();
+  // `changed`: "ns/name" of the objects whose store events arrived since the last sync.
+  void syncRoutes(const std::set<std::string>& changed_routes, const std::set<std::string>& changed_mappings);
+  void syncRevisions(const std::set<std::string>& changed);
+  void applyRevision(const std::string& key, const nlohmann::json& rev);
+  void forgetRevision(const std::string& key);
   void syncCertificates();
   bool tls_ = false;
   acme::CertificateManager* acme_ = nullptr;
   mutable std::mutex hosts_mu_;
   std::map<std::string, std::pair<std::string, std::string>> host_routes_;  // external host -> (ns, route)
   mutable std::mutex programmed_mu_;
-  std::map<std::string, std::string> programmed_;  // Key::toString() -> fingerprint the router serves
+  std::map<std::string, std::string> programmed_;  // Route "ns/name" -> programFingerprint the router serves
+  std::map<std::string, std::string> dm_programmed_;  // DomainMapping "ns/name" -> domainFingerprint
   std::function<void(const store::Key&)> on_programmed_;
 
   const Config& config_;
@@ -127,21 +138,34 @@ class DataPlane {
   int router_fd_ = -1;
 
   std::mutex mu_;
+  std::condition_variable cv_;
   bool routes_dirty_ = true;
   bool revisions_dirty_ = true;
   bool certs_dirty_ = true;  // a Secret changed
   bool stopping_ = false;
+  std::set<std::string> changed_routes_, changed_revisions_, changed_mappings_;  // "ns/name", under mu_
+  std::thread sync_thread_;
   std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
   // Sync thread only:
-  bool poll_files_ = false;  // set by start(): a certificates dir or ACME to poll
-  MonoTime next_file_poll_{};
+  bool routes_listed_ = false;    // routes_ holds every Route (false: the next sync lists)
+  bool mappings_listed_ = false;  // mappings_ holds every DomainMapping
+  // Routes changed since the router last got a table (all of them: after a full list).
+  std::set<std::string> unprogrammed_;
+  bool unprogrammed_all_ = false;
+  bool revisions_listed_ = false;  // known_revisions_ reflects every Revision
+  struct RouteEntry {
+    controller::RouteHosts hosts;
+    std::string fingerprint;     // controller::programFingerprint
+    bool ingress_ready = false;  // its stored status says IngressReady True (for this fingerprint)
+  };
+  std::map<std::string, RouteEntry> routes_;        // "ns/name" -> the Route reduced to what the table needs
+  std::map<std::string, nlohmann::json> mappings_;  // "ns/name" -> DomainMapping
   std::map<std::string, std::vector<std::string>> external_hosts_;  // namespace -> routed external hosts
   std::map<std::string, LoadedCert> file_certs_;                    // "<dir>/<name>" -> loaded pair
   std::map<std::string, LoadedCert> secret_certs_;                  // "ns/name" -> loaded Secret
   std::string certs_applied_;                                       // fingerprint of the table the router has
   std::string dir_error_;           // last error reading the certificate directory
   bool secret_certs_stale_ = true;  // Secrets changed since they were last listed
-  Loop sync_loop_;                  // last: stopped before the state its step reads is destroyed
 };
 
 // The scaler's settings of a Revision: its settings model mapped into the
@@ -149,6 +173,6 @@ class DataPlane {
 scaler::ScalerSettings toScalerSettings(const api::RevisionSettings& settings, bool reachable);
 
 // "127.0.0.1:8080" -> {address, port}; kInvalidArgument on a malformed value.
-StatusOr<std::pair<std::string, int>> listenAddress(const std::string& listen, const std::string& what);
+StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, const std::string& what);
 
 }  // namespace knap::daemon

@@ -107,33 +107,41 @@ const char* typeName(const Histogram*) { return "histogram"; }
 }  // namespace
 
 template <typename Cell>
-Cell& Family<Cell>::with(const std::vector<std::string>& values) {
+std::shared_ptr<Cell> Family<Cell>::with(const std::vector<std::string>& values) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = cells_[values];
   if (!slot) slot.reset(makeCell<Cell>(bounds_));
-  return *slot;
+  return slot;
 }
 
 template <typename Cell>
 void Family<Cell>::remove(const std::vector<std::string>& values) {
+  std::shared_ptr<Cell> gone;  // freed after the mutex, when no holder is left
   std::lock_guard<std::mutex> lock(mu_);
   auto it = cells_.find(values);
   if (it == cells_.end()) return;
-  retired_.push_back(std::move(it->second));
+  gone = std::move(it->second);
   cells_.erase(it);
 }
 
 template <typename Cell>
 void Family<Cell>::removeAll(const std::string& first) {
+  std::vector<std::shared_ptr<Cell>> gone;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = cells_.begin(); it != cells_.end();) {
     if (!it->first.empty() && it->first[0] == first) {
-      retired_.push_back(std::move(it->second));
+      gone.push_back(std::move(it->second));
       it = cells_.erase(it);
     } else {
       ++it;
     }
   }
+}
+
+template <typename Cell>
+size_t Family<Cell>::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cells_.size();
 }
 
 template <typename Cell>

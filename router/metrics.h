@@ -2,10 +2,12 @@
 // metrics, declared once here (STYLE.md rule 8: the revision is a label,
 // never part of a name).
 //
-// Families hand out cells by label values; a cell's address is stable for
-// the registry's lifetime, so hot paths look a cell up once and keep the
-// reference. Thread safety: every method is thread-safe; cells are atomics,
-// lookups and render() take the family's mutex.
+// Families hand out cells by label values, shared: a holder (a request
+// queued on a revision, a listener) keeps its cell alive across a remove(),
+// and a removed cell is freed when its last holder lets go, so churning
+// revisions leave no memory behind. Thread safety: every method is
+// thread-safe; cells are atomics, lookups and render() take the family's
+// mutex.
 #pragma once
 
 #include <atomic>
@@ -63,24 +65,27 @@ class Family {
       : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)),
         bounds_(std::move(bounds)) {}
   // The cell for these label values (one per label name, same order);
-  // created on first use.
-  Cell& with(const std::vector<std::string>& values);
-  // Stops exporting a label set (e.g. a deleted revision). The cell stays
-  // allocated so a reference another thread still holds remains valid.
+  // created on first use. Use it at once (`with(...)->inc()`) or keep the
+  // pointer for as long as the cell is needed.
+  std::shared_ptr<Cell> with(const std::vector<std::string>& values);
+  // Stops exporting a label set (e.g. a deleted revision). The family lets
+  // go of the cell; a holder's pointer stays valid (its updates are no
+  // longer exported).
   void remove(const std::vector<std::string>& values);
   // remove() of every label set whose first value is `first` (all paths or
   // modes of one revision).
   void removeAll(const std::string& first);
   void render(std::string& out) const;
   const std::string& name() const { return name_; }
+  // Label sets exported (for tests: a removed revision leaves none).
+  size_t size() const;
 
  private:
   std::string name_, help_;
   std::vector<std::string> labels_;
   std::vector<double> bounds_;
   mutable std::mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<Cell>> cells_;
-  std::vector<std::unique_ptr<Cell>> retired_;
+  std::map<std::vector<std::string>, std::shared_ptr<Cell>> cells_;
 };
 
 using CounterFamily = Family<Counter>;

@@ -7,11 +7,11 @@ namespace {
 
 TEST(MetricsTest, RendersPrometheusText) {
   RouterMetrics m;
-  m.requests_total.with({"default/hello-00001", "200"}).inc();
-  m.requests_total.with({"default/hello-00001", "200"}).inc();
-  m.queued_requests.with({"default/hello-00001"}).set(3);
-  m.cold_start.with({"default/hello-00001"}).observe(0.7);
-  m.revision_pods.with({"default/hello-00001", "desired"}).set(2);
+  m.requests_total.with({"default/hello-00001", "200"})->inc();
+  m.requests_total.with({"default/hello-00001", "200"})->inc();
+  m.queued_requests.with({"default/hello-00001"})->set(3);
+  m.cold_start.with({"default/hello-00001"})->observe(0.7);
+  m.revision_pods.with({"default/hello-00001", "desired"})->set(2);
   const std::string out = m.render();
   EXPECT_NE(out.find("# TYPE knap_router_requests_total counter\n"), std::string::npos);
   EXPECT_NE(out.find("knap_router_requests_total{revision=\"default/hello-00001\",code=\"200\"} 2\n"),
@@ -45,13 +45,36 @@ TEST(MetricsTest, HistogramBucketsAreCumulative) {
 
 TEST(MetricsTest, LabelValuesEscapedAndRemovedSeriesHidden) {
   RouterMetrics m;
-  m.queued_requests.with({"a\"b\\c\nd"}).set(1);
+  m.queued_requests.with({"a\"b\\c\nd"})->set(1);
   EXPECT_NE(m.render().find("revision=\"a\\\"b\\\\c\\nd\""), std::string::npos);
-  Gauge& g = m.queued_requests.with({"ns/gone"});
-  g.set(5);
+  std::shared_ptr<Gauge> g = m.queued_requests.with({"ns/gone"});
+  g->set(5);
   m.removeRevision("ns/gone");
-  g.set(6);  // still valid memory
+  g->set(6);  // still valid memory
   EXPECT_EQ(m.render().find("ns/gone"), std::string::npos);
+}
+
+TEST(MetricsTest, ARemovedRevisionsCellsAreFreedOnceNothingHoldsThem) {
+  RouterMetrics m;
+  std::weak_ptr<Histogram> duration = m.request_duration.with({"ns/r"});
+  std::weak_ptr<Histogram> cold = m.cold_start.with({"ns/r", "warm"});
+  std::weak_ptr<Gauge> pods = m.revision_pods.with({"ns/r", "ready"});
+  std::weak_ptr<Gauge> warm = m.warm_pool_pods.with({"ns/r", "frozen"});
+  std::shared_ptr<Gauge> held = m.queued_requests.with({"ns/r"});  // a request still queued
+  m.removeRevision("ns/r");
+  EXPECT_TRUE(duration.expired());
+  EXPECT_TRUE(cold.expired());
+  EXPECT_TRUE(pods.expired());
+  EXPECT_TRUE(warm.expired());
+  EXPECT_EQ(m.request_duration.size(), 0u);
+  EXPECT_EQ(m.cold_start.size(), 0u);
+  EXPECT_EQ(m.revision_pods.size(), 0u);
+  EXPECT_EQ(m.warm_pool_pods.size(), 0u);
+  EXPECT_EQ(m.queued_requests.size(), 0u);
+  std::weak_ptr<Gauge> queued = held;
+  held->add(-1);  // the request leaves: its cell goes with it
+  held.reset();
+  EXPECT_TRUE(queued.expired());
 }
 
 }  // namespace

@@ -332,8 +332,9 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
     if (acq.outcome == ActivatorQueue::Outcome::kGranted) {
       guard->endpoint = acq.endpoint;
     } else {
-      Gauge& queued_gauge = metrics.queued_requests.with({revision});
-      queued_gauge.add(1);
+      // Held: the revision may be removed (its series dropped) while this request waits.
+      std::shared_ptr<Gauge> queued_gauge = metrics.queued_requests.with({revision});
+      queued_gauge->add(1);
       cold_start = acq.first_cold;
       if (cold_start) arrived = time.now() - (time.monotonic() - start);
       if (acq.cold && on_cold != nullptr && *on_cold) (*on_cold)(revision);
@@ -375,7 +376,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
                                                "queue wait limit"));
         }
       }
-      queued_gauge.add(-1);
+      queued_gauge->add(-1);
       if (watch_client) {
         beast::error_code ignored;
         client.socket().cancel(ignored);
@@ -393,7 +394,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
             grant.status().message(), reusable());
       }
       guard->endpoint = grant.value();
-      metrics.queue_wait.with({revision}).observe(seconds(time.monotonic() - start));
+      metrics.queue_wait.with({revision})->observe(seconds(time.monotonic() - start));
     }
   }
   const std::string endpoint = guard->endpoint;

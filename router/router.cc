@@ -183,7 +183,7 @@ std::string Router::Impl::noteColdStart(RevisionState& st, const std::string& re
   std::string path = wake.path.empty() ? "unknown" : wake.path;
   if (wake.image_ready_at && *wake.image_ready_at > arrived) path = "pulled";
   const double secs = seconds(d);
-  metrics.cold_start.with({revision, path}).observe(secs);
+  metrics.cold_start.with({revision, path})->observe(secs);
   char dur[32];
   std::snprintf(dur, sizeof dur, "%.3f", secs);
   return "path=" + path + "; dur=" + dur;
@@ -224,7 +224,7 @@ awaitable<void> Router::Impl::acceptLoop(Listener* l) {
     // whose request is already sent).
     if (ec && !l->acceptor->is_open()) co_return;
     if (ec) {
-      metrics.accept_errors.with({l->name}).inc();
+      metrics.accept_errors.with({l->name})->inc();
       if (ec == asio::error::connection_aborted) continue;  // that client is gone; the next one may wait
       delay = std::clamp<Duration>(delay * 2, std::chrono::milliseconds(5), std::chrono::seconds(1));
       const auto now = std::chrono::steady_clock::now();
@@ -244,7 +244,7 @@ awaitable<void> Router::Impl::acceptLoop(Listener* l) {
     delay = Duration::zero();
     sock.set_option(tcp::no_delay(true), ec);
     if (opts.max_connections > 0 && l->open.load() >= opts.max_connections) {
-      metrics.rejected_connections.with({l->name}).inc();
+      metrics.rejected_connections.with({l->name})->inc();
       if (l->tls) {
         sock.close(ec);  // no TLS handshake spent on a connection over the limit
         continue;
@@ -474,7 +474,7 @@ Status Router::start() {
     l->kind = spec.kind;
     l->tls = spec.tls;
     l->name = spec.name;
-    l->open_gauge = &im.metrics.open_connections.with({spec.name});
+    l->open_gauge = im.metrics.open_connections.with({spec.name});
     if (spec.fd >= 0) {
       l->acceptor = std::make_unique<tcp::acceptor>(im.workers[0]->ioc);
       if (Status st = adoptListener(*l->acceptor, spec.fd, spec.name); !st.isOk()) {
@@ -650,6 +650,13 @@ void Router::setRoutingTable(std::shared_ptr<const RoutingTable> table) {
 
 bool Router::setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,
                           const WakeInfo& wake, uint64_t version) {
+  if (endpoints.empty() && !impl_->findRevision(revision)) {
+    // No pods for a revision the router does not know (removed, its pods
+    // just stopped): nothing to apply, and no state or series to create
+    // that nothing would remove again.
+    impl_->metrics.revision_pods.remove({revision, "ready"});
+    return true;
+  }
   std::shared_ptr<RevisionState> st = impl_->revisionState(revision);
   std::vector<std::string> keys;
   keys.reserve(endpoints.size());
@@ -669,7 +676,7 @@ bool Router::setEndpoints(const std::string& revision, const std::vector<Endpoin
     st->endpoints = keys;
     if (!wake.path.empty()) st->wake = wake;
     st->queue.setEndpoints(keys);
-    impl_->metrics.revision_pods.with({revision, "ready"}).set(static_cast<double>(keys.size()));
+    impl_->metrics.revision_pods.with({revision, "ready"})->set(static_cast<double>(keys.size()));
   }
   if (!gone.empty()) {
     // Close pooled connections to pods that went away, now.
@@ -690,8 +697,8 @@ void Router::setWarmPool(const std::string& revision, const WarmPoolStats& pool)
   for (const char* mode : {"created", "frozen"}) {
     if (pool.mode != mode) impl_->metrics.warm_pool_pods.remove({revision, mode});
   }
-  impl_->metrics.warm_pool_pods.with({revision, pool.mode}).set(pool.pods);
-  impl_->metrics.warm_pool_memory.with({revision}).set(static_cast<double>(pool.memory_bytes));
+  impl_->metrics.warm_pool_pods.with({revision, pool.mode})->set(pool.pods);
+  impl_->metrics.warm_pool_memory.with({revision})->set(static_cast<double>(pool.memory_bytes));
 }
 
 void Router::setRevisionConfig(const std::string& revision, const RevisionConfig& config) {
@@ -725,7 +732,7 @@ void Router::removeRevision(const std::string& revision) {
 }
 
 void Router::setDesiredPods(const std::string& revision, int pods) {
-  impl_->metrics.revision_pods.with({revision, "desired"}).set(pods);
+  impl_->metrics.revision_pods.with({revision, "desired"})->set(pods);
 }
 
 scaler::RequestStatsReport Router::collect(const std::string& revision, MonoTime now) {
@@ -739,6 +746,11 @@ std::string Router::renderMetrics() const { return impl_->metrics.render(); }
 size_t Router::queued(const std::string& revision) const {
   std::shared_ptr<RevisionState> st = impl_->findRevision(revision);
   return st ? st->queue.queued() : 0;
+}
+
+size_t Router::revisionCount() const {
+  std::lock_guard<std::mutex> lock(impl_->rev_mu);
+  return impl_->revisions.size();
 }
 
 }  // namespace knap::router

@@ -185,7 +185,8 @@ class Router final : public scaler::MetricsSource {
   // is stored before the queue is released, so a waking request sees it.
   // `version` (0: unversioned, always applied) orders updates that race on
   // their way here: an update older than the newest applied one for the
-  // revision is dropped (returns false); true when applied.
+  // revision is dropped (returns false); true when applied. An empty list for
+  // a revision the router does not know (removed) creates nothing.
   bool setEndpoints(const std::string& revision, const std::vector<Endpoint>& endpoints,
                     const WakeInfo& wake = {}, uint64_t version = 0);
   // The revision's warm pool (knap_warm_pool_pods{revision,mode},
@@ -209,6 +210,8 @@ class Router final : public scaler::MetricsSource {
   std::string renderMetrics() const;
   // Requests waiting in `revision`'s activator queue (tests, status pages).
   size_t queued(const std::string& revision) const;
+  // Revisions the router holds state for (tests: a removed one leaves none).
+  size_t revisionCount() const;
 
   struct Impl;
 

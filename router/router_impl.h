@@ -148,7 +148,7 @@ struct Listener {
   std::unique_ptr<tcp::acceptor> acceptor;
   int port = -1;
   std::atomic<int> open{0};    // client connections accepted and not yet closed
-  Gauge* open_gauge = nullptr;  // knap_router_open_connections{listener}
+  std::shared_ptr<Gauge> open_gauge;  // knap_router_open_connections{listener}
 };
 
 // One accepted client connection, from accept until its socket is closed
@@ -209,8 +209,8 @@ struct Router::Impl {
       const MonoTime now = impl->time.monotonic();
       if (!endpoint.empty()) state->queue.release(endpoint);
       state->stats.requestOut(now);
-      impl->metrics.requests_total.with({revision, std::to_string(code == 0 ? 499 : code)}).inc();
-      impl->metrics.request_duration.with({revision}).observe(seconds(now - start));
+      impl->metrics.requests_total.with({revision, std::to_string(code == 0 ? 499 : code)})->inc();
+      impl->metrics.request_duration.with({revision})->observe(seconds(now - start));
     }
     Impl* impl;
     std::shared_ptr<RevisionState> state;
@@ -242,9 +242,9 @@ struct Router::Impl {
 
   // Helpers kept out of coroutine bodies (GCC 12 rejects braced lists of
   // string literals there).
-  void countProbe(const char* kind) { metrics.probes_total.with({kind}).inc(); }
+  void countProbe(const char* kind) { metrics.probes_total.with({kind})->inc(); }
   std::string noteColdStart(RevisionState& st, const std::string& revision, WallTime arrived, Duration d);
-  void countUnrouted() { metrics.requests_total.with({"", "404"}).inc(); }
+  void countUnrouted() { metrics.requests_total.with({"", "404"})->inc(); }
   static std::vector<std::pair<std::string, std::string>> locationHeader(const std::string& v) {
     return {{"Location", v}};
   }
@@ -256,7 +256,7 @@ struct Router::Impl {
   static bool isAcmeChallenge(const std::string& target) {
     return target.rfind("/.well-known/acme-challenge/", 0) == 0;
   }
-  void countHandshake(bool ok) { metrics.tls_handshakes.with({ok ? "ok" : "failed"}).inc(); }
+  void countHandshake(bool ok) { metrics.tls_handshakes.with({ok ? "ok" : "failed"})->inc(); }
   static std::vector<std::pair<std::string, std::string>> hashHeader(const std::string& v) {
     return {{std::string(kHashHeader), v}};
   }

@@ -614,6 +614,24 @@ TEST_F(RouterTest, WarmPoolGauges) {
   EXPECT_EQ(m.find("knap_warm_pool_pods{"), std::string::npos) << m;
 }
 
+TEST_F(RouterTest, ARemovedRevisionLeavesNoStateWhenItsPodsStopAfterwards) {
+  startRouter();
+  const size_t before = router_->revisionCount();
+  router_->setRevisionConfig(kRev, RevisionConfig{});
+  ASSERT_TRUE(router_->setEndpoints(kRev, {Endpoint{"127.0.0.1", 9}}));
+  EXPECT_EQ(router_->revisionCount(), before + 1);
+  router_->removeRevision(kRev);
+  EXPECT_EQ(router_->revisionCount(), before);
+  // The runtime reports the stopped pods after the revision is gone.
+  EXPECT_TRUE(router_->setEndpoints(kRev, {}));
+  EXPECT_EQ(router_->revisionCount(), before);
+  const std::string m = router_->renderMetrics();
+  EXPECT_EQ(m.find("revision=\"default/hello-00001\",state="), std::string::npos) << m;
+  // A revision whose pods come up before its configuration still gets them.
+  ASSERT_TRUE(router_->setEndpoints(kRev, {Endpoint{"127.0.0.1", 9}}));
+  EXPECT_EQ(router_->revisionCount(), before + 1);
+}
+
 TEST_F(RouterTest, QueueFullGets503) {
   RouterOptions o = defaultOptions();
   o.queue.max_depth = 2;
