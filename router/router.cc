@@ -23,6 +23,7 @@
 #include "common/listen_fds.h"
 #include "common/log.h"
 #include "common/tls.h"
+#include "router/client_side.h"
 #include "router/headers.h"
 #include "router/router_impl.h"
 
@@ -148,12 +149,9 @@ void Router::Impl::forEachPool(std::function<void(UpstreamPool&)> fn) {
   }
 }
 
-awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version,
-                                         http::status status, const std::string& body,
-                                         bool keep_alive,
-                                         const std::vector<std::pair<std::string, std::string>>& extra,
-                                         const char* content_type) {
-  keep_alive = keep_alive && !draining.load();
+std::unique_ptr<Router::Impl::LocalResponse> Router::Impl::localResponse(
+    unsigned version, http::status status, const std::string& body, bool keep_alive,
+    const std::vector<std::pair<std::string, std::string>>& extra, const char* content_type) {
   auto r = std::make_unique<LocalResponse>(status, version < 10 ? 11 : version);
   r->set(http::field::server, "knap");
   for (const auto& [k, v] : extra) r->set(k, v);
@@ -162,7 +160,25 @@ awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version,
   if (!body.empty() && body.back() != '\n') r->body() += "\n";
   r->keep_alive(keep_alive);
   r->prepare_payload();
-  return sendLocal(client, std::move(r), keep_alive);
+  return r;
+}
+
+awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version,
+                                         http::status status, const std::string& body,
+                                         bool keep_alive,
+                                         const std::vector<std::pair<std::string, std::string>>& extra,
+                                         const char* content_type) {
+  keep_alive = keep_alive && !draining.load();
+  return sendLocal(client, localResponse(version, status, body, keep_alive, extra, content_type), keep_alive);
+}
+
+awaitable<bool> Router::Impl::writeLocal(ClientSide& client, http::status status, const std::string& body,
+                                         bool keep_alive,
+                                         const std::vector<std::pair<std::string, std::string>>& extra,
+                                         const char* content_type) {
+  keep_alive = keep_alive && !draining.load();
+  return client.sendLocal(localResponse(client.version(), status, body, keep_alive, extra, content_type),
+                          keep_alive);
 }
 
 awaitable<bool> Router::Impl::sendLocal(ClientStream& client, std::unique_ptr<LocalResponse> r,
@@ -370,7 +386,8 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
     if (kind == Kind::kAdmin) {
       keep = co_await handleAdmin(client, head);
     } else {
-      keep = co_await handleRequest(client, buf, head, kind, *w, client_ip, conn);
+      Http1Client side(*this, *w, client, buf, head, conn);
+      keep = co_await handleRequest(side, head, kind, *w, client_ip);
     }
     if (!keep || draining.load()) break;
     // Reused for the next request; idle connections hold no big buffer.
@@ -403,35 +420,34 @@ awaitable<bool> Router::Impl::handleAdmin(ClientStream& client, const http1::Req
 
 // Answers K-Network-Probe requests (§5.5, §5.6, §5.10); never forwarded
 // and never counted as requests of a revision.
-awaitable<bool> Router::Impl::handleProbe(ClientStream& client, const http1::RequestHead& head,
+awaitable<bool> Router::Impl::handleProbe(ClientSide& client, const http1::RequestHead& head,
                                           std::string value, std::string host,
                                           std::shared_ptr<const RoutingTable> table, Kind kind) {
   const bool keep = head.keep_alive && head.framing == http1::Framing::kNone;
-  const unsigned version = head.version;
   if (value == "activator") {
     countProbe("activator");
-    co_return co_await writeLocal(client, version, http::status::ok, "activator", keep);
+    co_return co_await writeLocal(client, http::status::ok, "activator", keep);
   }
   if (value == "probe") {
     countProbe("probe");
     auto h = head.fields.find(beast::string_view(kHashHeader.data(), kHashHeader.size()));
     const std::string hash = h == head.fields.end() ? "" : std::string(h->value());
     if (hash.empty()) {
-      co_return co_await writeLocal(client, version, http::status::bad_request,
+      co_return co_await writeLocal(client, http::status::bad_request,
                                     "K-Network-Probe: probe needs a K-Network-Hash header", keep);
     }
     if (table->lookup(host, kind == Kind::kInternal ? ListenerKind::kInternal : ListenerKind::kExternal) ==
         nullptr) {
       const std::string msg = "no route for host \"" + host + "\"";
-      co_return co_await writeLocal(client, version, http::status::not_found, msg, keep);
+      co_return co_await writeLocal(client, http::status::not_found, msg, keep);
     }
     // "override" asks for the hash of the programmed table (§5.6 step 1).
     const std::string answer = hash == "override" && !table->networkHash().empty() ? table->networkHash() : hash;
-    co_return co_await writeLocal(client, version, http::status::ok, "", keep, hashHeader(answer));
+    co_return co_await writeLocal(client, http::status::ok, "", keep, hashHeader(answer));
   }
   countProbe("invalid");
   const std::string msg = "unexpected K-Network-Probe value \"" + value + "\"";
-  co_return co_await writeLocal(client, version, http::status::bad_request, msg, keep);
+  co_return co_await writeLocal(client, http::status::bad_request, msg, keep);
 }
 
 // ---------------------------------------------------------------------------
