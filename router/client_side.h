@@ -58,6 +58,12 @@ class ClientSide {
   // tell (then nothing is watched). stopWatching() before the wait ends.
   virtual bool watchHangup(std::function<void()> on_gone) = 0;
   virtual void stopWatching() = 0;
+  // The pod connection of the exchange under way (nullptr: none). A side
+  // that learns of the client's leaving (an HTTP/2 stream reset) shuts it
+  // down so that the exchange ends at once instead of at its timeout.
+  virtual void podExchange(DeadlineStream* up) {}
+  // The client is known to have left (an answer would go nowhere).
+  virtual bool gone() const { return false; }
   // Expect: 100-continue, once a pod slot is held. False: the client is gone.
   virtual awaitable<bool> sendContinue() = 0;
   // Writes `pod_head` to the pod, then the request body as `r` frames it

@@ -336,12 +336,20 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     return std::min(first_byte_deadline, time.monotonic() + opts.client_io_timeout);
   };
   req_relay.write_deadline = [first_byte_deadline] { return first_byte_deadline; };
+  // The client side knows the pod connection while it is ours (declared
+  // after `up`: told before `up` goes away).
+  struct PodExchange {
+    ClientSide& c;
+    ~PodExchange() { c.podExchange(nullptr); }
+  } pod_exchange{client};
   for (int attempt = 0;; ++attempt) {
     beast::error_code ec;
     up = attempt == 0 ? w.pool.take(endpoint) : nullptr;
+    client.podExchange(up.get());
     const bool reused = up != nullptr;
     if (!up) {
       up = std::make_unique<DeadlineStream>(w.ioc);
+      client.podExchange(up.get());
       up->expires_at(std::min(time.monotonic() + opts.upstream_connect_timeout, first_byte_deadline));
       co_await up->async_connect(pod_addr, tok(ec));
       if (ec) {
@@ -368,7 +376,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     }
     if (sent == RelayEnd::kReadFailed) {
       // The client stalled or vanished mid-upload.
-      if (read_ec == beast::error::timeout && time.monotonic() >= first_byte_deadline) {
+      if (!client.gone() && read_ec == beast::error::timeout && time.monotonic() >= first_byte_deadline) {
         guard->code = 504;
         co_await writeLocal(client, http::status::gateway_timeout, "request timeout", false);
       }
@@ -385,6 +393,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
         p != http1::Parse::kError) {
       continue;
     }
+    if (client.gone()) co_return false;  // it left (and the exchange was cut); code stays 499
     const bool timeout = ec == beast::error::timeout;
     guard->code = timeout ? 504 : 502;
     std::string msg;
@@ -440,6 +449,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
   // In sync: the pod framed its answer, keeps the connection, and sent
   // nothing past the end of it.
   if (rh.keep_alive && rh.reusable_framing && rh.framing != Framing::kUntilClose && ubuf.size() == 0) {
+    client.podExchange(nullptr);
     w.pool.put(endpoint, std::move(up));
   }
   guard.reset();

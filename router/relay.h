@@ -5,7 +5,9 @@
 // HTTP/2 stream.
 //
 // A stream type used as From or To needs async_read_some / async_write_some
-// (Asio's AsyncReadStream / AsyncWriteStream) and an overload of
+// (Asio's AsyncReadStream / AsyncWriteStream), or is a body pipe (an HTTP/2
+// stream's body: `co_await read(mutable_buffer, ec)` and `co_await
+// write(buffers, ec)`, see kIsBodyPipe), and an overload of
 // `armDeadline(stream, MonoTime)` that makes its next operations fail with
 // beast::error::timeout at that time (MonoTime::max(): never).
 //
@@ -37,6 +39,10 @@ struct Relay {
 
 // The pieces of one relay write (on the stack for the usual few).
 using RelayBuffers = boost::container::small_vector<asio::const_buffer, 12>;
+
+// A body pipe: reads and writes are coroutines of its own (no Asio stream).
+template <class S>
+inline constexpr bool kIsBodyPipe = requires(S& s) { s.isBodyPipe(); };
 
 inline void armDeadline(DeadlineStream& s, MonoTime t) {
   if (t == MonoTime::max()) {
@@ -104,14 +110,23 @@ awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, cons
     if (finished && r.chunked_out) out.push_back(asio::buffer(kLastChunk, 5));
     if (!out.empty()) {
       armDeadline(to, r.write_deadline());
-      co_await asio::async_write(to, out, tok(ec));
+      if constexpr (kIsBodyPipe<To>) {
+        co_await to.write(out, ec);
+      } else {
+        co_await asio::async_write(to, out, tok(ec));
+      }
       if (ec) co_return RelayEnd::kWriteFailed;
       prefix_sent = true;
     }
     fbuf.consume(consume);
     if (finished) co_return RelayEnd::kDone;
     armDeadline(from, r.read_deadline());
-    const size_t n = co_await from.async_read_some(fbuf.prepare(kChunkBytes), tok(read_ec));
+    size_t n = 0;
+    if constexpr (kIsBodyPipe<From>) {
+      n = co_await from.read(fbuf.prepare(kChunkBytes), read_ec);
+    } else {
+      n = co_await from.async_read_some(fbuf.prepare(kChunkBytes), tok(read_ec));
+    }
     fbuf.commit(n);
     if (read_ec == asio::error::eof && r.framing == Framing::kUntilClose) {
       read_ec = {};

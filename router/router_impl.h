@@ -167,6 +167,9 @@ struct ClientConn {
   tcp::socket* socket = nullptr;  // the client socket, wherever it lives now
   bool idle = false;              // kept alive between requests, nothing received yet
   bool fresh = true;              // no byte received on this connection yet
+  // Set while the connection is an HTTP/2 session: Router::drain calls it
+  // (on this worker) to send GOAWAY instead of closing idle connections.
+  std::function<void()> drain_hook;
 };
 
 // Wakes a queued request's coroutine from whichever thread grants its slot.

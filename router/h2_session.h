@@ -1,0 +1,48 @@
+// HTTP/2 to clients on the HTTPS listener (ALPN "h2", RFC 9113), with
+// nghttp2 doing the framing, HPACK, flow-control bookkeeping and the
+// protocol checks of RFC 9113 §8 (pseudo-headers, connection-specific
+// fields → stream error, Content-Length against DATA).
+//
+// Each stream is one request through the same stages as an HTTP/1.1
+// request (Router::Impl::handleRequest: route → activate → concurrency →
+// timeouts → pod pool); only its client side differs (H2Client, a
+// ClientSide of router/client_side.h). Pods are still spoken to in
+// HTTP/1.1.
+//
+// Bounds: 100 concurrent streams (requests still running after their
+// stream was reset count too: further streams are refused), request
+// headers within max_header_bytes (431), 8 CONTINUATION frames, per
+// stream 64 KiB of request body and 64 KiB of response body buffered (the
+// pod is read only as fast as the client's window lets the response go),
+// request bodies of all streams together 1 MiB before the connection
+// window stops, RST_STREAM from the client a token bucket (rapid reset,
+// CVE-2023-44487: past it GOAWAY ENHANCE_YOUR_CALM), at most 100 pending
+// SETTINGS/PING acknowledgements (a flood ends the session). A connection
+// without streams is closed with GOAWAY after keepalive_idle_timeout; one
+// that sends no request within header_read_timeout is closed; a write
+// stalled for client_io_timeout closes it. Router::drain sends GOAWAY and
+// lets the open streams finish. No server push, no extended CONNECT (so no
+// WebSocket over HTTP/2: such clients use HTTP/1.1).
+//
+// Threading: a session and its streams live on the connection's worker
+// thread.
+//
+// Not part of the router's interface: include only from router/*.cc.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "router/router_impl.h"
+
+namespace knap::router {
+
+// ALPN said "h2" on this (TLS) connection.
+bool negotiatedH2(ClientStream& client);
+
+// Serves the HTTP/2 connection `client` (TLS handshake done, ALPN h2) until
+// it ends; the caller closes the socket afterwards.
+awaitable<void> serveH2(Router::Impl& impl, Worker& w, ClientStream& client, std::shared_ptr<ClientConn> conn,
+                        std::string client_ip, Kind kind);
+
+}  // namespace knap::router
