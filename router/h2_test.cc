@@ -205,6 +205,7 @@ class H2RouterTest : public ::testing::Test {
     o.tls_port = 0;
     o.threads = 2;
     o.header_read_timeout = 5s;
+    o.http2 = true;
     router_ = std::make_unique<Router>(o, RealTimeSource::instance());
     Status s = router_->start();
     ASSERT_TRUE(s.isOk()) << s.toString();
