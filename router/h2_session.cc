@@ -5,6 +5,7 @@
 #include "router/h2_session.h"
 
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <algorithm>
@@ -103,6 +104,103 @@ struct H2Stream {
   size_t outPending() const { return out.size() - out_off; }
 };
 
+// The TLS layer of an HTTP/2 connection after the handshake, owned here
+// rather than by Asio's ssl::stream: the connection's SSL object is moved
+// onto two memory BIOs, so SSL_read and SSL_write are plain calls that
+// never wait (the socket is read and written by the session's reader and
+// writer coroutines, on the worker's one thread). With ssl::stream a read
+// pending inside the SSL engine could hold up a write queued behind it
+// (docs/decisions.md, "HTTP/2: a TLS pump of our own").
+class TlsPump {
+ public:
+  TlsPump() = default;
+  TlsPump(const TlsPump&) = delete;
+  TlsPump& operator=(const TlsPump&) = delete;
+
+  // Takes over `ssl` (its handshake done by ssl::stream, which keeps owning
+  // the object and frees it later): ciphertext the handshake left unread
+  // moves to the new read BIO. An error when the handshake left output
+  // unsent (ssl::stream flushes it, so: never) or a BIO cannot be made.
+  Status adopt(SSL* ssl) {
+    BIO* old = SSL_get_rbio(ssl);
+    if (old == nullptr || old != SSL_get_wbio(ssl)) return internalError("TLS: unexpected BIO layout after handshake");
+    if (BIO_ctrl_wpending(old) != 0) return internalError("TLS: handshake output left unsent");
+    std::string leftover(BIO_ctrl_pending(old), '\0');
+    if (!leftover.empty()) {
+      const int n = BIO_read(old, leftover.data(), static_cast<int>(leftover.size()));
+      leftover.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    }
+    BIO* rbio = BIO_new(BIO_s_mem());
+    BIO* wbio = BIO_new(BIO_s_mem());
+    if (rbio == nullptr || wbio == nullptr) {
+      BIO_free(rbio);
+      BIO_free(wbio);
+      return internalError("TLS: out of memory for BIOs");
+    }
+    BIO_set_mem_eof_return(rbio, -1);  // empty: "retry" (more bytes come), not EOF
+    BIO_set_mem_eof_return(wbio, -1);
+    if (!leftover.empty()) BIO_write(rbio, leftover.data(), static_cast<int>(leftover.size()));
+    SSL_set_bio(ssl, rbio, wbio);  // frees the handshake's BIO (its pair half in ssl::stream stays, unpaired)
+    SSL_set_options(ssl, SSL_OP_NO_RENEGOTIATION);
+    ssl_ = ssl;
+    rbio_ = rbio;
+    wbio_ = wbio;
+    return Status::ok();
+  }
+
+  enum class Read { kMore, kClosed, kFailed };
+  // Feeds ciphertext from the socket; `sink(data, len)` gets each piece of
+  // plaintext (false from it: stop, kFailed). kClosed: close_notify came.
+  template <class Sink>
+  Read feed(const uint8_t* data, size_t len, Sink&& sink) {
+    if (len > 0 && BIO_write(rbio_, data, static_cast<int>(len)) != static_cast<int>(len)) return Read::kFailed;
+    for (;;) {
+      const int n = SSL_read(ssl_, plain_, sizeof plain_);
+      if (n > 0) {
+        if (!sink(plain_, static_cast<size_t>(n))) return Read::kFailed;
+        continue;
+      }
+      const int err = SSL_get_error(ssl_, n);
+      if (err == SSL_ERROR_WANT_READ) return Read::kMore;
+      if (err == SSL_ERROR_ZERO_RETURN) return Read::kClosed;
+      ERR_clear_error();
+      return Read::kFailed;
+    }
+  }
+  // Encrypts `len` bytes of plaintext into the write BIO (never blocks: the
+  // BIO grows). False: TLS failed (the connection is unusable).
+  bool send(const char* data, size_t len) {
+    size_t off = 0;
+    while (off < len) {
+      const int n = SSL_write(ssl_, data + off, static_cast<int>(std::min<size_t>(len - off, 1 << 30)));
+      if (n <= 0) {
+        ERR_clear_error();
+        return false;
+      }
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // close_notify into the write BIO.
+  void shutdown() {
+    if (SSL_shutdown(ssl_) < 0) ERR_clear_error();
+  }
+  // Moves the ciphertext waiting to go to the socket into `out` (replacing it).
+  void takeOutput(std::string& out) {
+    out.resize(BIO_ctrl_pending(wbio_));
+    if (out.empty()) return;
+    const int n = BIO_read(wbio_, out.data(), static_cast<int>(out.size()));
+    out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  bool hasOutput() const { return BIO_ctrl_pending(wbio_) > 0; }
+
+ private:
+  SSL* ssl_ = nullptr;
+  BIO* rbio_ = nullptr;  // owned by ssl_
+  BIO* wbio_ = nullptr;  // owned by ssl_
+  uint8_t plain_[16 * 1024];
+};
+
 class H2Session : public std::enable_shared_from_this<H2Session> {
  public:
   H2Session(Router::Impl& impl, Worker& w, ClientStream& client, std::shared_ptr<ClientConn> conn,
@@ -196,6 +294,8 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   double reset_tokens_ = kResetBurst;
   MonoTime reset_refill_ = Clock::now();
   asio::steady_timer write_wake_, watchdog_, writer_done_timer_;
+  TlsPump tls_;
+  std::string cipher_out_;  // ciphertext being written to the socket
 };
 
 // The body side of a stream for relayBody (a body pipe, relay.h).
@@ -720,8 +820,11 @@ awaitable<void> H2Session::writer() {
   auto self = shared_from_this();
   std::string batch;
   batch.reserve(kWriteBatch);
+  DeadlineStream& sock = client_.tcpStream();
   for (;;) {
     if (ended_) break;
+    // nghttp2's frames, up to a batch, encrypted in one go (16 KiB records),
+    // plus whatever TLS itself queued meanwhile (an alert, a KeyUpdate answer).
     batch.clear();
     bool fatal = false;
     while (batch.size() < kWriteBatch) {
@@ -734,25 +837,36 @@ awaitable<void> H2Session::writer() {
       if (n == 0) break;
       batch.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
     }
-    if (!batch.empty()) {
+    if (!batch.empty() && !tls_.send(batch.data(), batch.size())) {
+      closeSocket();
+      break;
+    }
+    const bool over = batch.empty() && (fatal || ended_ ||
+                                        (nghttp2_session_want_read(ng_) == 0 && nghttp2_session_want_write(ng_) == 0));
+    if (over) tls_.shutdown();  // close_notify goes out with the last bytes
+    tls_.takeOutput(cipher_out_);
+    if (!cipher_out_.empty()) {
       beast::error_code ec;
       writing_ = true;
       write_started_ = Clock::now();
-      co_await asio::async_write(client_, asio::buffer(batch), tok(ec));
+      co_await asio::async_write(sock, asio::buffer(cipher_out_), tok(ec));
       writing_ = false;
       if (ec) {
         closeSocket();
         break;
       }
-      continue;
+      if (!over) continue;
     }
-    if (fatal || ended_ || (nghttp2_session_want_read(ng_) == 0 && nghttp2_session_want_write(ng_) == 0)) {
+    if (over) {
       // Over (GOAWAY sent and no stream left, or a fatal error): no more
       // writes; the reader sees the client close (or the watchdog ends it).
       beast::error_code ignored;
-      client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      sock.socket().shutdown(tcp::socket::shutdown_send, ignored);
       break;
     }
+    // Nothing to send: wait for a kick (the reader, a stream, the watchdog).
+    // (No suspension between the checks above and this wait: a kick cannot
+    // be missed, the worker runs one handler at a time.)
     write_wake_.expires_at(farFuture());
     beast::error_code ec;
     co_await write_wake_.async_wait(tok(ec));
@@ -806,6 +920,10 @@ void H2Session::endAll() {
 }
 
 awaitable<void> H2Session::run() {
+  if (Status st = tls_.adopt(client_.tlsStream().native_handle()); !st.isOk()) {
+    LOG(WARNING) << "router: HTTP/2 connection from " << client_ip_ << ": " << st.message();
+    co_return;
+  }
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &H2Session::onBeginHeaders);
@@ -848,24 +966,35 @@ awaitable<void> H2Session::run() {
 
   std::vector<uint8_t> rbuf(16 * 1024);
   bool flush = false;
+  DeadlineStream& sock = client_.tcpStream();
   for (;;) {
     beast::error_code ec;
-    const size_t n = co_await client_.async_read_some(asio::buffer(rbuf), tok(ec));
+    const size_t n = co_await sock.async_read_some(asio::buffer(rbuf), tok(ec));
     if (ec) break;  // the client closed (or the watchdog did): nothing more to say
     conn_->fresh = false;
     if (writer_done_) continue;  // what the client still sends after our GOAWAY
-    const ssize_t used = nghttp2_session_mem_recv(ng_, rbuf.data(), n);
-    if (used < 0) {
+    ssize_t ng_error = 0;
+    const TlsPump::Read r = tls_.feed(rbuf.data(), n, [&](const uint8_t* data, size_t len) {
+      const ssize_t used = nghttp2_session_mem_recv(ng_, data, len);
+      if (used < 0) ng_error = used;
+      return used >= 0;
+    });
+    if (ng_error < 0) {
       // A connection error (bad preface, flood, ...): nghttp2 queued a GOAWAY where it could.
-      if (used != NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
+      if (ng_error != NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
         LOG(INFO) << "router: HTTP/2 connection from " << client_ip_
-                  << " ended: " << nghttp2_strerror(static_cast<int>(used));
+                  << " ended: " << nghttp2_strerror(static_cast<int>(ng_error));
       }
       goaway_ = true;
       flush = true;
       break;
     }
-    kick();
+    if (r != TlsPump::Read::kMore) {
+      // close_notify, or a TLS error (an alert may be queued): flush, end.
+      flush = true;
+      break;
+    }
+    kick();  // answers to what came (SETTINGS ack, WINDOW_UPDATE, responses)
   }
   if (flush && !writer_done_) {
     // Let the writer send what is queued (the GOAWAY), a bounded while.

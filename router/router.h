@@ -139,9 +139,8 @@ struct RouterOptions {
   // The port written in Redirected answers' Location; 0 = the bound HTTPS port.
   int tls_redirect_port = 0;
   // HTTP/2 on the HTTPS listener (ALPN h2, router/h2_session.h); off: ALPN
-  // offers http/1.1 only. Off by default until the TLS write-behind-read
-  // stall (router/README.md, Known gaps) is fixed.
-  bool http2 = false;
+  // offers http/1.1 only.
+  bool http2 = true;
 };
 
 class Router final : public scaler::MetricsSource {

@@ -9,6 +9,7 @@ by a CA made here with the openssl CLI. Checked with curl (and Python's ssl for 
 - a replaced certificate file is served by a later handshake, without a restart;
 - a kubernetes.io/tls Secret serves its own namespace's host (not another namespace's), and an update
   of the Secret is served by a later handshake;
+- HTTP/2 (ALPN h2): curl --http2 gets HTTP/2 200 with the pod's body;
 - a host without a certificate fails the handshake;
 - an inherited listening socket named "router-tls" (socket activation) is served as the HTTPS listener.
 """
@@ -84,6 +85,16 @@ def curl_https(port, host, cafile, path="/"):
                        capture_output=True, text=True)
     body, _, code = p.stdout.rpartition("\n")
     return p.returncode, code, body + p.stderr
+
+
+def curl_h2(port, host, cafile, path="/"):
+    """(exit code, HTTP version, status, body) of `curl --http2` (ALPN h2, falling back to http/1.1)."""
+    p = subprocess.run(["curl", "-sS", "--http2", "--max-time", "30", "--cacert", cafile, "--resolve",
+                        f"{host}:{port}:127.0.0.1", "-o", "-", "-w", "\n%{http_version} %{http_code}",
+                        f"https://{host}:{port}{path}"], capture_output=True, text=True)
+    body, _, tail = p.stdout.rpartition("\n")
+    version, _, code = tail.partition(" ")
+    return p.returncode, version, code, body + p.stderr
 
 
 def until(pred, timeout=60, what="condition"):
@@ -165,6 +176,15 @@ def test_https_files_secrets_redirect_and_reload(https):
     rc, code, body = until(lambda: (lambda r: r if r[1] == "200" else None)(curl_https(k.tls_port, host, k.cafile)),
                            what="HTTPS 200 from " + host)
     assert rc == 0 and code == "200", body
+
+    # HTTP/2 to the same Service: same route, same pod, the pod's own body.
+    rc, version, code, body2 = curl_h2(k.tls_port, host, k.cafile, "/hello")
+    assert (rc, version, code) == (0, "2", "200"), body2
+    assert body2.startswith("Hello World! How about some tasty noodles?"), body2
+    p = subprocess.run(["curl", "-sS", "-i", "--http2", "--max-time", "30", "--cacert", k.cafile, "--resolve",
+                        f"{host}:{k.tls_port}:127.0.0.1", f"https://{host}:{k.tls_port}/hello"],
+                       capture_output=True, text=True)
+    assert p.stdout.startswith("HTTP/2 200"), p.stdout + p.stderr
 
     # http-protocol: Redirected.
     c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=30)
