@@ -40,9 +40,11 @@ class H2TestClient {
     uint32_t error = 0;  // RST_STREAM code
   };
 
-  H2TestClient(int port, const std::string& sni) : ctx_(ssl::context::tls_client), s_(ioc_, ctx_) {
-    static const unsigned char kAlpn[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
-    SSL_set_alpn_protos(s_.native_handle(), kAlpn, sizeof kAlpn);
+  // `alpn`: the protocols offered, in ALPN wire format (default: h2, http/1.1).
+  H2TestClient(int port, const std::string& sni, std::string_view alpn = std::string_view("\x02h2\x08http/1.1", 12))
+      : ctx_(ssl::context::tls_client), s_(ioc_, ctx_) {
+    SSL_set_alpn_protos(s_.native_handle(), reinterpret_cast<const unsigned char*>(alpn.data()),
+                        static_cast<unsigned>(alpn.size()));
     SSL_set_tlsext_host_name(s_.native_handle(), sni.c_str());
     beast::error_code ec;
     s_.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec);
@@ -131,6 +133,18 @@ class H2TestClient {
     resps_[id];
     return id;
   }
+  // An HTTP/1.1 GET on this connection (when ALPN chose http/1.1).
+  StringResponse http11Get(const std::string& target) {
+    http::request<http::string_body> req(http::verb::get, target, 11);
+    req.set(http::field::host, kHost);
+    StringResponse resp;
+    beast::flat_buffer buf;
+    beast::error_code ec;
+    http::write(s_, req, ec);
+    if (!ec) http::read(s_, buf, resp, ec);
+    if (ec) resp.result(599);
+    return resp;
+  }
   void reset(int32_t id) { nghttp2_submit_rst_stream(ng_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL); }
 
   // Writes whatever nghttp2 has queued.
@@ -206,8 +220,9 @@ std::shared_ptr<const CertTable> tableFor(const TestCert& c) {
 
 class H2RouterTest : public ::testing::Test {
  protected:
-  void startRouter() {
+  void startRouter(bool http2 = true) {
     RouterOptions o;
+    o.http2 = http2;
     o.address = "127.0.0.1";
     o.port = 0;
     o.tls_address = "127.0.0.1";
@@ -369,6 +384,32 @@ TEST_F(H2RouterTest, DrainSendsGoawayAndFinishesOpenStreams) {
   EXPECT_EQ(c.resp(id).status, 200);
   EXPECT_EQ(c.resp(id).body, "late /slow");
   drainer.join();
+}
+
+// HTTP/2 is on by default, yet a client offering only http/1.1 (or a
+// router with http2 off) gets HTTP/1.1 on the same listener, unchanged.
+TEST_F(H2RouterTest, Http11ClientsOnTheSameListenerAndHttp2Off) {
+  TestBackend pod(echoPod());
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  {
+    H2TestClient c(router_->tlsPort(), kHost, std::string_view("\x08http/1.1", 9));
+    ASSERT_EQ(c.error(), "");
+    EXPECT_EQ(c.alpn(), "http/1.1");
+    const StringResponse r = c.http11Get("/one");
+    EXPECT_EQ(r.result_int(), 200);
+    EXPECT_EQ(r.body(), "GET /one 0 https");
+  }
+  router_->stop();
+  router_.reset();
+  startRouter(false);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  H2TestClient c(router_->tlsPort(), kHost);
+  ASSERT_EQ(c.error(), "");
+  EXPECT_EQ(c.alpn(), "http/1.1");
+  const StringResponse r = c.http11Get("/two");
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body(), "GET /two 0 https");
 }
 
 }  // namespace
