@@ -145,6 +145,11 @@ class H2TestClient {
     if (ec) resp.result(599);
     return resp;
   }
+  // Bytes straight onto the TCP connection, under TLS (a broken record).
+  void sendRaw(const std::string& bytes) {
+    beast::error_code ec;
+    asio::write(s_.next_layer(), asio::buffer(bytes), ec);
+  }
   void reset(int32_t id) { nghttp2_submit_rst_stream(ng_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL); }
 
   // Writes whatever nghttp2 has queued.
@@ -384,6 +389,28 @@ TEST_F(H2RouterTest, DrainSendsGoawayAndFinishesOpenStreams) {
   EXPECT_EQ(c.resp(id).status, 200);
   EXPECT_EQ(c.resp(id).body, "late /slow");
   drainer.join();
+}
+
+// A TLS record that does not decrypt, mid-session: the connection ends (no
+// hang, no crash) and the router goes on serving others.
+TEST_F(H2RouterTest, GarbageUnderTlsEndsTheConnectionOnly) {
+  TestBackend pod(echoPod());
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  H2TestClient bad(router_->tlsPort(), kHost);
+  ASSERT_EQ(bad.error(), "");
+  const int32_t first = bad.request("GET", "/first");
+  ASSERT_TRUE(bad.waitClosed(first));
+  EXPECT_EQ(bad.resp(first).status, 200);
+  // An application-data record header and 64 bytes of noise.
+  bad.sendRaw(std::string("\x17\x03\x03\x00\x40", 5) + std::string(64, '\x5a'));
+  EXPECT_TRUE(bad.runUntil([&] { return bad.eof(); }, 20s));
+  H2TestClient good(router_->tlsPort(), kHost);
+  ASSERT_EQ(good.error(), "");
+  const int32_t id = good.request("GET", "/after");
+  ASSERT_TRUE(good.waitClosed(id));
+  EXPECT_EQ(good.resp(id).status, 200);
+  EXPECT_EQ(good.resp(id).body, "GET /after 0 https");
 }
 
 // HTTP/2 is on by default, yet a client offering only http/1.1 (or a
