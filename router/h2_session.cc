@@ -95,6 +95,11 @@ struct H2Stream {
   bool responded = false;  // response HEADERS submitted
   bool closed = false;     // nghttp2 closed the stream (done, or reset)
   bool finished = false;   // the request coroutine is done
+  bool started = false;    // its request header block was complete (END_HEADERS)
+  bool end_sent = false;   // END_STREAM went out (the response is whole)
+  bool cancelled = false;  // reset for a send stall
+  MonoTime begun = std::chrono::steady_clock::now();  // its HEADERS frame came
+  MonoTime stall_from{};   // since when output waits without DATA going out
   asio::steady_timer wake; // the request coroutine waits on it for data/room
   MonoTime deadline{};     // of its next body read or write
   std::function<void()> on_gone;
@@ -102,6 +107,8 @@ struct H2Stream {
 
   size_t inAvail() const { return in.size() - in_off; }
   size_t outPending() const { return out.size() - out_off; }
+  // Response bytes (or its END_STREAM) waiting for the client's window.
+  bool sending() const { return responded && !end_sent && !cancelled && (outPending() > 0 || out_eof); }
 };
 
 // The TLS layer of an HTTP/2 connection after the handshake, owned here
@@ -252,6 +259,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   static int onDataChunk(nghttp2_session*, uint8_t flags, int32_t stream_id, const uint8_t* data, size_t len,
                          void* ud);
   static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* ud);
+  static int onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* ud);
   static ssize_t readBody(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length, uint32_t* flags,
                           nghttp2_data_source* source, void* ud);
 
@@ -289,6 +297,8 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   MonoTime started_ = Clock::now();
   MonoTime last_active_ = Clock::now();
   MonoTime writer_done_at_{};
+  MonoTime window_shut_since_{};
+  MonoTime close_at_{};           // closed then whatever the writer did  // the connection's send window at 0 with output waiting
   size_t in_buffered_ = 0;     // request body bytes in streams' buffers
   size_t conn_owed_ = 0;       // bytes received not yet given back to the connection window
   double reset_tokens_ = kResetBurst;
@@ -337,7 +347,7 @@ struct H2Body {
 
   awaitable<void> write(const RelayBuffers& bufs, beast::error_code& ec) {
     for (;;) {
-      if (st->closed || s->ended()) {
+      if (st->closed || st->cancelled || s->ended()) {
         ec = asio::error::connection_reset;
         co_return;
       }
@@ -350,6 +360,7 @@ struct H2Body {
       beast::error_code wec;
       co_await st->wake.async_wait(tok(wec));
     }
+    if (st->outPending() == 0) st->stall_from = Clock::now();
     if (st->out_off > 0 && st->out_off * 2 >= st->out.size()) {
       st->out.erase(0, st->out_off);
       st->out_off = 0;
@@ -464,6 +475,7 @@ class H2Client final : public ClientSide {
       s_->resetStream(*st_, NGHTTP2_INTERNAL_ERROR);
       co_return ResponseEnd{};
     }
+    if (st_->outPending() == 0) st_->stall_from = Clock::now();
     st_->out_eof = true;
     s_->resume(*st_);
     co_return ResponseEnd{true, true};
@@ -621,6 +633,22 @@ int H2Session::onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const u
   return 0;
 }
 
+int H2Session::onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* ud) {
+  auto* self = static_cast<H2Session*>(ud);
+  if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) return 0;
+  H2Stream* st = self->streamOf(frame->hd.stream_id);
+  if (st == nullptr) return 0;
+  if (frame->hd.type == NGHTTP2_DATA) st->stall_from = Clock::now();
+  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->end_sent) {
+    st->end_sent = true;
+    // The response is whole but the client has not ended its side (a body
+    // nobody reads, or none coming): RFC 9113 §8.1 RST_STREAM(NO_ERROR), so
+    // the stream does not stay half-closed for ever.
+    if (!st->in_eof) nghttp2_submit_rst_stream(self->ng_, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+  }
+  return 0;
+}
+
 int H2Session::onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t, void* ud) {
   auto* self = static_cast<H2Session*>(ud);
   auto it = self->streams_.find(stream_id);
@@ -701,6 +729,7 @@ void H2Session::submitResponse(H2Stream& st, int status,
                                const std::vector<std::pair<std::string, std::string>>& fields, bool has_body) {
   if (ended_ || st.closed || st.responded) return;
   st.responded = true;
+  st.stall_from = Clock::now();
   const std::string code = std::to_string(status);
   std::vector<nghttp2_nv> nv;
   nv.reserve(fields.size() + 1);
@@ -724,6 +753,7 @@ void H2Session::submitResponse(H2Stream& st, int status,
 }
 
 void H2Session::startStream(std::shared_ptr<H2Stream> st) {
+  st->started = true;
   http1::RequestHead& h = st->head;
   h.version = 11;
   h.keep_alive = true;
@@ -885,16 +915,58 @@ awaitable<void> H2Session::watchdog() {
     co_await watchdog_.async_wait(tok(ec));
     if (ended_) co_return;
     const MonoTime now = Clock::now();
-    if (writing_ && now - write_started_ > o.client_io_timeout) {
+    bool header_late = false, sending = false;
+    std::vector<H2Stream*> stalled;
+    for (auto& [id, st] : streams_) {
+      if (!st->started && now - st->begun > o.header_read_timeout) header_late = true;
+      if (st->sending()) {
+        sending = true;
+        if (now - st->stall_from > o.client_io_timeout) stalled.push_back(st.get());
+      }
+    }
+    if (sending && !goaway_ && nghttp2_session_get_remote_window_size(ng_) <= 0) {
+      if (window_shut_since_ == MonoTime{}) window_shut_since_ = now;
+    } else {
+      window_shut_since_ = MonoTime{};
+    }
+    if (close_at_ != MonoTime{} && now > close_at_) {
+      closeSocket();  // GOAWAY had its chance to go out
+    } else if (writing_ && now - write_started_ > o.client_io_timeout) {
       closeSocket();  // the client stopped reading
+    } else if (window_shut_since_ != MonoTime{} && now - window_shut_since_ > o.client_io_timeout) {
+      LOG(INFO) << "router: HTTP/2 client " << client_ip_ << " kept the connection's window shut for "
+                << std::chrono::duration_cast<std::chrono::seconds>(o.client_io_timeout).count()
+                << " s: closed";
+      closeSocket();
+    } else if (header_late && !goaway_) {
+      // A header block begun and not completed (no CONTINUATION comes).
+      LOG(INFO) << "router: HTTP/2 client " << client_ip_ << " left a header block unfinished for "
+                << std::chrono::duration_cast<std::chrono::seconds>(o.header_read_timeout).count()
+                << " s: GOAWAY, closed";
+      goaway_ = true;
+      nghttp2_session_terminate_session(ng_, NGHTTP2_NO_ERROR);
+      close_at_ = now + std::chrono::seconds(2);
+      kick();
     } else if (!any_stream_ && now - started_ > o.header_read_timeout) {
       closeSocket();  // no request since the handshake
     } else if (writer_done_ && now - writer_done_at_ > std::chrono::seconds(1)) {
       closeSocket();  // GOAWAY sent; the client did not close
-    } else if (streams_.empty() && running_ == 0 && now - last_active_ > o.keepalive_idle_timeout) {
+    } else if (running_ == 0 && !sending && !header_late && now - last_active_ > o.keepalive_idle_timeout) {
       goAway();  // idle: GOAWAY, then closed once written
     } else if (impl_.draining.load() && !goaway_) {
       goAway();
+    }
+    // Streams whose client took no DATA for client_io_timeout while output
+    // waited (its stream window kept at 0): reset, output dropped.
+    if (!ended_) {
+      for (H2Stream* st : stalled) {
+        st->cancelled = true;
+        st->out.clear();
+        st->out_off = 0;
+        nghttp2_submit_rst_stream(ng_, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        st->wake.cancel();
+      }
+      if (!stalled.empty()) kick();
     }
   }
 }
@@ -931,6 +1003,7 @@ awaitable<void> H2Session::run() {
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &H2Session::onFrameRecv);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &H2Session::onDataChunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &H2Session::onStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cbs, &H2Session::onFrameSend);
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
   nghttp2_option_set_no_auto_window_update(opt, 1);

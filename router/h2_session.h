@@ -18,9 +18,16 @@
 // window stops, RST_STREAM from the client a token bucket (rapid reset,
 // CVE-2023-44487: past it GOAWAY ENHANCE_YOUR_CALM), at most 100 pending
 // SETTINGS/PING acknowledgements (a flood ends the session). A connection
-// without streams is closed with GOAWAY after keepalive_idle_timeout; one
-// that sends no request within header_read_timeout is closed; a write
-// stalled for client_io_timeout closes it. Router::drain sends GOAWAY and
+// with no request running and no response output waiting is closed with
+// GOAWAY after keepalive_idle_timeout; one that sends no request within
+// header_read_timeout is closed, and so is one leaving a header block
+// unfinished (no END_HEADERS) that long (GOAWAY first); a write stalled for
+// client_io_timeout closes it, and so does its send window kept at 0 with
+// output waiting that long. Per stream: a response whose output waits
+// client_io_timeout without a DATA frame going out (its window kept shut)
+// is reset with CANCEL and its buffered output dropped; a stream answered
+// in full whose client has not ended its side is reset with NO_ERROR
+// (RFC 9113 §8.1). Router::drain sends GOAWAY and
 // lets the open streams finish. No server push, no extended CONNECT (so no
 // WebSocket over HTTP/2: such clients use HTTP/1.1).
 //

@@ -4,7 +4,9 @@
 // body larger than the stream window, a stream to a revision at zero held
 // until a pod is ready, a rapid-reset flood answered with GOAWAY while
 // other connections are served, malformed requests (Host against
-// :authority, oversized headers) answered per stream, drain sending GOAWAY.
+// :authority, oversized headers) answered per stream, drain sending GOAWAY,
+// the slowloris shapes bounded (a header block never finished, a stream
+// never ended by its client, a stream window kept at 0).
 #include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
 #include <poll.h>
@@ -133,6 +135,65 @@ class H2TestClient {
     resps_[id];
     return id;
   }
+  // A request whose body never comes: HEADERS without END_STREAM, then
+  // the data source defers for ever.
+  int32_t requestOpenBody(const std::string& path, const std::string& host) {
+    std::vector<std::pair<std::string, std::string>> h = {
+        {":method", "POST"}, {":scheme", "https"}, {":authority", host}, {":path", path}};
+    std::vector<nghttp2_nv> nv;
+    for (auto& [n, v] : h) {
+      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(), v.size(),
+                    NGHTTP2_NV_FLAG_NONE});
+    }
+    nghttp2_data_provider prd;
+    prd.source.ptr = nullptr;
+    prd.read_callback = [](nghttp2_session*, int32_t, uint8_t*, size_t, uint32_t*, nghttp2_data_source*,
+                           void*) -> ssize_t { return NGHTTP2_ERR_DEFERRED; };
+    const int32_t id = nghttp2_submit_request(ng_, nullptr, nv.data(), nv.size(), &prd, nullptr);
+    resps_[id];
+    return id;
+  }
+  // A HEADERS frame written by hand (so END_HEADERS can be left out), on
+  // the next stream id; its fields are literals that leave the HPACK
+  // tables alone. Returns the stream id.
+  int32_t rawHeaders(std::vector<std::pair<std::string, std::string>> h, uint8_t flags) {
+    const int32_t id = nghttp2_session_get_next_stream_id(ng_);
+    nghttp2_session_set_next_stream_id(ng_, id + 2);
+    std::vector<nghttp2_nv> nv;
+    for (auto& [n, v] : h) {
+      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(), v.size(),
+                    NGHTTP2_NV_FLAG_NO_INDEX});
+    }
+    nghttp2_hd_deflater* d = nullptr;
+    nghttp2_hd_deflate_new(&d, 4096);
+    std::string block(nghttp2_hd_deflate_bound(d, nv.data(), nv.size()), '\0');
+    const ssize_t n = nghttp2_hd_deflate_hd(d, reinterpret_cast<uint8_t*>(block.data()), block.size(), nv.data(),
+                                            nv.size());
+    nghttp2_hd_deflate_del(d);
+    block.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    std::string frame;
+    const size_t len = block.size();
+    frame += static_cast<char>((len >> 16) & 0xff);
+    frame += static_cast<char>((len >> 8) & 0xff);
+    frame += static_cast<char>(len & 0xff);
+    frame += '\x01';  // HEADERS
+    frame += static_cast<char>(flags);
+    frame += static_cast<char>((id >> 24) & 0x7f);
+    frame += static_cast<char>((id >> 16) & 0xff);
+    frame += static_cast<char>((id >> 8) & 0xff);
+    frame += static_cast<char>(id & 0xff);
+    frame += block;
+    flush();
+    beast::error_code ec;
+    asio::write(s_, asio::buffer(frame), ec);
+    return id;
+  }
+  // SETTINGS_INITIAL_WINDOW_SIZE: how much response body a stream may be sent.
+  void setInitialWindow(uint32_t size) {
+    const nghttp2_settings_entry e{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, size};
+    nghttp2_submit_settings(ng_, NGHTTP2_FLAG_NONE, &e, 1);
+  }
+  void ping() { nghttp2_submit_ping(ng_, NGHTTP2_FLAG_NONE, nullptr); }
   // An HTTP/1.1 GET on this connection (when ALPN chose http/1.1).
   StringResponse http11Get(const std::string& target) {
     http::request<http::string_body> req(http::verb::get, target, 11);
@@ -225,7 +286,7 @@ std::shared_ptr<const CertTable> tableFor(const TestCert& c) {
 
 class H2RouterTest : public ::testing::Test {
  protected:
-  void startRouter(bool http2 = true) {
+  void startRouter(bool http2 = true, const std::function<void(RouterOptions&)>& tweak = {}) {
     RouterOptions o;
     o.http2 = http2;
     o.address = "127.0.0.1";
@@ -234,6 +295,7 @@ class H2RouterTest : public ::testing::Test {
     o.tls_port = 0;
     o.threads = 2;
     o.header_read_timeout = 5s;
+    if (tweak) tweak(o);
     router_ = std::make_unique<Router>(o, RealTimeSource::instance());
     Status s = router_->start();
     ASSERT_TRUE(s.isOk()) << s.toString();
@@ -411,6 +473,69 @@ TEST_F(H2RouterTest, GarbageUnderTlsEndsTheConnectionOnly) {
   ASSERT_TRUE(good.waitClosed(id));
   EXPECT_EQ(good.resp(id).status, 200);
   EXPECT_EQ(good.resp(id).body, "GET /after 0 https");
+}
+
+// A HEADERS frame without END_HEADERS and then silence (the CONTINUATION
+// never comes): past header_read_timeout GOAWAY and the connection closed.
+TEST_F(H2RouterTest, UnfinishedHeaderBlockEndsTheConnection) {
+  TestBackend pod(echoPod());
+  startRouter(true, [](RouterOptions& o) { o.header_read_timeout = 2s; });
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  H2TestClient c(router_->tlsPort(), kHost);
+  ASSERT_EQ(c.error(), "");
+  const int32_t first = c.request("GET", "/first");
+  ASSERT_TRUE(c.waitClosed(first));
+  EXPECT_EQ(c.resp(first).status, 200);
+  c.rawHeaders({{":method", "GET"}, {":scheme", "https"}, {":authority", kHost}, {":path", "/half"}},
+               0x1 /* END_STREAM, no END_HEADERS */);
+  EXPECT_TRUE(c.runUntil([&] { return c.eof(); }, 60s));
+  EXPECT_TRUE(c.goaway());
+}
+
+// A stream whose client never ends its side (HEADERS without END_STREAM,
+// no DATA): once the answer (here the router's own 404) is whole, the
+// router resets it with NO_ERROR instead of keeping it half-closed.
+TEST_F(H2RouterTest, AnsweredStreamWhoseClientNeverEndsIsReset) {
+  TestBackend pod(echoPod());
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  H2TestClient c(router_->tlsPort(), kHost);
+  ASSERT_EQ(c.error(), "");
+  const int32_t id = c.requestOpenBody("/open", "nobody.example.com");
+  ASSERT_TRUE(c.waitClosed(id, 60s));
+  EXPECT_EQ(c.resp(id).status, 404);
+  EXPECT_EQ(c.resp(id).error, static_cast<uint32_t>(NGHTTP2_NO_ERROR));
+  // The connection goes on.
+  const int32_t ok = c.request("GET", "/fine");
+  ASSERT_TRUE(c.waitClosed(ok));
+  EXPECT_EQ(c.resp(ok).body, "GET /fine 0 https");
+}
+
+// SETTINGS_INITIAL_WINDOW_SIZE=0 and then requests: their responses can
+// never be sent; after client_io_timeout each stream is reset (CANCEL) and
+// its buffered output dropped, rather than held for ever.
+TEST_F(H2RouterTest, StreamsWhoseWindowStaysShutAreCancelled) {
+  TestBackend pod(echoPod());
+  startRouter(true, [](RouterOptions& o) { o.client_io_timeout = 2s; });
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  H2TestClient c(router_->tlsPort(), kHost);
+  ASSERT_EQ(c.error(), "");
+  c.setInitialWindow(0);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(c.request("GET", "/stuck/" + std::to_string(i)));
+  ASSERT_TRUE(c.runUntil(
+      [&] {
+        for (int32_t id : ids) {
+          if (!c.resp(id).closed) return false;
+        }
+        return true;
+      },
+      60s));
+  for (int32_t id : ids) {
+    EXPECT_EQ(c.resp(id).status, 200) << id;  // the head went out, the body could not
+    EXPECT_EQ(c.resp(id).error, static_cast<uint32_t>(NGHTTP2_CANCEL)) << id;
+    EXPECT_EQ(c.resp(id).body, "") << id;
+  }
 }
 
 // HTTP/2 is on by default, yet a client offering only http/1.1 (or a
