@@ -569,7 +569,9 @@ int H2Session::onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint
 
 int H2Session::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* ud) {
   auto* self = static_cast<H2Session*>(ud);
-  self->last_active_ = Clock::now();
+  // Only requests and their bodies keep a connection from being idle (a
+  // PING or SETTINGS now and then does not hold a slot for ever).
+  if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) self->last_active_ = Clock::now();
   switch (frame->hd.type) {
     case NGHTTP2_HEADERS: {
       auto it = self->streams_.find(frame->hd.stream_id);

@@ -538,6 +538,26 @@ TEST_F(H2RouterTest, StreamsWhoseWindowStaysShutAreCancelled) {
   }
 }
 
+// PINGs (or any frame but requests and their bodies) do not keep an idle
+// connection open: GOAWAY after keepalive_idle_timeout all the same.
+TEST_F(H2RouterTest, PingsDoNotKeepAnIdleConnectionOpen) {
+  TestBackend pod(echoPod());
+  startRouter(true, [](RouterOptions& o) { o.keepalive_idle_timeout = 3s; });
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  H2TestClient c(router_->tlsPort(), kHost);
+  ASSERT_EQ(c.error(), "");
+  const int32_t first = c.request("GET", "/first");
+  ASSERT_TRUE(c.waitClosed(first));
+  EXPECT_EQ(c.resp(first).status, 200);
+  const auto end = std::chrono::steady_clock::now() + 60s;
+  while (!c.goaway() && !c.eof() && std::chrono::steady_clock::now() < end) {
+    c.ping();
+    c.runUntil([&] { return c.goaway(); }, 1s);
+  }
+  EXPECT_TRUE(c.goaway());
+  EXPECT_EQ(c.goawayError(), static_cast<uint32_t>(NGHTTP2_NO_ERROR));
+}
+
 // HTTP/2 is on by default, yet a client offering only http/1.1 (or a
 // router with http2 off) gets HTTP/1.1 on the same listener, unchanged.
 TEST_F(H2RouterTest, Http11ClientsOnTheSameListenerAndHttp2Off) {
