@@ -60,16 +60,6 @@ bool connectionSpecific(std::string_view name) {
          iequals(name, "transfer-encoding") || iequals(name, "upgrade");
 }
 
-// uri-host [ ":" port ] without whitespace, controls, userinfo, path or list separators.
-bool plausibleHost(std::string_view h) {
-  for (unsigned char c : h) {
-    if (c <= 0x20 || c >= 0x7f || c == '/' || c == '\\' || c == '@' || c == ',' || c == '?' || c == '#') {
-      return false;
-    }
-  }
-  return true;
-}
-
 class H2Session;
 
 struct H2Stream {
@@ -78,6 +68,7 @@ struct H2Stream {
   // The request as the stages see it (built at END_HEADERS).
   http1::RequestHead head;
   std::string authority, host_header;
+  bool has_host = false;
   std::vector<std::string> cookies;
   bool has_content_length = false;
   size_t header_bytes = 0;
@@ -526,6 +517,12 @@ int H2Session::onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint
     return 0;
   }
   if (st->error_status != 0) return 0;
+  if (!http1::isFieldValue(v)) {
+    // The same field-value rule as HTTP/1.1's parser (router/http1.h).
+    st->error_status = 400;
+    st->error = "control character in the value of " + std::string(n);
+    return 0;
+  }
   if (!n.empty() && n[0] == ':') {
     if (n == ":method") {
       st->head.method = std::string(v);
@@ -536,10 +533,19 @@ int H2Session::onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint
     } else if (n == ":protocol") {
       st->error_status = 501;
       st->error = "extended CONNECT (" + std::string(v) + ") is not supported over HTTP/2; use HTTP/1.1";
+    } else if (n == ":scheme" && v != "https" && v != "http") {
+      st->error_status = 400;
+      st->error = ":scheme \"" + std::string(v) + "\" is neither http nor https";
     }
-    return 0;  // :scheme: the connection is TLS whatever it says
+    return 0;  // :scheme http: the connection is TLS whatever it says
   }
   if (n == "host") {
+    if (st->has_host) {
+      st->error_status = 400;
+      st->error = "repeated host";
+      return 0;
+    }
+    st->has_host = true;
     st->host_header = std::string(v);
     return 0;
   }
@@ -766,6 +772,9 @@ void H2Session::startStream(std::shared_ptr<H2Stream> st) {
     } else if (h.target.empty()) {
       st->error_status = 400;
       st->error = "missing :path";
+    } else if (h.target[0] != '/' && !(h.target == "*" && h.method == "OPTIONS")) {
+      st->error_status = 400;
+      st->error = ":path must start with '/' (or be '*' with OPTIONS)";
     }
   }
   if (st->error_status == 0) {
@@ -783,9 +792,10 @@ void H2Session::startStream(std::shared_ptr<H2Stream> st) {
     st->error_status = 400;
     st->error = "Host \"" + st->host_header + "\" differs from :authority \"" + st->authority + "\"";
   }
-  if (st->error_status == 0 && !plausibleHost(host)) {
+  if (st->error_status == 0 && (host.empty() || !http1::validHost(host))) {
+    // The same Host rule as HTTP/1.1's parser (router/http1.h).
     st->error_status = 400;
-    st->error = "malformed :authority";
+    st->error = host.empty() ? "missing :authority" : "malformed :authority";
   }
   if (st->error_status == 0) {
     h.host = host;

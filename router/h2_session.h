@@ -1,7 +1,10 @@
 // HTTP/2 to clients on the HTTPS listener (ALPN "h2", RFC 9113), with
 // nghttp2 doing the framing, HPACK, flow-control bookkeeping and the
 // protocol checks of RFC 9113 §8 (pseudo-headers, connection-specific
-// fields → stream error, Content-Length against DATA).
+// fields → stream error, Content-Length against DATA); on top, the checks
+// HTTP/1.1 requests get (router/http1.h: field values, Host for
+// :authority, a single host field) plus :scheme http/https and :path from
+// '/' ('*' only with OPTIONS) → 400 on that stream.
 //
 // Each stream is one request through the same stages as an HTTP/1.1
 // request (Router::Impl::handleRequest: route → activate → concurrency →

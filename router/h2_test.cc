@@ -135,6 +135,17 @@ class H2TestClient {
     resps_[id];
     return id;
   }
+  // A request with exactly these fields (pseudo-headers included), no body.
+  int32_t requestFields(std::vector<std::pair<std::string, std::string>> h) {
+    std::vector<nghttp2_nv> nv;
+    for (auto& [n, v] : h) {
+      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(), v.size(),
+                    NGHTTP2_NV_FLAG_NONE});
+    }
+    const int32_t id = nghttp2_submit_request(ng_, nullptr, nv.data(), nv.size(), nullptr, nullptr);
+    resps_[id];
+    return id;
+  }
   // A request whose body never comes: HEADERS without END_STREAM, then
   // the data source defers for ever.
   int32_t requestOpenBody(const std::string& path, const std::string& host) {
@@ -536,6 +547,44 @@ TEST_F(H2RouterTest, StreamsWhoseWindowStaysShutAreCancelled) {
     EXPECT_EQ(c.resp(id).error, static_cast<uint32_t>(NGHTTP2_CANCEL)) << id;
     EXPECT_EQ(c.resp(id).body, "") << id;
   }
+}
+
+// The header checks HTTP/1.1 requests get apply to HTTP/2 streams too:
+// control bytes in a value, the Host rule for :authority, one host field,
+// :scheme http or https, :path from '/' ('*' only with OPTIONS). Each is
+// refused on its own stream (400, or a stream error), never routed.
+TEST_F(H2RouterTest, HeaderChecksMatchHttp11) {
+  TestBackend pod(echoPod());
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  H2TestClient c(router_->tlsPort(), kHost);
+  ASSERT_EQ(c.error(), "");
+  const std::string host = kHost;
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  const std::vector<std::pair<std::string, Fields>> bad = {
+      {"control byte",
+       {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "/"}, {"x-a", "a\x01b"}}},
+      {"authority chars", {{":method", "GET"}, {":scheme", "https"}, {":authority", "hel<lo>.example.com"}, {":path", "/"}}},
+      {"two hosts",
+       {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "/"}, {"host", host}, {"host", host}}},
+      {"scheme", {{":method", "GET"}, {":scheme", "ftp"}, {":authority", host}, {":path", "/"}}},
+      {"relative path", {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "x/y"}}},
+      {"asterisk GET", {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "*"}}},
+  };
+  for (const auto& [what, fields] : bad) {
+    const int32_t id = c.requestFields(fields);
+    ASSERT_TRUE(c.waitClosed(id)) << what;
+    const auto& r = c.resp(id);
+    EXPECT_TRUE(r.status == 400 || (r.status == 0 && r.error == NGHTTP2_PROTOCOL_ERROR))
+        << what << ": status " << r.status << " error " << r.error << " " << r.body;
+  }
+  EXPECT_EQ(pod.connections(), 0);
+  // Fine requests still go through (a single host equal to :authority included).
+  const int32_t ok = c.requestFields(
+      {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "/ok"}, {"host", host}});
+  ASSERT_TRUE(c.waitClosed(ok));
+  EXPECT_EQ(c.resp(ok).status, 200);
+  EXPECT_EQ(c.resp(ok).body, "GET /ok 0 https");
 }
 
 // PINGs (or any frame but requests and their bodies) do not keep an idle
