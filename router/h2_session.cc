@@ -263,6 +263,8 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   awaitable<void> writer();
   awaitable<void> watchdog();
   void settleConnectionWindow();
+  // One RST_STREAM against the reset budget; past it GOAWAY ENHANCE_YOUR_CALM.
+  void spendResetToken(const char* what);
   void goAway();
   void closeSocket() {
     beast::error_code ignored;
@@ -600,25 +602,9 @@ int H2Session::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* u
       }
       return 0;
     }
-    case NGHTTP2_RST_STREAM: {
-      // Rapid reset (CVE-2023-44487): a token bucket of resets per connection.
-      const MonoTime now = Clock::now();
-      self->reset_tokens_ = std::min(
-          kResetBurst, self->reset_tokens_ + kResetPerSecond * std::chrono::duration<double>(now - self->reset_refill_).count());
-      self->reset_refill_ = now;
-      if (self->reset_tokens_ < 1) {
-        if (!self->goaway_) {
-          LOG(WARNING) << "router: HTTP/2 client " << self->client_ip_ << " reset streams faster than "
-                       << kResetPerSecond << "/s (burst " << kResetBurst
-                       << "): GOAWAY ENHANCE_YOUR_CALM and the connection is closed";
-        }
-        self->goaway_ = true;
-        nghttp2_session_terminate_session(self->ng_, NGHTTP2_ENHANCE_YOUR_CALM);
-        return 0;
-      }
-      self->reset_tokens_ -= 1;
+    case NGHTTP2_RST_STREAM:
+      self->spendResetToken("reset streams");
       return 0;
-    }
     default:
       return 0;
   }
@@ -643,6 +629,13 @@ int H2Session::onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const u
 
 int H2Session::onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* ud) {
   auto* self = static_cast<H2Session*>(ud);
+  if (frame->hd.type == NGHTTP2_RST_STREAM) {
+    // Resets a client provokes (malformed requests, refused streams, a
+    // window kept shut) count like its own: each frees a stream slot while
+    // work may go on. NO_ERROR ones follow a whole response: nothing runs on.
+    if (frame->rst_stream.error_code != NGHTTP2_NO_ERROR) self->spendResetToken("provoked stream resets");
+    return 0;
+  }
   if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) return 0;
   H2Stream* st = self->streamOf(frame->hd.stream_id);
   if (st == nullptr) return 0;
@@ -713,6 +706,25 @@ ssize_t H2Session::readBody(nghttp2_session*, int32_t, uint8_t* buf, size_t leng
 }
 
 // -- the session ---------------------------------------------------------------
+
+void H2Session::spendResetToken(const char* what) {
+  // Rapid reset (CVE-2023-44487) and its server-side twin (resets the
+  // client provokes, CVE-2025-8671): one token bucket per connection.
+  const MonoTime now = Clock::now();
+  reset_tokens_ = std::min(kResetBurst,
+                           reset_tokens_ + kResetPerSecond * std::chrono::duration<double>(now - reset_refill_).count());
+  reset_refill_ = now;
+  if (reset_tokens_ >= 1) {
+    reset_tokens_ -= 1;
+    return;
+  }
+  if (!goaway_) {
+    LOG(WARNING) << "router: HTTP/2 client " << client_ip_ << " " << what << " faster than " << kResetPerSecond
+                 << "/s (burst " << kResetBurst << "): GOAWAY ENHANCE_YOUR_CALM and the connection is closed";
+  }
+  goaway_ = true;
+  nghttp2_session_terminate_session(ng_, NGHTTP2_ENHANCE_YOUR_CALM);
+}
 
 void H2Session::settleConnectionWindow() {
   // Give back to the connection window what does not keep more than

@@ -18,8 +18,10 @@
 // stream 64 KiB of request body and 64 KiB of response body buffered (the
 // pod is read only as fast as the client's window lets the response go),
 // request bodies of all streams together 1 MiB before the connection
-// window stops, RST_STREAM from the client a token bucket (rapid reset,
-// CVE-2023-44487: past it GOAWAY ENHANCE_YOUR_CALM), at most 100 pending
+// window stops, RST_STREAM a token bucket (rapid reset, CVE-2023-44487:
+// past it GOAWAY ENHANCE_YOUR_CALM), counting the client's and the ones
+// the router sends other than NO_ERROR (resets a client provokes,
+// CVE-2025-8671), at most 100 pending
 // SETTINGS/PING acknowledgements (a flood ends the session). A connection
 // with no request running and no response output waiting is closed with
 // GOAWAY after keepalive_idle_timeout; one that sends no request within

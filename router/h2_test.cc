@@ -417,6 +417,37 @@ TEST_F(H2RouterTest, RapidResetFloodGetsGoawayAndOthersAreStillServed) {
   EXPECT_EQ(good.resp(id).body, "GET /after 0 https");
 }
 
+// Resets the server sends count too (MadeYouReset, CVE-2025-8671): a flood
+// of malformed requests, each reset by the router, ends in GOAWAY
+// ENHANCE_YOUR_CALM, and other connections are still served.
+TEST_F(H2RouterTest, ProvokedResetFloodGetsGoaway) {
+  TestBackend pod(echoPod());
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  H2TestClient bad(router_->tlsPort(), kHost);
+  ASSERT_EQ(bad.error(), "");
+  for (int round = 0; round < 20 && !bad.goaway() && !bad.eof(); ++round) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 50; ++i) ids.push_back(bad.request("GET", "/bad", "", {{"connection", "close"}}));
+    bad.runUntil(
+        [&] {
+          if (bad.goaway()) return true;
+          for (int32_t id : ids) {
+            if (!bad.resp(id).closed) return false;
+          }
+          return true;
+        },
+        30s);
+  }
+  ASSERT_TRUE(bad.runUntil([&] { return bad.goaway(); }, 30s));
+  EXPECT_EQ(bad.goawayError(), static_cast<uint32_t>(NGHTTP2_ENHANCE_YOUR_CALM));
+  H2TestClient good(router_->tlsPort(), kHost);
+  ASSERT_EQ(good.error(), "");
+  const int32_t id = good.request("GET", "/after");
+  ASSERT_TRUE(good.waitClosed(id));
+  EXPECT_EQ(good.resp(id).status, 200);
+}
+
 TEST_F(H2RouterTest, MalformedRequestsAreRefusedPerStream) {
   TestBackend pod(echoPod());
   startRouter();
