@@ -962,7 +962,7 @@ awaitable<void> H2Session::watchdog() {
                 << std::chrono::duration_cast<std::chrono::seconds>(o.client_io_timeout).count()
                 << " s: closed";
       closeSocket();
-    } else if (header_late && !goaway_) {
+    } else if (header_late && close_at_ == MonoTime{}) {
       // A header block begun and not completed (no CONTINUATION comes).
       LOG(INFO) << "router: HTTP/2 client " << client_ip_ << " left a header block unfinished for "
                 << std::chrono::duration_cast<std::chrono::seconds>(o.header_read_timeout).count()
