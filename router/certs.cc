@@ -56,4 +56,13 @@ bool CertTable::covers(std::string_view host) const {
   return lookup(host) != nullptr;
 }
 
+std::vector<SSL_CTX*> CertTable::contexts() const {
+  std::vector<SSL_CTX*> out;
+  out.reserve(size());
+  for (const auto* m : {&exact_, &wildcard_}) {
+    for (const auto& [k, e] : *m) out.push_back(e.ctx.get());
+  }
+  return out;
+}
+
 }  // namespace knap::router

@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <openssl/ssl.h>
+
 #include "common/tls.h"
 
 namespace knap::router {
@@ -41,6 +43,8 @@ class CertTable {
   // The entry serving `host` (SNI value), or nullptr.
   const CertEntry* lookup(std::string_view host) const;
   size_t size() const { return exact_.size() + wildcard_.size(); }
+  // Every entry's server context (a context serving several names once per name).
+  std::vector<SSL_CTX*> contexts() const;
   // Whether some certificate covers `host` (a Host header: a port is ignored).
   bool covers(std::string_view host) const;
 

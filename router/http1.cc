@@ -22,15 +22,6 @@ bool isToken(std::string_view s) {
   return true;
 }
 
-// field-value characters: HTAB, SP, VCHAR, obs-text.
-bool isFieldValue(std::string_view s) {
-  for (unsigned char c : s) {
-    if (c == '\t') continue;
-    if (c < 0x20 || c == 0x7f) return false;
-  }
-  return true;
-}
-
 enum class Line { kIncomplete, kOk, kError };
 
 // The line starting at `pos`: `line` without its ending, `next` after it.
@@ -100,18 +91,6 @@ bool parseLength(std::string_view s, uint64_t* out) {
   return true;
 }
 
-// Host = uri-host [ ":" port ]: no whitespace, commas, slashes or userinfo.
-bool validHost(std::string_view h) {
-  for (unsigned char c : h) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '.' || c == '_' || c == '~' || c == ':' || c == '[' || c == ']' ||
-                    c == '%' || c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' ||
-                    c == '*' || c == '+' || c == ';' || c == '=';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 Parse fail(RequestHead* out, int status, std::string why) {
   out->error_status = status;
   out->error = std::move(why);
@@ -140,6 +119,27 @@ bool validFieldLine(std::string_view line, std::string_view* name, std::string_v
 }
 
 }  // namespace
+
+// field-value characters: HTAB, SP, VCHAR, obs-text.
+bool isFieldValue(std::string_view s) {
+  for (unsigned char c : s) {
+    if (c == '\t') continue;
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+// Host = uri-host [ ":" port ]: no whitespace, commas, slashes or userinfo.
+bool validHost(std::string_view h) {
+  for (unsigned char c : h) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '.' || c == '_' || c == '~' || c == ':' || c == '[' || c == ']' ||
+                    c == '%' || c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' ||
+                    c == '*' || c == '+' || c == ';' || c == '=';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 bool isTokenChar(unsigned char c) {
   if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;

@@ -128,4 +128,13 @@ void appendFields(const http::fields& fields, std::string* out);
 // True for tchar (RFC 9110 §5.6.2).
 bool isTokenChar(unsigned char c);
 
+// True when `s` holds only field-value characters (HTAB, SP, VCHAR,
+// obs-text): no other control bytes.
+bool isFieldValue(std::string_view s);
+
+// True when `h` is a plausible Host: uri-host [ ":" port ] characters only
+// (no whitespace, commas, slashes, userinfo). The one check for HTTP/1.1's
+// Host and HTTP/2's :authority.
+bool validHost(std::string_view h);
+
 }  // namespace knap::router::http1

@@ -15,10 +15,11 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/container/small_vector.hpp>
 
 #include "common/string_util.h"
+#include "router/client_side.h"
 #include "router/headers.h"
+#include "router/relay.h"
 #include "router/router_impl.h"
 
 namespace knap::router {
@@ -50,7 +51,7 @@ std::string podRequestHead(const http1::RequestHead& head, bool send_zero_length
   http1::appendFields(head.fields, &out);
   if (head.framing == Framing::kLength) {
     out += "Content-Length: " + std::to_string(head.content_length) + "\r\n";
-  } else if (head.framing == Framing::kChunked) {
+  } else if (head.framing == Framing::kChunked || head.framing == Framing::kUntilClose) {
     out += "Transfer-Encoding: chunked\r\n";
   } else if (send_zero_length) {
     out += "Content-Length: 0\r\n";
@@ -59,96 +60,9 @@ std::string podRequestHead(const http1::RequestHead& head, bool send_zero_length
   return out;
 }
 
-enum class RelayEnd { kDone, kReadFailed, kWriteFailed, kBadFraming };
-
-struct Relay {
-  Framing framing;
-  uint64_t length = 0;    // kLength
-  bool lenient = false;   // chunked parsing of a pod's body
-  bool chunked_out = false;  // re-encode as chunked (else raw bytes)
-  std::function<void(DeadlineStream&)> arm_read, arm_write;  // timeouts
-};
-
-// The TCP layer of either side (timeouts live there).
-DeadlineStream& tcpOf(DeadlineStream& s) { return s; }
-DeadlineStream& tcpOf(ClientStream& s) { return s.tcpStream(); }
+// The TCP layer of either side of a tunnel.
 tcp::socket& socketOf(tcp::socket& s) { return s; }
 tcp::socket& socketOf(ClientStream& s) { return s.socket(); }
-
-// Moves one message body from `from` (bytes already read in `fbuf`) to
-// `to`, decoding its framing and writing it re-framed; the first write
-// carries `prefix` (the message head). Stops exactly at the body's end:
-// bytes after it stay in `fbuf`. (From, To: the client's ClientStream and
-// the pod's DeadlineStream, either way round.)
-template <class From, class To>
-awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, const std::string& prefix,
-                              const Relay& r, beast::error_code& read_ec, std::string& framing_error) {
-  static const char kCrlf[] = "\r\n";
-  static const char kLastChunk[] = "0\r\n\r\n";
-  beast::error_code ec;
-  bool prefix_sent = false;
-  uint64_t remaining = r.length;
-  http1::ChunkedDecoder dec(r.lenient);
-  // (On the stack for the usual few pieces: no allocation per message.)
-  http1::ChunkedDecoder::Spans spans;
-  boost::container::small_vector<asio::const_buffer, 12> out;
-  std::string size_line;
-  bool eof = false;
-  for (;;) {
-    bool finished = false;
-    size_t consume = 0;
-    out.clear();
-    if (!prefix_sent && !prefix.empty()) out.push_back(asio::buffer(prefix));
-    const std::string_view avail = bufView(fbuf);
-    spans.clear();
-    if (r.framing == Framing::kLength) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(remaining, avail.size()));
-      if (n > 0) spans.push_back(avail.substr(0, n));
-      consume = n;
-      remaining -= n;
-      finished = remaining == 0;
-    } else if (r.framing == Framing::kChunked) {
-      consume = dec.feed(avail, &spans);
-      if (dec.failed()) {
-        framing_error = dec.error();
-        co_return RelayEnd::kBadFraming;
-      }
-      finished = dec.done();
-    } else if (r.framing == Framing::kUntilClose) {
-      if (!avail.empty()) spans.push_back(avail);
-      consume = avail.size();
-      finished = eof;
-    } else {
-      finished = true;
-    }
-    size_t total = 0;
-    for (std::string_view s : spans) total += s.size();
-    if (total > 0 && r.chunked_out) {
-      size_line = http1::chunkSizeLine(total);
-      out.push_back(asio::buffer(size_line));
-    }
-    for (std::string_view s : spans) out.push_back(asio::buffer(s.data(), s.size()));
-    if (total > 0 && r.chunked_out) out.push_back(asio::buffer(kCrlf, 2));
-    if (finished && r.chunked_out) out.push_back(asio::buffer(kLastChunk, 5));
-    if (!out.empty()) {
-      r.arm_write(tcpOf(to));
-      co_await asio::async_write(to, out, tok(ec));
-      if (ec) co_return RelayEnd::kWriteFailed;
-      prefix_sent = true;
-    }
-    fbuf.consume(consume);
-    if (finished) co_return RelayEnd::kDone;
-    r.arm_read(tcpOf(from));
-    const size_t n = co_await from.async_read_some(fbuf.prepare(kChunkBytes), tok(read_ec));
-    fbuf.commit(n);
-    if (read_ec == asio::error::eof && r.framing == Framing::kUntilClose) {
-      read_ec = {};
-      eof = true;
-    } else if (read_ec) {
-      co_return RelayEnd::kReadFailed;
-    }
-  }
-}
 
 // Reads the pod's response head into `ubuf` (interim 1xx answers other
 // than 101 are skipped). kIncomplete with `ec` set: the read failed.
@@ -251,11 +165,10 @@ awaitable<std::shared_ptr<const RoutingTable>> Router::Impl::awaitFirstTable(Wor
   co_return snapshot();
 }
 
-awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_buffer& buf,
-                                            http1::RequestHead& head, Kind kind, Worker& w,
-                                            const std::string& client_ip, std::shared_ptr<ClientConn>& conn) {
+awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHead& head, Kind kind, Worker& w,
+                                            const std::string& client_ip) {
   const MonoTime start = time.monotonic();
-  const unsigned version = head.version;
+  const unsigned version = client.version();
   const bool client_keep = head.keep_alive;
   const bool has_body = head.framing != Framing::kNone;
   // An answer given before the body was read leaves the connection out of sync.
@@ -264,8 +177,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
 
   const std::string host = head.host;
   if (host.empty()) {
-    co_return co_await writeLocal(client, version, http::status::bad_request,
-                                  "missing Host header", false);
+    co_return co_await writeLocal(client, http::status::bad_request, "missing Host header", false);
   }
   std::shared_ptr<const RoutingTable> tbl = snapshot();
   auto probe = head.fields.find(beast::string_view(kProbeHeader.data(), kProbeHeader.size()));
@@ -274,12 +186,12 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
     std::string nhost = normalizeHost(host);
     co_return co_await handleProbe(client, head, std::move(value), std::move(nhost), tbl, kind);
   }
-  if (kind == Kind::kExternal && !client.isTls() && isAcmeChallenge(head.target) &&
+  if (kind == Kind::kExternal && !client.tls() && isAcmeChallenge(head.target) &&
       (head.method == "GET" || head.method == "HEAD")) {
     // ACME HTTP-01 validation of a certificate order of ours.
     if (std::optional<std::string> answer = acmeAnswer(head.target)) {
       const bool keep = reusable() && !draining.load();
-      co_return co_await sendLocal(client, acmeResponse(version, *answer, keep, head.method == "HEAD"), keep);
+      co_return co_await client.sendLocal(acmeResponse(version, *answer, keep, head.method == "HEAD"), keep);
     }
   }
   const HostRoute* route = tbl->lookup(host, lk);
@@ -291,21 +203,21 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
   if (route == nullptr) {
     countUnrouted();
     const std::string msg = "no route for host \"" + normalizeHost(host) + "\"";
-    co_return co_await writeLocal(client, version, http::status::not_found, msg, reusable());
+    co_return co_await writeLocal(client, http::status::not_found, msg, reusable());
   }
-  if (kind == Kind::kExternal && !client.isTls() && opts.http_protocol != HttpProtocol::kEnabled &&
+  if (kind == Kind::kExternal && !client.tls() && opts.http_protocol != HttpProtocol::kEnabled &&
       httpsPort() >= 0 && !isAcmeChallenge(head.target)) {
     // http-protocol: Redirected / Disabled, while the HTTPS listener is on.
     if (opts.http_protocol == HttpProtocol::kRedirected) {
       const std::string location = httpsLocation(host, head.target);
       const std::string msg = "served over HTTPS: " + location;
       const auto extra = locationHeader(location);
-      co_return co_await writeLocal(client, version, http::status::permanent_redirect, msg, reusable(), extra);
+      co_return co_await writeLocal(client, http::status::permanent_redirect, msg, reusable(), extra);
     }
     countUnrouted();
     const std::string msg = "host \"" + normalizeHost(host) +
                             "\" is served over HTTPS only (config-network http-protocol: Disabled)";
-    co_return co_await writeLocal(client, version, http::status::not_found, msg, reusable());
+    co_return co_await writeLocal(client, http::status::not_found, msg, reusable());
   }
   const std::string revision = route->pick();
   std::shared_ptr<RevisionState> state = revisionState(revision);
@@ -326,8 +238,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
         start, first_byte_deadline, [ws](StatusOr<std::string> g) { ws->deliver(std::move(g)); });
     if (acq.outcome == ActivatorQueue::Outcome::kRejected) {
       guard->code = 503;
-      co_return co_await writeLocal(client, version, http::status::service_unavailable,
-                                    acq.status.message(), reusable());
+      co_return co_await writeLocal(client, http::status::service_unavailable, acq.status.message(), reusable());
     }
     if (acq.outcome == ActivatorQueue::Outcome::kGranted) {
       guard->endpoint = acq.endpoint;
@@ -340,27 +251,17 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
       if (acq.cold && on_cold != nullptr && *on_cold) (*on_cold)(revision);
       ws->timer.expires_at(std::min(start + opts.queue.max_wait, first_byte_deadline));
       // A client that hangs up while queued must not keep its place (nor
-      // count as concurrency): watch its socket. Only when no body is
-      // pending, since then nothing but EOF is expected from it.
-      const bool watch_client = !has_body;
-      if (watch_client) {
-        const uint64_t waiter = acq.waiter;
-        client.socket().async_wait(
-            tcp::socket::wait_read,
-            [ws, state, waiter, fd = client.socket().native_handle()](beast::error_code wec) {
-              if (wec) return;  // cancelled: the wait is over
-              char byte;
-              const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-              const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-              if (!gone || !state->queue.cancel(waiter)) return;
-              {
-                std::lock_guard<std::mutex> lock(ws->mu);
-                ws->client_gone = true;
-                ws->result.emplace(unavailable("client closed the connection while queued"));
-              }
-              ws->timer.cancel();
-            });
-      }
+      // count as concurrency).
+      const uint64_t waiter = acq.waiter;
+      const bool watching = client.watchHangup([ws, state, waiter] {
+        if (!state->queue.cancel(waiter)) return;
+        {
+          std::lock_guard<std::mutex> lock(ws->mu);
+          ws->client_gone = true;
+          ws->result.emplace(unavailable("client closed the connection while queued"));
+        }
+        ws->timer.cancel();
+      });
       while (!ws->ready()) {
         beast::error_code ec;
         co_await ws->timer.async_wait(tok(ec));
@@ -377,10 +278,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
         }
       }
       queued_gauge->add(-1);
-      if (watch_client) {
-        beast::error_code ignored;
-        client.socket().cancel(ignored);
-      }
+      if (watching) client.stopWatching();
       StatusOr<std::string> grant = [&] {
         std::lock_guard<std::mutex> lock(ws->mu);
         return *ws->result;
@@ -390,7 +288,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
         const bool timeout = grant.status().code() == Code::kDeadlineExceeded;
         guard->code = timeout ? 504 : 503;
         co_return co_await writeLocal(
-            client, version, timeout ? http::status::gateway_timeout : http::status::service_unavailable,
+            client, timeout ? http::status::gateway_timeout : http::status::service_unavailable,
             grant.status().message(), reusable());
       }
       guard->endpoint = grant.value();
@@ -402,7 +300,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
   if (!parseEndpointKey(endpoint, &pod_addr)) {
     guard->code = 502;
     const std::string msg = "bad pod endpoint " + endpoint;
-    co_return co_await writeLocal(client, version, http::status::bad_gateway, msg, reusable());
+    co_return co_await writeLocal(client, http::status::bad_gateway, msg, reusable());
   }
 
   // 2. The head for the pod, framing re-derived.
@@ -410,18 +308,14 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
   const bool head_request = head.method == "HEAD";
   const bool zero_length = head.framing == Framing::kNone &&
                            head.fields.find(http::field::content_length) != head.fields.end();
-  rewriteRequestHeaders(head.fields, client_ip, client.isTls() ? std::string_view("https") : opts.forwarded_proto,
+  rewriteRequestHeaders(head.fields, client_ip, client.tls() ? std::string_view("https") : opts.forwarded_proto,
                         is_upgrade);
   head.fields.erase(http::field::content_length);
   head.fields.erase(http::field::transfer_encoding);
   const std::string pod_head = podRequestHead(head, zero_length);
   if (head.expect_continue && has_body) {
     // We answer Expect ourselves, now that a pod slot is ours.
-    static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    beast::error_code ec;
-    client.expires_after(opts.client_io_timeout);
-    co_await asio::async_write(client, asio::buffer(kContinue, sizeof kContinue - 1), tok(ec));
-    if (ec) co_return false;
+    if (!co_await client.sendContinue()) co_return false;
   }
 
   // 3. Send the request (streaming its body) and read the response head.
@@ -431,17 +325,25 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
   Relay req_relay;
   req_relay.framing = head.framing;
   req_relay.length = head.content_length;
-  req_relay.chunked_out = head.framing == Framing::kChunked;
-  req_relay.arm_read = [this, first_byte_deadline](DeadlineStream& s) {
-    s.expires_at(std::min(first_byte_deadline, time.monotonic() + opts.client_io_timeout));
+  req_relay.chunked_out = head.framing == Framing::kChunked || head.framing == Framing::kUntilClose;
+  req_relay.read_deadline = [this, first_byte_deadline] {
+    return std::min(first_byte_deadline, time.monotonic() + opts.client_io_timeout);
   };
-  req_relay.arm_write = [first_byte_deadline](DeadlineStream& s) { s.expires_at(first_byte_deadline); };
+  req_relay.write_deadline = [first_byte_deadline] { return first_byte_deadline; };
+  // The client side knows the pod connection while it is ours (declared
+  // after `up`: told before `up` goes away).
+  struct PodExchange {
+    ClientSide& c;
+    ~PodExchange() { c.podExchange(nullptr); }
+  } pod_exchange{client};
   for (int attempt = 0;; ++attempt) {
     beast::error_code ec;
     up = attempt == 0 ? w.pool.take(endpoint) : nullptr;
+    client.podExchange(up.get());
     const bool reused = up != nullptr;
     if (!up) {
       up = std::make_unique<DeadlineStream>(w.ioc);
+      client.podExchange(up.get());
       up->expires_at(std::min(time.monotonic() + opts.upstream_connect_timeout, first_byte_deadline));
       co_await up->async_connect(pod_addr, tok(ec));
       if (ec) {
@@ -451,27 +353,26 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
         // of a ?: inside a co_await expression.)
         const std::string msg =
             timeout ? std::string("request timeout") : "cannot connect to pod " + endpoint + ": " + ec.message();
-        co_return co_await writeLocal(client, version,
-                                      timeout ? http::status::gateway_timeout : http::status::bad_gateway, msg,
-                                      reusable());
+        co_return co_await writeLocal(client, timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                                      msg, reusable());
       }
       up->socket().set_option(tcp::no_delay(true), ec);
     }
     beast::error_code read_ec;
     std::string framing_error;
-    const RelayEnd sent = co_await relayBody(client, buf, *up, pod_head, req_relay, read_ec, framing_error);
+    const RelayEnd sent = co_await client.sendRequest(*up, pod_head, req_relay, read_ec, framing_error);
     if (sent == RelayEnd::kBadFraming) {
       // The pod saw a partial request; its connection is dropped with `up`.
       const std::string msg = "malformed request body: " + framing_error;
       guard->code = 400;
-      co_await writeLocal(client, version, http::status::bad_request, msg, false);
+      co_await writeLocal(client, http::status::bad_request, msg, false);
       co_return false;
     }
     if (sent == RelayEnd::kReadFailed) {
       // The client stalled or vanished mid-upload.
-      if (read_ec == beast::error::timeout && time.monotonic() >= first_byte_deadline) {
+      if (!client.gone() && read_ec == beast::error::timeout && time.monotonic() >= first_byte_deadline) {
         guard->code = 504;
-        co_await writeLocal(client, version, http::status::gateway_timeout, "request timeout", false);
+        co_await writeLocal(client, http::status::gateway_timeout, "request timeout", false);
       }
       co_return false;
     }
@@ -486,6 +387,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
         p != http1::Parse::kError) {
       continue;
     }
+    if (client.gone()) co_return false;  // it left (and the exchange was cut); code stays 499
     const bool timeout = ec == beast::error::timeout;
     guard->code = timeout ? 504 : 502;
     std::string msg;
@@ -496,121 +398,56 @@ awaitable<bool> Router::Impl::handleRequest(ClientStream& client, beast::flat_bu
     } else {
       msg = "pod " + endpoint + " failed: " + (ec ? ec.message() : std::string("write failed"));
     }
-    co_return co_await writeLocal(client, version,
-                                  timeout ? http::status::gateway_timeout : http::status::bad_gateway, msg,
+    co_return co_await writeLocal(client, timeout ? http::status::gateway_timeout : http::status::bad_gateway, msg,
                                   timeout && reusable());
   }
 
-  // 4. The response head for the client, framing re-derived.
+  // 4. The response for the client: its side writes the head (framing
+  // re-derived) and streams the body; from the body's first byte on only
+  // the idle timeout applies.
   const int code = rh.status;
   const bool switching = code == 101 && is_upgrade;
   if (code == 101 && !switching) {
     guard->code = 502;
     const std::string msg = "pod " + endpoint + " switched protocols unasked";
-    co_return co_await writeLocal(client, version, http::status::bad_gateway, msg, false);
+    co_return co_await writeLocal(client, http::status::bad_gateway, msg, false);
   }
   rewriteResponseHeaders(rh.fields, switching);
   rh.fields.erase(http::field::content_length);
   rh.fields.erase(http::field::transfer_encoding);
-  bool keep = client_keep && !draining.load();
-  bool chunked_out = false;
-  std::string out;
-  out.reserve(512);
-  out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
-  out += std::to_string(code);
-  out += ' ';
-  if (!rh.reason.empty()) {
-    out += rh.reason;
-  } else {
-    const auto reason = http::obsolete_reason(static_cast<http::status>(code));
-    out.append(reason.data(), reason.size());
-  }
-  out += "\r\n";
-  http1::appendFields(rh.fields, &out);
-  if (!switching) {
-    switch (rh.framing) {
-      case Framing::kNone:
-        if (rh.has_content_length && (head_request || code == 304)) {
-          out += "Content-Length: " + std::to_string(rh.content_length) + "\r\n";
-        } else if (code >= 200 && code != 204 && code != 304) {
-          out += "Content-Length: 0\r\n";
-        }
-        break;
-      case Framing::kLength:
-        out += "Content-Length: " + std::to_string(rh.content_length) + "\r\n";
-        break;
-      case Framing::kChunked:
-      case Framing::kUntilClose:
-        if (version >= 11) {
-          out += "Transfer-Encoding: chunked\r\n";
-          chunked_out = true;
-        } else {
-          keep = false;  // an HTTP/1.0 client reads until close
-        }
-        break;
-    }
-    if (version >= 11 && !keep) out += "Connection: close\r\n";
-    if (version < 11 && keep) out += "Connection: keep-alive\r\n";
-  }
+  ProxiedResponse resp;
+  resp.code = code;
+  resp.reason = rh.reason;
+  resp.fields = &rh.fields;
+  resp.framing = rh.framing;
+  resp.content_length = rh.content_length;
+  resp.has_content_length = rh.has_content_length;
+  resp.head_request = head_request;
+  resp.switching = switching;
   guard->code = code;
-  if (cold_start) {
-    const std::string cold = noteColdStart(*state, revision, arrived, time.monotonic() - start);
-    out += std::string(kColdStartHeader) + ": " + cold + "\r\n";
-  }
-  out += "\r\n";
+  if (cold_start) resp.cold_start = noteColdStart(*state, revision, arrived, time.monotonic() - start);
   ubuf.consume(rh.head_bytes);
 
-  if (switching) {
-    // 5. Upgrade: splice bytes both ways; the slot stays held until both close.
-    beast::error_code ec;
-    client.expires_after(opts.client_io_timeout);
-    co_await asio::async_write(client, asio::buffer(out), tok(ec));
-    if (ec) co_return false;
-    client.tcpStream().expires_never();  // the tunnel has its own idle timeout
-    auto tunnel = std::make_shared<Tunnel>(std::move(client), up->release_socket());
-    const std::string_view cb = bufView(buf);
-    tunnel->client_leftover.assign(cb.data(), cb.size());
-    buf.consume(buf.size());
-    const std::string_view pb = bufView(ubuf);
-    tunnel->pod_leftover.assign(pb.data(), pb.size());
-    tunnel->guard = std::move(guard);
-    conn->socket = &tunnel->client.socket();
-    tunnel->conn = std::move(conn);
-    asio::co_spawn(w.ioc, pump(tunnel, true), asio::detached);
-    asio::co_spawn(w.ioc, pump(tunnel, false), asio::detached);
-    if (opts.tunnel_idle_timeout > Duration::zero()) {
-      asio::co_spawn(w.ioc, tunnelWatchdog(tunnel), asio::detached);
-    }
-    co_return false;
-  }
-
-  // 6. The body; from its first byte on only the idle timeout applies.
   Relay resp_relay;
   resp_relay.framing = rh.framing;
   resp_relay.length = rh.content_length;
   resp_relay.lenient = true;
-  resp_relay.chunked_out = chunked_out;
   const Duration idle = cfg.idle_timeout;
-  resp_relay.arm_read = [idle](DeadlineStream& s) {
-    if (idle > Duration::zero()) {
-      s.expires_after(idle);
-    } else {
-      s.expires_never();
-    }
+  resp_relay.read_deadline = [idle] {
+    return idle > Duration::zero() ? std::chrono::steady_clock::now() + idle : MonoTime::max();
   };
-  resp_relay.arm_write = [this](DeadlineStream& s) { s.expires_after(opts.client_io_timeout); };
-  beast::error_code read_ec;
-  std::string framing_error;
-  const RelayEnd relayed = co_await relayBody(*up, ubuf, client, out, resp_relay, read_ec, framing_error);
-  if (relayed != RelayEnd::kDone) co_return false;  // pod failed or went idle mid-stream, or client gone
+  resp_relay.write_deadline = [this] { return std::chrono::steady_clock::now() + opts.client_io_timeout; };
+  const ResponseEnd sent = co_await client.sendResponse(resp, *up, ubuf, resp_relay, guard);
+  if (!sent.complete) co_return false;  // pod failed or went idle mid-stream, client gone, or a tunnel
 
   // In sync: the pod framed its answer, keeps the connection, and sent
   // nothing past the end of it.
   if (rh.keep_alive && rh.reusable_framing && rh.framing != Framing::kUntilClose && ubuf.size() == 0) {
+    client.podExchange(nullptr);
     w.pool.put(endpoint, std::move(up));
   }
   guard.reset();
-  co_return keep;
+  co_return sent.keep;
 }
 
 }  // namespace knap::router

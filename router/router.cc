@@ -23,6 +23,8 @@
 #include "common/listen_fds.h"
 #include "common/log.h"
 #include "common/tls.h"
+#include "router/client_side.h"
+#include "router/h2_session.h"
 #include "router/headers.h"
 #include "router/router_impl.h"
 
@@ -71,17 +73,35 @@ int selectCertificate(SSL* ssl, int* alert, void* arg) {
   return SSL_TLSEXT_ERR_OK;
 }
 
-// ALPN: the router speaks HTTP/1.1 to clients; a client offering only h2
-// gets no protocol (and falls back or fails on its side).
+// ALPN: h2 (router/h2_session.cc) when the client offers it and
+// RouterOptions::http2 is on, else http/1.1; a client offering neither gets
+// no protocol (and falls back or fails on its side).
 int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
-               void*) {
+               void* arg) {
+  static const unsigned char kH2Http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  const bool h2 = arg != nullptr;  // (not the Impl: a context may outlive a Router)
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, outlen, kHttp11, sizeof kHttp11, in, inlen) != OPENSSL_NPN_NEGOTIATED) {
+  if (SSL_select_next_proto(&selected, outlen, h2 ? kH2Http11 : kHttp11, h2 ? sizeof kH2Http11 : sizeof kHttp11,
+                            in, inlen) != OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_NOACK;
   }
   *out = selected;
   return SSL_TLSEXT_ERR_OK;
+}
+
+void* alpnArg(const RouterOptions& o) { return o.http2 ? reinterpret_cast<void*>(1) : nullptr; }
+
+// OpenSSL asks the context the SNI callback switched to for ALPN: every
+// certificate's context gets selectAlpn once, before its first table is
+// published (so never while a handshake reads it).
+void installAlpn(const CertTable& certs, const RouterOptions& o) {
+  static const int kAlpnSet = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  for (SSL_CTX* ctx : certs.contexts()) {
+    if (SSL_CTX_get_ex_data(ctx, kAlpnSet) != nullptr) continue;
+    SSL_CTX_set_alpn_select_cb(ctx, selectAlpn, alpnArg(o));
+    SSL_CTX_set_ex_data(ctx, kAlpnSet, reinterpret_cast<void*>(1));
+  }
 }
 
 // Adopts an already-listening TCP socket (socket activation); checks that it
@@ -148,12 +168,9 @@ void Router::Impl::forEachPool(std::function<void(UpstreamPool&)> fn) {
   }
 }
 
-awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version,
-                                         http::status status, const std::string& body,
-                                         bool keep_alive,
-                                         const std::vector<std::pair<std::string, std::string>>& extra,
-                                         const char* content_type) {
-  keep_alive = keep_alive && !draining.load();
+std::unique_ptr<Router::Impl::LocalResponse> Router::Impl::localResponse(
+    unsigned version, http::status status, const std::string& body, bool keep_alive,
+    const std::vector<std::pair<std::string, std::string>>& extra, const char* content_type) {
   auto r = std::make_unique<LocalResponse>(status, version < 10 ? 11 : version);
   r->set(http::field::server, "knap");
   for (const auto& [k, v] : extra) r->set(k, v);
@@ -162,7 +179,25 @@ awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version,
   if (!body.empty() && body.back() != '\n') r->body() += "\n";
   r->keep_alive(keep_alive);
   r->prepare_payload();
-  return sendLocal(client, std::move(r), keep_alive);
+  return r;
+}
+
+awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version,
+                                         http::status status, const std::string& body,
+                                         bool keep_alive,
+                                         const std::vector<std::pair<std::string, std::string>>& extra,
+                                         const char* content_type) {
+  keep_alive = keep_alive && !draining.load();
+  return sendLocal(client, localResponse(version, status, body, keep_alive, extra, content_type), keep_alive);
+}
+
+awaitable<bool> Router::Impl::writeLocal(ClientSide& client, http::status status, const std::string& body,
+                                         bool keep_alive,
+                                         const std::vector<std::pair<std::string, std::string>>& extra,
+                                         const char* content_type) {
+  keep_alive = keep_alive && !draining.load();
+  return client.sendLocal(localResponse(client.version(), status, body, keep_alive, extra, content_type),
+                          keep_alive);
 }
 
 awaitable<bool> Router::Impl::sendLocal(ClientStream& client, std::unique_ptr<LocalResponse> r,
@@ -318,6 +353,13 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
       client.tcpStream().close();
       co_return;
     }
+    if (negotiatedH2(client)) {
+      co_await serveH2(*this, *w, client, conn, client_ip, kind);
+      conn->socket = nullptr;
+      beast::error_code ignored;
+      client.socket().close(ignored);
+      co_return;
+    }
   }
   beast::flat_buffer buf;
   bool first = true;
@@ -370,7 +412,8 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
     if (kind == Kind::kAdmin) {
       keep = co_await handleAdmin(client, head);
     } else {
-      keep = co_await handleRequest(client, buf, head, kind, *w, client_ip, conn);
+      Http1Client side(*this, *w, client, buf, head, conn);
+      keep = co_await handleRequest(side, head, kind, *w, client_ip);
     }
     if (!keep || draining.load()) break;
     // Reused for the next request; idle connections hold no big buffer.
@@ -403,35 +446,34 @@ awaitable<bool> Router::Impl::handleAdmin(ClientStream& client, const http1::Req
 
 // Answers K-Network-Probe requests (§5.5, §5.6, §5.10); never forwarded
 // and never counted as requests of a revision.
-awaitable<bool> Router::Impl::handleProbe(ClientStream& client, const http1::RequestHead& head,
+awaitable<bool> Router::Impl::handleProbe(ClientSide& client, const http1::RequestHead& head,
                                           std::string value, std::string host,
                                           std::shared_ptr<const RoutingTable> table, Kind kind) {
   const bool keep = head.keep_alive && head.framing == http1::Framing::kNone;
-  const unsigned version = head.version;
   if (value == "activator") {
     countProbe("activator");
-    co_return co_await writeLocal(client, version, http::status::ok, "activator", keep);
+    co_return co_await writeLocal(client, http::status::ok, "activator", keep);
   }
   if (value == "probe") {
     countProbe("probe");
     auto h = head.fields.find(beast::string_view(kHashHeader.data(), kHashHeader.size()));
     const std::string hash = h == head.fields.end() ? "" : std::string(h->value());
     if (hash.empty()) {
-      co_return co_await writeLocal(client, version, http::status::bad_request,
+      co_return co_await writeLocal(client, http::status::bad_request,
                                     "K-Network-Probe: probe needs a K-Network-Hash header", keep);
     }
     if (table->lookup(host, kind == Kind::kInternal ? ListenerKind::kInternal : ListenerKind::kExternal) ==
         nullptr) {
       const std::string msg = "no route for host \"" + host + "\"";
-      co_return co_await writeLocal(client, version, http::status::not_found, msg, keep);
+      co_return co_await writeLocal(client, http::status::not_found, msg, keep);
     }
     // "override" asks for the hash of the programmed table (§5.6 step 1).
     const std::string answer = hash == "override" && !table->networkHash().empty() ? table->networkHash() : hash;
-    co_return co_await writeLocal(client, version, http::status::ok, "", keep, hashHeader(answer));
+    co_return co_await writeLocal(client, http::status::ok, "", keep, hashHeader(answer));
   }
   countProbe("invalid");
   const std::string msg = "unexpected K-Network-Probe value \"" + value + "\"";
-  co_return co_await writeLocal(client, version, http::status::bad_request, msg, keep);
+  co_return co_await writeLocal(client, http::status::bad_request, msg, keep);
 }
 
 // ---------------------------------------------------------------------------
@@ -467,7 +509,7 @@ Status Router::start() {
     SSL_CTX_set_session_id_context(native, kSessionContext, sizeof kSessionContext - 1);
     SSL_CTX_set_tlsext_servername_callback(native, selectCertificate);
     SSL_CTX_set_tlsext_servername_arg(native, &im);
-    SSL_CTX_set_alpn_select_cb(native, selectAlpn, nullptr);
+    SSL_CTX_set_alpn_select_cb(native, selectAlpn, alpnArg(im.opts));
   }
   for (const ListenerSpec& spec : specs) {
     auto l = std::make_unique<Listener>();
@@ -547,7 +589,11 @@ size_t Router::drain(Duration deadline) {
   im.forEachWorker([](Worker& w) {
     for (ClientConn* c : w.conns) {
       beast::error_code ignored;
-      if (c->idle && c->socket != nullptr) c->socket->close(ignored);
+      if (c->drain_hook) {
+        c->drain_hook();  // HTTP/2: GOAWAY, open streams finish
+      } else if (c->idle && c->socket != nullptr) {
+        c->socket->close(ignored);
+      }
     }
     auto grace = std::make_shared<asio::steady_timer>(w.ioc, std::chrono::seconds(2));
     grace->async_wait([grace, &w](const beast::error_code& ec) {
@@ -633,6 +679,7 @@ void Router::setAcmeChallenges(std::shared_ptr<const AcmeChallenges> challenges)
 void Router::setCertificates(std::shared_ptr<const CertTable> certs) {
   if (!certs) certs = CertTable::empty();
   std::lock_guard<std::mutex> lock(impl_->certs_mu);
+  installAlpn(*certs, impl_->opts);
   impl_->certs = std::move(certs);
 }
 

@@ -138,6 +138,9 @@ struct RouterOptions {
   HttpProtocol http_protocol = HttpProtocol::kEnabled;
   // The port written in Redirected answers' Location; 0 = the bound HTTPS port.
   int tls_redirect_port = 0;
+  // HTTP/2 on the HTTPS listener (ALPN h2, router/h2_session.h); off: ALPN
+  // offers http/1.1 only.
+  bool http2 = true;
 };
 
 class Router final : public scaler::MetricsSource {

@@ -28,6 +28,7 @@
 
 #include "router/certs.h"
 #include "router/deadline_stream.h"
+#include "router/headers.h"
 #include "router/http1.h"
 #include "router/router.h"
 #include "router/upstream.h"
@@ -166,6 +167,9 @@ struct ClientConn {
   tcp::socket* socket = nullptr;  // the client socket, wherever it lives now
   bool idle = false;              // kept alive between requests, nothing received yet
   bool fresh = true;              // no byte received on this connection yet
+  // Set while the connection is an HTTP/2 session: Router::drain calls it
+  // (on this worker) to send GOAWAY instead of closing idle connections.
+  std::function<void()> drain_hook;
 };
 
 // Wakes a queued request's coroutine from whichever thread grants its slot.
@@ -191,6 +195,7 @@ struct WaitState : std::enable_shared_from_this<WaitState> {
 };
 
 struct Tunnel;
+class ClientSide;
 
 struct Router::Impl {
   Impl(RouterOptions o, const TimeSource& t) : opts(std::move(o)), time(t) {
@@ -233,8 +238,16 @@ struct Router::Impl {
   // (A plain function building the message, then a coroutine sending it:
   // GCC 12 miscompiles string-literal arguments to coroutine parameters.)
   using LocalResponse = http::response<http::string_body>;
+  std::unique_ptr<LocalResponse> localResponse(unsigned version, http::status status, const std::string& body,
+                                               bool keep_alive,
+                                               const std::vector<std::pair<std::string, std::string>>& extra,
+                                               const char* content_type);
   awaitable<bool> writeLocal(ClientStream& client, unsigned version, http::status status,
                              const std::string& body, bool keep_alive,
+                             const std::vector<std::pair<std::string, std::string>>& extra = {},
+                             const char* content_type = "text/plain; charset=utf-8");
+  // The same answer to a request of any client side (router/client_side.h).
+  awaitable<bool> writeLocal(ClientSide& client, http::status status, const std::string& body, bool keep_alive,
                              const std::vector<std::pair<std::string, std::string>>& extra = {},
                              const char* content_type = "text/plain; charset=utf-8");
   awaitable<bool> sendLocal(ClientStream& client, std::unique_ptr<LocalResponse> r,
@@ -268,14 +281,14 @@ struct Router::Impl {
   awaitable<void> serveConnection(tcp::socket sock, Listener* l, Worker* w);
   awaitable<void> rejectConnection(tcp::socket sock);
   awaitable<bool> handleAdmin(ClientStream& client, const http1::RequestHead& head);
-  awaitable<bool> handleProbe(ClientStream& client, const http1::RequestHead& head,
+  awaitable<bool> handleProbe(ClientSide& client, const http1::RequestHead& head,
                               std::string value, std::string host,
                               std::shared_ptr<const RoutingTable> table, Kind kind);
-  // proxy.cc: route, activate (the activator queue), proxy. Returns whether
-  // the client connection stays usable for another request.
-  awaitable<bool> handleRequest(ClientStream& client, beast::flat_buffer& buf,
-                                http1::RequestHead& head, Kind kind, Worker& w,
-                                const std::string& client_ip, std::shared_ptr<ClientConn>& conn);
+  // proxy.cc: route, activate (the activator queue), proxy, for a request
+  // of any client side (HTTP/1.1 connection, HTTP/2 stream). Returns
+  // whether the client connection stays usable for another request.
+  awaitable<bool> handleRequest(ClientSide& client, http1::RequestHead& head, Kind kind, Worker& w,
+                                const std::string& client_ip);
   // Waits (bounded by startup_hold) for the first routing table; the table then.
   awaitable<std::shared_ptr<const RoutingTable>> awaitFirstTable(Worker& w, MonoTime start);
   awaitable<void> pump(std::shared_ptr<Tunnel> t, bool client_to_pod);

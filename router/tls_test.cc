@@ -174,6 +174,15 @@ TEST_F(TlsRouterTest, UnknownOrMissingSniAndOldProtocolsFailTheHandshake) {
   EXPECT_NE(httpsRequest(router_->tlsPort(), "other.example.com", "", getRequest("other.example.com")).error, "");
   EXPECT_NE(httpsRequest(router_->tlsPort(), "", "", getRequest(kHost)).error, "");
   EXPECT_NE(httpsRequest(router_->tlsPort(), kHost, "", getRequest(kHost), TLS1_1_VERSION).error, "");
+  // The server counts a failed handshake after the client has seen it fail:
+  // wait (bounded) for the count rather than race it on a loaded machine.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto counted = [&] {
+    return router_->renderMetrics().find("knap_router_tls_handshakes_total{result=\"failed\"} 3") != std::string::npos;
+  };
+  while (!counted() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   EXPECT_NE(router_->renderMetrics().find("knap_router_tls_handshakes_total{result=\"failed\"} 3"), std::string::npos)
       << router_->renderMetrics();
 }

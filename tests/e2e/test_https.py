@@ -9,6 +9,9 @@ by a CA made here with the openssl CLI. Checked with curl (and Python's ssl for 
 - a replaced certificate file is served by a later handshake, without a restart;
 - a kubernetes.io/tls Secret serves its own namespace's host (not another namespace's), and an update
   of the Secret is served by a later handshake;
+- HTTP/2 (ALPN h2): curl --http2 gets HTTP/2 200 with the pod's body; 40 parallel transfers share one
+  connection and each gets its own answer; a 1.5 MiB upload is echoed whole; HTTP/1.1 clients (ALPN
+  http/1.1, or none) on the same listener are still served;
 - a host without a certificate fails the handshake;
 - an inherited listening socket named "router-tls" (socket activation) is served as the HTTPS listener.
 """
@@ -84,6 +87,67 @@ def curl_https(port, host, cafile, path="/"):
                        capture_output=True, text=True)
     body, _, code = p.stdout.rpartition("\n")
     return p.returncode, code, body + p.stderr
+
+
+def curl_h2(port, host, cafile, path="/"):
+    """(exit code, HTTP version, status, body) of `curl --http2` (ALPN h2, falling back to http/1.1)."""
+    p = subprocess.run(["curl", "-sS", "--http2", "--max-time", "30", "--cacert", cafile, "--resolve",
+                        f"{host}:{port}:127.0.0.1", "-o", "-", "-w", "\n%{http_version} %{http_code}",
+                        f"https://{host}:{port}{path}"], capture_output=True, text=True)
+    body, _, tail = p.stdout.rpartition("\n")
+    version, _, code = tail.partition(" ")
+    return p.returncode, version, code, body + p.stderr
+
+
+STREAMS = 40
+
+
+def check_h2_streams_and_http11(k, host):
+    """Many concurrent HTTP/2 streams on one connection each get their own answer from the pod; a large
+    upload streams through flow control; HTTP/1.1 clients on the same listener are served as before."""
+    out = os.path.join(k.workdir, "h2out")
+    os.makedirs(out, exist_ok=True)
+    # curl multiplexes parallel transfers to one host over one HTTP/2 connection (it waits for the
+    # first connection's ALPN rather than opening more): one local port for all, each its own body.
+    p = subprocess.run(["curl", "-sS", "--http2", "--parallel", "--parallel-max", str(STREAMS), "--max-time", "90",
+                        "--cacert", k.cafile, "--resolve", f"{host}:{k.tls_port}:127.0.0.1",
+                        "-w", "%{http_version} %{http_code} %{local_port} %{url_effective}\n",
+                        "-o", os.path.join(out, "r#1"), f"https://{host}:{k.tls_port}/headers?i=[0-{STREAMS - 1}]"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.split()
+    rows = [lines[i:i + 4] for i in range(0, len(lines), 4)]
+    assert len(rows) == STREAMS, p.stdout
+    assert {(v, c) for v, c, _, _ in rows} == {("2", "200")}, p.stdout
+    assert len({port for _, _, port, _ in rows}) == 1, "not one connection:\n" + p.stdout
+    for i in range(STREAMS):
+        with open(os.path.join(out, f"r{i}")) as f:
+            answer = json.load(f)
+        assert answer["target"] == f"/headers?i={i}", answer
+        assert answer["host"] == f"{host}:{k.tls_port}", answer
+        assert {n.lower(): v for n, v in answer["headers"].items()}.get("x-forwarded-proto") == "https", answer
+
+    # A body larger than the stream and connection windows, echoed back whole.
+    blob = os.path.join(out, "blob")
+    with open(blob, "wb") as f:
+        f.write(bytes(range(256)) * (6 * 1024))  # 1.5 MiB
+    p = subprocess.run(["curl", "-sS", "--http2", "--max-time", "90", "--cacert", k.cafile, "--resolve",
+                        f"{host}:{k.tls_port}:127.0.0.1", "--data-binary", f"@{blob}", "-H",
+                        "Content-Type: application/octet-stream", "-o", os.path.join(out, "echo"), "-w",
+                        "%{http_version} %{http_code}", f"https://{host}:{k.tls_port}/echo"],
+                       capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout) == (0, "2 200"), p.stdout + p.stderr
+    with open(blob, "rb") as a, open(os.path.join(out, "echo"), "rb") as b:
+        assert a.read() == b.read()
+
+    # HTTP/1.1 on the same listener (ALPN http/1.1, and no ALPN at all).
+    for flags in (["--http1.1"], ["--http1.1", "--no-alpn"]):
+        p = subprocess.run(["curl", "-sS", *flags, "--max-time", "30", "--cacert", k.cafile, "--resolve",
+                            f"{host}:{k.tls_port}:127.0.0.1", "-o", "-", "-w", "\n%{http_version} %{http_code}",
+                            f"https://{host}:{k.tls_port}/hello"], capture_output=True, text=True, timeout=60)
+        body, _, tail = p.stdout.rpartition("\n")
+        assert (p.returncode, tail) == (0, "1.1 200"), p.stdout + p.stderr
+        assert body.startswith("Hello World!"), body
 
 
 def until(pred, timeout=60, what="condition"):
@@ -165,6 +229,16 @@ def test_https_files_secrets_redirect_and_reload(https):
     rc, code, body = until(lambda: (lambda r: r if r[1] == "200" else None)(curl_https(k.tls_port, host, k.cafile)),
                            what="HTTPS 200 from " + host)
     assert rc == 0 and code == "200", body
+
+    # HTTP/2 to the same Service: same route, same pod, the pod's own body.
+    rc, version, code, body2 = curl_h2(k.tls_port, host, k.cafile, "/hello")
+    assert (rc, version, code) == (0, "2", "200"), body2
+    assert body2.startswith("Hello World! How about some tasty noodles?"), body2
+    p = subprocess.run(["curl", "-sS", "-i", "--http2", "--max-time", "30", "--cacert", k.cafile, "--resolve",
+                        f"{host}:{k.tls_port}:127.0.0.1", f"https://{host}:{k.tls_port}/hello"],
+                       capture_output=True, text=True)
+    assert p.stdout.startswith("HTTP/2 200"), p.stdout + p.stderr
+    check_h2_streams_and_http11(k, host)
 
     # http-protocol: Redirected.
     c = http.client.HTTPConnection("127.0.0.1", k.router_port, timeout=30)
