@@ -317,6 +317,7 @@ int run(int argc, char** argv) {
     return 1;
   }
   api::ApiServer server(options, config, **store, clock);
+  server.setReady(false);  // /readyz: 503 until everything below has started
   if (Status st = server.start(); !st.isOk()) {
     std::cerr << "knapd: cannot start the API server: " << st.message() << "\n";
     return 1;
@@ -338,6 +339,7 @@ int run(int argc, char** argv) {
             << ", kubeconfig " << config.knap.kubeconfig_path << ", runtime " << (*runtime)->name();
   // READY only now: the API and router serve, and the runtime has adopted the pods a
   // previous knapd left running, so systemd orders dependants after a usable knapd.
+  server.setReady(true);
   notify(systemd.ready("serving: api " + server.url() + ", router " + config.knap.router_listen +
                        ", runtime " + (*runtime)->name()));
 
@@ -376,6 +378,7 @@ int run(int argc, char** argv) {
     sig = sigtimedwait(&signals, nullptr, &wait);
   }
   LOG(INFO) << "received " << strsignal(sig) << ", shutting down";
+  server.setReady(false);
   notify(systemd.stopping(std::string("received ") + strsignal(sig) + ", shutting down (pods keep running)"));
   data_plane.drain();  // in-flight requests finish first (the runtime still serves them)
   server.stop();

@@ -778,6 +778,8 @@ void ApiServer::stop() { impl_->stop(); }
 int ApiServer::tcpPort() const { return impl_->tcp_port_; }
 std::string ApiServer::url() const { return impl_->url_; }
 
+void ApiServer::setReady(bool ready) { impl_->handler_.setReady(ready); }
+
 Status ApiServer::Impl::makeSslContext() {
   const ApiServerOptions::Tls& tls = *options_.tls;
   ssl_ctx_.emplace(net::ssl::context::tls_server);

@@ -88,6 +88,8 @@ class ApiServer {
   // "https://127.0.0.1:PORT" ("http://" without TLS) for the TCP listener: the
   // bound address, or loopback when bound to the unspecified address.
   std::string url() const;
+  // See RestHandler::setReady: /readyz follows the whole daemon. Any thread.
+  void setReady(bool ready);
 
   class Impl;
 

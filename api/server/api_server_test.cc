@@ -301,6 +301,15 @@ TEST_F(ApiServerTest, DiscoveryDocuments) {
   EXPECT_EQ(request("GET", "/healthz").code, 200);
   EXPECT_EQ(request("GET", "/readyz").code, 200);
   expectStatus(request("GET", "/no/such/path"), 404, "NotFound");
+  // /readyz follows the daemon (starting, stopping); health stays 200.
+  server_->setReady(false);
+  Resp starting = request("GET", "/readyz");
+  EXPECT_EQ(starting.code, 503);
+  EXPECT_NE(starting.body.find("not ready"), std::string::npos) << starting.body;
+  EXPECT_EQ(request("GET", "/healthz").code, 200);
+  EXPECT_EQ(request("GET", "/livez").code, 200);
+  server_->setReady(true);
+  EXPECT_EQ(request("GET", "/readyz").code, 200);
 }
 
 TEST_F(ApiServerTest, DomainMappingAndClusterDomainClaimAreServed) {

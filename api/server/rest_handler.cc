@@ -662,6 +662,12 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
   }
   if (s.size() == 1 && (s[0] == "healthz" || s[0] == "readyz" || s[0] == "livez")) {
     HttpResponse r;
+    if (s[0] == "readyz" && !ready_.load()) {
+      r.code = 503;
+      r.body = "knapd is starting or stopping: not ready";
+      r.content_type = "text/plain; charset=utf-8";
+      return r;
+    }
     r.body = "ok";
     r.content_type = "text/plain; charset=utf-8";
     return r;

@@ -11,6 +11,7 @@
 // TimeSource are borrowed and must outlive the handler.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -137,6 +138,10 @@ class RestHandler {
   // /livez and /version are open, as in kube-apiserver), one whose roles do
   // not allow the request 403.
   HttpResponse handle(const HttpRequest& req);
+  // /readyz answers 503 until the daemon says the whole of knapd is up
+  // (kubeconfig written, router and runtime started) and again once it is
+  // shutting down; /healthz and /livez stay 200. Ready by default. Any thread.
+  void setReady(bool ready) { ready_.store(ready); }
 
   // If `req` is a watch, fills `out` and returns true. If it is a watch with
   // bad parameters or one the caller may not make, sets `error` and returns
@@ -158,6 +163,7 @@ class RestHandler {
   HttpResponse expiredResponse(const std::string& requested_rv);
 
  private:
+  std::atomic<bool> ready_{true};
   struct Query;
   struct Target;
   struct WriteCtx;
