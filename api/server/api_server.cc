@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -472,13 +473,28 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
       bookmark_timer_.emplace(stream_.get_executor());
       scheduleBookmark();
     }
-    // The client sends nothing during a watch: any read completion means it went away.
-    // (A wait, not a read: the TLS layer must stay free for the closing handshake.)
+    watchForClientGone();
+    drainWatch();
+  }
+
+  // The client sends nothing during a watch: bytes or EOF from it mean it went away.
+  // (A wait, not a read: the TLS layer must stay free for the closing handshake.)
+  // With several threads running the io_context, a readiness event from before the
+  // request was read can arrive late and complete the wait with nothing to read
+  // (CI saw watches cut after 3 ms), so a peek decides: nothing there, wait again.
+  void watchForClientGone() {
     lowest().socket().async_wait(net::socket_base::wait_read, [self = this->shared_from_this()](beast::error_code ec) {
-      if (ec == net::error::operation_aborted && self->ending_) return;
+      if (self->ending_) return;
+      if (!ec) {
+        char byte;
+        ssize_t n = ::recv(self->lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          self->watchForClientGone();
+          return;
+        }
+      }
       self->abortWatch();
     });
-    drainWatch();
   }
 
   // A BOOKMARK every bookmark_interval: a heartbeat that also tells the

@@ -13,19 +13,16 @@ import ssl
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "e2e"))
+from ports import free_port  # noqa: E402
 
 API = "/apis/serving.knative.dev/v1/namespaces/default/services"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_kib(pid):

@@ -26,20 +26,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "e2e"))
+from ports import free_port  # noqa: E402
+
 API = "/apis/serving.knative.dev/v1/namespaces/default/services"
 IMAGE = "dev.local/knap-soak:v1"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sh(*args):

@@ -17,7 +17,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -274,9 +273,3 @@ def ksvc(name, image="runtime", container=None, spec=None, template_meta=None, m
     if traffic is not None:
         doc["spec"]["traffic"] = traffic
     return doc
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -26,6 +26,7 @@ import pytest
 
 # Registry fixtures (registry.py): registry_ca, registry, make_registry, make_fault_proxy, testapp_image,
 # containerd_ns, knap_pull.
+from ports import free_port  # noqa: F401,E402 - re-exported for the tests
 from registry import (containerd_ns, knap_pull, make_fault_proxy, make_registry, registry,  # noqa: F401,E402
                       registry_ca, testapp_image)
 
@@ -37,10 +38,6 @@ DATA = os.path.join(ROOT, "tests", "data")
 KUBECTL = shutil.which("kubectl")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Knapd:

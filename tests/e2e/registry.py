@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tarfile
@@ -41,6 +40,8 @@ import urllib.request
 import uuid
 
 import pytest
+
+from ports import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KNAP_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -60,12 +61,6 @@ OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 ACCEPT_ALL = ", ".join([OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST])
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def require_tools():
