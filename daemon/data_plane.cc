@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "api/resources.h"
 #include "api/revision_settings.h"
@@ -118,7 +119,11 @@ StatusOr<std::pair<std::string, int>> splitHostPort(const std::string& listen, c
 DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource& clock,
                      scaler::PodCounter& pods, scaler::ScaleTarget& scale, EventRecorder& events,
                      int router_fd, int router_tls_fd)
-    : config_(config), store_(store), clock_(clock), router_fd_(router_fd) {
+    : config_(config),
+      store_(store),
+      clock_(clock),
+      router_fd_(router_fd),
+      sync_loop_(clock, "data plane sync loop") {
   router::RouterOptions options;
   options.external_fd = router_fd;
   tls_ = !config.knap.router_tls_listen.empty() || router_tls_fd >= 0;
@@ -193,7 +198,9 @@ Status DataPlane::start() {
   KNAP_RETURN_IF_ERROR(init_status_);
   KNAP_RETURN_IF_ERROR(router_->start());
   listener_id_ = store_.addListener([this](const store::Event& e) { onStoreEvent(e); });
-  sync_thread_ = std::thread([this] { runRestarting("data plane sync loop", [this] { syncLoop(); }); });
+  poll_files_ = tls_ && (!config_.knap.router_tls_certificates_dir.empty() || acme_ != nullptr);
+  next_file_poll_ = clock_.monotonic();
+  sync_loop_.start([this] { return syncStep(); });
   ticker_->start();
   if (router_fd_ >= 0) {
     LOG(INFO) << "router serving the inherited socket (fd " << router_fd_ << ", port " << router_->port()
@@ -219,9 +226,8 @@ void DataPlane::stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
   if (listener_id_ >= 0) store_.removeListener(listener_id_);
-  if (sync_thread_.joinable()) sync_thread_.join();
+  sync_loop_.stop();
   ticker_->stop();
   router_->stop();
 }
@@ -256,42 +262,37 @@ void DataPlane::onStoreEvent(const store::Event& event) {
       routes_dirty_ = true;
     }
   }
-  cv_.notify_all();
+  sync_loop_.wake();
 }
 
-void DataPlane::syncLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  const bool poll_files = tls_ && (!config_.knap.router_tls_certificates_dir.empty() || acme_ != nullptr);
-  auto next_file_poll = std::chrono::steady_clock::now();
-  while (!stopping_) {
-    auto work = [this] { return stopping_ || routes_dirty_ || revisions_dirty_ || (tls_ && certs_dirty_); };
-    if (poll_files) {
-      cv_.wait_until(lock, next_file_poll, work);
-    } else {
-      cv_.wait(lock, work);
-    }
-    if (stopping_) break;
-    bool routes = routes_dirty_, revisions = revisions_dirty_, certs = tls_ && certs_dirty_;
+MonoTime DataPlane::syncStep() {
+  bool routes, revisions, certs;
+  std::set<std::string> changed_routes, changed_revisions, changed_mappings;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return MonoTime::max();
+    routes = routes_dirty_;
+    revisions = revisions_dirty_;
+    certs = tls_ && certs_dirty_;
     routes_dirty_ = revisions_dirty_ = certs_dirty_ = false;
-    std::set<std::string> changed_routes, changed_revisions, changed_mappings;
     changed_routes.swap(changed_routes_);
     changed_revisions.swap(changed_revisions_);
     changed_mappings.swap(changed_mappings_);
-    const bool files_due = poll_files && std::chrono::steady_clock::now() >= next_file_poll;
-    if (files_due) next_file_poll = std::chrono::steady_clock::now() + kCertFilePoll;
-    lock.unlock();
-    // Each step is guarded on its own: one that throws (a stored object of a
-    // shape no code expected) is logged and the others still run.
-    if (revisions)
-      runGuarded("data plane: sync revisions", [&] { syncRevisions(changed_revisions); });  // configs first
-    if (routes) runGuarded("data plane: sync routes", [&] { syncRoutes(changed_routes, changed_mappings); });
-    if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
-    if (tls_ && (certs || routes || files_due)) {
-      // After the routes: Secrets serve the routed hosts of their namespace.
-      runGuarded("data plane: sync certificates", [this] { syncCertificates(); });
-    }
-    lock.lock();
   }
+  const MonoTime now = clock_.monotonic();
+  const bool files_due = poll_files_ && now >= next_file_poll_;
+  if (files_due) next_file_poll_ = now + kCertFilePoll;
+  // Each step is guarded on its own: one that throws (a stored object of a
+  // shape no code expected) is logged and the others still run.
+  if (revisions)
+    runGuarded("data plane: sync revisions", [&] { syncRevisions(changed_revisions); });  // configs first
+  if (routes) runGuarded("data plane: sync routes", [&] { syncRoutes(changed_routes, changed_mappings); });
+  if (certs) secret_certs_stale_ = true;  // re-list the Secrets; a Route change only re-maps them
+  if (tls_ && (certs || routes || files_due)) {
+    // After the routes: Secrets serve the routed hosts of their namespace.
+    runGuarded("data plane: sync certificates", [this] { syncCertificates(); });
+  }
+  return poll_files_ ? next_file_poll_ : MonoTime::max();
 }
 
 namespace {

@@ -18,17 +18,18 @@
 // certificates directory (after it: an operator's file wins).
 //
 // Threading: store events only note which objects changed (never block the
-// store's writer); one sync thread brings the router up to date from the
-// store. The first sync lists every Route, Revision and DomainMapping; after
+// store's writer) and wake the sync loop (a common/loop.h Loop on the
+// daemon's TimeSource), which brings the router up to date from the store;
+// with certificate files or ACME it also runs every two seconds to look at
+// the files. The first sync lists every Route, Revision and DomainMapping; after
 // that a sync reads and parses only the objects that changed (each Route is
 // kept reduced to its hosts and splits, each Revision to a fingerprint of
 // what the data plane applied), so a change costs O(changed objects), not
 // O(all objects), in the store and in JSON parsing; the routing table is
-// then re-assembled from the kept parts. The ScalerTicker runs on
-// its own thread. setEndpoints() may be called from any thread.
+// then re-assembled from the kept parts. The ScalerTicker is a Loop of its
+// own. setEndpoints() may be called from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,7 +37,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "acme/manager.h"
@@ -44,6 +44,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/event_recorder.h"
+#include "common/loop.h"
 #include "common/status.h"
 #include "common/tls.h"
 #include "controller/route_urls.h"
@@ -64,7 +65,7 @@ class DataPlane {
             scaler::ScaleTarget& scale, EventRecorder& events, int router_fd = -1, int router_tls_fd = -1);
   ~DataPlane();
 
-  // Binds the router's listeners and starts the sync and ticker threads.
+  // Binds the router's listeners and starts the sync and ticker loops.
   // kInvalidArgument for a bad listen address, kUnavailable when a port is taken.
   Status start();
   // SIGTERM: the router stops accepting and lets in-flight requests (held
@@ -83,7 +84,7 @@ class DataPlane {
   // DomainMapping `key` with this fingerprint (controller::programFingerprint,
   // controller::domainFingerprint; controller/ingress_status.h). Any thread.
   bool programmed(const store::Key& key, const std::string& fingerprint) const;
-  // Called (on the sync thread) for each Route and DomainMapping whose
+  // Called (on the sync loop) for each Route and DomainMapping whose
   // fingerprint the router now serves for the first time (not for a Route
   // whose stored status already says IngressReady); the daemon re-queues
   // it. Before start().
@@ -111,7 +112,8 @@ class DataPlane {
 
  private:
   void onStoreEvent(const store::Event& event);
-  void syncLoop();
+  // One pass of the sync loop; returns when it is next due (file polls).
+  MonoTime syncStep();
   // `changed`: "ns/name" of the objects whose store events arrived since the last sync.
   void syncRoutes(const std::set<std::string>& changed_routes, const std::set<std::string>& changed_mappings);
   void syncRevisions(const std::set<std::string>& changed);
@@ -138,15 +140,16 @@ class DataPlane {
   int router_fd_ = -1;
 
   std::mutex mu_;
-  std::condition_variable cv_;
   bool routes_dirty_ = true;
   bool revisions_dirty_ = true;
   bool certs_dirty_ = true;  // a Secret changed
   bool stopping_ = false;
   std::set<std::string> changed_routes_, changed_revisions_, changed_mappings_;  // "ns/name", under mu_
-  std::thread sync_thread_;
+  Loop sync_loop_;
+  bool poll_files_ = false;  // certificate files or ACME: look at the files every kCertFilePoll
   std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
-  // Sync thread only:
+  // Sync loop only:
+  MonoTime next_file_poll_{};
   bool routes_listed_ = false;    // routes_ holds every Route (false: the next sync lists)
   bool mappings_listed_ = false;  // mappings_ holds every DomainMapping
   // Routes changed since the router last got a table (all of them: after a full list).
