@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+import structure_check
+
 NAME = re.compile(r"\bRealTimeSource\b")
 EXEMPT_DIRS = ("tests", "bench", "docs", "build", ".git", "node_modules")
 ALLOWED_DIRS = ("daemon", "tools")
@@ -137,18 +139,9 @@ def self_test():
 
 
 def main():
-    if len(sys.argv) == 2 and sys.argv[1] == "--self-test":
-        self_test()
-        return 0
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-    problems = check(root)
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"{len(problems)} use(s) of RealTimeSource outside daemon/ and tools/")
-        return 1
-    print("RealTimeSource is named only in daemon/, tools/, common/clock and programs' mains")
-    return 0
+    return structure_check.run(
+        check, self_test, "RealTimeSource is named only in daemon/, tools/, common/clock and programs' mains",
+        lambda n: f"{n} use(s) of RealTimeSource outside daemon/ and tools/")
 
 
 if __name__ == "__main__":

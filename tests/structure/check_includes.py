@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 
+import structure_check
+
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 EXEMPT_DIRS = ("tests", "bench", "docs", "build", ".git", "node_modules")
 
@@ -221,20 +223,8 @@ def self_test_real(root):
 
 
 def main():
-    if len(sys.argv) in (2, 3) and sys.argv[1] == "--self-test":
-        self_test()
-        if len(sys.argv) == 3:
-            self_test_real(sys.argv[2])
-        return 0
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-    problems = check(root)
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"{len(problems)} include(s) break README.md's folder table")
-        return 1
-    print("includes match README.md's folder table")
-    return 0
+    return structure_check.run(check, self_test, "includes match README.md's folder table",
+                               lambda n: f"{n} include(s) break README.md's folder table", self_test_real)
 
 
 if __name__ == "__main__":
