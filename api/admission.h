@@ -6,9 +6,10 @@
 //   spec.template.spec.containers[0].ports[0].containerPort
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "common/status.h"

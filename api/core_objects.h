@@ -16,8 +16,9 @@
 // schema knows these kinds). Pure functions over JSON; thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 

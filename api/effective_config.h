@@ -5,8 +5,9 @@
 // Pure functions; thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "api/revision_settings.h"
 #include "common/config.h"

@@ -2,8 +2,9 @@
 // Pure functions; thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 

@@ -7,8 +7,9 @@
 // record() must not block on I/O: callers may hold their own locks.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace knap {
 

@@ -1,8 +1,9 @@
 #include "common/guard.h"
 
 #include <exception>
-#include <nlohmann/json.hpp>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 

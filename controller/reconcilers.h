@@ -12,9 +12,10 @@
 #pragma once
 
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/config.h"

@@ -7,8 +7,9 @@
 #include <cctype>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "common/base64.h"
 #include "common/log.h"

@@ -6,8 +6,9 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "common/string_util.h"
 #include "oci/digest.h"

@@ -2,8 +2,9 @@
 
 #include <zlib.h>
 
-#include <nlohmann/json.hpp>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "oci/digest.h"
 

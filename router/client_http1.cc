@@ -4,10 +4,11 @@
 // decided here, an Upgrade turned into a tunnel.
 #include <sys/socket.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <cerrno>
 #include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 
 #include "router/client_side.h"
 

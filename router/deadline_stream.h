@@ -20,15 +20,16 @@
 // io_context); at most one read and one write pending at a time.
 #pragma once
 
+#include <chrono>
+#include <memory>
+#include <utility>
+
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
-#include <chrono>
-#include <memory>
-#include <utility>
 
 namespace knap::router {
 

@@ -9,12 +9,13 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <cstring>
 #include <map>
 #include <utility>
 #include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 
 #include "common/log.h"
 #include "router/client_side.h"

@@ -12,11 +12,12 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 
-#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <thread>
+
+#include <boost/asio/ssl.hpp>
 
 #include "router/router.h"
 #include "router/test_backend.h"

@@ -1,10 +1,11 @@
 #include "router/headers.h"
 
 #include <algorithm>
-#include <boost/beast/core/string.hpp>
-#include <boost/container/small_vector.hpp>
 #include <cctype>
 #include <vector>
+
+#include <boost/beast/core/string.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include "common/string_util.h"
 

@@ -20,13 +20,14 @@
 // by one connection at a time.
 #pragma once
 
-#include <boost/beast/http/fields.hpp>
-#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <boost/beast/http/fields.hpp>
+#include <boost/container/small_vector.hpp>
 
 namespace knap::router::http1 {
 

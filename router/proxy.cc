@@ -10,10 +10,11 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <cerrno>
 #include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 
 #include "common/string_util.h"
 #include "router/client_side.h"

@@ -15,11 +15,12 @@
 #pragma once
 
 #include <algorithm>
-#include <boost/container/small_vector.hpp>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <boost/container/small_vector.hpp>
 
 #include "router/router_impl.h"
 

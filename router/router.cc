@@ -8,14 +8,15 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <future>
 #include <set>
 #include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 
 #include "common/guard.h"
 #include "common/listen_fds.h"

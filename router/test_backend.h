@@ -7,9 +7,6 @@
 #pragma once
 
 #include <atomic>
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,6 +14,10 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 
 #include "router/router.h"
 

@@ -7,9 +7,10 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
-#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <thread>
+
+#include <boost/asio/ssl.hpp>
 
 #include "router/router.h"
 #include "router/test_backend.h"

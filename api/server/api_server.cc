@@ -6,11 +6,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <deque>
@@ -21,6 +16,12 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include "api/server/k8s_status.h"
 #include "api/server/pki.h"

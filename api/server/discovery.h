@@ -6,8 +6,9 @@
 // Pure functions (documents are built once and cached); thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace knap::api {
 

@@ -3,8 +3,9 @@
 // Kubernetes reasons (KUBECTL-WIRE §10). Pure functions; thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "api/resources.h"
 #include "common/status.h"

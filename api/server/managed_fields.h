@@ -17,10 +17,11 @@
 // Pure functions; thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"

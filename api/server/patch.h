@@ -3,8 +3,9 @@
 // a field named by a kubectl-style path. Pure functions; thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "api/codec.h"
 #include "common/status.h"

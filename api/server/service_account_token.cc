@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
 #include <nlohmann/json.hpp>
 
 #include "common/base64.h"

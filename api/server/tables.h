@@ -2,9 +2,10 @@
 // kn-like columns per kind. Pure functions; thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "api/resources.h"
 

@@ -16,9 +16,10 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "oci/digest.h"
 #include "runtime/containerd/image_import.h"

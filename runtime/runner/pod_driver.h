@@ -13,10 +13,11 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"

@@ -12,10 +12,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace {
 

@@ -1,7 +1,8 @@
 #include "tests/fuzz/fuzz_targets.h"
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "api/admission.h"
 #include "api/codec.h"

@@ -2,14 +2,15 @@
 
 #include <openssl/ssl.h>
 
+#include <fstream>
+#include <sstream>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fstream>
-#include <sstream>
 
 #include "api/codec.h"
 #include "common/base64.h"

@@ -4,9 +4,10 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/pod_logs.h"
