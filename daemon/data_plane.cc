@@ -125,6 +125,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   if (tls_) {
     options.tls_fd = router_tls_fd;
     options.http_protocol = httpProtocol(config.network.http_protocol);
+    options.tls_default_host = config.knap.router_tls_default_host;
     if (router_tls_fd < 0) {
       auto https = splitHostPort(config.knap.router_tls_listen, "knap.router-tls-listen");
       if (!https.isOk()) {
@@ -134,7 +135,11 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
         options.tls_port = https->second;
       }
     }
-  } else if (config.network.http_protocol != "Enabled") {
+  } else if (!config.knap.router_tls_default_host.empty()) {
+    LOG(WARNING)
+        << "knap.router-tls-default-host is set but knap.router-tls-listen is empty: no HTTPS listener";
+  }
+  if (!tls_ && config.network.http_protocol != "Enabled") {
     LOG(WARNING) << "network.http-protocol is " << config.network.http_protocol
                  << " but knap.router-tls-listen is empty: Services are served over HTTP";
   }
