@@ -115,7 +115,8 @@ class SqliteStore final : public Store {
   static StatusOr<std::unique_ptr<Conn>> openConn(const std::string& path);
   // listRaw, and listRawWithLabel when `label_key` is set.
   StatusOr<std::vector<RawObject>> listRawWhere(const std::string& kind, const std::string& ns,
-                                                const std::string* label_key, const std::vector<std::string>& values);
+                                                const std::string* label_key,
+                                                const std::vector<std::string>& values);
   static Status readEventsSince(Conn& conn, int64_t since_rv, const std::string& kind,
                                 std::vector<Event>* out);
 
