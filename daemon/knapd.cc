@@ -221,9 +221,10 @@ int run(int argc, char** argv) {
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
   DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(),
                        event_recorder, router_fd, router_tls_fd);
-  // Built-in ACME (issue 14): certificates for the routed external hosts,
-  // served from <data-dir>/acme/certs like the certificates directory, and
-  // CertificateProvisioned on their Routes.
+  // Built-in ACME (issue 14): certificates for the routed external hosts
+  // and the DomainMappings' hosts, served from <data-dir>/acme/certs like
+  // the certificates directory, and CertificateProvisioned on their Routes
+  // and DomainMappings.
   std::unique_ptr<acme::CertificateManager> acme_manager;
   struct AcmeStatus : controller::CertificateStatus {
     acme::CertificateManager* manager = nullptr;
@@ -258,8 +259,7 @@ int run(int argc, char** argv) {
         data_plane.router().setAcmeChallenges(std::move(c));
       };
       ao.on_change = [&data_plane, &controller](const std::string& host) {
-        std::string ns, name;
-        if (data_plane.routeOfHost(host, &ns, &name)) controller.enqueue({"Route", ns, name});
+        if (auto owner = data_plane.ownerOfHost(host)) controller.enqueue(*owner);
       };
       acme_manager = std::make_unique<acme::CertificateManager>(std::move(ao), clock);
       if (Status st = acme_manager->start(); !st.isOk()) {

@@ -118,6 +118,7 @@ class RouterMetrics {
   CounterFamily rejected_connections;  // {listener}: over router max-connections, answered 503
   CounterFamily accept_errors;         // {listener}: accept() failures (EMFILE, ENFILE, ...)
   CounterFamily tls_handshakes;        // {result="ok|failed"}: HTTPS listener handshakes
+  CounterFamily tls_no_sni;            // {result="default_host|refused"}: ClientHellos without SNI
 };
 
 }  // namespace knap::router
