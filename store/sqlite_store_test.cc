@@ -793,7 +793,8 @@ std::vector<std::string> dependentNames(SqliteStore& store, const std::string& n
 json ownedBody(const std::vector<std::string>& owner_uids) {
   json b = serviceBody("img");
   json refs = json::array();
-  for (const auto& u : owner_uids) refs.push_back({{"apiVersion", "v1"}, {"kind", "X"}, {"name", "o"}, {"uid", u}});
+  for (const auto& u : owner_uids)
+    refs.push_back({{"apiVersion", "v1"}, {"kind", "X"}, {"name", "o"}, {"uid", u}});
   b["metadata"]["ownerReferences"] = refs;
   return b;
 }
@@ -859,7 +860,8 @@ TEST(SqliteStoreOwnerIndex, MigrationIndexesExistingObjects) {
   ASSERT_TRUE(SqliteStore::createAtSchemaVersionForTest(path, 3).isOk());
   auto row = [](const std::string& name, const std::string& body) {
     return "INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) VALUES "
-           "('Service', 'default', '" + name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
+           "('Service', 'default', '" +
+           name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
   };
   rawExec(path, row("owned", R"({"metadata":{"ownerReferences":[{"uid":"u1"},{"uid":"u2"}]}})") +
                     row("string-refs", R"({"metadata":{"ownerReferences":["u1", 7, null]}})") +
@@ -886,7 +888,8 @@ json labelledBody(const json& labels) {
 
 // "ns/name" of what listRawWithLabel gives, in its order.
 std::vector<std::string> withLabel(Store& store, const std::string& ns, const std::string& key,
-                                   const std::vector<std::string>& values, const std::string& kind = "Service") {
+                                   const std::vector<std::string>& values,
+                                   const std::string& kind = "Service") {
   auto raw = store.listRawWithLabel(kind, ns, key, values);
   EXPECT_TRUE(raw.isOk()) << raw.status().toString();
   std::vector<std::string> out;
@@ -998,21 +1001,25 @@ TEST(SqliteStoreLabelIndex, MigrationIndexesExistingObjects) {
   ASSERT_TRUE(SqliteStore::createAtSchemaVersionForTest(path, 4).isOk());
   auto row = [](const std::string& name, const std::string& body) {
     return "INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) VALUES "
-           "('Service', 'default', '" + name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
+           "('Service', 'default', '" +
+           name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
   };
   rawExec(path, row("x", R"({"metadata":{"labels":{"app":"x","tier":"web"}}})") +
                     row("y", R"({"metadata":{"labels":{"app":"y"}}})") +
                     row("number", R"({"metadata":{"labels":{"app":1}}})") +
                     row("list", R"({"metadata":{"labels":["app"]}})") + row("none", R"({"metadata":{}})") +
-                    row("sealed", "knap:enc:not-json") + "UPDATE meta SET value = 1 WHERE key = 'resource_version';");
+                    row("sealed", "knap:enc:not-json") +
+                    "UPDATE meta SET value = 1 WHERE key = 'resource_version';");
   auto store = mustOpen(path, clock);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE key = ''"), "1");
   // The sealed row is a candidate too; reading it without a key is the error it always was.
   auto raw = store->listRawWithLabel("Service", "default", "app", {"x"});
   EXPECT_FALSE(raw.isOk());
-  EXPECT_EQ(rawQuery(path, "SELECT group_concat(name) FROM (SELECT name FROM labels WHERE key = 'app' ORDER BY name)"),
-            "x,y");
+  EXPECT_EQ(
+      rawQuery(path,
+               "SELECT group_concat(name) FROM (SELECT name FROM labels WHERE key = 'app' ORDER BY name)"),
+      "x,y");
   EXPECT_EQ(rawQuery(path, "SELECT group_concat(name) FROM labels WHERE key = 'tier'"), "x");
   EXPECT_EQ(rawQuery(path, "PRAGMA integrity_check"), "ok");
 }
@@ -1027,14 +1034,17 @@ TEST(SqliteStoreLabelIndex, SealedBodiesKeepTheirLabelsEncrypted) {
   Key plain{"Secret", "default", "before"};
   {
     auto store = mustOpen(path, clock);
-    ASSERT_TRUE(store->create(plain, labelledBody({{"app", "secret-label"}})).isOk());  // written before encryption
+    ASSERT_TRUE(
+        store->create(plain, labelledBody({{"app", "secret-label"}})).isOk());  // written before encryption
   }
   EXPECT_EQ(rawQuery(path, "SELECT value FROM labels WHERE kind = 'Secret' AND key = 'app'"), "secret-label");
   auto store = mustOpen(path, clock);
-  ASSERT_TRUE(store->setCipher(std::make_shared<KeyringCipher>(
-                                   std::map<std::string, std::string>{{"1", std::string(32, 'k')}}, "1"))
+  ASSERT_TRUE(store
+                  ->setCipher(std::make_shared<KeyringCipher>(
+                      std::map<std::string, std::string>{{"1", std::string(32, 'k')}}, "1"))
                   .isOk());
-  ASSERT_TRUE(store->create(Key{"Secret", "default", "after"}, labelledBody({{"app", "secret-label"}})).isOk());
+  ASSERT_TRUE(
+      store->create(Key{"Secret", "default", "after"}, labelledBody({{"app", "secret-label"}})).isOk());
   ASSERT_TRUE(store->create(Key{"Secret", "default", "other"}, labelledBody({{"app", "z"}})).isOk());
   EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE kind = 'Secret' AND key <> ''"), "0");
   EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE kind = 'Secret' AND key = ''"), "3");
@@ -1180,6 +1190,38 @@ TEST(SqliteStoreCrash, AcknowledgedWritesSurviveSigkill) {
   auto next = store->create(svc("after-crash"), json::object());
   ASSERT_TRUE(next.isOk());
   EXPECT_GT(next->resource_version, max_acked);
+}
+
+// knapd's soak: SQLite's page cache grows with the database up to its cap,
+// then stays there however much more is written and read (a plateau, not a
+// leak).
+TEST(SqliteStoreMemoryTest, PageCacheStopsGrowingAtItsCap) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  auto store = mustOpen(dir.file("knap.db"), clock);
+  ASSERT_NE(store, nullptr);
+  const int64_t cap = int64_t{SqliteStore::kPageCacheKiB} * 1024;
+  const std::string filler(16000, 'x');
+  auto writeAndRead = [&](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      json body = serviceBody("img");
+      body["metadata"]["annotations"] = {{"filler", filler}};
+      ASSERT_TRUE(store->create(svc("s" + std::to_string(i)), body).isOk());
+    }
+    ASSERT_TRUE(store->list("Service", "").isOk());
+  };
+  writeAndRead(0, 20);  // ~0.7 MiB with the watch history: below the cap
+  const int64_t small = store->memoryUse().page_cache_bytes;
+  EXPECT_GT(small, 0);
+  EXPECT_LT(small, cap);
+  writeAndRead(20, 250);  // ~8 MiB: well past it
+  const int64_t full = store->memoryUse().page_cache_bytes;
+  EXPECT_GT(full, small);
+  // The cap counts page content; SQLITE_DBSTATUS_CACHE_USED adds each page's header.
+  EXPECT_LE(full, cap + cap / 4);
+  writeAndRead(250, 350);
+  EXPECT_LE(store->memoryUse().page_cache_bytes, cap + cap / 4);
+  EXPECT_GE(store->memoryUse().sqlite_bytes, store->memoryUse().page_cache_bytes);
 }
 
 }  // namespace
