@@ -4,9 +4,12 @@ namespace knap::store {
 
 const char* eventTypeName(EventType t) {
   switch (t) {
-    case EventType::kAdded: return "ADDED";
-    case EventType::kModified: return "MODIFIED";
-    case EventType::kDeleted: return "DELETED";
+    case EventType::kAdded:
+      return "ADDED";
+    case EventType::kModified:
+      return "MODIFIED";
+    case EventType::kDeleted:
+      return "DELETED";
   }
   return "ERROR";
 }
@@ -17,16 +20,18 @@ StatusOr<std::vector<Store::RawObject>> Store::listRaw(const std::string& kind, 
   out.reserve(objects.size());
   for (const Object& o : objects) {
     std::string labels;
-    if (o.body.contains("metadata") && o.body["metadata"].is_object() && o.body["metadata"].contains("labels"))
+    if (o.body.contains("metadata") && o.body["metadata"].is_object() &&
+        o.body["metadata"].contains("labels"))
       labels = o.body["metadata"]["labels"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    out.push_back({o.key, o.resource_version, o.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                   std::move(labels)});
+    out.push_back({o.key, o.resource_version,
+                   o.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), std::move(labels)});
   }
   return out;
 }
 
-StatusOr<std::vector<Store::RawObject>> Store::listRawWithLabel(const std::string& kind, const std::string& ns,
-                                                                const std::string&, const std::vector<std::string>&) {
+StatusOr<std::vector<Store::RawObject>> Store::listRawWithLabel(const std::string& kind,
+                                                                const std::string& ns, const std::string&,
+                                                                const std::vector<std::string>&) {
   return listRaw(kind, ns);
 }
 

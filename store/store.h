@@ -18,10 +18,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -39,8 +38,8 @@ struct Key {
 
 struct Object {
   Key key;
-  nlohmann::json body;          // full object: apiVersion, kind, metadata, spec, status
-  int64_t resource_version = 0; // == stoll(body.metadata.resourceVersion)
+  nlohmann::json body;           // full object: apiVersion, kind, metadata, spec, status
+  int64_t resource_version = 0;  // == stoll(body.metadata.resourceVersion)
 };
 
 enum class EventType { kAdded, kModified, kDeleted };
@@ -57,7 +56,7 @@ struct Event {
 class Txn {
  public:
   virtual ~Txn() = default;
-  virtual StatusOr<Object> get(const Key& key) = 0;                    // kNotFound
+  virtual StatusOr<Object> get(const Key& key) = 0;  // kNotFound
   virtual StatusOr<std::vector<Object>> list(const std::string& kind, const std::string& ns) = 0;
   // Keys of the objects in `ns` (every namespace when empty) whose
   // metadata.ownerReferences may name `owner_uid`: an index lookup, a superset
