@@ -361,6 +361,15 @@ int run(int argc, char** argv) {
     if (clock.monotonic() >= next_trim) {
       malloc_trim(0);
       next_trim = clock.monotonic() + kTrimEvery;
+      // What the heap holds (live vs. free in the allocator) and SQLite's share:
+      // tells a leak (heap_in_use rising) from fragmentation or a filling cache.
+      struct mallinfo2 mi = mallinfo2();
+      store::SqliteStore::MemoryUse sq = (*store)->memoryUse();
+      router::Router& r = data_plane.router();
+      r.setProcessMemory("heap_in_use", static_cast<double>(mi.uordblks + mi.hblkhd));
+      r.setProcessMemory("heap_free", static_cast<double>(mi.fordblks));
+      r.setProcessMemory("sqlite", static_cast<double>(sq.sqlite_bytes));
+      r.setProcessMemory("sqlite_page_cache", static_cast<double>(sq.page_cache_bytes));
     }
     Duration left = next_resync - clock.monotonic();
     if (left <= Duration::zero()) {

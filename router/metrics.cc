@@ -212,7 +212,12 @@ RouterMetrics::RouterMetrics()
                  "ClientHellos on the HTTPS listener without SNI (or with an IP address as SNI), by "
                  "result (default_host: served knap.router-tls-default-host's certificate; refused: "
                  "failed with unrecognized_name).",
-                 {"result"}) {}
+                 {"result"}),
+      process_memory("knap_process_memory_bytes",
+                     "knapd's own memory, sampled once a minute after the heap is trimmed: heap_in_use "
+                     "(malloc'ed and not freed), heap_free (held by the allocator, free), sqlite (all of "
+                     "SQLite's), sqlite_page_cache (the store's page cache, capped).",
+                     {"kind"}) {}
 
 std::string RouterMetrics::render() const {
   std::string out;
@@ -230,6 +235,7 @@ std::string RouterMetrics::render() const {
   accept_errors.render(out);
   tls_handshakes.render(out);
   tls_no_sni.render(out);
+  process_memory.render(out);
   return out;
 }
 

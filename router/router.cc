@@ -816,6 +816,10 @@ std::string Router::renderMetrics() const {
   return impl_->metrics.render();
 }
 
+void Router::setProcessMemory(const std::string& kind, double bytes) {
+  impl_->metrics.process_memory.with({kind})->set(bytes);
+}
+
 size_t Router::queued(const std::string& revision) const {
   std::shared_ptr<RevisionState> st = impl_->findRevision(revision);
   return st ? st->queue.queued() : 0;

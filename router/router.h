@@ -218,6 +218,8 @@ class Router final : public scaler::MetricsSource {
 
   // Prometheus text (what the admin listener serves on /metrics).
   std::string renderMetrics() const;
+  // knap_process_memory_bytes{kind} (knapd sets it; router/metrics.h).
+  void setProcessMemory(const std::string& kind, double bytes);
   // Requests waiting in `revision`'s activator queue (tests, status pages).
   size_t queued(const std::string& revision) const;
   // Revisions the router holds state for (tests: a removed one leaves none).
