@@ -12,7 +12,8 @@
 // reused. HTTP-01 tokens being validated are handed to `set_challenges`
 // (the router answers /.well-known/acme-challenge/<token>). Every change
 // of a host's state calls `on_change(host)` (the daemon re-reconciles the
-// Route so that CertificateProvisioned follows).
+// Route or DomainMapping serving the host so that CertificateProvisioned
+// follows).
 //
 // Every time (due dates, back-off, expiry checks, the client's polling
 // pauses) is read from the TimeSource the daemon hands down, so tests step a

@@ -711,6 +711,24 @@ SectionSpec knapSpec(KnapConfig& c) {
       &c.router_tls_listen, [](const std::string& v) { return v.empty() ? std::string() : checkListen(v); });
   s.keys["router-tls-certificates-dir"] =
       str(&c.router_tls_certificates_dir, [](const std::string& v) { return checkAbsolutePath(v, true); });
+  s.keys["router-tls-default-host"] =
+      str(&c.router_tls_default_host, [](const std::string& v) -> std::string {
+        // A DNS name in lower case (a certificate table key): labels of 1..63
+        // letters, digits and '-', not starting or ending with '-'.
+        bool ok = v.size() <= 253;
+        size_t start = 0;
+        while (ok && !v.empty() && start <= v.size()) {
+          size_t dot = v.find('.', start);
+          if (dot == std::string::npos) dot = v.size();
+          const std::string_view label(v.data() + start, dot - start);
+          ok = !label.empty() && label.size() <= 63 && label.front() != '-' && label.back() != '-' &&
+               std::all_of(label.begin(), label.end(), [](char ch) {
+                 return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-';
+               });
+          start = dot + 1;
+        }
+        return ok ? "" : "must be a lower-case DNS host name (no wildcard) or empty, got " + quoted(v);
+      });
   s.keys["acme-directory"] = str(&c.acme_directory, [](const std::string& v) -> std::string {
     if (v.empty() || v.rfind("https://", 0) == 0 || v.rfind("http://", 0) == 0) return "";
     return "must be an https:// URL (the ACME directory) or empty, got " + quoted(v);

@@ -140,9 +140,10 @@ struct KnapConfig {
   std::string metrics_listen = "127.0.0.1:9095";  // Prometheus /metrics of the router; empty = off
   std::string router_tls_listen = "";             // the router's HTTPS listener; empty = off
   std::string router_tls_certificates_dir;        // <name>.crt + <name>.key pairs served by SNI; empty = none
-  std::string acme_directory;  // ACME (RFC 8555) directory URL for HTTP-01 certificates; empty = off
-  std::string acme_email;      // the ACME account's contact; empty = none
-  std::string acme_ca_file;    // extra trust for the ACME server's own TLS; empty = system CAs
+  std::string router_tls_default_host;  // whose certificate a client sending no SNI gets; empty = none
+  std::string acme_directory;           // ACME (RFC 8555) directory URL for HTTP-01 certificates; empty = off
+  std::string acme_email;               // the ACME account's contact; empty = none
+  std::string acme_ca_file;             // extra trust for the ACME server's own TLS; empty = system CAs
   Seconds acme_renew_before{30 * 24 * 3600};  // renew an ACME certificate this long before it expires
   std::string kubeconfig_path;                // default <data_dir>/kubeconfig
   std::string containerd_socket = "/run/containerd/containerd.sock";

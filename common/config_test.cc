@@ -298,6 +298,9 @@ INSTANTIATE_TEST_SUITE_P(Table, ParseConfigAccepts,
                                         EXPECT_TRUE(c.network.externalDomainTls());
                                         EXPECT_EQ(c.network.http_protocol, "Redirected");
                                       }},
+                             GoodCase{"RouterTlsDefaultHost",
+                                      "knap:\n  router-tls-default-host: www.example.com",
+                                      CHECK(c.knap.router_tls_default_host == "www.example.com")},
                              GoodCase{"Acme",
                                       "knap:\n  acme-directory: https://acme.example/dir\n  acme-email: "
                                       "ops@example.com\n"
@@ -582,6 +585,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "network.rollout-duration: invalid duration \"soon\""},
         BadCase{"IngressClassEmpty", "network:\n  ingress-class: \"\"",
                 "network.ingress-class: must not be empty"},
+        BadCase{
+            "TlsDefaultHostWildcard", "knap:\n  router-tls-default-host: \"*.example.com\"",
+            "knap.router-tls-default-host: must be a lower-case DNS host name (no wildcard) or empty, got "
+            "\"*.example.com\""},
+        BadCase{"TlsDefaultHostUpper", "knap:\n  router-tls-default-host: Www.Example.com",
+                "knap.router-tls-default-host: must be a lower-case DNS host name"},
+        BadCase{"TlsDefaultHostEmptyLabel", "knap:\n  router-tls-default-host: a..b",
+                "knap.router-tls-default-host"},
         BadCase{"ExternalTlsBad", "network:\n  external-domain-tls: maybe",
                 "network.external-domain-tls: must be one of Enabled, Disabled"},
         BadCase{"MeshModeBad", "network:\n  mesh-compatibility-mode: always",

@@ -1366,5 +1366,84 @@ TEST_F(ControllerTest, WithoutAutocreateADomainMappingNeedsAClaim) {
       store_->get(Key{"ClusterDomainClaim", "", "app.example.org"}).isOk());  // the operator's to delete
 }
 
+// With external-domain-tls Enabled and a certificate source (the built-in
+// ACME client), a DomainMapping's url is https:// and its
+// CertificateProvisioned (and Ready) follow its host's certificate, as a
+// Route's do; spec.tls (the user's own Secret) needs none.
+TEST_F(ControllerTest, DomainMappingCertificateProvisionedFollowsTheCertificateSource) {
+  struct FakeCerts : CertificateStatus {
+    std::map<std::string, CertificateCondition> states;
+    std::optional<CertificateCondition> certificateFor(const std::string& host) const override {
+      auto it = states.find(host);
+      if (it == states.end()) return std::nullopt;
+      return it->second;
+    }
+  } certs;
+  config_.network.other["external-domain-tls"] = "Enabled";
+  makeController();
+  ctl_->setCertificateStatus(&certs);
+  certs.states["hello.default.example.com"] = {CertificateCondition::State::kIssued, ""};
+  certs.states["app.example.org"] = {CertificateCondition::State::kPending, ""};
+  createReadyService("hello");
+  ASSERT_TRUE(store_
+                  ->create(Key{"DomainMapping", kNs, "app.example.org"},
+                           domainMappingBody("app.example.org", kNs, "hello"))
+                  .isOk());
+  settle();
+  json dm = get("DomainMapping", "app.example.org");
+  EXPECT_EQ(dm["status"]["url"], "https://app.example.org");
+  EXPECT_EQ(dm["status"]["address"]["url"], "https://app.example.org");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "Unknown");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateNotReady");
+  EXPECT_NE(cond(dm, "CertificateProvisioned").message.find("app.example.org"), std::string::npos);
+  EXPECT_EQ(ready(dm), "Unknown");
+
+  certs.states["app.example.org"] = {CertificateCondition::State::kFailed,
+                                     "urn:ietf:params:acme:error:connection: refused"};
+  ctl_->enqueue(Key{"DomainMapping", kNs, "app.example.org"});
+  settle();
+  dm = get("DomainMapping", "app.example.org");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "False");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateProvisionFailed");
+  EXPECT_NE(cond(dm, "CertificateProvisioned")
+                .message.find("app.example.org: urn:ietf:params:acme:error:connection"),
+            std::string::npos);
+  EXPECT_EQ(ready(dm), "False");
+  EXPECT_EQ(cond(dm, "IngressReady").status, "True");  // the host is served meanwhile (for HTTP-01 too)
+  EXPECT_EQ(ready(get("Route", "hello")), "True");     // the target's own certificate is unaffected
+
+  certs.states["app.example.org"] = {CertificateCondition::State::kIssued, ""};
+  ctl_->enqueue(Key{"DomainMapping", kNs, "app.example.org"});
+  settle();
+  dm = get("DomainMapping", "app.example.org");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "True");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateProvisioned");
+  EXPECT_EQ(ready(dm), "True");
+
+  // spec.tls: the user's certificate; the source is not asked.
+  json own = domainMappingBody("own.example.org", kNs, "hello");
+  own["spec"]["tls"] = {{"secretName", "own-tls"}};
+  certs.states["own.example.org"] = {CertificateCondition::State::kFailed, "not asked"};
+  ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "own.example.org"}, own).isOk());
+  settle();
+  dm = get("DomainMapping", "own.example.org");
+  EXPECT_EQ(dm["status"]["url"], "https://own.example.org");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "True");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateNotRequired");
+  EXPECT_EQ(ready(dm), "True");
+
+  // A host the source has not been handed yet (the router does not serve
+  // it yet): pending, not True.
+  ASSERT_TRUE(store_
+                  ->create(Key{"DomainMapping", kNs, "new.example.org"},
+                           domainMappingBody("new.example.org", kNs, "hello"))
+                  .isOk());
+  settle();
+  dm = get("DomainMapping", "new.example.org");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "Unknown");
+  EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateNotReady");
+  EXPECT_EQ(ready(dm), "Unknown");
+}
+
 }  // namespace
 }  // namespace knap::controller

@@ -47,6 +47,26 @@ const json& field(const json& obj, const char* a, const char* b) {
 
 }  // namespace
 
+bool ObjectCache::needsIndexFields(const std::string& kind) {
+  return kind == "Revision" || kind == "Configuration" || kind == "Route" || kind == "DomainMapping";
+}
+
+json ObjectCache::parseIndexFields(const std::string& kind, const std::string& text) {
+  // Keeps metadata (labels, annotations), and for Routes and DomainMappings
+  // spec and status (traffic, ref); drops the rest of the top level (a
+  // Revision's or Configuration's spec is most of it) as it is read, without
+  // building it.
+  const bool with_spec = kind == "Route" || kind == "DomainMapping";
+  return json::parse(
+      text,
+      [with_spec](int depth, json::parse_event_t event, json& parsed) {
+        if (depth != 1 || event != json::parse_event_t::key) return true;
+        const std::string& k = parsed.get_ref<const std::string&>();
+        return k == "metadata" || (with_spec && (k == "spec" || k == "status"));
+      },
+      /*allow_exceptions=*/false);
+}
+
 bool ObjectCache::knownKind(const std::string& kind) const {
   return std::find(kinds_.begin(), kinds_.end(), kind) != kinds_.end();
 }
@@ -108,9 +128,17 @@ void ObjectCache::putLocked(const Object& object) {
   if (auto t = tombstones_.find(id); t != tombstones_.end() && t->second >= object.resource_version) return;
   auto it = objects_.find(id);
   if (it != objects_.end() && it->second.resource_version >= object.resource_version) return;
+  putEntryLocked(Entry{object.key, object.resource_version,
+                       object.body.dump(-1, ' ', false, json::error_handler_t::replace),
+                       indexKeysOf(object)});
+}
+
+void ObjectCache::putEntryLocked(Entry e) {
+  const std::string id = e.key.toString();
+  if (auto t = tombstones_.find(id); t != tombstones_.end() && t->second >= e.resource_version) return;
+  auto it = objects_.find(id);
+  if (it != objects_.end() && it->second.resource_version >= e.resource_version) return;
   eraseLocked(id, 0);
-  Entry e{object.key, object.resource_version,
-          object.body.dump(-1, ' ', false, json::error_handler_t::replace), indexKeysOf(object)};
   for (const std::string& ik : e.index_keys) index_[ik].insert(id);
   objects_.emplace(id, std::move(e));
 }
@@ -129,19 +157,32 @@ void ObjectCache::apply(const store::Event& event) {
 }
 
 Status ObjectCache::prime(store::Store& store, std::vector<Key>* listed) {
-  std::vector<std::vector<Object>> lists;
+  // The stored text is compact JSON like the entries' (the store dumps it the
+  // same way), so it is kept as it is: no parse of whole trees and no dump.
+  // Only the fields the indexes read are parsed (a Service has none); a restart
+  // with thousands of objects spent a fifth of its CPU parsing, dumping and
+  // freeing whole trees here.
   for (const std::string& kind : kinds_) {
-    auto objs = store.list(kind, "");
-    if (!objs.isOk()) return objs.status();
-    lists.push_back(std::move(objs).value());
-  }
-  std::lock_guard<std::mutex> l(mu_);
-  for (const auto& list : lists) {
-    for (const Object& o : list) {
-      putLocked(o);
-      if (listed != nullptr) listed->push_back(o.key);
+    auto raws = store.listRaw(kind, "");
+    if (!raws.isOk()) return raws.status();
+    std::vector<Entry> entries;
+    entries.reserve(raws->size());
+    for (store::Store::RawObject& r : *raws) {
+      Entry e{r.key, r.resource_version, std::move(r.json), {}};
+      if (needsIndexFields(kind)) {
+        json fields = parseIndexFields(kind, e.text);
+        if (fields.is_discarded()) continue;  // not JSON: the store never writes that
+        e.index_keys = indexKeysOf(Object{e.key, std::move(fields), e.resource_version});
+      }
+      entries.push_back(std::move(e));
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    for (Entry& e : entries) {
+      if (listed != nullptr) listed->push_back(e.key);
+      putEntryLocked(std::move(e));
     }
   }
+  std::lock_guard<std::mutex> l(mu_);
   primed_ = true;
   return Status::ok();
 }

@@ -79,6 +79,10 @@ class ObjectCache {
   static store::Object objectOf(const Entry& e);
   bool knownKind(const std::string& kind) const;
   void putLocked(const store::Object& object);
+  void putEntryLocked(Entry e);  // unless the cache has it at this or a later version
+  // prime(): the kinds with index keys, and the fields of a stored text those keys read.
+  static bool needsIndexFields(const std::string& kind);
+  static nlohmann::json parseIndexFields(const std::string& kind, const std::string& text);
   void eraseLocked(const std::string& id, int64_t deletion_rv);
   std::vector<std::string> indexKeysOf(const store::Object& object) const;
   std::vector<std::string> idsAtLocked(const std::string& index_key) const;

@@ -121,5 +121,55 @@ TEST(ObjectCacheTest, PrimeListsTheStoreAndIgnoresOtherKinds) {
   EXPECT_EQ(c.size(), 1u);
 }
 
+// prime() keeps each stored text whole (it parses only the fields its
+// indexes read): lookups return the full body, and every index is built as
+// from an event.
+TEST(ObjectCacheTest, PrimeKeepsWholeBodiesAndIndexesFromTheStoredText) {
+  SimulatedTimeSource clock;
+  auto s = store::SqliteStore::open(":memory:", clock);
+  ASSERT_TRUE(s.isOk());
+  auto& store = **s;
+  json rev = revision("a-1", "a", 0, "r").body;
+  rev["spec"] = {{"containers", {{{"image", "img"}}}}};
+  rev["status"] = {{"conditions", json::array()}};
+  ASSERT_TRUE(store.create(Key{"Revision", "default", "a-1"}, rev).isOk());
+  json cfg = {{"kind", "Configuration"},
+              {"metadata", {{"annotations", {{"serving.knative.dev/routes", "r"}}}}},
+              {"spec", {{"template", {{"spec", json::object()}}}}}};
+  ASSERT_TRUE(store.create(Key{"Configuration", "default", "a"}, cfg).isOk());
+  ASSERT_TRUE(
+      store
+          .create(Key{"Route", "default", "r"}, route("r", json::array({{{"configurationName", "a"}}}),
+                                                      json::array({{{"revisionName", "a-1"}}}), 0)
+                                                    .body)
+          .isOk());
+  json svc = {{"kind", "Service"}, {"spec", {{"template", {{"spec", json::object()}}}}}};
+  ASSERT_TRUE(store.create(Key{"Service", "default", "a"}, svc).isOk());
+
+  ObjectCache c(kKinds);
+  ASSERT_TRUE(c.prime(store).isOk());
+  EXPECT_EQ(c.size(), 4u);
+  auto got = c.get(Key{"Revision", "default", "a-1"});
+  ASSERT_TRUE(got);
+  auto stored = store.get(Key{"Revision", "default", "a-1"});
+  ASSERT_TRUE(stored.isOk());
+  EXPECT_EQ(got->body, stored->body);
+  EXPECT_EQ(got->resource_version, stored->resource_version);
+  ASSERT_TRUE(c.get(Key{"Service", "default", "a"}));
+  EXPECT_EQ(c.get(Key{"Service", "default", "a"})->body, store.get(Key{"Service", "default", "a"})->body);
+  EXPECT_EQ(names(c.revisionsOf("default", "a")), (std::vector<std::string>{"a-1"}));
+  EXPECT_EQ(names(c.annotatedWith("Revision", "default", "r")), (std::vector<std::string>{"a-1"}));
+  EXPECT_EQ(names(c.annotatedWith("Configuration", "default", "r")), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(names(c.routesReferencing("default", "Configuration", "a")), (std::vector<std::string>{"r"}));
+  EXPECT_EQ(names(c.routesReferencing("default", "Revision", "a-1")), (std::vector<std::string>{"r"}));
+  // A later event replaces a primed entry; an older one does not.
+  Object older = revision("a-1", "b", 1);
+  c.apply(ev(EventType::kModified, older));
+  EXPECT_EQ(names(c.revisionsOf("default", "a")), (std::vector<std::string>{"a-1"}));
+  c.apply(ev(EventType::kModified, revision("a-1", "b", 100)));
+  EXPECT_TRUE(c.revisionsOf("default", "a").empty());
+  EXPECT_EQ(names(c.revisionsOf("default", "b")), (std::vector<std::string>{"a-1"}));
+}
+
 }  // namespace
 }  // namespace knap::controller

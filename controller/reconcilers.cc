@@ -630,42 +630,19 @@ Status Reconcilers::reconcileRoute(const Key& key) {
                   ? conditionStateOf(old_status, "IngressReady")
                   : conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
   }
-  // Certificates are the operator's (knap.router-tls-certificates-dir and
-  // kubernetes.io/tls Secrets, served by the router by SNI) unless the
-  // built-in ACME client provisions the route's external hosts.
-  ConditionState cert = config_.network.externalDomainTls()
-                            ? conditionTrue("ExternalCertificates",
-                                            "certificates come from knap.router-tls-certificates-dir and "
-                                            "kubernetes.io/tls Secrets, chosen by SNI")
-                            : conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
-  if (config_.network.externalDomainTls() && certificates_ != nullptr && problems.empty()) {
-    std::vector<std::string> urls = {stringAt(st, "url")};
-    for (const json& t : st.value("traffic", json::array())) urls.push_back(stringAt(t, "url"));
-    std::vector<std::string> pending, failed;
-    bool any = false;
-    for (const std::string& u : urls) {
-      auto scheme = u.find("://");
-      if (scheme == std::string::npos) continue;
-      const std::string host = u.substr(scheme + 3, u.find('/', scheme + 3) - scheme - 3);
-      auto c = certificates_->certificateFor(host);
-      if (!c) continue;
-      any = true;
-      if (c->state == CertificateCondition::State::kPending) pending.push_back(host);
-      if (c->state == CertificateCondition::State::kFailed) failed.push_back(host + ": " + c->message);
+  ConditionState cert = conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
+  if (config_.network.externalDomainTls()) {
+    std::vector<std::string> hosts;
+    if (problems.empty()) {
+      std::vector<std::string> urls = {stringAt(st, "url")};
+      for (const json& t : st.value("traffic", json::array())) urls.push_back(stringAt(t, "url"));
+      for (const std::string& u : urls) {
+        auto scheme = u.find("://");
+        if (scheme != std::string::npos)
+          hosts.push_back(u.substr(scheme + 3, u.find('/', scheme + 3) - scheme - 3));
+      }
     }
-    auto join = [](const std::vector<std::string>& v, const char* sep) {
-      std::string out;
-      for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
-      return out;
-    };
-    if (!failed.empty()) {
-      cert = conditionFalse("CertificateProvisionFailed", "ACME: " + join(failed, "; "));
-    } else if (!pending.empty()) {
-      cert =
-          conditionUnknown("CertificateNotReady", "ACME certificate being issued for " + join(pending, ", "));
-    } else if (any) {
-      cert = conditionTrue("CertificateProvisioned", "ACME certificates issued for the external hosts");
-    }
+    cert = certificateCondition(hosts, /*unknown_pending=*/false);
   }
 
   KNAP_RETURN_IF_ERROR(syncRoutingMetadata(key.ns, key.name, ref_configs, ref_revs));
@@ -679,6 +656,38 @@ Status Reconcilers::reconcileRoute(const Key& key) {
   json desired = r;
   desired["status"] = st;
   return writeIfChanged(route, desired).status();
+}
+
+ConditionState Reconcilers::certificateCondition(const std::vector<std::string>& hosts,
+                                                 bool unknown_pending) const {
+  // Certificates are the operator's (knap.router-tls-certificates-dir and
+  // kubernetes.io/tls Secrets, served by the router by SNI) unless the
+  // built-in ACME client provisions the hosts.
+  ConditionState cert = conditionTrue("ExternalCertificates",
+                                      "certificates come from knap.router-tls-certificates-dir and "
+                                      "kubernetes.io/tls Secrets, chosen by SNI");
+  if (certificates_ == nullptr) return cert;
+  std::vector<std::string> pending, failed;
+  bool any = false;
+  for (const std::string& host : hosts) {
+    auto c = certificates_->certificateFor(host);
+    if (!c && unknown_pending) c = CertificateCondition{};  // not handed to the source yet
+    if (!c) continue;
+    any = true;
+    if (c->state == CertificateCondition::State::kPending) pending.push_back(host);
+    if (c->state == CertificateCondition::State::kFailed) failed.push_back(host + ": " + c->message);
+  }
+  auto join = [](const std::vector<std::string>& v, const char* sep) {
+    std::string out;
+    for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
+    return out;
+  };
+  if (!failed.empty()) return conditionFalse("CertificateProvisionFailed", "ACME: " + join(failed, "; "));
+  if (!pending.empty())
+    return conditionUnknown("CertificateNotReady",
+                            "ACME certificate being issued for " + join(pending, ", "));
+  if (any) return conditionTrue("CertificateProvisioned", "ACME certificates issued for the external hosts");
+  return cert;
 }
 
 // ---------------------------------------------------------------- DomainMapping
@@ -705,9 +714,13 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
   const json& old_status = statusOf(d);
   json st = json::object();
   if (old_status.contains("annotations")) st["annotations"] = old_status["annotations"];
+  // spec.tls: the user's own certificate (a kubernetes.io/tls Secret);
+  // otherwise, with external-domain-tls Enabled, the same source as a
+  // Route's external hosts (the built-in ACME client, when configured).
   const bool external_tls = specAt(d, "tls").is_object();
+  const bool auto_tls = !external_tls && config_.network.externalDomainTls();
   const std::string url =
-      (external_tls ? "https" : config_.network.default_external_scheme) + "://" + key.name;
+      (external_tls || auto_tls ? "https" : config_.network.default_external_scheme) + "://" + key.name;
   st["url"] = url;
   st["address"] = {{"url", url}};
 
@@ -737,6 +750,7 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
 
   ConditionState cert =
       external_tls ? conditionTrue("CertificateNotRequired", "TLS certificate was provided externally")
+      : auto_tls   ? certificateCondition({key.name}, /*unknown_pending=*/true)
                    : conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
   ConditionState resolved,
       ingress = conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");

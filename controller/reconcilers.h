@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +59,15 @@ class Reconcilers {
   void setIngressStatus(const IngressStatus* status) { ingress_ = status; }
 
  private:
+  // CertificateProvisioned for external hosts with external-domain-tls
+  // Enabled: the certificate source's state of `hosts` (any failed: False,
+  // CertificateProvisionFailed; any pending: Unknown, CertificateNotReady;
+  // all issued: True), or True (ExternalCertificates) when no source
+  // provisions them. `unknown_pending`: a host the source does not know
+  // (yet) is pending (a DomainMapping's host is handed to the ACME client
+  // once the router serves it; a Route's hosts may be cluster-local). One
+  // model for Routes and DomainMappings.
+  ConditionState certificateCondition(const std::vector<std::string>& hosts, bool unknown_pending) const;
   // Writes desired over current when they differ; returns the stored result.
   StatusOr<store::Object> writeIfChanged(const store::Object& current, const nlohmann::json& desired);
 

@@ -130,6 +130,7 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
   if (tls_) {
     options.tls_fd = router_tls_fd;
     options.http_protocol = httpProtocol(config.network.http_protocol);
+    options.tls_default_host = config.knap.router_tls_default_host;
     if (router_tls_fd < 0) {
       auto https = splitHostPort(config.knap.router_tls_listen, "knap.router-tls-listen");
       if (!https.isOk()) {
@@ -139,7 +140,11 @@ DataPlane::DataPlane(const Config& config, store::Store& store, const TimeSource
         options.tls_port = https->second;
       }
     }
-  } else if (config.network.http_protocol != "Enabled") {
+  } else if (!config.knap.router_tls_default_host.empty()) {
+    LOG(WARNING)
+        << "knap.router-tls-default-host is set but knap.router-tls-listen is empty: no HTTPS listener";
+  }
+  if (!tls_ && config.network.http_protocol != "Enabled") {
     LOG(WARNING) << "network.http-protocol is " << config.network.http_protocol
                  << " but knap.router-tls-listen is empty: Services are served over HTTP";
   }
@@ -350,11 +355,13 @@ void DataPlane::syncRoutes(const std::set<std::string>& changed_routes,
   for (const auto& [key, entry] : routes_) route_hosts.push_back(&entry.hosts);
   std::vector<router::HostGroup> groups;
   std::map<std::string, std::vector<std::string>> external_hosts;
-  std::map<std::string, std::pair<std::string, std::string>> host_routes;
+  std::map<std::string, store::Key> host_owners;  // external host -> the Route or DomainMapping serving it
+  std::vector<std::string> acme_hosts;
   for (const auto& [host, target] : controller::hostTable(route_hosts)) {
     if (!target.split.cluster_local) {
       external_hosts[target.ns].push_back(host);
-      host_routes[host] = {target.ns, target.route};
+      host_owners.emplace(host, store::Key{"Route", target.ns, target.route});
+      acme_hosts.push_back(host);
     }
     router::HostGroup g;
     g.namespace_name = target.ns;
@@ -383,8 +390,17 @@ void DataPlane::syncRoutes(const std::set<std::string>& changed_routes,
     }
     for (const controller::DomainTarget& t : controller::domainTargets(dms, by_name)) {
       const std::string key = t.ns + "/" + t.host;
-      if (auto m = mappings_.find(key); m != mappings_.end())
-        (*dm_served)[key] = controller::domainFingerprint(m->second);
+      auto m = mappings_.find(key);
+      if (m != mappings_.end()) (*dm_served)[key] = controller::domainFingerprint(m->second);
+      // A Route's own host keeps its owner (it wins the clash in the table).
+      if (host_owners.emplace(t.host, store::Key{"DomainMapping", t.ns, t.host}).second) {
+        // Secrets of the mapping's namespace may cover it; the built-in
+        // ACME client provisions it unless spec.tls names the user's own
+        // certificate (Knative: CertificateNotRequired).
+        external_hosts[t.ns].push_back(t.host);
+        const json* tls = m != mappings_.end() ? jsonAt(m->second, {"spec", "tls"}) : nullptr;
+        if (tls == nullptr || !tls->is_object()) acme_hosts.push_back(t.host);
+      }
       router::HostGroup g;
       g.namespace_name = t.ns;
       g.route_name = t.route;
@@ -403,14 +419,12 @@ void DataPlane::syncRoutes(const std::set<std::string>& changed_routes,
   }
   router_->setRoutingTable(*table);
   external_hosts_ = std::move(external_hosts);
-  std::vector<std::string> hosts;
-  for (const auto& [h, r] : host_routes) hosts.push_back(h);
   {
     std::lock_guard<std::mutex> lock(hosts_mu_);
-    host_routes_ = std::move(host_routes);
+    host_owners_ = std::move(host_owners);
   }
-  // After host_routes_: a new host's state change looks its Route up.
-  if (acme_ != nullptr && config_.network.externalDomainTls()) acme_->setHosts(hosts);
+  // After host_owners_: a new host's state change looks its owner up.
+  if (acme_ != nullptr && config_.network.externalDomainTls()) acme_->setHosts(acme_hosts);
   // The router serves these Routes now: re-queue the ones whose traffic is
   // new, so their IngressReady turns True (controller/ingress_status.h).
   // Only the Routes changed since the last applied table are compared
@@ -475,13 +489,11 @@ bool DataPlane::programmed(const store::Key& key, const std::string& fingerprint
   return it != served.end() && it->second == fingerprint;
 }
 
-bool DataPlane::routeOfHost(const std::string& host, std::string* ns, std::string* name) const {
+std::optional<store::Key> DataPlane::ownerOfHost(const std::string& host) const {
   std::lock_guard<std::mutex> lock(hosts_mu_);
-  auto it = host_routes_.find(host);
-  if (it == host_routes_.end()) return false;
-  *ns = it->second.first;
-  *name = it->second.second;
-  return true;
+  auto it = host_owners_.find(host);
+  if (it == host_owners_.end()) return std::nullopt;
+  return it->second;
 }
 
 void DataPlane::syncCertificates() {

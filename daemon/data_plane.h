@@ -74,11 +74,13 @@ class DataPlane {
   void drain();
   void stop();  // idempotent
   // The ACME certificate keeper (borrowed), before start(); its hosts are
-  // the routed external hosts when network.external-domain-tls is Enabled.
+  // the routed external hosts and the served DomainMappings' hosts (those
+  // without spec.tls) when network.external-domain-tls is Enabled.
   void setAcme(acme::CertificateManager* acme) { acme_ = acme; }
-  // The Route ("ns", "name") serving external host `host`, for ACME state
-  // changes; false when none does. Any thread.
-  bool routeOfHost(const std::string& host, std::string* ns, std::string* name) const;
+  // The Route or DomainMapping serving external host `host` (a Route's own
+  // host wins over a mapping of the same name), for ACME state changes;
+  // nullopt when none does. Any thread.
+  std::optional<store::Key> ownerOfHost(const std::string& host) const;
 
   // Whether the router's table was last built from the Route or
   // DomainMapping `key` with this fingerprint (controller::programFingerprint,
@@ -123,7 +125,7 @@ class DataPlane {
   bool tls_ = false;
   acme::CertificateManager* acme_ = nullptr;
   mutable std::mutex hosts_mu_;
-  std::map<std::string, std::pair<std::string, std::string>> host_routes_;  // external host -> (ns, route)
+  std::map<std::string, store::Key> host_owners_;  // external host -> Route or DomainMapping
   mutable std::mutex programmed_mu_;
   std::map<std::string, std::string> programmed_;  // Route "ns/name" -> programFingerprint the router serves
   std::map<std::string, std::string> dm_programmed_;  // DomainMapping "ns/name" -> domainFingerprint

@@ -57,6 +57,16 @@ TEST(ToScalerSettingsTest, MapsEveryKnob) {
   EXPECT_TRUE(scaler::validateSettings(s).isOk());
 }
 
+// Polls `pred` for up to 10 s (the sync thread is asynchronous).
+template <typename Pred>
+bool soon(Pred pred) {
+  for (int i = 0; i < 1000; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
 // The runtime's side, for a DataPlane without pods.
 struct NoPods : scaler::PodCounter, scaler::ScaleTarget {
   int readyPods(const std::string&) override { return 0; }
@@ -170,17 +180,21 @@ TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
   EXPECT_FALSE(dp.programmed(dm_key, ""));
   EXPECT_FALSE(
       dp.programmed(store::Key{"Route", "default", "app.example.org"}, controller::domainFingerprint(dm)));
+  // The owners of external hosts (ACME state changes re-queue them): the
+  // Route for its own host, the DomainMapping for the mapped one.
+  EXPECT_EQ(dp.ownerOfHost("x.default.example.com"), (store::Key{"Route", "default", "x"}));
+  EXPECT_EQ(dp.ownerOfHost("app.example.org"), dm_key);
+  EXPECT_EQ(dp.ownerOfHost("nobody.example.org"), std::nullopt);
+  // A mapping of a Route's own host does not take the host over.
+  json clash = dm;
+  clash["metadata"]["name"] = "y.default.example.com";
+  ASSERT_TRUE(store->create(store::Key{"DomainMapping", "default", "y.default.example.com"}, clash).isOk());
+  ASSERT_TRUE(soon([&] {
+    return dp.programmed(store::Key{"DomainMapping", "default", "y.default.example.com"},
+                         controller::domainFingerprint(clash));
+  }));
+  EXPECT_EQ(dp.ownerOfHost("y.default.example.com"), (store::Key{"Route", "default", "y"}));
   dp.stop();
-}
-
-// Polls `pred` for up to 10 s (the sync thread is asynchronous).
-template <typename Pred>
-bool soon(Pred pred) {
-  for (int i = 0; i < 1000; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
 }
 
 // After the first sync, a change reads only the object that changed: no

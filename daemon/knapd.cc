@@ -221,9 +221,10 @@ int run(int argc, char** argv) {
   controller::Controller controller(**store, (*runtime)->backend(), clock, config);
   DataPlane data_plane(config, **store, clock, (*runtime)->podCounter(), (*runtime)->scaleTarget(),
                        event_recorder, router_fd, router_tls_fd);
-  // Built-in ACME (issue 14): certificates for the routed external hosts,
-  // served from <data-dir>/acme/certs like the certificates directory, and
-  // CertificateProvisioned on their Routes.
+  // Built-in ACME (issue 14): certificates for the routed external hosts
+  // and the DomainMappings' hosts, served from <data-dir>/acme/certs like
+  // the certificates directory, and CertificateProvisioned on their Routes
+  // and DomainMappings.
   std::unique_ptr<acme::CertificateManager> acme_manager;
   struct AcmeStatus : controller::CertificateStatus {
     acme::CertificateManager* manager = nullptr;
@@ -258,8 +259,7 @@ int run(int argc, char** argv) {
         data_plane.router().setAcmeChallenges(std::move(c));
       };
       ao.on_change = [&data_plane, &controller](const std::string& host) {
-        std::string ns, name;
-        if (data_plane.routeOfHost(host, &ns, &name)) controller.enqueue({"Route", ns, name});
+        if (auto owner = data_plane.ownerOfHost(host)) controller.enqueue(*owner);
       };
       acme_manager = std::make_unique<acme::CertificateManager>(std::move(ao), clock);
       if (Status st = acme_manager->start(); !st.isOk()) {
@@ -361,6 +361,15 @@ int run(int argc, char** argv) {
     if (clock.monotonic() >= next_trim) {
       malloc_trim(0);
       next_trim = clock.monotonic() + kTrimEvery;
+      // What the heap holds (live vs. free in the allocator) and SQLite's share:
+      // tells a leak (heap_in_use rising) from fragmentation or a filling cache.
+      struct mallinfo2 mi = mallinfo2();
+      store::SqliteStore::MemoryUse sq = (*store)->memoryUse();
+      router::Router& r = data_plane.router();
+      r.setProcessMemory("heap_in_use", static_cast<double>(mi.uordblks + mi.hblkhd));
+      r.setProcessMemory("heap_free", static_cast<double>(mi.fordblks));
+      r.setProcessMemory("sqlite", static_cast<double>(sq.sqlite_bytes));
+      r.setProcessMemory("sqlite_page_cache", static_cast<double>(sq.page_cache_bytes));
     }
     Duration left = next_resync - clock.monotonic();
     if (left <= Duration::zero()) {

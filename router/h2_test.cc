@@ -6,12 +6,14 @@
 // other connections are served, malformed requests (Host against
 // :authority, oversized headers) answered per stream, drain sending GOAWAY,
 // the slowloris shapes bounded (a header block never finished, a stream
-// never ended by its client, a stream window kept at 0).
+// never ended by its client, a stream window kept at 0, a connection window
+// kept at 0).
 #include <gtest/gtest.h>
 #include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -43,8 +45,11 @@ class H2TestClient {
   };
 
   // `alpn`: the protocols offered, in ALPN wire format (default: h2, http/1.1).
+  // `auto_window_update` false: the client never sends WINDOW_UPDATE, so
+  // its connection window stays at 0 once 65,535 body bytes came in.
   H2TestClient(int port, const std::string& sni,
-               std::string_view alpn = std::string_view("\x02h2\x08http/1.1", 12))
+               std::string_view alpn = std::string_view("\x02h2\x08http/1.1", 12),
+               bool auto_window_update = true)
       : ctx_(ssl::context::tls_client), s_(ioc_, ctx_) {
     SSL_set_alpn_protos(s_.native_handle(), reinterpret_cast<const unsigned char*>(alpn.data()),
                         static_cast<unsigned>(alpn.size()));
@@ -95,7 +100,11 @@ class H2TestClient {
           }
           return 0;
         });
-    nghttp2_session_client_new(&ng_, cbs, this);
+    nghttp2_option* opt = nullptr;
+    nghttp2_option_new(&opt);
+    if (!auto_window_update) nghttp2_option_set_no_auto_window_update(opt, 1);
+    nghttp2_session_client_new2(&ng_, cbs, this, opt);
+    nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
     nghttp2_submit_settings(ng_, NGHTTP2_FLAG_NONE, nullptr, 0);
   }
@@ -582,6 +591,63 @@ TEST_F(H2RouterTest, StreamsWhoseWindowStaysShutAreCancelled) {
     EXPECT_EQ(c.resp(id).error, static_cast<uint32_t>(NGHTTP2_CANCEL)) << id;
     EXPECT_EQ(c.resp(id).body, "") << id;
   }
+}
+
+// A client whose own (connection) receive window stays at 0: it never
+// sends WINDOW_UPDATE, so after 65,535 body bytes nothing more can be sent
+// to it. The pod's 64 MiB answer is not buffered: the router reads from the
+// pod only as far as its per-stream buffer, so the pod cannot write it all;
+// after the stall timeout (client_io_timeout) the stream is reset or the
+// connection closed, and
+// both the client's and the pod's connections are freed.
+TEST_F(H2RouterTest, ClientWhoseConnectionWindowStaysShutIsFreed) {
+  constexpr size_t kBody = 64u << 20;
+  std::atomic<size_t> written{0};
+  std::atomic<bool> pod_done{false};
+  TestBackend pod([&](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n";
+    asio::write(sock, asio::buffer(head), ec);
+    const std::string chunk(64 * 1024, 'x');
+    while (!ec && written.load() < kBody) {
+      const size_t n = asio::write(sock, asio::buffer(chunk), ec);
+      written += n;
+    }
+    pod_done = true;
+  });
+  startRouter(true, [](RouterOptions& o) { o.client_io_timeout = 2s; });
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  {
+    H2TestClient c(router_->tlsPort(), kHost, std::string_view("\x02h2", 3), /*auto_window_update=*/false);
+    ASSERT_EQ(c.error(), "");
+    ASSERT_EQ(c.alpn(), "h2");
+    const int32_t id = c.request("GET", "/big");
+    // Ends with the stream reset (CANCEL) or the connection closed: bounded.
+    ASSERT_TRUE(c.runUntil([&] { return c.resp(id).closed || c.eof(); }, 90s));
+    EXPECT_EQ(c.resp(id).status, 200);
+    EXPECT_LE(c.resp(id).body.size(), 65535u);  // no more than the connection window
+    if (c.resp(id).closed && !c.eof()) {
+      // The watchdog's CANCEL, or the relay's own send timeout (whichever
+      // notices the stall first) ending the cut body with INTERNAL_ERROR.
+      const uint32_t code = c.resp(id).error;
+      EXPECT_TRUE(code == static_cast<uint32_t>(NGHTTP2_CANCEL) ||
+                  code == static_cast<uint32_t>(NGHTTP2_INTERNAL_ERROR))
+          << code;
+    }
+  }
+  // The pod's connection is released (its write fails or ends) without the
+  // router having taken its whole answer.
+  const auto end = std::chrono::steady_clock::now() + 60s;
+  while ((!pod_done.load() || router_->openConnections() != 0) && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(pod_done.load());
+  EXPECT_LT(written.load(), kBody) << "the router buffered the whole answer of a client that takes none";
+  EXPECT_EQ(router_->openConnections(), 0u);
 }
 
 // The header checks HTTP/1.1 requests get apply to HTTP/2 streams too:

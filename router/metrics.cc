@@ -207,7 +207,17 @@ RouterMetrics::RouterMetrics()
       tls_handshakes("knap_router_tls_handshakes_total",
                      "TLS handshakes on the HTTPS listener, by result (failed: no certificate for the "
                      "SNI host, no shared protocol or cipher, timeout, client gone).",
-                     {"result"}) {}
+                     {"result"}),
+      tls_no_sni("knap_router_tls_no_sni_total",
+                 "ClientHellos on the HTTPS listener without SNI (or with an IP address as SNI), by "
+                 "result (default_host: served knap.router-tls-default-host's certificate; refused: "
+                 "failed with unrecognized_name).",
+                 {"result"}),
+      process_memory("knap_process_memory_bytes",
+                     "knapd's own memory, sampled once a minute after the heap is trimmed: heap_in_use "
+                     "(malloc'ed and not freed), heap_free (held by the allocator, free), sqlite (all of "
+                     "SQLite's), sqlite_page_cache (the store's page cache, capped).",
+                     {"kind"}) {}
 
 std::string RouterMetrics::render() const {
   std::string out;
@@ -224,6 +234,8 @@ std::string RouterMetrics::render() const {
   rejected_connections.render(out);
   accept_errors.render(out);
   tls_handshakes.render(out);
+  tls_no_sni.render(out);
+  process_memory.render(out);
   return out;
 }
 

@@ -118,6 +118,10 @@ class RouterMetrics {
   CounterFamily rejected_connections;  // {listener}: over router max-connections, answered 503
   CounterFamily accept_errors;         // {listener}: accept() failures (EMFILE, ENFILE, ...)
   CounterFamily tls_handshakes;        // {result="ok|failed"}: HTTPS listener handshakes
+  CounterFamily tls_no_sni;            // {result="default_host|refused"}: ClientHellos without SNI
+  // knapd's own memory (set by knapd once a minute, after it trims the heap):
+  // {kind="heap_in_use|heap_free|sqlite|sqlite_page_cache"}.
+  GaugeFamily process_memory;
 };
 
 }  // namespace knap::router

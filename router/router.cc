@@ -4,6 +4,8 @@
 // upstream.cc. docs: router/README.md walks through one request.
 #include "router/router.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <future>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
@@ -51,19 +54,35 @@ struct ListenerSpec {
   bool tls = false;
 };
 
+// Whether an SNI value is an IP address literal (RFC 6066 forbids them;
+// some clients send one when connecting to an address).
+bool isIpLiteral(const char* name) {
+  unsigned char buf[sizeof(struct in6_addr)];
+  std::string_view n(name);
+  if (n.size() > 2 && n.front() == '[' && n.back() == ']') n = n.substr(1, n.size() - 2);
+  if (n.size() >= INET6_ADDRSTRLEN) return false;
+  const std::string s(n);
+  return ::inet_pton(AF_INET, s.c_str(), buf) == 1 || ::inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
+
 // SNI: switches the handshake to the context of the certificate for the
-// requested host (Router::Impl::certs). No SNI, or a host no certificate
-// covers: the handshake fails with unrecognized_name (the listener has no
-// default certificate, so a wrong one is never served).
+// requested host (Router::Impl::certs). A host no certificate covers: the
+// handshake fails with unrecognized_name (a wrong certificate is never
+// served). No SNI (or an IP address as SNI): the certificate of
+// RouterOptions::tls_default_host when one covers it, else unrecognized_name
+// too; either way counted in knap_router_tls_no_sni_total.
 int selectCertificate(SSL* ssl, int* alert, void* arg) {
   auto* impl = static_cast<Router::Impl*>(arg);
   const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-  if (name == nullptr) {
-    *alert = SSL_AD_UNRECOGNIZED_NAME;
-    return SSL_TLSEXT_ERR_ALERT_FATAL;
-  }
   std::shared_ptr<const CertTable> certs = impl->certSnapshot();
-  const CertEntry* e = certs->lookup(name);
+  const CertEntry* e = nullptr;
+  if (name != nullptr && !isIpLiteral(name)) {
+    e = certs->lookup(name);
+  } else {
+    const std::string& fallback = impl->opts.tls_default_host;
+    e = fallback.empty() ? nullptr : certs->lookup(fallback);
+    impl->metrics.tls_no_sni.with({e != nullptr ? "default_host" : "refused"})->inc();
+  }
   if (e == nullptr) {
     *alert = SSL_AD_UNRECOGNIZED_NAME;
     return SSL_TLSEXT_ERR_ALERT_FATAL;
@@ -796,6 +815,10 @@ scaler::RequestStatsReport Router::collect(const std::string& revision, MonoTime
 
 std::string Router::renderMetrics() const {
   return impl_->metrics.render();
+}
+
+void Router::setProcessMemory(const std::string& kind, double bytes) {
+  impl_->metrics.process_memory.with({kind})->set(bytes);
 }
 
 size_t Router::queued(const std::string& revision) const {

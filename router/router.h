@@ -135,6 +135,11 @@ struct RouterOptions {
   std::string tls_address = "0.0.0.0";
   int tls_port = -1;
   int tls_fd = -1;  // as external_fd, for the HTTPS listener
+  // The host whose certificate (from the current CertTable) a client that
+  // sends no SNI, or an IP address as SNI, gets (Caddy's default_sni);
+  // empty, or no certificate for it: such a handshake fails with
+  // unrecognized_name. Lower case.
+  std::string tls_default_host;
   // Applies only while the HTTPS listener is on. K-Network-Probe requests
   // and /.well-known/acme-challenge/ are answered over HTTP in every mode.
   HttpProtocol http_protocol = HttpProtocol::kEnabled;
@@ -213,6 +218,8 @@ class Router final : public scaler::MetricsSource {
 
   // Prometheus text (what the admin listener serves on /metrics).
   std::string renderMetrics() const;
+  // knap_process_memory_bytes{kind} (knapd sets it; router/metrics.h).
+  void setProcessMemory(const std::string& kind, double bytes);
   // Requests waiting in `revision`'s activator queue (tests, status pages).
   size_t queued(const std::string& revision) const;
   // Revisions the router holds state for (tests: a removed one leaves none).

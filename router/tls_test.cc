@@ -108,8 +108,9 @@ std::shared_ptr<const CertTable> tableOf(const std::vector<TestCert>& certs) {
 
 class TlsRouterTest : public ::testing::Test {
  protected:
-  void startRouter(HttpProtocol protocol = HttpProtocol::kEnabled) {
+  void startRouter(HttpProtocol protocol = HttpProtocol::kEnabled, const std::string& default_host = "") {
     RouterOptions o;
+    o.tls_default_host = default_host;
     o.address = "127.0.0.1";
     o.port = 0;
     o.tls_address = "127.0.0.1";
@@ -186,6 +187,64 @@ TEST_F(TlsRouterTest, UnknownOrMissingSniAndOldProtocolsFailTheHandshake) {
   }
   EXPECT_NE(router_->renderMetrics().find("knap_router_tls_handshakes_total{result=\"failed\"} 3"),
             std::string::npos)
+      << router_->renderMetrics();
+}
+
+// Waits (bounded: the server counts after the client has seen the
+// handshake end) for `series` to appear in the router's metrics.
+bool metricSoon(Router& router, const std::string& series) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (router.renderMetrics().find(series) == std::string::npos && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return router.renderMetrics().find(series) != std::string::npos;
+}
+
+// knap.router-tls-default-host: a client that sends no SNI (or an IP address
+// as SNI) gets that host's certificate and is routed by its Host header; an
+// unknown SNI still fails; without a certificate for the default host, or
+// without the option, no SNI fails with unrecognized_name, counted.
+TEST_F(TlsRouterTest, NoSniGetsTheDefaultHostsCertificate) {
+  TestBackend pod(
+      TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "pod"; }));
+  startRouter(HttpProtocol::kEnabled, kHost);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert exact = selfSignedCert({kHost});
+  TestCert other = selfSignedCert({"other.example.com"});
+  router_->setCertificates(tableOf({other, exact}));
+
+  HttpsResult r = httpsRequest(router_->tlsPort(), "", "", getRequest(kHost));
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.peer_cert, exact.cert);
+  EXPECT_EQ(r.resp.result_int(), 200);
+  EXPECT_EQ(r.resp.body(), "pod");
+  HttpsResult ip = httpsRequest(router_->tlsPort(), "127.0.0.1", "", getRequest(kHost));
+  ASSERT_EQ(ip.error, "");
+  EXPECT_EQ(ip.peer_cert, exact.cert);
+  EXPECT_EQ(ip.resp.result_int(), 200);
+  // An SNI with a certificate gets its own; an unknown SNI is still refused.
+  EXPECT_EQ(
+      httpsRequest(router_->tlsPort(), "other.example.com", "", getRequest("other.example.com")).peer_cert,
+      other.cert);
+  EXPECT_NE(httpsRequest(router_->tlsPort(), "unknown.example.com", "", getRequest(kHost)).error, "");
+  EXPECT_TRUE(metricSoon(*router_, "knap_router_tls_no_sni_total{result=\"default_host\"} 2"))
+      << router_->renderMetrics();
+
+  // The default host's certificate gone: no SNI fails the handshake.
+  router_->setCertificates(tableOf({other}));
+  EXPECT_NE(httpsRequest(router_->tlsPort(), "", "", getRequest(kHost)).error, "");
+  EXPECT_TRUE(metricSoon(*router_, "knap_router_tls_no_sni_total{result=\"refused\"} 1"))
+      << router_->renderMetrics();
+}
+
+TEST_F(TlsRouterTest, NoSniWithoutADefaultHostFailsWithUnrecognizedName) {
+  startRouter();
+  TestCert exact = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({exact}));
+  // The client sees the alert itself, not a reset or a silent close.
+  HttpsResult r = httpsRequest(router_->tlsPort(), "", "", getRequest(kHost));
+  EXPECT_NE(r.error.find("unrecognized name"), std::string::npos) << r.error;
+  EXPECT_TRUE(metricSoon(*router_, "knap_router_tls_no_sni_total{result=\"refused\"} 1"))
       << router_->renderMetrics();
 }
 

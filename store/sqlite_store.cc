@@ -761,6 +761,8 @@ StatusOr<std::unique_ptr<SqliteStore::Conn>> SqliteStore::openConn(const std::st
   KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA foreign_keys = ON").annotate("opening database " + path));
   // Deleted and overwritten content (a Secret resealed at start) is zeroed, not left in free pages.
   KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA secure_delete = ON").annotate("opening database " + path));
+  KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA cache_size = -" + std::to_string(kPageCacheKiB))
+                           .annotate("opening database " + path));
   return conn;
 }
 
@@ -805,6 +807,17 @@ SqliteStore::SqliteStore(std::unique_ptr<Conn> conn, TimeSource& clock, int64_t 
     : clock_(clock), watch_history_events_(watch_history_events), conn_(std::move(conn)) {}
 
 SqliteStore::~SqliteStore() = default;
+
+SqliteStore::MemoryUse SqliteStore::memoryUse() {
+  MemoryUse m;
+  m.sqlite_bytes = sqlite3_memory_used();
+  std::lock_guard<std::mutex> lock(mu_);
+  int current = 0, highwater = 0;
+  if (sqlite3_db_status(conn_->db(), SQLITE_DBSTATUS_CACHE_USED, &current, &highwater, 0) == SQLITE_OK) {
+    m.page_cache_bytes = current;
+  }
+  return m;
+}
 
 Status SqliteStore::withConnection(const std::function<Status(Conn&)>& fn) {
   if (owner_.load() == std::this_thread::get_id()) {

@@ -103,6 +103,21 @@ class SqliteStore final : public Store {
   // The schema version recorded in the open database (kLatestSchemaVersion after open()).
   StatusOr<int> schemaVersion();
 
+  // SQLite's page cache per connection is capped at this many KiB (PRAGMA
+  // cache_size = -kPageCacheKiB, set on open; SQLite's default is the same
+  // 2,000 KiB, now stated so the bound is ours): it fills as the database
+  // grows and then stays, so knapd's heap holds at most this much of it.
+  static constexpr int kPageCacheKiB = 2000;
+
+  // Memory SQLite holds: all of this process's SQLite allocations
+  // (sqlite3_memory_used) and this store's connection's page cache
+  // (SQLITE_DBSTATUS_CACHE_USED), for knapd's memory metrics.
+  struct MemoryUse {
+    int64_t sqlite_bytes = 0;
+    int64_t page_cache_bytes = 0;
+  };
+  MemoryUse memoryUse();
+
  private:
   class Conn;     // the SQLite connection plus its prepared statements
   class TxnImpl;  // Txn bound to one open write transaction

@@ -1192,5 +1192,37 @@ TEST(SqliteStoreCrash, AcknowledgedWritesSurviveSigkill) {
   EXPECT_GT(next->resource_version, max_acked);
 }
 
+// knapd's soak: SQLite's page cache grows with the database up to its cap,
+// then stays there however much more is written and read (a plateau, not a
+// leak).
+TEST(SqliteStoreMemoryTest, PageCacheStopsGrowingAtItsCap) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  auto store = mustOpen(dir.file("knap.db"), clock);
+  ASSERT_NE(store, nullptr);
+  const int64_t cap = int64_t{SqliteStore::kPageCacheKiB} * 1024;
+  const std::string filler(16000, 'x');
+  auto writeAndRead = [&](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      json body = serviceBody("img");
+      body["metadata"]["annotations"] = {{"filler", filler}};
+      ASSERT_TRUE(store->create(svc("s" + std::to_string(i)), body).isOk());
+    }
+    ASSERT_TRUE(store->list("Service", "").isOk());
+  };
+  writeAndRead(0, 20);  // ~0.7 MiB with the watch history: below the cap
+  const int64_t small = store->memoryUse().page_cache_bytes;
+  EXPECT_GT(small, 0);
+  EXPECT_LT(small, cap);
+  writeAndRead(20, 250);  // ~8 MiB: well past it
+  const int64_t full = store->memoryUse().page_cache_bytes;
+  EXPECT_GT(full, small);
+  // The cap counts page content; SQLITE_DBSTATUS_CACHE_USED adds each page's header.
+  EXPECT_LE(full, cap + cap / 4);
+  writeAndRead(250, 350);
+  EXPECT_LE(store->memoryUse().page_cache_bytes, cap + cap / 4);
+  EXPECT_GE(store->memoryUse().sqlite_bytes, store->memoryUse().page_cache_bytes);
+}
+
 }  // namespace
 }  // namespace knap::store

@@ -16,7 +16,12 @@ restarts knapd (SIGTERM, start again) and measures:
   - reference, same run: a Service created on the idle knapd before the
     restart, create -> Ready.
 
-    python3 bench/controller/bench_restart.py [--build build] [--count 1000]
+    python3 bench/controller/bench_restart.py [--build build] [--count 1000] [--restarts 3]
+
+--restarts N restarts the knapd holding the Services N times after one
+creation (a column per restart, with the load average at each); --work DIR
+keeps the data there and reuses it when it already holds the Services (to
+profile restarts without waiting for a creation storm each time).
 """
 import argparse
 import http.client
@@ -45,8 +50,8 @@ def cpu_seconds(pid):
 
 
 class Knapd:
-    def __init__(self, build, work):
-        self.build, self.work = build, work
+    def __init__(self, build, work, prefix=()):
+        self.build, self.work, self.prefix = build, work, list(prefix)
         self.port = free_port()
         self.cfg = os.path.join(work, "config.yaml")
         with open(self.cfg, "w") as f:
@@ -66,7 +71,7 @@ class Knapd:
     def start(self):
         self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         self.started = time.time()
-        self.proc = subprocess.Popen([os.path.join(self.build, "daemon", "knapd"), "--config", self.cfg,
+        self.proc = subprocess.Popen(self.prefix + [os.path.join(self.build, "daemon", "knapd"), "--config", self.cfg,
                                       "--runtime", "none", "--log-level", "info"],
                                      stderr=open(self.log_path, "a"), stdout=subprocess.DEVNULL)
         while True:
@@ -190,17 +195,28 @@ def load():
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def count_services(k):
+    code, body = k.req("GET", API)
+    return len(json.loads(body)["items"]) if code == 200 else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.environ.get("KNAP_BUILD_DIR", "build"))
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--connections", type=int, default=4, help="concurrent API connections creating the Services")
+    ap.add_argument("--restarts", type=int, default=1, help="restarts of the knapd holding the Services")
+    ap.add_argument("--work", help="keep the data dirs here (reused when they already hold the Services)")
+    ap.add_argument("--prefix", default="", help="command knapd runs under for the restarts, e.g. "
+                    "'perf record -g -o /tmp/restart.perf --' (the CPU figure is then the wrapper's)")
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="knap-bench-restart-")
+    work = args.work or tempfile.mkdtemp(prefix="knap-bench-restart-")
     ref_work = os.path.join(work, "empty")
-    os.makedirs(ref_work)
     big_work = os.path.join(work, "big")
-    os.makedirs(big_work)
+    for d in (ref_work, big_work):
+        if args.work and os.path.isdir(d) and d == ref_work:
+            shutil.rmtree(d)
+        os.makedirs(d, exist_ok=True)
     ref, k = Knapd(args.build, ref_work), Knapd(args.build, big_work)
     try:
         print(f"load average {load()} at start", flush=True)
@@ -211,44 +227,60 @@ def main():
         ref.stop()
 
         k.start()
-        t0 = time.time()
-        create_all(k, [f"svc-{i:04d}" for i in range(args.count)], args.connections)
-        created = time.time() - t0
-        pending = {f"svc-{i:04d}" for i in range(args.count)}
-        while pending:
-            code, body = k.req("GET", API)
-            for item in json.loads(body)["items"]:
-                if any(c["type"] == "Ready" and c["status"] == "True"
-                       for c in item.get("status", {}).get("conditions", [])):
-                    pending.discard(item["metadata"]["name"])
-            if time.time() - t0 > 900:
-                raise SystemExit(f"{len(pending)} Services not Ready after 900s")
-            time.sleep(0.5)
-        all_ready = time.time() - t0
+        have = count_services(k)
+        if have >= args.count:
+            print(f"{have} Services already in {big_work}", flush=True)
+        else:
+            t0 = time.time()
+            create_all(k, [f"svc-{i:04d}" for i in range(args.count)], args.connections)
+            created = time.time() - t0
+            pending = {f"svc-{i:04d}" for i in range(args.count)}
+            while pending:
+                code, body = k.req("GET", API)
+                for item in json.loads(body)["items"]:
+                    if any(c["type"] == "Ready" and c["status"] == "True"
+                           for c in item.get("status", {}).get("conditions", [])):
+                        pending.discard(item["metadata"]["name"])
+                if time.time() - t0 > 900:
+                    raise SystemExit(f"{len(pending)} Services not Ready after 900s")
+                time.sleep(0.5)
+            all_ready = time.time() - t0
+            print(f"{args.count} Services created in {created:.1f}s over {args.connections} connections, all "
+                  f"Ready {all_ready:.1f}s after the first create (load {load()})", flush=True)
         time.sleep(1)
-        idle = create_and_time(k, "idle")
-        print(f"{args.count} Services created in {created:.1f}s over {args.connections} connections, all Ready "
-              f"{all_ready:.1f}s after the first create (load {load()})", flush=True)
-        r = measure_restart(k)
+        idle = create_and_time(k, f"idle-{int(time.time() * 1000)}")
+        k.prefix = args.prefix.split()
+        runs = []
+        for i in range(args.restarts):
+            runs.append(measure_restart(k))
+            runs[-1]["load"] = os.getloadavg()[0]
+            print(f"restart {i + 1}: reconciled seen <= {runs[-1]['seen']:.2f}s, Service created during it "
+                  f"Ready in {runs[-1]['during_ms']:.0f}ms (load {load()})", flush=True)
         print(f"load average {load()} at the end")
-        print(f"{'':44s} {'empty knapd':>14s} {f'{args.count} Services':>16s}")
-        rows = [("create -> Ready, idle knapd (ms)", ref_idle * 1000, idle * 1000),
-                ("restart: API answering after (s)", r0["api_up"], r["api_up"]),
-                ("restart: objects in the start-up resync", r0["objects"], r["objects"]),
-                ("restart: resync reconciled in (ms, controller)", r0["resync_ms"], r["resync_ms"]),
-                ("restart: reconciled seen <= (s after exec)", r0["seen"], r["seen"]),
-                ("restart: Service created during it -> Ready (ms)", r0["during_ms"], r["during_ms"]),
-                ("restart: knapd CPU exec -> reconciled (s)", r0["cpu"], r["cpu"]),
-                ("restart: store writes while coming up", r0["writes_before"], r["writes_before"]),
-                ("restart: other store writes after", r0["writes_after"], r["writes_after"])]
-        for name, a, b in rows:
-            fmt = (lambda v: f"{v:.2f}") if isinstance(a, float) else str
-            print(f"{name:44s} {fmt(a):>14s} {fmt(b):>16s}")
+        head = f"{'':44s} {'empty knapd':>14s}"
+        for i in range(len(runs)):
+            head += f" {f'{args.count} Svcs #{i + 1}' if len(runs) > 1 else f'{args.count} Services':>16s}"
+        print(head)
+        rows = [("create -> Ready, idle knapd (ms)", ref_idle * 1000, [idle * 1000] + [None] * (len(runs) - 1)),
+                ("load average (1 min) at the restart", None, [r["load"] for r in runs])]
+        for name, key in [("restart: API answering after (s)", "api_up"),
+                          ("restart: objects in the start-up resync", "objects"),
+                          ("restart: resync reconciled in (ms, controller)", "resync_ms"),
+                          ("restart: reconciled seen <= (s after exec)", "seen"),
+                          ("restart: Service created during it -> Ready (ms)", "during_ms"),
+                          ("restart: knapd CPU exec -> reconciled (s)", "cpu"),
+                          ("restart: store writes while coming up", "writes_before"),
+                          ("restart: other store writes after", "writes_after")]:
+            rows.append((name, r0[key], [r[key] for r in runs]))
+        for name, a, bs in rows:
+            fmt = (lambda v: "" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v))
+            print(f"{name:44s} {fmt(a):>14s}" + "".join(f" {fmt(b):>16s}" for b in bs))
     finally:
         for x in (ref, k):
             if x.proc and x.proc.poll() is None:
                 x.proc.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,14 @@ reported, with its growth; it is judged by the reader, not asserted).
 
     python3 bench/reliability/soak.py [--build build] [--duration 1800]
 
-Not run yet (see docs/reliability.md); no CI test runs it.
+Figures in docs/reliability.md; no CI test runs it.
 """
 import argparse
 import http.client
 import ssl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -150,6 +151,29 @@ class Soak:
         assert code == 200, code
         self.wait(lambda: self.tasks() == 0, 60, f"{name} pods gone (warm pool too)")
 
+    def memory(self):
+        """knapd's memory beyond VmRSS: anonymous vs. file-backed pages (smaps_rollup), and what knapd's
+        knap_process_memory_bytes says (heap in use vs. free in the allocator, SQLite; sampled by knapd once
+        a minute), in KiB."""
+        out = {}
+        try:
+            with open(f"/proc/{self.proc.pid}/smaps_rollup") as f:
+                for line in f:
+                    k = line.split(":")[0]
+                    if k in ("Anonymous", "Rss"):
+                        out[k.lower()] = int(line.split()[1])
+        except OSError:
+            pass
+        try:
+            m = re.search(r"admin=(\d+)", open(self.log.name).read())
+            text = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=10)
+            text.request("GET", "/metrics")
+            for kind, v in re.findall(r'knap_process_memory_bytes\{kind="(\w+)"\} (\S+)', text.getresponse().read().decode()):
+                out[kind] = int(float(v)) // 1024
+        except (OSError, AttributeError, ValueError):
+            pass
+        return out
+
     def counts(self):
         def lines(*a):
             return len([x for x in sh(*a).splitlines() if x.strip()])
@@ -226,6 +250,7 @@ def main(argv=None):
         s.cycle("warmup")
         time.sleep(2)
         before = s.counts()
+        print("soak: after the warm-up, KiB: " + " ".join(f"{k} {v}" for k, v in s.memory().items()), flush=True)
         t0, n, report = time.time(), 0, time.time() + args.report_every
         first_mark = None
         while time.time() - t0 < args.duration:
@@ -233,13 +258,15 @@ def main(argv=None):
             n += 1
             if time.time() >= report:  # the trend, not only the end points
                 c = s.counts()
+                mem = " ".join(f"{k} {v}" for k, v in s.memory().items())
                 print(f"soak: {time.time() - t0:5.0f}s {n} cycles, knapd RSS {c['knapd_rss_kib']} KiB, "
-                      f"{c['knapd_fds']} fds, load {os.getloadavg()[0]:.1f}", flush=True)
+                      f"{c['knapd_fds']} fds, load {os.getloadavg()[0]:.1f}; KiB: {mem}", flush=True)
                 report += args.report_every
                 if first_mark is None:
                     first_mark = (n, c["knapd_rss_kib"])
         time.sleep(3)
         after = s.counts()
+        print("soak: at the end, KiB: " + " ".join(f"{k} {v}" for k, v in s.memory().items()))
         print(f"soak: {n} cycles (create, serve, scale to zero, serve from zero, delete) in "
               f"{time.time() - t0:.0f}s; load {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
               f"{os.getloadavg()[2]:.1f} at the end")

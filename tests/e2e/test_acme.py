@@ -9,7 +9,11 @@ certificate is renewed 30 s after it is issued (the early-renewal path, without 
 - a Service gets a certificate: curl --cacert <pebble's root from /roots/0> over HTTPS answers 200 and
   the Route's CertificateProvisioned is True; the key is 0600 under <data-dir>/acme/certs;
 - the renewed certificate (a new serial) is served by a later handshake, knapd not restarted;
-- a Service whose validation fails shows CertificateProvisioned False naming the ACME error.
+- a Service whose validation fails shows CertificateProvisioned False naming the ACME error;
+- a DomainMapping (app.example.org) gets its own certificate from the same ACME client: status.url is
+  https://, CertificateProvisioned True, served by SNI (curl with pebble's root answers 200 from the pod)
+  and renewed without a restart; a DomainMapping whose validation fails (broken.example.org) shows
+  CertificateProvisioned False on the DomainMapping while the healthy one keeps being served.
 """
 import json
 import os
@@ -175,6 +179,30 @@ def route_condition(k, name, ctype):
     return None
 
 
+def dm_condition(k, name, ctype):
+    dm = k.get_json(f"/apis/serving.knative.dev/v1beta1/namespaces/default/domainmappings/{name}")
+    for c in dm.get("status", {}).get("conditions", []):
+        if c["type"] == ctype:
+            return c
+    return None
+
+
+def domain_mapping(name, target):
+    return json.dumps({"apiVersion": "serving.knative.dev/v1beta1", "kind": "DomainMapping",
+                       "metadata": {"name": name, "namespace": "default"},
+                       "spec": {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": target}}})
+
+
+def pebble_root(k, workdir):
+    """pebble's root (from its management endpoint) as a file: it verifies the certificates knap serves."""
+    with urllib.request.urlopen(k.mgmt + "/roots/0", context=k.ca_ctx, timeout=30) as r:
+        root = r.read().decode()
+    rootfile = os.path.join(workdir, "pebble-root.pem")
+    with open(rootfile, "w") as f:
+        f.write(root)
+    return rootfile
+
+
 def serial_of(der):
     p = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout", "-serial"], input=der, capture_output=True)
     assert p.returncode == 0, p.stderr
@@ -190,12 +218,7 @@ def test_acme_issues_renews_and_reports_failures(acme, workdir):
         route_condition(k, "web", "CertificateProvisioned")), timeout=90, what="CertificateProvisioned True")
     assert cond["reason"] == "CertificateProvisioned", cond
 
-    # pebble's root (its management endpoint) verifies the certificate knap serves.
-    with urllib.request.urlopen(k.mgmt + "/roots/0", context=k.ca_ctx, timeout=30) as r:
-        root = r.read().decode()
-    rootfile = os.path.join(workdir, "pebble-root.pem")
-    with open(rootfile, "w") as f:
-        f.write(root)
+    rootfile = pebble_root(k, workdir)
     rc, code, body = until(lambda: (lambda r: r if r[1] == "200" else None)(curl_https(k.tls_port, host, rootfile)),
                            timeout=90, what="HTTPS 200 with pebble's certificate\n" + k.log())
     assert rc == 0, body
@@ -221,3 +244,45 @@ def test_acme_issues_renews_and_reports_failures(acme, workdir):
     assert "broken.default.example.com" in cond["message"] and "urn:ietf:params:acme:error" in cond["message"], cond
     # The healthy host keeps being served.
     until(lambda: curl_https(k.tls_port, host, rootfile)[1] == "200", timeout=90, what="HTTPS 200 still")
+
+
+@needs_pebble
+def test_acme_domain_mapping_gets_renews_and_reports(acme, workdir):
+    k = acme
+    apply(k, service("web"))
+    mapped = "app.example.org"
+    k.kubectl("apply", "-f", "-", input=domain_mapping(mapped, "web"))
+    # Unknown (CertificateNotReady) until the ACME client has the certificate, then True.
+    cond = until(lambda: (lambda c: c if c and c["status"] != "Unknown" else None)(
+        dm_condition(k, mapped, "CertificateProvisioned")), timeout=120,
+        what="CertificateProvisioned settled on the DomainMapping\n" + k.log())
+    assert cond["status"] == "True" and cond["reason"] == "CertificateProvisioned", cond
+    until(lambda: (lambda c: c and c["status"] == "True")(dm_condition(k, mapped, "Ready")), timeout=90,
+          what="the DomainMapping Ready")
+    dm = k.get_json(f"/apis/serving.knative.dev/v1beta1/namespaces/default/domainmappings/{mapped}")
+    assert dm["status"]["url"] == f"https://{mapped}", dm["status"]
+
+    rootfile = pebble_root(k, workdir)
+    rc, code, body = until(lambda: (lambda r: r if r[1] == "200" else None)(curl_https(k.tls_port, mapped, rootfile)),
+                           timeout=90, what="HTTPS 200 for the mapped host with pebble's certificate\n" + k.log())
+    assert rc == 0 and json.loads(body)["revision"].startswith("web-"), body  # the mapped Service's pod
+    assert os.path.exists(os.path.join(k.data_dir, "acme", "certs", mapped + ".crt"))
+
+    # Renewal (lifetime 120 s, renew-before 90 s): a new serial for the mapped host, no restart.
+    first = serial_of(served_cert(k.tls_port, mapped))
+    pid = k.proc.pid
+    until(lambda: (lambda d: d is not None and serial_of(d) != first)(served_cert(k.tls_port, mapped)),
+          timeout=180, what="a renewed certificate served for the mapped host")
+    assert k.proc.pid == pid and k.alive()
+
+    # A failing order on a mapping: the DNS stub sends pebble's validation of broken.* to 127.0.0.2.
+    broken = "broken.example.org"
+    k.kubectl("apply", "-f", "-", input=domain_mapping(broken, "web"))
+    cond = until(lambda: (lambda c: c if c and c["status"] == "False" else None)(
+        dm_condition(k, broken, "CertificateProvisioned")), timeout=120,
+        what="CertificateProvisioned False on the broken DomainMapping\n" + k.log())
+    assert cond["reason"] == "CertificateProvisionFailed", cond
+    assert broken in cond["message"] and "urn:ietf:params:acme:error" in cond["message"], cond
+    assert dm_condition(k, broken, "Ready")["status"] == "False"
+    # The healthy mapping keeps being served.
+    until(lambda: curl_https(k.tls_port, mapped, rootfile)[1] == "200", timeout=90, what="HTTPS 200 still")

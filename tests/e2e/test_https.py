@@ -13,6 +13,8 @@ by a CA made here with the openssl CLI. Checked with curl (and Python's ssl for 
   connection and each gets its own answer; a 1.5 MiB upload is echoed whole; HTTP/1.1 clients (ALPN
   http/1.1, or none) on the same listener are still served;
 - a host without a certificate fails the handshake;
+- a client sending no SNI (Python's ssl, openssl s_client -noservername) gets an unrecognized_name alert;
+  with knap.router-tls-default-host (after the restart) it gets that host's certificate and a 200;
 - an inherited listening socket named "router-tls" (socket activation) is served as the HTTPS listener.
 """
 import base64
@@ -74,6 +76,34 @@ def served_cert(port, host, timeout=10):
                 return t.getpeercert(binary_form=True)
     except (ssl.SSLError, OSError):
         return None
+
+
+def no_sni_get(port, host, cafile):
+    """(DER leaf, HTTP status) of a GET with Host `host` from a client that sends no SNI (an IP-address
+    client, an old client), verifying the chain against `cafile` (not the name: there is none to check);
+    (None, error text) when the handshake or the request fails."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.check_hostname = False
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            with ctx.wrap_socket(s, server_hostname=None) as t:
+                t.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+                head = b""
+                while b"\r\n" not in head:
+                    chunk = t.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                return t.getpeercert(binary_form=True), head.split(b"\r\n", 1)[0].decode(errors="replace")
+    except (ssl.SSLError, OSError) as e:
+        return None, str(e)
+
+
+def openssl_no_sni(port):
+    """The output of `openssl s_client -noservername` against the HTTPS listener."""
+    p = subprocess.run(["openssl", "s_client", "-noservername", "-connect", f"127.0.0.1:{port}"],
+                       input="", capture_output=True, text=True, timeout=60)
+    return p.stdout + p.stderr
 
 
 def der(pem):
@@ -254,6 +284,12 @@ def test_https_files_secrets_redirect_and_reload(https):
     rc, _, _ = curl_https(k.tls_port, f"nothing.{DOMAIN}", k.cafile)
     assert rc != 0
 
+    # No SNI and no knap.router-tls-default-host: a clear unrecognized_name alert, not a reset.
+    cert, err = no_sni_get(k.tls_port, host, k.cafile)
+    assert cert is None and "UNRECOGNIZED_NAME" in err.upper(), err
+    out = openssl_no_sni(k.tls_port)
+    assert "unrecognized name" in out, out
+
     # A replaced file (new key, new certificate) is served by a later handshake, no restart.
     new_cert, new_key = make_cert(pki, "wild2", [f"*.default.{DOMAIN}"], "ca")
     for ext, text in (("key", new_key), ("crt", new_cert)):
@@ -287,18 +323,25 @@ def test_https_files_secrets_redirect_and_reload(https):
     assert (rc, code) == (0, "200"), body
 
     # http-protocol: Disabled, after a restart with that config: HTTP 404, HTTPS 200.
+    # knap.router-tls-default-host too: a client without SNI gets that host's certificate.
     k.stop()
     with open(k.config_path, "w") as f:
         f.write("knap:\n"
                 f"  data-dir: {k.data_dir}\n"
                 f"  api-listen: 127.0.0.1:{k.api_port}\n"
-                f"  router-listen: 127.0.0.1:{k.router_port}\n" + k.knap_section + config_text("Disabled"))
+                f"  router-listen: 127.0.0.1:{k.router_port}\n"
+                f"  router-tls-default-host: {host}\n" + k.knap_section + config_text("Disabled"))
     k.start(timeout=60)
     status, body = get(k, host)
     assert status == 404 and "served over HTTPS only" in body, (status, body)
     rc, code, body = until(lambda: (lambda r: r if r[1] == "200" else None)(curl_https(k.tls_port, host, k.cafile)),
                            what="HTTPS 200 after the restart")
     assert rc == 0
+    cert, line = until(lambda: (lambda r: r if r[0] is not None and " 200 " in r[1] else None)(
+        no_sni_get(k.tls_port, host, k.cafile)), what="HTTPS 200 without SNI (the default host's certificate)")
+    assert cert == der(new_cert), line  # the file covering the default host, verified against the test CA
+    out = openssl_no_sni(k.tls_port)
+    assert "unrecognized name" not in out and f"*.default.{DOMAIN}" in out, out
 
 
 def test_inherited_router_tls_socket_is_the_https_listener(workdir):
