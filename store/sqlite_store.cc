@@ -57,8 +57,9 @@ Status sqliteError(sqlite3* db, int rc, const std::string& context) {
       // SQLite's own errno is often lost by then (it records errno after its clean-up calls), so a
       // failed write also asks the disk: can a file be created next to the database?
       int err = db ? sqlite3_system_errno(db) : 0;
-      if (err != EROFS && db && (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR_TRUNCATE ||
-                                 rc == SQLITE_IOERR_DIR_FSYNC)) {
+      if (err != EROFS && db &&
+          (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR_TRUNCATE ||
+           rc == SQLITE_IOERR_DIR_FSYNC)) {
         if (probeWritable(dataDir()) == EROFS) err = EROFS;
       }
       if (err == EROFS) {
@@ -78,7 +79,8 @@ Status sqliteError(sqlite3* db, int rc, const std::string& context) {
 // The JSON text of a stored body (opened with `cipher` when sealed).
 StatusOr<std::string> decodeBody(BodyCipher* cipher, const Key& key, std::string text) {
   if (text.rfind(kSealedPrefix, 0) != 0) return text;
-  if (!cipher) return internalError("stored body of " + key.toString() + " is encrypted and knapd has no key");
+  if (!cipher)
+    return internalError("stored body of " + key.toString() + " is encrypted and knapd has no key");
   return cipher->open(key, text);
 }
 
@@ -129,7 +131,8 @@ const Migration kMigrations[] = {
      "       FROM v, json_each(v.body, '$.metadata.ownerReferences') r"
      "       WHERE json_type(v.body, '$.metadata.ownerReferences') = 'array'),"
      "     uids AS MATERIALIZED ("
-     "       SELECT kind, namespace, name, CASE WHEN type = 'object' THEN json_extract(value, '$.uid') END AS uid"
+     "       SELECT kind, namespace, name, CASE WHEN type = 'object' THEN json_extract(value, '$.uid') END "
+     "AS uid"
      "       FROM refs)"
      "INSERT OR IGNORE INTO owner_refs(owner_uid, kind, namespace, name)"
      "  SELECT uid, kind, namespace, name FROM uids WHERE typeof(uid) = 'text';"
@@ -141,7 +144,8 @@ const Migration kMigrations[] = {
     // unknown" (no label key is empty): every selector list reads them.
     {5, "index metadata.labels (label-selector lists)",
      "CREATE TABLE labels ("
-     "  kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,"
+     "  kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT "
+     "NULL,"
      "  PRIMARY KEY (kind, key, value, namespace, name)) WITHOUT ROWID;"
      "CREATE INDEX labels_object ON labels(kind, namespace, name);"
      "WITH v AS MATERIALIZED (SELECT kind, namespace, name, body FROM objects WHERE json_valid(body)),"
@@ -274,7 +278,9 @@ class SqliteStore::Conn {
     return cipher->seal(key, text);
   }
   // The JSON text of a stored body (opened when sealed).
-  StatusOr<std::string> decode(const Key& key, std::string text) { return decodeBody(cipher.get(), key, std::move(text)); }
+  StatusOr<std::string> decode(const Key& key, std::string text) {
+    return decodeBody(cipher.get(), key, std::move(text));
+  }
   ~Conn() {
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
     sqlite3_close_v2(db_);
@@ -318,7 +324,8 @@ class SqliteStore::Conn {
 
   // Removes `key`'s rows from the labels index.
   Status deleteLabels(const Key& key) {
-    KNAP_ASSIGN_OR_RETURN(auto del, prepare("DELETE FROM labels WHERE kind = ? AND namespace = ? AND name = ?"));
+    KNAP_ASSIGN_OR_RETURN(auto del,
+                          prepare("DELETE FROM labels WHERE kind = ? AND namespace = ? AND name = ?"));
     del->bind(1, key.kind).bind(2, key.ns).bind(3, key.name);
     return del->run();
   }
@@ -556,7 +563,8 @@ class SqliteStore::TxnImpl final : public Txn {
     return out;
   }
 
-  static StatusOr<std::vector<Object>> listObjects(Conn& conn, const std::string& kind, const std::string& ns) {
+  static StatusOr<std::vector<Object>> listObjects(Conn& conn, const std::string& kind,
+                                                   const std::string& ns) {
     KNAP_ASSIGN_OR_RETURN(std::vector<Row> rows, listRows(conn, kind, ns));
     return parseRows(conn.cipher.get(), std::move(rows));
   }
@@ -654,8 +662,9 @@ class SqliteStore::TxnImpl final : public Txn {
       if (!ref.is_object()) continue;
       auto uid = ref.find("uid");
       if (uid == ref.end() || !uid->is_string()) continue;
-      KNAP_ASSIGN_OR_RETURN(auto ins, prepare("INSERT OR IGNORE INTO owner_refs(owner_uid, kind, namespace, name) "
-                                              "VALUES (?, ?, ?, ?)"));
+      KNAP_ASSIGN_OR_RETURN(auto ins,
+                            prepare("INSERT OR IGNORE INTO owner_refs(owner_uid, kind, namespace, name) "
+                                    "VALUES (?, ?, ?, ?)"));
       ins->bind(1, uid->get<std::string>()).bind(2, key.kind).bind(3, key.ns).bind(4, key.name);
       KNAP_RETURN_IF_ERROR(track(ins->run()));
     }
@@ -681,7 +690,11 @@ class SqliteStore::TxnImpl final : public Txn {
     if (labels == meta->end() || !labels->is_object()) return Status::ok();
     for (auto it = labels->begin(); it != labels->end(); ++it) {
       if (!it.value().is_string() || it.key().empty()) continue;
-      ins->bind(1, key.kind).bind(2, it.key()).bind(3, it.value().get<std::string>()).bind(4, key.ns).bind(5, key.name);
+      ins->bind(1, key.kind)
+          .bind(2, it.key())
+          .bind(3, it.value().get<std::string>())
+          .bind(4, key.ns)
+          .bind(5, key.name);
       KNAP_RETURN_IF_ERROR(track(ins->run()));
       ins->reset();
     }
@@ -833,27 +846,33 @@ StatusOr<std::vector<Object>> SqliteStore::list(const std::string& kind, const s
   return TxnImpl::parseRows(cipher.get(), std::move(rows));
 }
 
-StatusOr<std::vector<Store::RawObject>> SqliteStore::listRaw(const std::string& kind, const std::string& ns) {
-  return listRawWhere(kind, ns, nullptr, {});
+StatusOr<std::vector<Store::RawObject>> SqliteStore::listRaw(const std::string& kind, const std::string& ns,
+                                                             bool with_labels) {
+  return listRawWhere(kind, ns, nullptr, {}, with_labels);
 }
 
-StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWithLabel(const std::string& kind, const std::string& ns,
-                                                                      const std::string& label_key,
-                                                                      const std::vector<std::string>& values) {
-  return listRawWhere(kind, ns, &label_key, values);
+StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWithLabel(
+    const std::string& kind, const std::string& ns, const std::string& label_key,
+    const std::vector<std::string>& values) {
+  return listRawWhere(kind, ns, &label_key, values, /*with_labels=*/true);
 }
 
-StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWhere(const std::string& kind, const std::string& ns,
+StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWhere(const std::string& kind,
+                                                                  const std::string& ns,
                                                                   const std::string* label_key,
-                                                                  const std::vector<std::string>& values) {
+                                                                  const std::vector<std::string>& values,
+                                                                  bool with_labels) {
   // SQLite's JSON reader extracts the labels (sealed bodies are opened and
   // parsed here instead): no JSON tree per object. ?1 kind, ?2 namespace,
   // ?3 label key, ?4... label values.
   const std::string sealed = "substr(o.body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" +
                              std::string(kSealedPrefix) + "'";
-  std::string sql = "SELECT o.namespace, o.name, o.resource_version, o.body, CASE WHEN " + sealed +
-                    " THEN NULL ELSE json_extract(o.body, '$.metadata.labels') END, CASE WHEN " + sealed +
-                    " THEN 1 ELSE 0 END FROM ";
+  // Without labels, column 4 is NULL: json_extract parses the whole body.
+  std::string sql =
+      "SELECT o.namespace, o.name, o.resource_version, o.body, " +
+      (with_labels ? "CASE WHEN " + sealed + " THEN NULL ELSE json_extract(o.body, '$.metadata.labels') END"
+                   : std::string("NULL")) +
+      ", CASE WHEN " + sealed + " THEN 1 ELSE 0 END FROM ";
   // More values than this read the key's rows, any value (a superset): the
   // statement cache keeps one statement per shape.
   constexpr size_t kMaxIndexedValues = 16;
@@ -892,7 +911,8 @@ StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWhere(const std::str
       KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
       if (!row) break;
       if (stmt->i64(5)) sealed_rows.push_back(out.size());
-      out.push_back(RawObject{{kind, stmt->text(0), stmt->text(1)}, stmt->i64(2), stmt->text(3), stmt->text(4)});
+      out.push_back(
+          RawObject{{kind, stmt->text(0), stmt->text(1)}, stmt->i64(2), stmt->text(3), stmt->text(4)});
     }
     cipher = conn.cipher;
     return Status::ok();
@@ -902,7 +922,9 @@ StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWhere(const std::str
     KNAP_ASSIGN_OR_RETURN(nlohmann::json body, parseStoredBody(cipher.get(), r.key, std::move(r.json)));
     r.json = dumpJson(body);
     const nlohmann::json* meta = body.contains("metadata") ? &body["metadata"] : nullptr;
-    r.labels = meta && meta->is_object() && meta->contains("labels") ? dumpJson((*meta)["labels"]) : "";
+    r.labels = with_labels && meta && meta->is_object() && meta->contains("labels")
+                   ? dumpJson((*meta)["labels"])
+                   : "";
   }
   return out;
 }
@@ -1056,8 +1078,8 @@ Status SqliteStore::setCipher(std::shared_ptr<BodyCipher> cipher) {
         };
         std::vector<Update> updates;
         {
-          KNAP_ASSIGN_OR_RETURN(auto stmt, conn.prepare("SELECT " + id + ", kind, namespace, name, body FROM " +
-                                                        table));
+          KNAP_ASSIGN_OR_RETURN(auto stmt,
+                                conn.prepare("SELECT " + id + ", kind, namespace, name, body FROM " + table));
           for (;;) {
             KNAP_ASSIGN_OR_RETURN(bool row, stmt->step());
             if (!row) break;
@@ -1070,16 +1092,17 @@ Status SqliteStore::setCipher(std::shared_ptr<BodyCipher> cipher) {
           }
         }
         for (const Update& u : updates) {
-          KNAP_ASSIGN_OR_RETURN(auto up, conn.prepare("UPDATE " + std::string(table) + " SET body = ? WHERE " + id +
-                                                      " = ?"));
+          KNAP_ASSIGN_OR_RETURN(
+              auto up, conn.prepare("UPDATE " + std::string(table) + " SET body = ? WHERE " + id + " = ?"));
           up->bind(1, u.sealed).bind(2, u.rowid);
           KNAP_RETURN_IF_ERROR(up->run());
           ++resealed;
           if (std::string(table) != "objects") continue;
           // Its labels are encrypted now: the index says "labels unknown" instead.
           KNAP_RETURN_IF_ERROR(conn.deleteLabels(u.key));
-          KNAP_ASSIGN_OR_RETURN(auto mark, conn.prepare("INSERT OR IGNORE INTO labels(kind, key, value, namespace, "
-                                                        "name) VALUES (?, '', '', ?, ?)"));
+          KNAP_ASSIGN_OR_RETURN(auto mark,
+                                conn.prepare("INSERT OR IGNORE INTO labels(kind, key, value, namespace, "
+                                             "name) VALUES (?, '', '', ?, ?)"));
           mark->bind(1, u.key.kind).bind(2, u.key.ns).bind(3, u.key.name);
           KNAP_RETURN_IF_ERROR(mark->run());
         }

@@ -793,7 +793,8 @@ std::vector<std::string> dependentNames(SqliteStore& store, const std::string& n
 json ownedBody(const std::vector<std::string>& owner_uids) {
   json b = serviceBody("img");
   json refs = json::array();
-  for (const auto& u : owner_uids) refs.push_back({{"apiVersion", "v1"}, {"kind", "X"}, {"name", "o"}, {"uid", u}});
+  for (const auto& u : owner_uids)
+    refs.push_back({{"apiVersion", "v1"}, {"kind", "X"}, {"name", "o"}, {"uid", u}});
   b["metadata"]["ownerReferences"] = refs;
   return b;
 }
@@ -819,6 +820,15 @@ TEST(SqliteStoreListRaw, SameObjectsAsListWithTheirLabels) {
     EXPECT_EQ((*raw)[i].json, (*listed)[i].body.dump());  // compact, keys sorted: the API sends it as is
   }
   EXPECT_EQ(json::parse((*raw)[1].labels), json({{"app", "x"}, {"tier", "web"}}));
+  // Without labels (a list with no selector): the same objects and text, no labels read.
+  auto bare = store->listRaw("Service", "default", /*with_labels=*/false);
+  ASSERT_TRUE(bare.isOk());
+  ASSERT_EQ(bare->size(), 2u);
+  for (size_t i = 0; i < bare->size(); ++i) {
+    EXPECT_EQ((*bare)[i].key.name, (*raw)[i].key.name);
+    EXPECT_EQ((*bare)[i].json, (*raw)[i].json);
+    EXPECT_EQ((*bare)[i].labels, "");
+  }
   json unlabelled = serviceBody("img");
   unlabelled["metadata"].erase("labels");
   ASSERT_TRUE(store->update(svc("a"), unlabelled, 0).isOk());
@@ -859,7 +869,8 @@ TEST(SqliteStoreOwnerIndex, MigrationIndexesExistingObjects) {
   ASSERT_TRUE(SqliteStore::createAtSchemaVersionForTest(path, 3).isOk());
   auto row = [](const std::string& name, const std::string& body) {
     return "INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) VALUES "
-           "('Service', 'default', '" + name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
+           "('Service', 'default', '" +
+           name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
   };
   rawExec(path, row("owned", R"({"metadata":{"ownerReferences":[{"uid":"u1"},{"uid":"u2"}]}})") +
                     row("string-refs", R"({"metadata":{"ownerReferences":["u1", 7, null]}})") +
@@ -886,7 +897,8 @@ json labelledBody(const json& labels) {
 
 // "ns/name" of what listRawWithLabel gives, in its order.
 std::vector<std::string> withLabel(Store& store, const std::string& ns, const std::string& key,
-                                   const std::vector<std::string>& values, const std::string& kind = "Service") {
+                                   const std::vector<std::string>& values,
+                                   const std::string& kind = "Service") {
   auto raw = store.listRawWithLabel(kind, ns, key, values);
   EXPECT_TRUE(raw.isOk()) << raw.status().toString();
   std::vector<std::string> out;
@@ -998,21 +1010,25 @@ TEST(SqliteStoreLabelIndex, MigrationIndexesExistingObjects) {
   ASSERT_TRUE(SqliteStore::createAtSchemaVersionForTest(path, 4).isOk());
   auto row = [](const std::string& name, const std::string& body) {
     return "INSERT INTO objects(kind, namespace, name, uid, resource_version, generation, body) VALUES "
-           "('Service', 'default', '" + name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
+           "('Service', 'default', '" +
+           name + "', 'uid-" + name + "', 1, 1, '" + body + "');";
   };
   rawExec(path, row("x", R"({"metadata":{"labels":{"app":"x","tier":"web"}}})") +
                     row("y", R"({"metadata":{"labels":{"app":"y"}}})") +
                     row("number", R"({"metadata":{"labels":{"app":1}}})") +
                     row("list", R"({"metadata":{"labels":["app"]}})") + row("none", R"({"metadata":{}})") +
-                    row("sealed", "knap:enc:not-json") + "UPDATE meta SET value = 1 WHERE key = 'resource_version';");
+                    row("sealed", "knap:enc:not-json") +
+                    "UPDATE meta SET value = 1 WHERE key = 'resource_version';");
   auto store = mustOpen(path, clock);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE key = ''"), "1");
   // The sealed row is a candidate too; reading it without a key is the error it always was.
   auto raw = store->listRawWithLabel("Service", "default", "app", {"x"});
   EXPECT_FALSE(raw.isOk());
-  EXPECT_EQ(rawQuery(path, "SELECT group_concat(name) FROM (SELECT name FROM labels WHERE key = 'app' ORDER BY name)"),
-            "x,y");
+  EXPECT_EQ(
+      rawQuery(path,
+               "SELECT group_concat(name) FROM (SELECT name FROM labels WHERE key = 'app' ORDER BY name)"),
+      "x,y");
   EXPECT_EQ(rawQuery(path, "SELECT group_concat(name) FROM labels WHERE key = 'tier'"), "x");
   EXPECT_EQ(rawQuery(path, "PRAGMA integrity_check"), "ok");
 }
@@ -1027,14 +1043,17 @@ TEST(SqliteStoreLabelIndex, SealedBodiesKeepTheirLabelsEncrypted) {
   Key plain{"Secret", "default", "before"};
   {
     auto store = mustOpen(path, clock);
-    ASSERT_TRUE(store->create(plain, labelledBody({{"app", "secret-label"}})).isOk());  // written before encryption
+    ASSERT_TRUE(
+        store->create(plain, labelledBody({{"app", "secret-label"}})).isOk());  // written before encryption
   }
   EXPECT_EQ(rawQuery(path, "SELECT value FROM labels WHERE kind = 'Secret' AND key = 'app'"), "secret-label");
   auto store = mustOpen(path, clock);
-  ASSERT_TRUE(store->setCipher(std::make_shared<KeyringCipher>(
-                                   std::map<std::string, std::string>{{"1", std::string(32, 'k')}}, "1"))
+  ASSERT_TRUE(store
+                  ->setCipher(std::make_shared<KeyringCipher>(
+                      std::map<std::string, std::string>{{"1", std::string(32, 'k')}}, "1"))
                   .isOk());
-  ASSERT_TRUE(store->create(Key{"Secret", "default", "after"}, labelledBody({{"app", "secret-label"}})).isOk());
+  ASSERT_TRUE(
+      store->create(Key{"Secret", "default", "after"}, labelledBody({{"app", "secret-label"}})).isOk());
   ASSERT_TRUE(store->create(Key{"Secret", "default", "other"}, labelledBody({{"app", "z"}})).isOk());
   EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE kind = 'Secret' AND key <> ''"), "0");
   EXPECT_EQ(rawQuery(path, "SELECT count(*) FROM labels WHERE kind = 'Secret' AND key = ''"), "3");

@@ -4,29 +4,35 @@ namespace knap::store {
 
 const char* eventTypeName(EventType t) {
   switch (t) {
-    case EventType::kAdded: return "ADDED";
-    case EventType::kModified: return "MODIFIED";
-    case EventType::kDeleted: return "DELETED";
+    case EventType::kAdded:
+      return "ADDED";
+    case EventType::kModified:
+      return "MODIFIED";
+    case EventType::kDeleted:
+      return "DELETED";
   }
   return "ERROR";
 }
 
-StatusOr<std::vector<Store::RawObject>> Store::listRaw(const std::string& kind, const std::string& ns) {
+StatusOr<std::vector<Store::RawObject>> Store::listRaw(const std::string& kind, const std::string& ns,
+                                                       bool with_labels) {
   KNAP_ASSIGN_OR_RETURN(std::vector<Object> objects, list(kind, ns));
   std::vector<RawObject> out;
   out.reserve(objects.size());
   for (const Object& o : objects) {
     std::string labels;
-    if (o.body.contains("metadata") && o.body["metadata"].is_object() && o.body["metadata"].contains("labels"))
+    if (with_labels && o.body.contains("metadata") && o.body["metadata"].is_object() &&
+        o.body["metadata"].contains("labels"))
       labels = o.body["metadata"]["labels"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    out.push_back({o.key, o.resource_version, o.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                   std::move(labels)});
+    out.push_back({o.key, o.resource_version,
+                   o.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), std::move(labels)});
   }
   return out;
 }
 
-StatusOr<std::vector<Store::RawObject>> Store::listRawWithLabel(const std::string& kind, const std::string& ns,
-                                                                const std::string&, const std::vector<std::string>&) {
+StatusOr<std::vector<Store::RawObject>> Store::listRawWithLabel(const std::string& kind,
+                                                                const std::string& ns, const std::string&,
+                                                                const std::vector<std::string>&) {
   return listRaw(kind, ns);
 }
 

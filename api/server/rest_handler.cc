@@ -23,11 +23,10 @@
 #include "api/server/request_guard.h"
 #include "common/base64.h"
 #include "common/json_path.h"
-#include "common/pod_logs.h"
 #include "common/log.h"
+#include "common/pod_logs.h"
 #include "common/string_util.h"
 #include "events/events.h"
-
 
 namespace knap::api {
 
@@ -92,18 +91,19 @@ HttpResponse jsonResponse(int code, const json& body) {
   return r;
 }
 
-HttpResponse errorResponse(const ApiError& e) { return jsonResponse(e.code, e.body); }
+HttpResponse errorResponse(const ApiError& e) {
+  return jsonResponse(e.code, e.body);
+}
 
 HttpResponse notFoundPath() {
-  return errorResponse(makeApiError(404, "NotFound", "the server could not find the requested resource",
-                                    json::object()));
+  return errorResponse(
+      makeApiError(404, "NotFound", "the server could not find the requested resource", json::object()));
 }
 
 HttpResponse methodNotAllowed(const std::string& method) {
-  return errorResponse(makeApiError(405, "MethodNotAllowed",
-                                    "the server does not allow this method on the requested resource (" +
-                                        method + ")",
-                                    json::object()));
+  return errorResponse(makeApiError(
+      405, "MethodNotAllowed",
+      "the server does not allow this method on the requested resource (" + method + ")", json::object()));
 }
 
 // Parses a request body as JSON, or as YAML when `yaml` (one document), within
@@ -116,7 +116,8 @@ json withTypeMeta(json obj, const ResourceInfo& info) {
   if (obj.is_object()) {
     obj["kind"] = info.kind;
     obj["apiVersion"] = info.apiVersion();
-    if (!info.namespaced && obj.contains("metadata") && obj["metadata"].is_object()) obj["metadata"].erase("namespace");
+    if (!info.namespaced && obj.contains("metadata") && obj["metadata"].is_object())
+      obj["metadata"].erase("namespace");
   }
   return obj;
 }
@@ -184,8 +185,10 @@ Status cascadeDelete(store::Txn& txn, const store::Key& key, bool orphan,
                 uid.count(ref["uid"].get<std::string>())))
             kept.push_back(ref);
         }
-        if (kept.empty()) body["metadata"].erase("ownerReferences");
-        else body["metadata"]["ownerReferences"] = kept;
+        if (kept.empty())
+          body["metadata"].erase("ownerReferences");
+        else
+          body["metadata"]["ownerReferences"] = kept;
         KNAP_RETURN_IF_ERROR(txn.update(o.key, body, 0).status());
         continue;
       }
@@ -260,7 +263,9 @@ std::optional<ContinueToken> decodeContinue(const std::string& text) {
 
 }  // namespace
 
-std::string toJsonText(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string toJsonText(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 // ---- request target ----
 
@@ -380,8 +385,8 @@ struct RestHandler::Target {
       t.info = findPlural("revisions");
       t.ns = s[4];
       t.name = s[6];
-    } else if (s.size() == 6 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" && s[3] == "namespaces" &&
-               s[5] == "metrics") {
+    } else if (s.size() == 6 && s[0] == "apis" && s[1] == "knap.dev" && s[2] == "v1" &&
+               s[3] == "namespaces" && s[5] == "metrics") {
       t.kind = Kind::kMetrics;
       t.ns = s[4];
     }
@@ -397,9 +402,9 @@ struct RestHandler::WriteCtx {
   std::string validation = "Strict";
   bool status_sub = false;
   std::vector<std::string> warnings;
-  bool raced = false;  // set by write(): the object changed since it was read (409)
+  bool raced = false;               // set by write(): the object changed since it was read (409)
   std::string manager = "unknown";  // ?fieldManager=, for metadata.managedFields
-  std::string user;  // the caller, recorded in serving.knative.dev/creator and lastModifier
+  std::string user;                 // the caller, recorded in serving.knative.dev/creator and lastModifier
   // Server-side apply: the managedFields the apply computed (null: none);
   // unset for every other write, whose changes are recorded as an Update.
   std::optional<json> apply_managed;
@@ -409,8 +414,10 @@ struct RestHandler::WriteCtx {
   void manage(json& obj, const json& old, WallTime now) const {
     if (status_sub) return;  // status is server-owned: the stored managedFields stay
     if (apply_managed) {
-      if (apply_managed->is_null()) obj["metadata"].erase("managedFields");
-      else obj["metadata"]["managedFields"] = *apply_managed;
+      if (apply_managed->is_null())
+        obj["metadata"].erase("managedFields");
+      else
+        obj["metadata"]["managedFields"] = *apply_managed;
       return;
     }
     obj = recordUpdate(old, std::move(obj), manager, info->apiVersion(), now);
@@ -424,7 +431,11 @@ struct RestHandler::WriteCtx {
 };
 
 RestHandler::RestHandler(store::Store& store, const Config& config, TimeSource& clock, RequestPolicy policy)
-    : store_(store), config_(config), clock_(clock), policy_(std::move(policy)), rng_(std::random_device{}()) {
+    : store_(store),
+      config_(config),
+      clock_(clock),
+      policy_(std::move(policy)),
+      rng_(std::random_device{}()) {
   ensureSystemNamespaces();
 }
 
@@ -504,8 +515,10 @@ std::optional<HttpResponse> RestHandler::checkAccess(const HttpRequest& req, con
     std::optional<UserInfo> found;
     if (!token.empty() && access->tokens) found = access->tokens->lookup(token);
     if (!found && !token.empty() && access->service_account_tokens) {
-      auto id = access->service_account_tokens->verify(token, kApiAudience, static_cast<int64_t>(::time(nullptr)));
-      if (id.isOk()) found = UserInfo{id->user(), "", {"system:serviceaccounts", "system:serviceaccounts:" + id->ns}};
+      auto id =
+          access->service_account_tokens->verify(token, kApiAudience, static_cast<int64_t>(::time(nullptr)));
+      if (id.isOk())
+        found = UserInfo{id->user(), "", {"system:serviceaccounts", "system:serviceaccounts:" + id->ns}};
     }
     // A credential that is sent and wrong is 401 everywhere, as in kube-apiserver.
     if (!found) return unauthorized();
@@ -533,7 +546,8 @@ std::optional<HttpResponse> RestHandler::checkAccess(const HttpRequest& req, con
 
 HttpResponse RestHandler::selfSubjectAccessReview(const HttpRequest& req, const UserInfo& user) {
   auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
-  if (!body.isOk()) return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
+  if (!body.isOk())
+    return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
   json review = std::move(*body);
   if (!review.is_object() || !review.contains("spec") || !review["spec"].is_object())
     return errorResponse(badRequestError("a SelfSubjectAccessReview needs a spec"));
@@ -556,12 +570,15 @@ HttpResponse RestHandler::selfSubjectAccessReview(const HttpRequest& req, const 
     attrs.verb = field(spec["nonResourceAttributes"], "verb");
     attrs.path = field(spec["nonResourceAttributes"], "path");
   } else {
-    Status st = invalidArgument("exactly one of nonResourceAttributes or resourceAttributes must be specified");
-    st.withFieldErrors({{"spec.resourceAttributes", "Required value: exactly one of nonResourceAttributes or "
-                                                    "resourceAttributes must be specified",
+    Status st =
+        invalidArgument("exactly one of nonResourceAttributes or resourceAttributes must be specified");
+    st.withFieldErrors({{"spec.resourceAttributes",
+                         "Required value: exactly one of nonResourceAttributes or "
+                         "resourceAttributes must be specified",
                          "FieldValueRequired"}});
-    return errorResponse(makeApiError(422, "Invalid", st.message(),
-                                      {{"group", "authorization.k8s.io"}, {"kind", "SelfSubjectAccessReview"}}));
+    return errorResponse(
+        makeApiError(422, "Invalid", st.message(),
+                     {{"group", "authorization.k8s.io"}, {"kind", "SelfSubjectAccessReview"}}));
   }
   std::string reason;
   bool allowed = !policy_.access || authorize(user, attrs, policy_.access->bindings, &reason);
@@ -604,7 +621,8 @@ HttpResponse RestHandler::handle(const HttpRequest& req) {
   } catch (const std::exception& e) {
     // A bug or a foreign exception: never let it reach the connection.
     LOG(ERROR) << "api: " << req.method << " " << req.target << " failed: " << e.what();
-    return errorResponse(makeApiError(500, "InternalError", std::string("Internal error occurred: ") + e.what()));
+    return errorResponse(
+        makeApiError(500, "InternalError", std::string("Internal error occurred: ") + e.what()));
   }
 }
 
@@ -643,7 +661,8 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
     case K::kOther:
       break;
   }
-  if (auto events = handleEventsRequest(store_, clock_, events::kDefaultTtl, req, s, t.query.params)) return *events;
+  if (auto events = handleEventsRequest(store_, clock_, events::kDefaultTtl, req, s, t.query.params))
+    return *events;
   if (auto placeholder = handlePlaceholderRequest(m, s, store_.currentResourceVersion())) return *placeholder;
   if (!get) {
     // Every remaining endpoint is read-only; unknown paths are 404 for any method.
@@ -654,11 +673,12 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
     return notFoundPath();
   }
   if (s.empty()) {
-    return jsonResponse(200, {{"paths", json::array({"/apis", "/apis/networking.internal.knative.dev",
-                                                      "/apis/networking.internal.knative.dev/v1alpha1",
-                                                      "/apis/serving.knative.dev", "/apis/serving.knative.dev/v1",
-                                                      "/apis/serving.knative.dev/v1beta1", "/healthz",
-                                                      "/openapi/v3", "/readyz", "/version"})}});
+    return jsonResponse(
+        200,
+        {{"paths", json::array({"/apis", "/apis/networking.internal.knative.dev",
+                                "/apis/networking.internal.knative.dev/v1alpha1", "/apis/serving.knative.dev",
+                                "/apis/serving.knative.dev/v1", "/apis/serving.knative.dev/v1beta1",
+                                "/healthz", "/openapi/v3", "/readyz", "/version"})}});
   }
   if (s.size() == 1 && (s[0] == "healthz" || s[0] == "readyz" || s[0] == "livez")) {
     HttpResponse r;
@@ -677,34 +697,42 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
   if (s.size() == 2 && s[0] == "apis" && s[1] == kGroup) return jsonResponse(200, apiGroupDocument());
   if (s.size() == 3 && s[0] == "apis" && s[1] == kGroup && s[2] == kVersion)
     return jsonResponse(200, apiResourceListDocument());
-  if (s.size() == 2 && s[0] == "apis" && s[1] == kNetworkingGroup) return jsonResponse(200, networkingGroupDocument());
+  if (s.size() == 2 && s[0] == "apis" && s[1] == kNetworkingGroup)
+    return jsonResponse(200, networkingGroupDocument());
   if (s.size() == 2 && s[0] == "apis" && placeholderGroupDocument(s[1]))
     return jsonResponse(200, *placeholderGroupDocument(s[1]));
   if (s.size() == 3 && s[0] == "apis" && s[2] == "v1" && placeholderGroupDocument(s[1])) {
-    return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", s[1] + "/v1"},
+    return jsonResponse(200, {{"kind", "APIResourceList"},
+                              {"apiVersion", "v1"},
+                              {"groupVersion", s[1] + "/v1"},
                               {"resources", placeholderApiResources(s[1], "v1")}});
   }
   if (s.size() == 3 && s[0] == "apis" && domainResourceListDocument(s[1], s[2]))
     return jsonResponse(200, *domainResourceListDocument(s[1], s[2]));
   if (s.size() == 1 && s[0] == "api") {
-    return jsonResponse(200, {{"kind", "APIVersions"},
-                              {"versions", json::array({"v1"})},
-                              {"serverAddressByClientCIDRs",
-                               json::array({{{"clientCIDR", "0.0.0.0/0"}, {"serverAddress", "127.0.0.1"}}})}});
+    return jsonResponse(200,
+                        {{"kind", "APIVersions"},
+                         {"versions", json::array({"v1"})},
+                         {"serverAddressByClientCIDRs",
+                          json::array({{{"clientCIDR", "0.0.0.0/0"}, {"serverAddress", "127.0.0.1"}}})}});
   }
   if (s.size() == 2 && s[0] == "api" && s[1] == "v1") {
     json list = coreApiResources();
     list.push_back(eventsApiResource());
     for (const json& r : placeholderApiResources("", "v1")) list.push_back(r);
-    return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", "v1"},
-                              {"resources", list}});
+    return jsonResponse(
+        200,
+        {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", "v1"}, {"resources", list}});
   }
-  if (s.size() == 2 && s[0] == "apis" && reviewGroupDocument(s[1])) return jsonResponse(200, *reviewGroupDocument(s[1]));
+  if (s.size() == 2 && s[0] == "apis" && reviewGroupDocument(s[1]))
+    return jsonResponse(200, *reviewGroupDocument(s[1]));
   if (s.size() == 3 && s[0] == "apis" && s[2] == "v1" && reviewResourceListDocument(s[1]))
     return jsonResponse(200, *reviewResourceListDocument(s[1]));
-  if (s.size() == 2 && s[0] == "apis" && s[1] == kEventsGroup) return jsonResponse(200, eventsGroupDocument());
+  if (s.size() == 2 && s[0] == "apis" && s[1] == kEventsGroup)
+    return jsonResponse(200, eventsGroupDocument());
   if (s.size() == 3 && s[0] == "apis" && s[1] == kEventsGroup && s[2] == "v1") {
-    return jsonResponse(200, {{"kind", "APIResourceList"}, {"apiVersion", "v1"},
+    return jsonResponse(200, {{"kind", "APIResourceList"},
+                              {"apiVersion", "v1"},
                               {"groupVersion", std::string(kEventsGroup) + "/v1"},
                               {"resources", json::array({eventsApiResource()})}});
   }
@@ -731,7 +759,8 @@ HttpResponse RestHandler::dispatch(const HttpRequest& req, const Target& t, cons
     r.headers["ETag"] = "\"" + openApiV3Hash() + "\"";
     return r;
   }
-  if (s.size() == 5 && s[0] == "openapi" && s[1] == "v3" && s[2] == "apis" && openApiV3DomainDocument(s[3], s[4])) {
+  if (s.size() == 5 && s[0] == "openapi" && s[1] == "v3" && s[2] == "apis" &&
+      openApiV3DomainDocument(s[3], s[4])) {
     HttpResponse r = jsonResponse(200, *openApiV3DomainDocument(s[3], s[4]));
     r.headers["ETag"] = "\"" + *openApiV3DomainHash(s[3], s[4]) + "\"";
     return r;
@@ -756,14 +785,16 @@ namespace {
 
 // The plain JSON list of a namespaced kind, assembled from the stored text.
 HttpResponse listRawObjects(store::Store& store, const ResourceInfo& info, const std::string& ns,
-                            const LabelSelector& labels, int64_t limit, const std::optional<ContinueToken>& cont) {
+                            const LabelSelector& labels, int64_t limit,
+                            const std::optional<ContinueToken>& cont) {
   int64_t rv = 0;
   std::vector<store::Store::RawObject> objs;
   // A selector with a requirement an object must have a label for (k=v,
   // k in (..), k) reads only the objects with that label (the store's labels
   // index); the full selector is matched below either way.
   const LabelSelector::Requirement* narrow = nullptr;
-  for (LabelSelector::Op op : {LabelSelector::Op::kEquals, LabelSelector::Op::kIn, LabelSelector::Op::kExists}) {
+  for (LabelSelector::Op op :
+       {LabelSelector::Op::kEquals, LabelSelector::Op::kIn, LabelSelector::Op::kExists}) {
     for (const auto& r : labels.requirements()) {
       if (!narrow && r.op == op) narrow = &r;
     }
@@ -771,7 +802,7 @@ HttpResponse listRawObjects(store::Store& store, const ResourceInfo& info, const
   for (int attempt = 0; attempt < 5; ++attempt) {  // as in listObjects: RV stable around the list
     rv = store.currentResourceVersion();
     auto listed = narrow ? store.listRawWithLabel(info.kind, ns, narrow->key, narrow->values)
-                         : store.listRaw(info.kind, ns);
+                         : store.listRaw(info.kind, ns, /*with_labels=*/!labels.empty());
     if (!listed.isOk()) return errorResponse(errorFromStatus(listed.status(), nullptr, ""));
     objs = std::move(*listed);
     if (store.currentResourceVersion() == rv) break;
@@ -849,10 +880,10 @@ HttpResponse RestHandler::listObjects(const HttpRequest& req, const Target& t) {
     // The token is usable while the changes since its resourceVersion are retained.
     auto since = store_.eventsSince(cont->rv, t.info->kind);
     if (!since.isOk() && since.status().code() == Code::kGone) {
-      return errorResponse(makeApiError(
-          410, "Expired",
-          "The provided continue parameter is too old to display a consistent list result. You can start a new "
-          "list without the continue parameter."));
+      return errorResponse(makeApiError(410, "Expired",
+                                        "The provided continue parameter is too old to display a consistent "
+                                        "list result. You can start a new "
+                                        "list without the continue parameter."));
     }
   }
   // A plain JSON list of a namespaced kind is assembled from the stored text
@@ -892,7 +923,8 @@ HttpResponse RestHandler::listObjects(const HttpRequest& req, const Target& t) {
     list_meta["remainingItemCount"] = remaining;
   }
   if (acceptsTable(req.accept)) {
-    json table = makeTable(*t.info, items, parseIncludeObject(t.query.get("includeObject")), std::to_string(rv));
+    json table =
+        makeTable(*t.info, items, parseIncludeObject(t.query.get("includeObject")), std::to_string(rv));
     table["metadata"] = list_meta;
     return jsonResponse(200, table);
   }
@@ -914,16 +946,19 @@ std::optional<HttpResponse> readWriteOptions(const std::map<std::string, std::st
   auto it = q.find("dryRun");
   if (it != q.end()) {
     if (it->second != "All" && !it->second.empty())
-      return errorResponse(badRequestError("dryRun: Unsupported value: \"" + it->second +
-                                           "\": supported values: \"All\""));
+      return errorResponse(
+          badRequestError("dryRun: Unsupported value: \"" + it->second + "\": supported values: \"All\""));
     *dry_run = it->second == "All";
   }
   it = q.find("fieldValidation");
   if (it != q.end() && !it->second.empty()) {
     std::string v = asciiLower(it->second);
-    if (v == "strict") *validation = "Strict";
-    else if (v == "warn") *validation = "Warn";
-    else if (v == "ignore") *validation = "Ignore";
+    if (v == "strict")
+      *validation = "Strict";
+    else if (v == "warn")
+      *validation = "Warn";
+    else if (v == "ignore")
+      *validation = "Ignore";
     else
       return errorResponse(badRequestError("fieldValidation: Unsupported value: \"" + it->second +
                                            "\": supported values: \"Ignore\", \"Strict\", \"Warn\""));
@@ -938,7 +973,8 @@ bool patchSetsResourceVersion(const json& body, const std::string& type) {
     for (const json& op : body) {
       if (!op.is_object() || !op.contains("path") || !op["path"].is_string()) continue;
       std::string path = op["path"];
-      if (path == "/metadata/resourceVersion" || path == "/metadata" || path.empty() || path == "/") return true;
+      if (path == "/metadata/resourceVersion" || path == "/metadata" || path.empty() || path == "/")
+        return true;
     }
     return false;
   }
@@ -959,12 +995,13 @@ std::optional<HttpResponse> checkTypeMeta(const ResourceInfo& info, json& obj) {
     return errorResponse(badRequestError(cannotHandle(info) + "kind " + toJsonText(obj["kind"]) +
                                          " does not match the resource's kind \"" + info.kind + "\""));
   }
-  if (obj.contains("apiVersion") && !(obj["apiVersion"].is_string() && obj["apiVersion"] == info.apiVersion())) {
+  if (obj.contains("apiVersion") &&
+      !(obj["apiVersion"].is_string() && obj["apiVersion"] == info.apiVersion())) {
     return errorResponse(badRequestError("the API version in the data (" +
                                          (obj["apiVersion"].is_string() ? obj["apiVersion"].get<std::string>()
                                                                         : toJsonText(obj["apiVersion"])) +
-                                         ") does not match the expected API version (" +
-                                         info.apiVersion() + ")"));
+                                         ") does not match the expected API version (" + info.apiVersion() +
+                                         ")"));
   }
   if (!obj.contains("metadata") || obj["metadata"].is_null()) obj["metadata"] = json::object();
   if (!obj["metadata"].is_object())
@@ -1030,21 +1067,24 @@ std::optional<HttpResponse> checkServerOwnedMetadata(const ResourceInfo& info, c
   std::vector<FieldError> errors;
   if (md.contains("finalizers") && !(md["finalizers"].is_array() && md["finalizers"].empty()) &&
       !md["finalizers"].is_null()) {
-    errors.push_back({"metadata.finalizers",
-                      "Forbidden: knap deletes objects at once and runs no finalizers; metadata.finalizers must be "
-                      "empty",
-                      "FieldValueForbidden"});
+    errors.push_back(
+        {"metadata.finalizers",
+         "Forbidden: knap deletes objects at once and runs no finalizers; metadata.finalizers must be "
+         "empty",
+         "FieldValueForbidden"});
   }
   if (live) {
     const json& old = live->body["metadata"];
     for (const char* f : {"uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"}) {
       if (!md.contains(f) || md[f].is_null()) continue;  // left out: kept from the stored object
       if (!old.contains(f) || old[f] != md[f])
-        errors.push_back({std::string("metadata.") + f, "Invalid value: " + toJsonText(md[f]) + ": field is immutable",
+        errors.push_back({std::string("metadata.") + f,
+                          "Invalid value: " + toJsonText(md[f]) + ": field is immutable",
                           "FieldValueInvalid"});
     }
   } else if (md.contains("deletionTimestamp") && !md["deletionTimestamp"].is_null()) {
-    errors.push_back({"metadata.deletionTimestamp", "Forbidden: may only be set by the server when it deletes an object",
+    errors.push_back({"metadata.deletionTimestamp",
+                      "Forbidden: may only be set by the server when it deletes an object",
                       "FieldValueForbidden"});
   }
   if (errors.empty()) return std::nullopt;
@@ -1067,8 +1107,10 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
   md.erase("selfLink");
   if (status_sub) {
     json next = live->body;
-    if (obj.contains("status")) next["status"] = obj["status"];
-    else next.erase("status");
+    if (obj.contains("status"))
+      next["status"] = obj["status"];
+    else
+      next.erase("status");
     if (md.contains("resourceVersion")) next["metadata"]["resourceVersion"] = md["resourceVersion"];
     obj = std::move(next);
   }
@@ -1106,8 +1148,10 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
     if (live->body.contains("status")) obj["status"] = live->body["status"];
     // Server-owned metadata comes from the stored object.
     for (const char* f : kServerOwnedOnUpdate) {
-      if (live->body["metadata"].contains(f)) obj["metadata"][f] = live->body["metadata"][f];
-      else obj["metadata"].erase(f);
+      if (live->body["metadata"].contains(f))
+        obj["metadata"][f] = live->body["metadata"][f];
+      else
+        obj["metadata"].erase(f);
     }
   } else {
     for (const char* f : kServerOwnedOnUpdate) obj["metadata"].erase(f);
@@ -1153,13 +1197,14 @@ static std::optional<HttpResponse> admit(const Config& config, const ResourceInf
     }
   } else if (live && obj.value("spec", json()) != old.value("spec", json())) {
     Status st = invalidArgument("Immutable fields changed");
-    st.withFieldErrors({{"spec", "Immutable fields changed: the spec of a Revision cannot be changed; "
-                                 "change the Configuration's or Service's spec.template instead",
+    st.withFieldErrors({{"spec",
+                         "Immutable fields changed: the spec of a Revision cannot be changed; "
+                         "change the Configuration's or Service's spec.template instead",
                          "FieldValueForbidden"}});
     return errorResponse(invalidError(info, metaString(obj, "name"), st));
   }
-  Status valid = validate(info.kind, obj, live ? &old : nullptr,
-                          live ? Operation::kUpdate : Operation::kCreate, config);
+  Status valid =
+      validate(info.kind, obj, live ? &old : nullptr, live ? Operation::kUpdate : Operation::kCreate, config);
   if (!valid.isOk()) {
     if (valid.code() == Code::kInvalidArgument)
       return errorResponse(invalidError(info, metaString(obj, "name"), valid));
@@ -1185,15 +1230,18 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
   }
   if (info.namespaced && !isDns1123Label(ctx.ns)) {
     Status st = invalidArgument("invalid namespace");
-    st.withFieldErrors({{"metadata.namespace", "Invalid value: \"" + ctx.ns +
-                                                   "\": a namespace must be a DNS-1123 label (lower-case letters, digits and '-')"}});
+    st.withFieldErrors(
+        {{"metadata.namespace",
+          "Invalid value: \"" + ctx.ns +
+              "\": a namespace must be a DNS-1123 label (lower-case letters, digits and '-')"}});
     return errorResponse(invalidError(info, metaString(obj, "name"), st));
   }
   std::string name = metaString(obj, "name");
   std::string generate = metaString(obj, "generateName");
   if (name.empty() && generate.empty()) {
     Status st = invalidArgument("name or generateName is required");
-    st.withFieldErrors({{"metadata.name", "Required value: name or generateName is required", "FieldValueRequired"}});
+    st.withFieldErrors(
+        {{"metadata.name", "Required value: name or generateName is required", "FieldValueRequired"}});
     return errorResponse(invalidError(info, "", st));
   }
   // As in Kubernetes, a namespaced object needs its Namespace.
@@ -1205,7 +1253,8 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
     json candidate = obj;
     if (name.empty()) candidate["metadata"]["name"] = newName(generate);
     std::vector<std::string> warnings = ctx.warnings;
-    if (auto err = admit(config_, info, false, ctx.validation, &warnings, candidate, nullptr, ctx.user)) return *err;
+    if (auto err = admit(config_, info, false, ctx.validation, &warnings, candidate, nullptr, ctx.user))
+      return *err;
     ctx.manage(candidate, json(), clock_.now());
     std::string cname = metaString(candidate, "name");
     ctx.warnings = warnings;
@@ -1227,7 +1276,8 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
         return created.status();
       });
       if (!st.isOk() && st.code() == Code::kNotFound)
-        return errorResponse(makeApiError(404, "NotFound", st.message(), {{"name", ctx.ns}, {"kind", "namespaces"}}));
+        return errorResponse(
+            makeApiError(404, "NotFound", st.message(), {{"name", ctx.ns}, {"kind", "namespaces"}}));
       if (!st.isOk()) created = st;
     } else {
       created = store_.create({info.kind, ctx.ns, cname}, withTypeMeta(candidate, info));
@@ -1237,18 +1287,21 @@ HttpResponse RestHandler::doCreate(WriteCtx& ctx, json obj, int create_code) {
     if (created.status().code() == Code::kAlreadyExists) ctx.raced = true;
     return errorResponse(errorFromStatus(created.status(), &info, cname));
   }
-  return errorResponse(makeApiError(500, "InternalError",
-                                    "Internal error occurred: could not generate a unique name from generateName \"" +
-                                        generate + "\""));
+  return errorResponse(makeApiError(
+      500, "InternalError",
+      "Internal error occurred: could not generate a unique name from generateName \"" + generate + "\""));
 }
 
 HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* live, int create_code) {
   if (!live) return doCreate(ctx, std::move(obj), create_code);
   const ResourceInfo& info = *ctx.info;
-  if (!info.namespaced) obj["metadata"].erase("namespace");
-  else if (auto err = checkNamespace(obj, ctx.ns)) return *err;
+  if (!info.namespaced)
+    obj["metadata"].erase("namespace");
+  else if (auto err = checkNamespace(obj, ctx.ns))
+    return *err;
   if (auto err = checkName(obj, ctx.name)) return *err;
-  if (auto err = admit(config_, info, ctx.status_sub, ctx.validation, &ctx.warnings, obj, live, ctx.user)) return *err;
+  if (auto err = admit(config_, info, ctx.status_sub, ctx.validation, &ctx.warnings, obj, live, ctx.user))
+    return *err;
   ctx.manage(obj, live->body, clock_.now());
   obj = withTypeMeta(std::move(obj), info);
   int64_t expected_rv = 0;
@@ -1260,7 +1313,8 @@ HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* li
       if (used != rv_text.size() || expected_rv <= 0) throw std::invalid_argument("rv");
     } catch (const std::exception&) {
       Status st = invalidArgument("invalid resourceVersion");
-      st.withFieldErrors({{"metadata.resourceVersion", "Invalid value: \"" + rv_text + "\": must be a decimal resourceVersion"}});
+      st.withFieldErrors({{"metadata.resourceVersion",
+                           "Invalid value: \"" + rv_text + "\": must be a decimal resourceVersion"}});
       return errorResponse(invalidError(info, ctx.name, st));
     }
     if (expected_rv != live->resource_version) {
@@ -1278,9 +1332,11 @@ HttpResponse RestHandler::write(WriteCtx& ctx, json obj, const store::Object* li
   json live_body = withTypeMeta(live->body, info);
   if (cmp == live_body) return ctx.finish(200, live_body);
   if (ctx.dry_run) return ctx.finish(200, cmp);
-  auto updated = store_.update({info.kind, ctx.ns, ctx.name}, obj, expected_rv ? expected_rv : live->resource_version);
+  auto updated =
+      store_.update({info.kind, ctx.ns, ctx.name}, obj, expected_rv ? expected_rv : live->resource_version);
   if (!updated.isOk()) {
-    if (updated.status().code() == Code::kConflict || updated.status().code() == Code::kNotFound) ctx.raced = true;
+    if (updated.status().code() == Code::kConflict || updated.status().code() == Code::kNotFound)
+      ctx.raced = true;
     return errorResponse(errorFromStatus(updated.status(), &info, ctx.name));
   }
   return ctx.finish(200, updated->body);
@@ -1293,7 +1349,8 @@ HttpResponse RestHandler::createObject(const HttpRequest& req, const Target& t, 
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   if (!t.info->user_creatable) return doCreate(ctx, json::object(), 201);
   auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
-  if (!body.isOk()) return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
+  if (!body.isOk())
+    return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
   json obj = std::move(*body);
   if (auto err = checkTypeMeta(*t.info, obj)) return *err;
   return doCreate(ctx, std::move(obj), 201);
@@ -1305,7 +1362,8 @@ HttpResponse RestHandler::replaceObject(const HttpRequest& req, const Target& t,
   if (!t.query.get("fieldManager").empty()) ctx.manager = t.query.get("fieldManager");
   if (auto err = readWriteOptions(t.query.params, &ctx.dry_run, &ctx.validation)) return *err;
   auto body = parseBody(req.body, mediaType(req.content_type).find("yaml") != std::string::npos);
-  if (!body.isOk()) return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
+  if (!body.isOk())
+    return errorResponse(badRequestError("error decoding request body: " + body.status().message()));
   json obj = std::move(*body);
   if (auto err = checkTypeMeta(*t.info, obj)) return *err;
   if (auto err = checkName(obj, t.name)) return *err;
@@ -1361,7 +1419,8 @@ HttpResponse RestHandler::patchObject(const HttpRequest& req, const Target& t, c
   }
 }
 
-HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::string& type, const json& body) {
+HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::string& type,
+                                    const json& body) {
   bool apply = type == "application/apply-patch+yaml";
   auto live = store_.get({t.info->kind, t.ns, t.name});
   if (!live.isOk() && live.status().code() != Code::kNotFound)
@@ -1373,8 +1432,8 @@ HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::s
     if (auto err = checkTypeMeta(*t.info, applied)) return *err;
     if (auto err = checkName(applied, t.name)) return *err;
     if (!applied.contains("kind") || !applied.contains("apiVersion")) {
-      return errorResponse(badRequestError(cannotHandle(*t.info) +
-                                           "an applied configuration must set apiVersion and kind"));
+      return errorResponse(
+          badRequestError(cannotHandle(*t.info) + "an applied configuration must set apiVersion and kind"));
     }
     if (!live.isOk() && ctx.status_sub) return errorResponse(notFoundError(*t.info, t.name));
     if (ctx.status_sub) {
@@ -1383,10 +1442,11 @@ HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::s
       patched.merge_patch(applied);
     } else {
       if (t.query.get("fieldManager").empty()) {
-        return errorResponse(makeApiError(422, "Invalid",
-                                          "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
-                                          "is required for apply patch",
-                                          json::object()));
+        return errorResponse(
+            makeApiError(422, "Invalid",
+                         "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
+                         "is required for apply patch",
+                         json::object()));
       }
       bool force = parseBool(t.query.get("force")).value_or(false);
       ApplyResult ar = serverSideApply(live.isOk() ? live->body : json(), applied, ctx.manager, force,
@@ -1398,14 +1458,13 @@ HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::s
                             {"message", "conflict with \"" + c.manager + "\" using " + t.info->apiVersion()},
                             {"field", fieldPathString(c.path)}});
         }
-        return errorResponse(makeApiError(409, "Conflict", conflictMessage(ar.conflicts, t.info->apiVersion()),
-                                          {{"name", t.name},
-                                           {"group", t.info->group},
-                                           {"kind", t.info->plural},
-                                           {"causes", causes}}));
+        return errorResponse(makeApiError(
+            409, "Conflict", conflictMessage(ar.conflicts, t.info->apiVersion()),
+            {{"name", t.name}, {"group", t.info->group}, {"kind", t.info->plural}, {"causes", causes}}));
       }
       patched = std::move(ar.object);
-      ctx.apply_managed = patched["metadata"].contains("managedFields") ? patched["metadata"]["managedFields"] : json();
+      ctx.apply_managed =
+          patched["metadata"].contains("managedFields") ? patched["metadata"]["managedFields"] : json();
       if (!live.isOk()) return doCreate(ctx, std::move(patched), 201);
     }
   } else {
@@ -1413,7 +1472,8 @@ HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::s
     patched = live->body;
     if (type == "application/merge-patch+json") {
       if (!body.is_object())
-        return errorResponse(badRequestError("error decoding patch: a JSON merge patch must be a JSON object"));
+        return errorResponse(
+            badRequestError("error decoding patch: a JSON merge patch must be a JSON object"));
       patched.merge_patch(body);
     } else {
       auto result = applyJsonPatch(patched, body);
@@ -1430,7 +1490,8 @@ HttpResponse RestHandler::patchOnce(WriteCtx& ctx, const Target& t, const std::s
   // Merge patches and apply can at most add the patch to the object, but the
   // result is held to the same budget as a request body all the same.
   if (Status size = checkDocumentSize(patched); !size.isOk())
-    return errorResponse(makeApiError(413, "RequestEntityTooLarge", "the patched object is too large: " + size.message()));
+    return errorResponse(
+        makeApiError(413, "RequestEntityTooLarge", "the patched object is too large: " + size.message()));
   if (auto err = checkTypeMeta(*t.info, patched)) return *err;
   if (metaString(patched, "name") != t.name || metaString(patched, "namespace") != t.ns) {
     return errorResponse(badRequestError("a patch may not change metadata.name or metadata.namespace"));
@@ -1449,7 +1510,8 @@ struct DeleteOptions {
   std::string rv_precondition;
 };
 
-std::optional<HttpResponse> readDeleteOptions(const HttpRequest& req, const std::map<std::string, std::string>& q,
+std::optional<HttpResponse> readDeleteOptions(const HttpRequest& req,
+                                              const std::map<std::string, std::string>& q,
                                               DeleteOptions* out) {
   auto it = q.find("dryRun");
   if (it != q.end() && it->second == "All") out->dry_run = true;
@@ -1457,30 +1519,40 @@ std::optional<HttpResponse> readDeleteOptions(const HttpRequest& req, const std:
   if (it != q.end() && it->second == "Orphan") out->orphan = true;
   it = q.find("orphanDependents");
   if (it != q.end() && parseBool(it->second).value_or(false)) out->orphan = true;
-  bool blank = std::all_of(req.body.begin(), req.body.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+  bool blank = std::all_of(req.body.begin(), req.body.end(),
+                           [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
   if (blank) return std::nullopt;
   auto body = parseBody(req.body, false);
-  if (!body.isOk()) return errorResponse(badRequestError("error decoding DeleteOptions: " + body.status().message()));
+  if (!body.isOk())
+    return errorResponse(badRequestError("error decoding DeleteOptions: " + body.status().message()));
   const json& o = *body;
-  if (!o.is_object()) return errorResponse(badRequestError("error decoding DeleteOptions: expected a JSON object"));
+  if (!o.is_object())
+    return errorResponse(badRequestError("error decoding DeleteOptions: expected a JSON object"));
   if (o.contains("dryRun") && o["dryRun"].is_array()) {
     for (const json& v : o["dryRun"]) {
-      if (v == "All") out->dry_run = true;
-      else return errorResponse(badRequestError("dryRun: Unsupported value: " + toJsonText(v) + ": supported values: \"All\""));
+      if (v == "All")
+        out->dry_run = true;
+      else
+        return errorResponse(
+            badRequestError("dryRun: Unsupported value: " + toJsonText(v) + ": supported values: \"All\""));
     }
   }
   if (o.contains("propagationPolicy") && o["propagationPolicy"].is_string()) {
     std::string p = o["propagationPolicy"];
     if (p != "Orphan" && p != "Background" && p != "Foreground")
-      return errorResponse(makeApiError(422, "Invalid", "propagationPolicy: Unsupported value: \"" + p +
-                                                            "\": supported values: \"Background\", \"Foreground\", \"Orphan\""));
+      return errorResponse(
+          makeApiError(422, "Invalid",
+                       "propagationPolicy: Unsupported value: \"" + p +
+                           "\": supported values: \"Background\", \"Foreground\", \"Orphan\""));
     out->orphan = p == "Orphan";
   }
-  if (o.contains("orphanDependents") && o["orphanDependents"].is_boolean()) out->orphan = o["orphanDependents"].get<bool>();
+  if (o.contains("orphanDependents") && o["orphanDependents"].is_boolean())
+    out->orphan = o["orphanDependents"].get<bool>();
   if (o.contains("preconditions") && o["preconditions"].is_object()) {
     const json& p = o["preconditions"];
     if (p.contains("uid") && p["uid"].is_string()) out->uid_precondition = p["uid"];
-    if (p.contains("resourceVersion") && p["resourceVersion"].is_string()) out->rv_precondition = p["resourceVersion"];
+    if (p.contains("resourceVersion") && p["resourceVersion"].is_string())
+      out->rv_precondition = p["resourceVersion"];
   }
   return std::nullopt;
 }
@@ -1495,25 +1567,28 @@ HttpResponse RestHandler::deleteObject(const HttpRequest& req, const Target& t) 
   if (!live.isOk()) return errorResponse(errorFromStatus(live.status(), t.info, t.name));
   std::string uid = metaString(live->body, "uid");
   if (!opts.uid_precondition.empty() && opts.uid_precondition != uid) {
-    return errorResponse(conflictError(*t.info, t.name, "Precondition failed: UID in precondition: " +
-                                                            opts.uid_precondition + ", UID in object meta: " + uid));
+    return errorResponse(conflictError(*t.info, t.name,
+                                       "Precondition failed: UID in precondition: " + opts.uid_precondition +
+                                           ", UID in object meta: " + uid));
   }
   if (!opts.rv_precondition.empty() && opts.rv_precondition != metaString(live->body, "resourceVersion")) {
-    return errorResponse(conflictError(*t.info, t.name, "Precondition failed: ResourceVersion in precondition: " +
-                                                            opts.rv_precondition + ", ResourceVersion in object meta: " +
-                                                            metaString(live->body, "resourceVersion")));
+    return errorResponse(
+        conflictError(*t.info, t.name,
+                      "Precondition failed: ResourceVersion in precondition: " + opts.rv_precondition +
+                          ", ResourceVersion in object meta: " + metaString(live->body, "resourceVersion")));
   }
-  json success = {{"kind", "Status"},
-                  {"apiVersion", "v1"},
-                  {"metadata", json::object()},
-                  {"status", "Success"},
-                  {"details", {{"name", t.name}, {"group", t.info->group}, {"kind", t.info->plural}, {"uid", uid}}}};
+  json success = {
+      {"kind", "Status"},
+      {"apiVersion", "v1"},
+      {"metadata", json::object()},
+      {"status", "Success"},
+      {"details", {{"name", t.name}, {"group", t.info->group}, {"kind", t.info->plural}, {"uid", uid}}}};
   if (opts.dry_run) return jsonResponse(200, success);
   bool is_namespace = t.info->kind == "Namespace";
   if (is_namespace && isSystemNamespace(t.name)) {
-    return errorResponse(makeApiError(403, "Forbidden",
-                                      "namespaces \"" + t.name + "\" is forbidden: this namespace may not be deleted",
-                                      {{"name", t.name}, {"kind", "namespaces"}}));
+    return errorResponse(makeApiError(
+        403, "Forbidden", "namespaces \"" + t.name + "\" is forbidden: this namespace may not be deleted",
+        {{"name", t.name}, {"kind", "namespaces"}}));
   }
   std::vector<store::Object> removed;
   Status st = store_.transact([&](store::Txn& txn) {
@@ -1530,7 +1605,8 @@ HttpResponse RestHandler::deleteObject(const HttpRequest& req, const Target& t) 
 }
 
 HttpResponse RestHandler::deleteCollection(const HttpRequest& req, const Target& t) {
-  if (!t.info->namespaced) return methodNotAllowed(req.method);  // no deletecollection on namespaces, as in Kubernetes
+  if (!t.info->namespaced)
+    return methodNotAllowed(req.method);  // no deletecollection on namespaces, as in Kubernetes
   DeleteOptions opts;
   if (auto err = readDeleteOptions(req, t.query.params, &opts)) return *err;
   auto labels = LabelSelector::parse(t.query.get("labelSelector"));
@@ -1554,10 +1630,11 @@ HttpResponse RestHandler::deleteCollection(const HttpRequest& req, const Target&
     return Status::ok();
   });
   if (!st.isOk()) return errorResponse(errorFromStatus(st, nullptr, ""));
-  return jsonResponse(200, {{"kind", t.info->kind + "List"},
-                            {"apiVersion", t.info->apiVersion()},
-                            {"metadata", {{"resourceVersion", std::to_string(store_.currentResourceVersion())}}},
-                            {"items", items}});
+  return jsonResponse(200,
+                      {{"kind", t.info->kind + "List"},
+                       {"apiVersion", t.info->apiVersion()},
+                       {"metadata", {{"resourceVersion", std::to_string(store_.currentResourceVersion())}}},
+                       {"items", items}});
 }
 
 // ---- knap.dev views ----
@@ -1577,7 +1654,8 @@ HttpResponse RestHandler::autoscalingView(const Target& t) {
 
 HttpResponse RestHandler::metricsView(const Target& t) {
   if (!policy_.metrics_text) {
-    return errorResponse(makeApiError(404, "NotFound", "metrics are not available: this API server has no router"));
+    return errorResponse(
+        makeApiError(404, "NotFound", "metrics are not available: this API server has no router"));
   }
   HttpResponse r;
   r.body = metricsOfNamespace(policy_.metrics_text(), t.ns);
@@ -1592,7 +1670,8 @@ constexpr size_t kLogViewMaxBytes = 4 << 20;
 
 HttpResponse RestHandler::logView(const Target& t) {
   if (policy_.pod_data_dir.empty()) {
-    return errorResponse(makeApiError(404, "NotFound", "pod logs are not available: this API server runs no pods"));
+    return errorResponse(
+        makeApiError(404, "NotFound", "pod logs are not available: this API server runs no pods"));
   }
   auto rev = store_.get({"Revision", t.ns, t.name});
   if (!rev.isOk()) return errorResponse(errorFromStatus(rev.status(), t.info, t.name));
@@ -1604,7 +1683,8 @@ HttpResponse RestHandler::logView(const Target& t) {
     errno = 0;
     long long v = std::strtoll(text.c_str(), &end, 10);
     if (errno != 0 || end == text.c_str() || *end != '\0' || v <= 0)
-      return errorResponse(badRequestError("limitBytes: invalid value \"" + text + "\": must be a positive integer"));
+      return errorResponse(
+          badRequestError("limitBytes: invalid value \"" + text + "\": must be a positive integer"));
     limit = static_cast<size_t>(std::min<long long>(v, 1024 * 1024));
   }
   // The whole response is bounded too: at most kLogViewMaxPods pods (the
@@ -1625,12 +1705,16 @@ HttpResponse RestHandler::logView(const Target& t) {
       bool truncated = false;
       const size_t want = std::min(limit, budget);
       StatusOr<std::string> tail = std::string();
-      if (want > 0) tail = readLogTail(path, want, &truncated);
-      else truncated = true;  // the response's budget is spent
+      if (want > 0)
+        tail = readLogTail(path, want, &truncated);
+      else
+        truncated = true;  // the response's budget is spent
       if (tail.isOk()) budget -= std::min(budget, tail->size());
       json s = {{"stream", stream}, {"truncated", truncated}};
-      if (tail.isOk()) s["text"] = *tail;
-      else s["error"] = tail.status().message();
+      if (tail.isOk())
+        s["text"] = *tail;
+      else
+        s["error"] = tail.status().message();
       streams.push_back(std::move(s));
     }
     pods.push_back({{"name", p.pod}, {"streams", std::move(streams)}});
@@ -1647,7 +1731,8 @@ HttpResponse RestHandler::logView(const Target& t) {
 // the Revision is at zero (nothing runs, so nothing restarts).
 HttpResponse RestHandler::restartPods(const Target& t) {
   if (!policy_.restart_pods) {
-    return errorResponse(makeApiError(404, "NotFound", "pod restarts are not available: this API server runs no pods"));
+    return errorResponse(
+        makeApiError(404, "NotFound", "pod restarts are not available: this API server runs no pods"));
   }
   auto rev = store_.get({"Revision", t.ns, t.name});
   if (!rev.isOk()) return errorResponse(errorFromStatus(rev.status(), t.info, t.name));
@@ -1726,8 +1811,9 @@ bool RestHandler::parseWatch(const HttpRequest& req, WatchRequest* out, std::opt
   if (t.query.get("watch").empty()) return false;
   std::optional<bool> w = parseBool(t.query.get("watch"));
   if (!w) {
-    *error = errorResponse(badRequestError("watch: invalid value \"" + t.query.get("watch") +
-                                           "\": must be a boolean (1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)"));
+    *error = errorResponse(
+        badRequestError("watch: invalid value \"" + t.query.get("watch") +
+                        "\": must be a boolean (1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)"));
     return true;
   }
   if (!*w) return false;
@@ -1788,7 +1874,8 @@ bool RestHandler::parseWatch(const HttpRequest& req, WatchRequest* out, std::opt
       int64_t rv = std::stoll(out->resource_version, &used);
       if (used != out->resource_version.size() || rv < 0) throw std::invalid_argument("rv");
     } catch (const std::exception&) {
-      *error = errorResponse(badRequestError("resourceVersion: invalid value \"" + out->resource_version + "\""));
+      *error =
+          errorResponse(badRequestError("resourceVersion: invalid value \"" + out->resource_version + "\""));
       return true;
     }
   }
@@ -1836,7 +1923,8 @@ const char* WatchState::classify(const WatchRequest& w, const store::Event& ev) 
   return nullptr;
 }
 
-std::string RestHandler::watchEventLine(const WatchRequest& w, const char* type, const json& obj, bool first) {
+std::string RestHandler::watchEventLine(const WatchRequest& w, const char* type, const json& obj,
+                                        bool first) {
   json o = withTypeMeta(obj, *w.info);
   json ev = {{"type", type}};
   if (w.table) {
