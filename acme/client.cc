@@ -26,7 +26,8 @@ size_t onHeader(char* data, size_t size, size_t n, void* user) {
   if (line.rfind("HTTP/", 0) == 0) t->resp->headers.clear();  // a new response (after 100-continue)
   auto colon = line.find(':');
   if (colon != std::string::npos && t->resp->headers.size() < 100) {
-    t->resp->headers[asciiLower(std::string(trimSpace(line.substr(0, colon))))] = std::string(trimSpace(line.substr(colon + 1)));
+    t->resp->headers[asciiLower(std::string(trimSpace(line.substr(0, colon))))] =
+        std::string(trimSpace(line.substr(colon + 1)));
   }
   return size * n;
 }
@@ -44,7 +45,8 @@ size_t onBody(char* data, size_t size, size_t n, void* user) {
 class CurlTransport : public Transport {
  public:
   explicit CurlTransport(CurlOptions options) : options_(std::move(options)) {}
-  StatusOr<HttpResponse> request(const std::string& method, const std::string& url, const std::string& body) override {
+  StatusOr<HttpResponse> request(const std::string& method, const std::string& url,
+                                 const std::string& body) override {
     CURL* curl = curl_easy_init();
     if (curl == nullptr) return internalError("curl_easy_init failed");
     std::unique_ptr<CURL, void (*)(CURL*)> guard(curl, curl_easy_cleanup);
@@ -78,7 +80,8 @@ class CurlTransport : public Transport {
     }
     CURLcode rc = curl_easy_perform(curl);
     if (rc != CURLE_OK) {
-      if (t.too_large) return unavailable(url + ": response larger than " + std::to_string(options_.max_body) + " bytes");
+      if (t.too_large)
+        return unavailable(url + ": response larger than " + std::to_string(options_.max_body) + " bytes");
       std::string text = curl_easy_strerror(rc);
       if (errbuf[0] != '\0') text += " (" + std::string(errbuf) + ")";
       return unavailable(url + ": " + text);
@@ -129,7 +132,8 @@ Status AcmeClient::checkUrl(const std::string& url, const std::string& what) con
   if (url.rfind("https://", 0) == 0 || (plain_ok && url.rfind("http://", 0) == 0)) {
     if (url.size() <= 4096) return Status::ok();
   }
-  return unavailable("ACME " + what + ": the server gave a URL that is not https:// (\"" + url.substr(0, 200) + "\")");
+  return unavailable("ACME " + what + ": the server gave a URL that is not https:// (\"" +
+                     url.substr(0, 200) + "\")");
 }
 
 Status AcmeClient::loadDirectory() {
@@ -163,7 +167,8 @@ Status AcmeClient::newNonce() {
   return Status::ok();
 }
 
-StatusOr<HttpResponse> AcmeClient::post(const std::string& url, const std::optional<json>& payload, bool use_jwk) {
+StatusOr<HttpResponse> AcmeClient::post(const std::string& url, const std::optional<json>& payload,
+                                        bool use_jwk) {
   for (int attempt = 0;; ++attempt) {
     if (nonce_.empty()) KNAP_RETURN_IF_ERROR(newNonce());
     auto req = signRequest(account_, url, nonce_, use_jwk ? "" : account_url_, payload);
@@ -194,7 +199,8 @@ StatusOr<json> AcmeClient::postJson(const std::string& url, const std::optional<
                               (problem.empty() ? "" : " " + problem));
   }
   if (body.is_discarded() || !body.is_object()) {
-    return unavailable("ACME " + what + ": HTTP " + std::to_string(r->status) + " with a body that is not a JSON object");
+    return unavailable("ACME " + what + ": HTTP " + std::to_string(r->status) +
+                       " with a body that is not a JSON object");
   }
   if (location != nullptr) {
     auto it = r->headers.find("location");
@@ -214,7 +220,8 @@ Status AcmeClient::ensureAccount() {
   auto body = postJson(directory_["newAccount"], payload, "newAccount", &location);
   if (!body.isOk()) return body.status();
   if (stringAt(*body, "status") != "valid") {
-    return failedPrecondition("ACME newAccount: account status is \"" + stringAt(*body, "status").substr(0, 64) + "\"");
+    return failedPrecondition("ACME newAccount: account status is \"" +
+                              stringAt(*body, "status").substr(0, 64) + "\"");
   }
   account_url_ = location;
   return Status::ok();
@@ -228,12 +235,12 @@ StatusOr<json> AcmeClient::poll(const std::string& url, const std::string& what,
     auto body = postJson(url, std::nullopt, what);
     if (!body.isOk()) return body.status();
     const std::string status = stringAt(*body, "status");
-    bool pending = std::any_of(pending_states.begin(), pending_states.end(),
-                               [&](const char* s) { return status == s; });
+    bool pending =
+        std::any_of(pending_states.begin(), pending_states.end(), [&](const char* s) { return status == s; });
     if (!pending) return body;
     if (waited >= options_.poll_deadline) {
       return unavailable("ACME " + what + " still \"" + status + "\" after " +
-                              std::to_string(waited.count() / 1000) + " s");
+                         std::to_string(waited.count() / 1000) + " s");
     }
     if (!sleep(delay)) return unavailable("ACME " + what + ": stopping");
     waited += delay;
@@ -246,7 +253,8 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
   // 1. The order.
   json id = {{"type", "dns"}, {"value", host}};
   std::string order_url;
-  auto order = postJson(directory_["newOrder"], json{{"identifiers", json::array({id})}}, "newOrder", &order_url);
+  auto order =
+      postJson(directory_["newOrder"], json{{"identifiers", json::array({id})}}, "newOrder", &order_url);
   if (!order.isOk()) return order.status();
   std::string finalize = stringAt(*order, "finalize");
   auto authzs = order->value("authorizations", json());
@@ -270,9 +278,9 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
         }
       }
     }
-    if (chall_url.empty()) return failedPrecondition("ACME authorization for " + host + ": no http-01 challenge offered");
-    if (token.empty() || token.size() > 256 ||
-        !std::all_of(token.begin(), token.end(), [](char c) {
+    if (chall_url.empty())
+      return failedPrecondition("ACME authorization for " + host + ": no http-01 challenge offered");
+    if (token.empty() || token.size() > 256 || !std::all_of(token.begin(), token.end(), [](char c) {
           return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
         })) {
       return unavailable("ACME authorization for " + host + ": the http-01 token is not base64url");
@@ -290,8 +298,9 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
           if (c.is_object() && c.contains("error")) why = problemText(c["error"]);
         }
       }
-      return failedPrecondition("ACME authorization for " + host + " is \"" + stringAt(*done, "status").substr(0, 32) +
-                                "\"" + (why.empty() ? "" : ": " + why));
+      return failedPrecondition("ACME authorization for " + host + " is \"" +
+                                stringAt(*done, "status").substr(0, 32) + "\"" +
+                                (why.empty() ? "" : ": " + why));
     }
   }
   // 3. Finalize with a CSR for a new key, then wait for the certificate.
@@ -305,7 +314,8 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
   if (!final_order.isOk()) return final_order.status();
   if (stringAt(*final_order, "status") != "valid") {
     std::string why = final_order->contains("error") ? problemText((*final_order)["error"]) : "";
-    return failedPrecondition("ACME order for " + host + " is \"" + stringAt(*final_order, "status").substr(0, 32) + "\"" +
+    return failedPrecondition("ACME order for " + host + " is \"" +
+                              stringAt(*final_order, "status").substr(0, 32) + "\"" +
                               (why.empty() ? "" : ": " + why));
   }
   const std::string cert_url = stringAt(*final_order, "certificate");
@@ -313,7 +323,8 @@ StatusOr<Issued> AcmeClient::issue(const std::string& host, const ChallengePubli
   auto cert = post(cert_url, std::nullopt);
   if (!cert.isOk()) return unavailable("ACME certificate download: " + cert.status().message());
   if (cert->status != 200 || cert->body.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-    return unavailable("ACME certificate download: HTTP " + std::to_string(cert->status) + " without a PEM chain");
+    return unavailable("ACME certificate download: HTTP " + std::to_string(cert->status) +
+                       " without a PEM chain");
   }
   return Issued{cert->body, cert_key->pem()};
 }

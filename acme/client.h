@@ -69,7 +69,8 @@ struct ClientOptions {
 };
 
 // token -> key authorization to serve, or "" to withdraw the token.
-using ChallengePublisher = std::function<void(const std::string& token, const std::string& key_authorization)>;
+using ChallengePublisher =
+    std::function<void(const std::string& token, const std::string& key_authorization)>;
 
 class AcmeClient {
  public:

@@ -17,10 +17,10 @@ using nlohmann::json;
 class FakeAcme : public Transport {
  public:
   // Knobs.
-  int bad_nonces = 0;            // the next N POSTs answer badNonce
-  bool authz_invalid = false;    // validation fails
-  int authz_pending_polls = 1;   // authorization polls answering "processing" first
-  std::string directory_body;    // overrides the directory
+  int bad_nonces = 0;           // the next N POSTs answer badNonce
+  bool authz_invalid = false;   // validation fails
+  int authz_pending_polls = 1;  // authorization polls answering "processing" first
+  std::string directory_body;   // overrides the directory
   std::string token = "tok_1-A";
 
   // Observations.
@@ -28,14 +28,16 @@ class FakeAcme : public Transport {
   std::string csr;
   int nonces_issued = 0;
 
-  StatusOr<HttpResponse> request(const std::string& method, const std::string& url, const std::string& body) override {
+  StatusOr<HttpResponse> request(const std::string& method, const std::string& url,
+                                 const std::string& body) override {
     HttpResponse r;
     if (method == "GET" && url == "https://ca/dir") {
       r.status = 200;
-      r.body = directory_body.empty()
-                   ? json{{"newNonce", "https://ca/nonce"}, {"newAccount", "https://ca/acct"},
-                          {"newOrder", "https://ca/order"}}.dump()
-                   : directory_body;
+      r.body = directory_body.empty() ? json{{"newNonce", "https://ca/nonce"},
+                                             {"newAccount", "https://ca/acct"},
+                                             {"newOrder", "https://ca/order"}}
+                                            .dump()
+                                      : directory_body;
       return r;
     }
     if (method == "HEAD" && url == "https://ca/nonce") {
@@ -82,12 +84,14 @@ class FakeAcme : public Transport {
           status = "processing";
         } else if (authz_invalid) {
           status = "invalid";
-          chall["error"] = {{"type", "urn:ietf:params:acme:error:connection"}, {"detail", "connection refused"}};
+          chall["error"] = {{"type", "urn:ietf:params:acme:error:connection"},
+                            {"detail", "connection refused"}};
         } else {
           status = "valid";
         }
       }
-      r.body = json{{"status", status}, {"challenges", json::array({json{{"type", "dns-01"}}, chall})}}.dump();
+      r.body =
+          json{{"status", status}, {"challenges", json::array({json{{"type", "dns-01"}}, chall})}}.dump();
       return r;
     }
     if (url == "https://ca/chall/1") {
@@ -217,22 +221,23 @@ TEST(AcmeClientTest, PollingGivesUpAtTheDeadline) {
   Published pub;
   auto issued = client.issue("slow.example.com", pub.fn());
   ASSERT_FALSE(issued.isOk());
-  EXPECT_NE(issued.status().message().find("still \"processing\""), std::string::npos) << issued.status().message();
+  EXPECT_NE(issued.status().message().find("still \"processing\""), std::string::npos)
+      << issued.status().message();
 }
 
 TEST(AcmeClientTest, HostileAnswersAreClearErrors) {
   auto key = AccountKey::generate();
   Published pub;
-  for (const std::string& dir : {std::string("not json"), std::string("[1,2]"),
-                                 json{{"newNonce", 5}}.dump(),
-                                 json{{"newNonce", "ftp://x"}, {"newAccount", "https://a"}, {"newOrder", "https://b"}}
-                                     .dump()}) {
+  for (const std::string& dir :
+       {std::string("not json"), std::string("[1,2]"), json{{"newNonce", 5}}.dump(),
+        json{{"newNonce", "ftp://x"}, {"newAccount", "https://a"}, {"newOrder", "https://b"}}.dump()}) {
     FakeAcme ca;
     ca.directory_body = dir;
     AcmeClient client(ca, *key, options());
     auto issued = client.issue("h.example.com", pub.fn());
     ASSERT_FALSE(issued.isOk()) << dir;
-    EXPECT_NE(issued.status().message().find("ACME directory"), std::string::npos) << issued.status().message();
+    EXPECT_NE(issued.status().message().find("ACME directory"), std::string::npos)
+        << issued.status().message();
   }
   FakeAcme ca;
   ca.token = "../../etc/passwd";

@@ -38,12 +38,12 @@ bool isP256(EVP_PKEY* k) {
   if (EVP_PKEY_get_base_id(k) != EVP_PKEY_EC) return false;
   char group[64] = {0};
   size_t len = 0;
-  if (EVP_PKEY_get_utf8_string_param(k, OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof group, &len) != 1) return false;
+  if (EVP_PKEY_get_utf8_string_param(k, OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof group, &len) != 1)
+    return false;
   return std::string(group) == "prime256v1" || std::string(group) == "P-256";
 }
 
 }  // namespace
-
 
 StatusOr<AccountKey> AccountKey::generate() {
   EVP_PKEY* k = EVP_EC_gen("P-256");
@@ -76,7 +76,10 @@ json AccountKey::jwk() const {
   BIGNUM* y = nullptr;
   EVP_PKEY_get_bn_param(key_.get(), OSSL_PKEY_PARAM_EC_PUB_X, &x);
   EVP_PKEY_get_bn_param(key_.get(), OSSL_PKEY_PARAM_EC_PUB_Y, &y);
-  json out = {{"crv", "P-256"}, {"kty", "EC"}, {"x", base64UrlEncode(fixedBytes(x, 32))}, {"y", base64UrlEncode(fixedBytes(y, 32))}};
+  json out = {{"crv", "P-256"},
+              {"kty", "EC"},
+              {"x", base64UrlEncode(fixedBytes(x, 32))},
+              {"y", base64UrlEncode(fixedBytes(y, 32))}};
   BN_free(x);
   BN_free(y);
   return out;
@@ -96,8 +99,8 @@ StatusOr<std::string> AccountKey::sign(std::string_view data) const {
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   size_t len = 0;
   if (EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key_.get()) != 1 ||
-      EVP_DigestSign(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(data.data()), data.size()) !=
-          1) {
+      EVP_DigestSign(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(data.data()),
+                     data.size()) != 1) {
     ERR_clear_error();
     return internalError("ACME: ES256 signing failed");
   }
@@ -151,8 +154,8 @@ StatusOr<std::string> makeCsr(const AccountKey& key, const std::vector<std::stri
   X509_REQ_set_version(req.get(), 0);
   X509_NAME* name = X509_REQ_get_subject_name(req.get());
   if (hosts[0].size() <= 64) {
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(hosts[0].c_str()),
-                               -1, -1, 0);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>(hosts[0].c_str()), -1, -1, 0);
   }
   X509_REQ_set_pubkey(req.get(), key.native());
   STACK_OF(X509_EXTENSION)* exts = sk_X509_EXTENSION_new_null();

@@ -9,12 +9,11 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -22,16 +21,15 @@ struct evp_pkey_st;  // OpenSSL's EVP_PKEY
 
 namespace knap::acme {
 
-
 class AccountKey {
  public:
   static StatusOr<AccountKey> generate();  // a new P-256 key
   // An unencrypted PEM P-256 private key (what pem() writes).
   static StatusOr<AccountKey> fromPem(const std::string& pem);
 
-  std::string pem() const;          // PKCS#8 PEM, for <data-dir>/acme/account.key
-  nlohmann::json jwk() const;       // {"crv":"P-256","kty":"EC","x":...,"y":...}
-  std::string thumbprint() const;   // base64url(SHA-256 of the JWK's members in lexicographic order, RFC 7638)
+  std::string pem() const;         // PKCS#8 PEM, for <data-dir>/acme/account.key
+  nlohmann::json jwk() const;      // {"crv":"P-256","kty":"EC","x":...,"y":...}
+  std::string thumbprint() const;  // base64url(SHA-256 of the JWK's members in lexicographic order, RFC 7638)
   // ES256 over `data`: the raw 64-byte r||s (RFC 7518 §3.4), not DER.
   StatusOr<std::string> sign(std::string_view data) const;
   evp_pkey_st* native() const { return key_.get(); }

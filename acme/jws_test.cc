@@ -3,8 +3,8 @@
 // SHA-256 of the canonical JWK, requests carry jwk or kid as RFC 8555 wants,
 // and the CSR holds every host and verifies with its key.
 #include "acme/jws.h"
-#include "common/base64.h"
 
+#include <gtest/gtest.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
@@ -12,7 +12,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
-#include <gtest/gtest.h>
+#include "common/base64.h"
 
 namespace knap::acme {
 namespace {
@@ -54,8 +54,8 @@ bool verifyEs256(EVP_PKEY* pub, const std::string& data, const std::string& raw)
   ECDSA_SIG_free(sig);
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestVerifyInit(ctx, nullptr, EVP_sha256(), nullptr, pub);
-  const int ok = EVP_DigestVerify(ctx, der, static_cast<size_t>(len), reinterpret_cast<const unsigned char*>(data.data()),
-                                  data.size());
+  const int ok = EVP_DigestVerify(ctx, der, static_cast<size_t>(len),
+                                  reinterpret_cast<const unsigned char*>(data.data()), data.size());
   EVP_MD_CTX_free(ctx);
   OPENSSL_free(der);
   return ok == 1;
@@ -93,7 +93,8 @@ TEST(AccountKey, JwkThumbprintAndSignature) {
   EXPECT_EQ(decode(jwk["y"]).size(), 32u);
   // RFC 7638: SHA-256 over {"crv","kty","x","y"} in that order, no spaces.
   const std::string canonical = std::string("{\"crv\":\"P-256\",\"kty\":\"EC\",\"x\":\"") +
-                                jwk["x"].get<std::string>() + "\",\"y\":\"" + jwk["y"].get<std::string>() + "\"}";
+                                jwk["x"].get<std::string>() + "\",\"y\":\"" + jwk["y"].get<std::string>() +
+                                "\"}";
   unsigned char md[32];
   unsigned int len = 0;
   EVP_Digest(canonical.data(), canonical.size(), md, &len, EVP_sha256(), nullptr);
@@ -123,10 +124,12 @@ TEST(SignRequest, JwkForNewAccountKidAfterwardsAndPostAsGet) {
   EXPECT_FALSE(header.contains("kid"));
   EXPECT_EQ(json::parse(decode((*jws)["payload"])), payload);
   EVP_PKEY* pub = publicFromJwk(k->jwk());
-  const std::string signing_input = (*jws)["protected"].get<std::string>() + "." + (*jws)["payload"].get<std::string>();
+  const std::string signing_input =
+      (*jws)["protected"].get<std::string>() + "." + (*jws)["payload"].get<std::string>();
   EXPECT_TRUE(verifyEs256(pub, signing_input, decode((*jws)["signature"])));
 
-  auto get = signRequest(*k, "https://acme.test/order/1", "nonce-2", "https://acme.test/acct/7", std::nullopt);
+  auto get =
+      signRequest(*k, "https://acme.test/order/1", "nonce-2", "https://acme.test/acct/7", std::nullopt);
   ASSERT_TRUE(get.isOk());
   const json h2 = json::parse(decode((*get)["protected"]));
   EXPECT_EQ(h2["kid"], "https://acme.test/acct/7");

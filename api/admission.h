@@ -6,10 +6,9 @@
 //   spec.template.spec.containers[0].ports[0].containerPort
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "common/status.h"
@@ -32,7 +31,7 @@ void setDefaults(const std::string& kind, nlohmann::json& obj, const Config& con
 // on create) for the update-time rules (immutable Revision spec, BYO name
 // changes, creator annotation). Returns kInvalidArgument with one FieldError per
 // problem, each naming the field path and the allowed values.
-Status validate(const std::string& kind, const nlohmann::json& obj, const nlohmann::json* old,
-                Operation op, const Config& config);
+Status validate(const std::string& kind, const nlohmann::json& obj, const nlohmann::json* old, Operation op,
+                const Config& config);
 
 }  // namespace knap::api

@@ -2,13 +2,13 @@
 
 #include <libfyaml.h>
 
-#include <cerrno>
-#include <cstdlib>
-#include <cmath>
 #include <algorithm>
-#include <optional>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -244,7 +244,8 @@ class Builder {
     if (stack_.size() >= limits_.max_depth)
       return fieldError("nests deeper than " + std::to_string(limits_.max_depth) + " levels");
     KNAP_RETURN_IF_ERROR(count(1));
-    stack_.push_back(Frame{object ? json::object() : json::array(), object, "", false, std::move(anchor), *nodes_});
+    stack_.push_back(
+        Frame{object ? json::object() : json::array(), object, "", false, std::move(anchor), *nodes_});
     return Status::ok();
   }
 
@@ -368,7 +369,8 @@ std::string tokenText(fy_token* t) {
 std::optional<std::string> singleQuotedText(const std::string& input, fy_token* t) {
   const fy_mark* start = fy_token_start_mark(t);
   const fy_mark* end = fy_token_end_mark(t);
-  if (!start || !end || start->input_pos > end->input_pos || end->input_pos > input.size()) return std::nullopt;
+  if (!start || !end || start->input_pos > end->input_pos || end->input_pos > input.size())
+    return std::nullopt;
   std::string_view raw(input.data() + start->input_pos, end->input_pos - start->input_pos);
   auto white = [](char c) { return c == ' ' || c == '\t'; };
   auto lineBreak = [&](size_t i) -> size_t {  // the length of the break at raw[i] (0: none)
@@ -403,8 +405,10 @@ std::optional<std::string> singleQuotedText(const std::string& input, fy_token* 
       i += b;
       while (i < raw.size() && white(raw[i])) ++i;
     }
-    if (breaks == 1) out += ' ';
-    else out.append(breaks - 1, '\n');
+    if (breaks == 1)
+      out += ' ';
+    else
+      out.append(breaks - 1, '\n');
   }
   return out;
 }
@@ -451,7 +455,8 @@ StatusOr<json> scalarValue(const std::string& input, fy_event* ev) {
   }
   if (!tag.empty()) return json(text);  // other explicit tags: keep the text
   if (!plain) return json(text);        // quoted and block scalars are strings
-  if (isSpecialFloat(text)) return invalidArgument("\"" + text + "\" (infinity/NaN) has no JSON representation");
+  if (isSpecialFloat(text))
+    return invalidArgument("\"" + text + "\" (infinity/NaN) has no JSON representation");
   if (auto v = resolvePlain(text)) return *v;
   return json(text);
 }
@@ -681,7 +686,8 @@ StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text, const De
   for (;;) {
     std::unique_ptr<fy_event, EventDeleter> ev(fy_parser_parse(parser.get()), EventDeleter{parser.get()});
     if (!ev) {
-      if (fy_parser_get_stream_error(parser.get())) return invalidArgument("yaml: " + parserError(diag.get()));
+      if (fy_parser_get_stream_error(parser.get()))
+        return invalidArgument("yaml: " + parserError(diag.get()));
       break;
     }
     fy_event* e = ev.get();
@@ -700,8 +706,9 @@ StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text, const De
       case FYET_MAPPING_START:
       case FYET_SEQUENCE_START:
         if (b.expectingKey()) return yamlError(e, invalidArgument("mapping keys must be scalars"));
-        st = b.begin(e->type == FYET_MAPPING_START,
-                     tokenText(e->type == FYET_MAPPING_START ? e->mapping_start.anchor : e->sequence_start.anchor));
+        st = b.begin(
+            e->type == FYET_MAPPING_START,
+            tokenText(e->type == FYET_MAPPING_START ? e->mapping_start.anchor : e->sequence_start.anchor));
         break;
       case FYET_MAPPING_END:
       case FYET_SEQUENCE_END:
@@ -710,7 +717,8 @@ StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text, const De
       case FYET_SCALAR: {
         if (b.expectingKey()) {
           std::string k = scalarTokenText(text, e->scalar.value);
-          enum fy_scalar_style style = e->scalar.value ? fy_scalar_token_get_style(e->scalar.value) : FYSS_PLAIN;
+          enum fy_scalar_style style =
+              e->scalar.value ? fy_scalar_token_get_style(e->scalar.value) : FYSS_PLAIN;
           bool plain = (style == FYSS_PLAIN || style == FYSS_ANY) && !e->scalar.tag;
           st = b.key(plain && isNullLiteral(k) ? "null" : std::move(k));
           break;
@@ -720,7 +728,8 @@ StatusOr<std::vector<json>> parseYamlDocuments(const std::string& text, const De
           break;
         }
         auto v = scalarValue(text, e);
-        st = v.isOk() ? b.value(std::move(*v), 1, tokenText(e->scalar.anchor)) : b.fieldError(v.status().message());
+        st = v.isOk() ? b.value(std::move(*v), 1, tokenText(e->scalar.anchor))
+                      : b.fieldError(v.status().message());
         break;
       }
       case FYET_ALIAS:
@@ -762,7 +771,8 @@ StatusOr<json> parseDocument(const std::string& text, bool yaml, const DecodeLim
     // fall through: YAML flow style that is not valid JSON
   }
   KNAP_ASSIGN_OR_RETURN(std::vector<json> docs, parseYamlDocuments(text, limits));
-  if (docs.size() != 1) return invalidArgument("expected exactly one YAML document, got " + std::to_string(docs.size()));
+  if (docs.size() != 1)
+    return invalidArgument("expected exactly one YAML document, got " + std::to_string(docs.size()));
   return std::move(docs[0]);
 }
 
@@ -773,8 +783,10 @@ Status checkDocumentSize(const json& doc, const DecodeLimits& limits) {
     const json* v = todo.back();
     todo.pop_back();
     ++nodes;
-    if (v->is_string()) bytes += v->get_ref<const std::string&>().size();
-    else bytes += 8;
+    if (v->is_string())
+      bytes += v->get_ref<const std::string&>().size();
+    else
+      bytes += 8;
     if (v->is_object()) {
       for (auto it = v->begin(); it != v->end(); ++it) {
         bytes += it.key().size();

@@ -5,10 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -17,17 +16,18 @@ namespace knap::api {
 // What one decode may cost. A violation is kInvalidArgument naming the field
 // path ("field \"spec.template\": nests deeper than 64 levels").
 struct DecodeLimits {
-  size_t max_depth = 64;                   // nested mappings/sequences/objects/arrays
-  size_t max_scalar_bytes = 1 << 20;       // one string, key or scalar
-  size_t max_nodes = 200000;               // values built, alias expansions included
-  size_t max_aliases = 10000;              // YAML alias references
-  size_t max_document_bytes = 3 << 20;     // checkDocumentSize: Kubernetes' 3 MiB request limit
+  size_t max_depth = 64;                // nested mappings/sequences/objects/arrays
+  size_t max_scalar_bytes = 1 << 20;    // one string, key or scalar
+  size_t max_nodes = 200000;            // values built, alias expansions included
+  size_t max_aliases = 10000;           // YAML alias references
+  size_t max_document_bytes = 3 << 20;  // checkDocumentSize: Kubernetes' 3 MiB request limit
 };
 
 // Parses one or more YAML documents ("---" separated) into JSON values.
 // Scalars keep their YAML type: unquoted ints/floats/bools become JSON numbers
 // and booleans, quoted ones stay strings. Errors give line and column.
-StatusOr<std::vector<nlohmann::json>> parseYamlDocuments(const std::string& text, const DecodeLimits& limits = {});
+StatusOr<std::vector<nlohmann::json>> parseYamlDocuments(const std::string& text,
+                                                         const DecodeLimits& limits = {});
 // Parses JSON text; errors give the byte offset and what was expected.
 StatusOr<nlohmann::json> parseJson(const std::string& text, const DecodeLimits& limits = {});
 // One request body: JSON, or when `yaml` one YAML document (JSON text is YAML too).

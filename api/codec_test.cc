@@ -188,12 +188,13 @@ TEST(CodecTest, AliasBombStopsAtTheNodeBudget) {
   std::string bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n";
   for (char c = 'b'; c <= 'j'; ++c) {
     std::string prev(1, static_cast<char>(c - 1));
-    bomb += std::string(1, c) + ": &" + c + " [*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev +
-            ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + "]\n";
+    bomb += std::string(1, c) + ": &" + c + " [*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" +
+            prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + "]\n";
   }
   auto docs = parseYamlDocuments(bomb);
   ASSERT_FALSE(docs.isOk());
-  EXPECT_NE(docs.status().message().find("alias expansions included"), std::string::npos) << docs.status().message();
+  EXPECT_NE(docs.status().message().find("alias expansions included"), std::string::npos)
+      << docs.status().message();
   EXPECT_NE(docs.status().message().find("field \""), std::string::npos) << docs.status().message();
   DecodeLimits few;
   few.max_aliases = 2;
@@ -205,7 +206,8 @@ TEST(CodecTest, NestingIsLimitedInYamlAndJson) {
   std::string deep_flow(100000, '[');
   auto y = parseYamlDocuments(deep_flow);
   ASSERT_FALSE(y.isOk());
-  EXPECT_NE(y.status().message().find("nests deeper than 64 levels"), std::string::npos) << y.status().message();
+  EXPECT_NE(y.status().message().find("nests deeper than 64 levels"), std::string::npos)
+      << y.status().message();
   std::string block;
   for (int i = 0; i < 70; ++i) block += std::string(i * 2, ' ') + "k:\n";
   auto b = parseYamlDocuments(block);
@@ -213,7 +215,8 @@ TEST(CodecTest, NestingIsLimitedInYamlAndJson) {
   EXPECT_NE(b.status().message().find("field \"k.k.k"), std::string::npos) << b.status().message();
   auto j = parseJson(std::string(1000000, '[') + std::string(1000000, ']'));
   ASSERT_FALSE(j.isOk());
-  EXPECT_NE(j.status().message().find("nests deeper than 64 levels"), std::string::npos) << j.status().message();
+  EXPECT_NE(j.status().message().find("nests deeper than 64 levels"), std::string::npos)
+      << j.status().message();
   std::string ok = "{\"a\":" + std::string(60, '[') + std::string(60, ']') + "}";
   EXPECT_TRUE(parseJson(ok).isOk());
 }

@@ -15,7 +15,9 @@ namespace {
 constexpr size_t kMaxDataBytes = 1024 * 1024;  // kube-apiserver's MaxSecretSize / configmap limit
 constexpr const char* kImmutableForbidden = "Forbidden: field is immutable when `immutable` is set";
 
-std::string quoteJson(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string quoteJson(const std::string& s) {
+  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 struct Errors {
   std::vector<FieldError> list;
@@ -57,17 +59,20 @@ void checkBase64(const json& map, const std::string& field, Errors& errs) {
     if (!it->is_string()) continue;
     std::string out;
     if (!base64Decode(it->get_ref<const std::string&>(), &out))
-      errs.add(field + "[" + it.key() + "]",
-               "Invalid value: \"<value omitted>\": illegal base64 data (standard base64 with padding required)");
+      errs.add(
+          field + "[" + it.key() + "]",
+          "Invalid value: \"<value omitted>\": illegal base64 data (standard base64 with padding required)");
   }
 }
 
-void checkImmutable(const json& obj, const json* old, std::initializer_list<const char*> data_fields, Errors& errs) {
+void checkImmutable(const json& obj, const json* old, std::initializer_list<const char*> data_fields,
+                    Errors& errs) {
   if (!old || valueAt(*old, "immutable") != json(true)) return;
   for (const char* f : data_fields) {
     if (valueAt(obj, f) != valueAt(*old, f)) errs.add(f, kImmutableForbidden, "FieldValueForbidden");
   }
-  if (valueAt(obj, "immutable") != json(true)) errs.add("immutable", kImmutableForbidden, "FieldValueForbidden");
+  if (valueAt(obj, "immutable") != json(true))
+    errs.add("immutable", kImmutableForbidden, "FieldValueForbidden");
 }
 
 void checkName(const json& obj, bool label, Errors& errs) {
@@ -75,18 +80,21 @@ void checkName(const json& obj, bool label, Errors& errs) {
   if (!name.is_string()) return;  // the REST layer requires a name
   const std::string& n = name.get_ref<const std::string&>();
   if (label ? isDns1123Label(n) : isDns1123Subdomain(n)) return;
-  errs.add("metadata.name",
-           "Invalid value: " + quoteJson(n) +
-               (label ? ": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-                        "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
-                        "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-                      : ": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-                        "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
-                        "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"));
+  errs.add(
+      "metadata.name",
+      "Invalid value: " + quoteJson(n) +
+          (label ? ": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+                   "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+                   "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                 : ": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+                   "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+                   "used for validation is "
+                   "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"));
 }
 
 void requireKey(const json& data, const char* key, Errors& errs) {
-  if (!data.is_object() || !data.contains(key)) errs.add(std::string("data[") + key + "]", "Required value", "FieldValueRequired");
+  if (!data.is_object() || !data.contains(key))
+    errs.add(std::string("data[") + key + "]", "Required value", "FieldValueRequired");
 }
 
 void requireJsonKey(const json& data, const char* key, Errors& errs) {
@@ -107,7 +115,8 @@ Status validateSecret(const json& obj, const json* old) {
   checkKeys(data, "data", errs);
   checkBase64(data, "data", errs);
   if (decodedBytes(data) > kMaxDataBytes)
-    errs.add("data", "Too long: must have at most " + std::to_string(kMaxDataBytes) + " bytes", "FieldValueTooLong");
+    errs.add("data", "Too long: must have at most " + std::to_string(kMaxDataBytes) + " bytes",
+             "FieldValueTooLong");
   std::string type = valueAt(obj, "type").is_string() ? valueAt(obj, "type").get<std::string>() : "";
   if (type == kSecretTypeTls) {
     requireKey(data, "tls.crt", errs);
@@ -120,9 +129,11 @@ Status validateSecret(const json& obj, const json* old) {
     requireKey(data, "ssh-privatekey", errs);
   } else if (type == "kubernetes.io/basic-auth") {
     if (!data.is_object() || (!data.contains("username") && !data.contains("password")))
-      errs.add("data[username]", "Required value: either username or password is required", "FieldValueRequired");
+      errs.add("data[username]", "Required value: either username or password is required",
+               "FieldValueRequired");
   } else if (type == "kubernetes.io/service-account-token") {
-    errs.add("type", "Unsupported value: \"kubernetes.io/service-account-token\": knap has no service accounts",
+    errs.add("type",
+             "Unsupported value: \"kubernetes.io/service-account-token\": knap has no service accounts",
              "FieldValueNotSupported");
   }
   if (old) {
@@ -152,7 +163,8 @@ Status validateConfigMap(const json& obj, const json* old) {
     }
   }
   if (total > kMaxDataBytes)
-    errs.add("", "Too long: must have at most " + std::to_string(kMaxDataBytes) + " bytes", "FieldValueTooLong");
+    errs.add("", "Too long: must have at most " + std::to_string(kMaxDataBytes) + " bytes",
+             "FieldValueTooLong");
   checkImmutable(obj, old, {"data", "binaryData"}, errs);
   return errs.status("ConfigMap");
 }
@@ -171,7 +183,9 @@ bool isSystemNamespace(const std::string& name) {
   return false;
 }
 
-bool isCoreKind(const std::string& kind) { return kind == "Namespace" || kind == "Secret" || kind == "ConfigMap"; }
+bool isCoreKind(const std::string& kind) {
+  return kind == "Namespace" || kind == "Secret" || kind == "ConfigMap";
+}
 
 std::string configKeyError(const std::string& key) {
   if (key.empty()) return "a valid config key must not be empty";
@@ -180,10 +194,11 @@ std::string configKeyError(const std::string& key) {
   if (key == "..") return "must not be '..'";
   if (key.rfind("..", 0) == 0) return "must not start with '..'";
   for (char c : key) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-              c == '.';
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+              c == '_' || c == '.';
     if (!ok)
-      return "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+      return "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  "
+             "or "
              "'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
   }
   return "";

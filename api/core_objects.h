@@ -16,9 +16,8 @@
 // schema knows these kinds). Pure functions over JSON; thread-safe.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 

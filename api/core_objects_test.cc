@@ -10,7 +10,8 @@ namespace {
 using nlohmann::json;
 
 json secret(json data, std::string type = "") {
-  json s = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "db"}, {"namespace", "default"}}}};
+  json s = {
+      {"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "db"}, {"namespace", "default"}}}};
   if (!data.is_null()) s["data"] = data;
   if (!type.empty()) s["type"] = type;
   return s;
@@ -44,10 +45,12 @@ TEST(CoreObjects, SecretKeysAndValues) {
   Status st = validateCore("Secret", s, nullptr);
   ASSERT_FALSE(st.isOk());
   std::string f = fields(st);
-  EXPECT_NE(f.find("data[bad key]: Invalid value: \"bad key\": a valid config key must consist of alphanumeric"),
-            std::string::npos)
+  EXPECT_NE(
+      f.find("data[bad key]: Invalid value: \"bad key\": a valid config key must consist of alphanumeric"),
+      std::string::npos)
       << f;
-  EXPECT_NE(f.find("data[ok]: Invalid value: \"<value omitted>\": illegal base64 data"), std::string::npos) << f;
+  EXPECT_NE(f.find("data[ok]: Invalid value: \"<value omitted>\": illegal base64 data"), std::string::npos)
+      << f;
   EXPECT_NE(f.find("data[..x]"), std::string::npos) << f;
   EXPECT_EQ(f.find("not base64!"), std::string::npos) << "a secret value must not be echoed";
 }
@@ -98,7 +101,8 @@ TEST(CoreObjects, ConfigMapDataAndBinaryData) {
              {"binaryData", {{"both", base64Encode("z")}, {"bin", "%%"}}}};
   ASSERT_TRUE(setCoreDefaults("ConfigMap", cm).isOk());
   std::string f = fields(validateCore("ConfigMap", cm, nullptr));
-  EXPECT_NE(f.find("data[both]: Invalid value: \"both\": duplicate of key present in binaryData"), std::string::npos)
+  EXPECT_NE(f.find("data[both]: Invalid value: \"both\": duplicate of key present in binaryData"),
+            std::string::npos)
       << f;
   EXPECT_NE(f.find("binaryData[bin]"), std::string::npos) << f;
   cm["binaryData"].erase("both");

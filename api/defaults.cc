@@ -200,7 +200,8 @@ void setDefaults(const std::string& kind, json& obj, const Config& config) {
     const json& meta = obj.value("metadata", json::object());
     if (has(spec, "ref") && spec["ref"].is_object() && meta.is_object() && meta.contains("namespace") &&
         meta["namespace"].is_string() &&
-        (!spec["ref"].contains("namespace") || spec["ref"]["namespace"] == "" || spec["ref"]["namespace"].is_null()))
+        (!spec["ref"].contains("namespace") || spec["ref"]["namespace"] == "" ||
+         spec["ref"]["namespace"].is_null()))
       spec["ref"]["namespace"] = meta["namespace"];
     return;
   }

@@ -16,7 +16,9 @@ std::string str(const json& o, const char* k) {
   return v.is_string() ? v.get<std::string>() : "";
 }
 
-bool optional(const json& ref) { return valueAt(ref, "optional") == true; }
+bool optional(const json& ref) {
+  return valueAt(ref, "optional") == true;
+}
 
 // The kind's key/value pairs as a container sees them (Secret data decoded).
 // For env only `data`; volumes also get a ConfigMap's binaryData.
@@ -39,13 +41,16 @@ std::map<std::string, std::string> values(const std::string& kind, const json& o
   if (with_binary && kind == "ConfigMap" && bin.is_object()) {
     for (auto it = bin.begin(); it != bin.end(); ++it) {
       std::string decoded;
-      if (it.value().is_string() && base64Decode(it.value().get<std::string>(), &decoded)) out[it.key()] = decoded;
+      if (it.value().is_string() && base64Decode(it.value().get<std::string>(), &decoded))
+        out[it.key()] = decoded;
     }
   }
   return out;
 }
 
-std::string lowerKind(const std::string& kind) { return kind == "Secret" ? "secret" : "configmap"; }
+std::string lowerKind(const std::string& kind) {
+  return kind == "Secret" ? "secret" : "configmap";
+}
 
 // A projected path: relative, no empty or ".." element, not starting with "..".
 bool safeRelativePath(const std::string& p) {
@@ -92,12 +97,15 @@ struct Resolver {
         auto it = kv.find(key);
         if (it == kv.end()) {
           if (optional(src)) continue;
-          return fail("FailedMount", prefix + (kind == "Secret" ? "references non-existent secret key: "
-                                                                : "configmap references non-existent config key: ") +
-                                         key);
+          return fail("FailedMount",
+                      prefix +
+                          (kind == "Secret" ? "references non-existent secret key: "
+                                            : "configmap references non-existent config key: ") +
+                          key);
         }
         const json& mode = valueAt(item, "mode");
-        files->push_back({path, it->second, mode.is_number_integer() ? mode.get<int>() & 0777 : default_mode});
+        files->push_back(
+            {path, it->second, mode.is_number_integer() ? mode.get<int>() & 0777 : default_mode});
       }
       return true;
     }
@@ -133,7 +141,8 @@ struct Resolver {
           } else if (const json& t = valueAt(src, "serviceAccountToken"); t.is_object()) {
             std::string prefix = "MountVolume.SetUp failed for volume \"" + vname + "\" : ";
             std::string path = str(t, "path");
-            if (!safeRelativePath(path)) return fail("FailedMount", prefix + "invalid token path \"" + path + "\"");
+            if (!safeRelativePath(path))
+              return fail("FailedMount", prefix + "invalid token path \"" + path + "\"");
             if (!issue_token) return fail("FailedMount", prefix + "service account tokens are not available");
             const json& exp = valueAt(t, "expirationSeconds");
             std::string sa = str(spec, "serviceAccountName");
@@ -142,9 +151,10 @@ struct Resolver {
             if (!token.isOk()) return fail("FailedMount", prefix + token.status().message());
             files.push_back({path, *token, mode});
           } else {
-            return fail("FailedMount", "MountVolume.SetUp failed for volume \"" + vname +
-                                           "\" : only secret, configMap and serviceAccountToken projections are "
-                                           "supported by knap");
+            return fail("FailedMount",
+                        "MountVolume.SetUp failed for volume \"" + vname +
+                            "\" : only secret, configMap and serviceAccountToken projections are "
+                            "supported by knap");
           }
         }
       } else {
@@ -218,8 +228,9 @@ bool isEnvVarName(const std::string& name) {
   return true;
 }
 
-std::optional<PodObjects> resolvePodObjects(const json& spec, const std::string& ns, const ObjectLookup& lookup,
-                                            PodObjectsError* error, const TokenIssuer& issue_token) {
+std::optional<PodObjects> resolvePodObjects(const json& spec, const std::string& ns,
+                                            const ObjectLookup& lookup, PodObjectsError* error,
+                                            const TokenIssuer& issue_token) {
   PodObjectsError ignored;
   Resolver r{ns, lookup, error ? error : &ignored, issue_token};
   PodObjects out;
@@ -241,13 +252,15 @@ bool readsObjects(const json& spec) {
       const json& env = valueAt(c, "env");
       for (const json& e : env.is_array() ? env : json::array()) {
         const json& vf = valueAt(e, "valueFrom");
-        if (valueAt(vf, "secretKeyRef").is_object() || valueAt(vf, "configMapKeyRef").is_object()) return true;
+        if (valueAt(vf, "secretKeyRef").is_object() || valueAt(vf, "configMapKeyRef").is_object())
+          return true;
       }
     }
   }
   const json& vols = valueAt(spec, "volumes");
   for (const json& v : vols.is_array() ? vols : json::array()) {
-    if (valueAt(v, "secret").is_object() || valueAt(v, "configMap").is_object() || valueAt(v, "projected").is_object())
+    if (valueAt(v, "secret").is_object() || valueAt(v, "configMap").is_object() ||
+        valueAt(v, "projected").is_object())
       return true;
   }
   return false;

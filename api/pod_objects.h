@@ -19,12 +19,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -32,12 +31,14 @@ namespace knap::api {
 
 // Finds a Secret or ConfigMap ("Secret"/"ConfigMap", name) in the Revision's
 // namespace; nullopt when it does not exist.
-using ObjectLookup = std::function<std::optional<nlohmann::json>(const std::string& kind, const std::string& name)>;
+using ObjectLookup =
+    std::function<std::optional<nlohmann::json>(const std::string& kind, const std::string& name)>;
 
 // Issues a service account token (api/server/service_account_token.h):
 // namespace, service account, audience ("" = the API's), lifetime in seconds.
-using TokenIssuer = std::function<StatusOr<std::string>(const std::string& ns, const std::string& service_account,
-                                                        const std::string& audience, int64_t expiration_seconds)>;
+using TokenIssuer =
+    std::function<StatusOr<std::string>(const std::string& ns, const std::string& service_account,
+                                        const std::string& audience, int64_t expiration_seconds)>;
 
 struct ProjectedFile {
   std::string path;  // relative: "password", "conf/app.yaml"
@@ -54,7 +55,7 @@ struct PodObjects {
     std::vector<std::pair<std::string, std::string>> from_env_from;
     std::map<std::string, std::string> from_refs;  // env[].name -> value
   };
-  std::map<std::string, ContainerEnv> env;                     // by container name
+  std::map<std::string, ContainerEnv> env;                    // by container name
   std::map<std::string, std::vector<ProjectedFile>> volumes;  // secret/configMap/projected volume -> files
   bool operator==(const PodObjects&) const = default;
 };

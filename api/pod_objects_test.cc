@@ -16,12 +16,15 @@ class PodObjectsTest : public ::testing::Test {
       return it->second;
     };
   }
-  std::optional<PodObjects> resolve(const json& spec) { return resolvePodObjects(spec, "default", lookup(), &error_); }
+  std::optional<PodObjects> resolve(const json& spec) {
+    return resolvePodObjects(spec, "default", lookup(), &error_);
+  }
 
   std::map<std::string, json> objects_ = {
       {"Secret/db", {{"data", {{"password", "czNjcjN0"}, {"user", "YWRtaW4="}}}}},
-      {"ConfigMap/app", {{"data", {{"GREETING", "hello"}, {"1bad", "x"}, {"app.yaml", "a: 1\n"}}},
-                         {"binaryData", {{"logo.bin", "AAEC"}}}}},
+      {"ConfigMap/app",
+       {{"data", {{"GREETING", "hello"}, {"1bad", "x"}, {"app.yaml", "a: 1\n"}}},
+        {"binaryData", {{"logo.bin", "AAEC"}}}}},
   };
   PodObjectsError error_;
 };
@@ -31,27 +34,35 @@ json container(json env, json env_from = json::array()) {
 }
 
 TEST_F(PodObjectsTest, EnvFromKeyRefsAndOptional) {
-  json spec = {{"containers", json::array({container(
-                   json::array({{{"name", "PASSWORD"}, {"valueFrom", {{"secretKeyRef", {{"name", "db"}, {"key", "password"}}}}}},
-                                {{"name", "G"}, {"valueFrom", {{"configMapKeyRef", {{"name", "app"}, {"key", "GREETING"}}}}}},
-                                {{"name", "OPT"},
-                                 {"valueFrom", {{"secretKeyRef", {{"name", "nope"}, {"key", "k"}, {"optional", true}}}}}}}),
-                   json::array({{{"configMapRef", {{"name", "app"}}}, {"prefix", "CM_"}},
-                                {{"secretRef", {{"name", "db"}}}},
-                                {{"secretRef", {{"name", "gone"}, {"optional", true}}}}}))})}};
+  json spec = {
+      {"containers",
+       json::array({container(
+           json::array(
+               {{{"name", "PASSWORD"},
+                 {"valueFrom", {{"secretKeyRef", {{"name", "db"}, {"key", "password"}}}}}},
+                {{"name", "G"}, {"valueFrom", {{"configMapKeyRef", {{"name", "app"}, {"key", "GREETING"}}}}}},
+                {{"name", "OPT"},
+                 {"valueFrom", {{"secretKeyRef", {{"name", "nope"}, {"key", "k"}, {"optional", true}}}}}}}),
+           json::array({{{"configMapRef", {{"name", "app"}}}, {"prefix", "CM_"}},
+                        {{"secretRef", {{"name", "db"}}}},
+                        {{"secretRef", {{"name", "gone"}, {"optional", true}}}}}))})}};
   auto r = resolve(spec);
   ASSERT_TRUE(r) << error_.message;
   const auto& env = r->env.at("user-container");
   EXPECT_EQ(env.from_refs.at("PASSWORD"), "s3cr3t");
   EXPECT_EQ(env.from_refs.at("G"), "hello");
   EXPECT_FALSE(env.from_refs.count("OPT"));
-  std::vector<std::pair<std::string, std::string>> want = {
-      {"CM_1bad", "x"}, {"CM_GREETING", "hello"}, {"CM_app.yaml", "a: 1\n"}, {"password", "s3cr3t"}, {"user", "admin"}};
+  std::vector<std::pair<std::string, std::string>> want = {{"CM_1bad", "x"},
+                                                           {"CM_GREETING", "hello"},
+                                                           {"CM_app.yaml", "a: 1\n"},
+                                                           {"password", "s3cr3t"},
+                                                           {"user", "admin"}};
   EXPECT_EQ(env.from_env_from, want);
 }
 
 TEST_F(PodObjectsTest, EnvFromSkipsInvalidNames) {
-  json spec = {{"containers", json::array({container(json::array(), json::array({{{"configMapRef", {{"name", "app"}}}}}))})}};
+  json spec = {{"containers", json::array({container(
+                                  json::array(), json::array({{{"configMapRef", {{"name", "app"}}}}}))})}};
   auto r = resolve(spec);
   ASSERT_TRUE(r);
   for (const auto& [k, v] : r->env.at("user-container").from_env_from) EXPECT_NE(k, "1bad");
@@ -64,26 +75,39 @@ TEST_F(PodObjectsTest, MissingObjectsAndKeysNameThem) {
     EXPECT_EQ(error_.reason, "CreateContainerConfigError");
     EXPECT_EQ(error_.message, message);
   };
-  fails(json::array({{{"name", "P"}, {"valueFrom", {{"secretKeyRef", {{"name", "missing"}, {"key", "k"}}}}}}}),
-        json::array(), "secret \"missing\" not found");
+  fails(
+      json::array({{{"name", "P"}, {"valueFrom", {{"secretKeyRef", {{"name", "missing"}, {"key", "k"}}}}}}}),
+      json::array(), "secret \"missing\" not found");
   fails(json::array({{{"name", "P"}, {"valueFrom", {{"secretKeyRef", {{"name", "db"}, {"key", "nokey"}}}}}}}),
         json::array(), "couldn't find key nokey in Secret default/db");
-  fails(json::array({{{"name", "P"}, {"valueFrom", {{"configMapKeyRef", {{"name", "app"}, {"key", "nokey"}}}}}}}),
+  fails(json::array(
+            {{{"name", "P"}, {"valueFrom", {{"configMapKeyRef", {{"name", "app"}, {"key", "nokey"}}}}}}}),
         json::array(), "couldn't find key nokey in ConfigMap default/app");
   fails(json::array(), json::array({{{"configMapRef", {{"name", "nocm"}}}}}), "configmap \"nocm\" not found");
 }
 
 TEST_F(PodObjectsTest, VolumesItemsModesAndProjected) {
-  json spec = {{"containers", json::array({container(json::array())})},
-               {"volumes", json::array({
-                   {{"name", "all"}, {"secret", {{"secretName", "db"}, {"defaultMode", 0400}}}},
-                   {{"name", "some"}, {"configMap", {{"name", "app"}, {"items", json::array({{{"key", "app.yaml"}, {"path", "conf/app.yaml"}, {"mode", 0600}}})}}}},
-                   {{"name", "proj"}, {"projected", {{"defaultMode", 0440}, {"sources", json::array({
-                       {{"secret", {{"name", "db"}, {"items", json::array({{{"key", "user"}, {"path", "u"}}})}}}},
-                       {{"configMap", {{"name", "app"}, {"items", json::array({{{"key", "logo.bin"}, {"path", "logo"}}})}}}},
-                       {{"configMap", {{"name", "absent"}, {"optional", true}}}}})}}}},
-                   {{"name", "scratch"}, {"emptyDir", json::object()}},
-               })}};
+  json spec = {
+      {"containers", json::array({container(json::array())})},
+      {"volumes",
+       json::array({
+           {{"name", "all"}, {"secret", {{"secretName", "db"}, {"defaultMode", 0400}}}},
+           {{"name", "some"},
+            {"configMap",
+             {{"name", "app"},
+              {"items", json::array({{{"key", "app.yaml"}, {"path", "conf/app.yaml"}, {"mode", 0600}}})}}}},
+           {{"name", "proj"},
+            {"projected",
+             {{"defaultMode", 0440},
+              {"sources",
+               json::array(
+                   {{{"secret",
+                      {{"name", "db"}, {"items", json::array({{{"key", "user"}, {"path", "u"}}})}}}},
+                    {{"configMap",
+                      {{"name", "app"}, {"items", json::array({{{"key", "logo.bin"}, {"path", "logo"}}})}}}},
+                    {{"configMap", {{"name", "absent"}, {"optional", true}}}}})}}}},
+           {{"name", "scratch"}, {"emptyDir", json::object()}},
+       })}};
   auto r = resolve(spec);
   ASSERT_TRUE(r) << error_.message;
   std::vector<ProjectedFile> all = {{"password", "s3cr3t", 0400}, {"user", "admin", 0400}};
@@ -106,23 +130,28 @@ TEST_F(PodObjectsTest, VolumeFailuresAndHostilePaths) {
   };
   fails({{"name", "v"}, {"secret", {{"secretName", "nope"}}}},
         "MountVolume.SetUp failed for volume \"v\" : secret \"nope\" not found");
-  fails({{"name", "v"}, {"configMap", {{"name", "app"}, {"items", json::array({{{"key", "k"}, {"path", "k"}}})}}}},
+  fails({{"name", "v"},
+         {"configMap", {{"name", "app"}, {"items", json::array({{{"key", "k"}, {"path", "k"}}})}}}},
         "MountVolume.SetUp failed for volume \"v\" : configmap references non-existent config key: k");
   for (const char* bad : {"../etc/passwd", "/abs", "a/../../b", "..data", "a//b", ""}) {
-    fails({{"name", "v"}, {"configMap", {{"name", "app"}, {"items", json::array({{{"key", "GREETING"}, {"path", bad}}})}}}},
-          std::string("MountVolume.SetUp failed for volume \"v\" : invalid path \"") + bad + "\" for key GREETING");
+    fails({{"name", "v"},
+           {"configMap", {{"name", "app"}, {"items", json::array({{{"key", "GREETING"}, {"path", bad}}})}}}},
+          std::string("MountVolume.SetUp failed for volume \"v\" : invalid path \"") + bad +
+              "\" for key GREETING");
   }
 }
 
 TEST_F(PodObjectsTest, ProjectedServiceAccountToken) {
-  json spec = {{"serviceAccountName", "builder"},
-               {"containers", json::array({container(json::array())})},
-               {"volumes", json::array({{{"name", "t"},
-                                         {"projected",
-                                          {{"defaultMode", 0444},
-                                           {"sources", json::array({{{"serviceAccountToken",
-                                                                      {{"audience", "api"}, {"path", "token"},
-                                                                       {"expirationSeconds", 7200}}}}})}}}}})}};
+  json spec = {
+      {"serviceAccountName", "builder"},
+      {"containers", json::array({container(json::array())})},
+      {"volumes", json::array({{{"name", "t"},
+                                {"projected",
+                                 {{"defaultMode", 0444},
+                                  {"sources", json::array({{{"serviceAccountToken",
+                                                             {{"audience", "api"},
+                                                              {"path", "token"},
+                                                              {"expirationSeconds", 7200}}}}})}}}}})}};
   std::vector<std::string> calls;
   TokenIssuer issuer = [&](const std::string& ns, const std::string& sa, const std::string& aud,
                            int64_t seconds) -> StatusOr<std::string> {
@@ -144,9 +173,8 @@ TEST_F(PodObjectsTest, ProjectedServiceAccountToken) {
   EXPECT_FALSE(resolvePodObjects(spec, "team", lookup(), &error_));
   EXPECT_EQ(error_.reason, "FailedMount");
   EXPECT_NE(error_.message.find("volume \"t\""), std::string::npos) << error_.message;
-  TokenIssuer broken = [](const std::string&, const std::string&, const std::string&, int64_t) -> StatusOr<std::string> {
-    return internalError("no key");
-  };
+  TokenIssuer broken = [](const std::string&, const std::string&, const std::string&,
+                          int64_t) -> StatusOr<std::string> { return internalError("no key"); };
   EXPECT_FALSE(resolvePodObjects(spec, "team", lookup(), &error_, broken));
   EXPECT_NE(error_.message.find("no key"), std::string::npos) << error_.message;
   spec["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]["path"] = "../escape";

@@ -61,7 +61,8 @@ const std::vector<ResourceInfo>& domainResources() {
   return kDomain;
 }
 
-const ResourceInfo* findApiResource(std::string_view group, std::string_view version, std::string_view plural) {
+const ResourceInfo* findApiResource(std::string_view group, std::string_view version,
+                                    std::string_view plural) {
   for (const auto* list : {&resources(), &coreResources(), &domainResources()})
     for (const auto& r : *list)
       if (r.group == group && r.version == version && r.plural == plural) return &r;

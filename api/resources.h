@@ -19,15 +19,15 @@ inline constexpr std::string_view kNetworkingGroup = "networking.internal.knativ
 inline constexpr std::string_view kNetworkingVersion = "v1alpha1";
 
 struct ResourceInfo {
-  std::string kind;       // "Service"
-  std::string plural;     // "services"
-  std::string singular;   // "service"
-  std::vector<std::string> short_names;  // {"ksvc"}
-  bool user_creatable;    // Revisions are created only by the Configuration controller
+  std::string kind;                         // "Service"
+  std::string plural;                       // "services"
+  std::string singular;                     // "service"
+  std::vector<std::string> short_names;     // {"ksvc"}
+  bool user_creatable;                      // Revisions are created only by the Configuration controller
   std::string group = std::string(kGroup);  // "" for core/v1
   std::string version = std::string(kVersion);
-  bool namespaced = true;   // false: Namespaces
-  bool has_status = true;   // a /status subresource
+  bool namespaced = true;  // false: Namespaces
+  bool has_status = true;  // a /status subresource
   // "serving.knative.dev/v1", or "v1" for the core group.
   std::string apiVersion() const { return group.empty() ? version : group + "/" + version; }
   bool core() const { return group.empty(); }
@@ -47,7 +47,8 @@ const ResourceInfo* findCoreResource(std::string_view plural);
 const std::vector<ResourceInfo>& domainResources();
 // Any served kind by its group, version and plural ("" group: core/v1);
 // nullptr if unknown.
-const ResourceInfo* findApiResource(std::string_view group, std::string_view version, std::string_view plural);
+const ResourceInfo* findApiResource(std::string_view group, std::string_view version,
+                                    std::string_view plural);
 // Any served kind by kind name ("DomainMapping"); nullptr if unknown.
 const ResourceInfo* findKind(std::string_view kind);
 // Every kind above that is namespaced (the kinds a namespace holds, besides Events).

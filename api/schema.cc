@@ -400,19 +400,36 @@ const std::map<std::string, Node>& kinds() {
                           status({{"url", str()}, {"address", addressable()}, {"traffic", traffic}}));
     // serving.knative.dev/v1beta1 DomainMapping and its cluster-wide claim
     // (api/domain_objects.h validates them).
-    Node kref = obj({{"kind", str()}, {"namespace", str()}, {"name", str()}, {"apiVersion", str()},
-                     {"group", str()}, {"address", str()}});
+    Node kref = obj({{"kind", str()},
+                     {"namespace", str()},
+                     {"name", str()},
+                     {"apiVersion", str()},
+                     {"group", str()},
+                     {"address", str()}});
     m["DomainMapping"] = topLevel(obj({{"ref", kref}, {"tls", obj({{"secretName", str()}})}}),
                                   status({{"url", str()}, {"address", addressable()}}));
-    m["ClusterDomainClaim"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", objectMeta()},
+    m["ClusterDomainClaim"] = obj({{"apiVersion", str()},
+                                   {"kind", str()},
+                                   {"metadata", objectMeta()},
                                    {"spec", obj({{"namespace", str()}})}});
     // core/v1 (api/core_objects.h validates them).
     Node meta_fields = objectMeta();
-    m["Secret"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", meta_fields}, {"data", stringMap()},
-                       {"stringData", stringMap()}, {"type", str()}, {"immutable", boolean()}});
-    m["ConfigMap"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", meta_fields}, {"data", stringMap()},
-                          {"binaryData", stringMap()}, {"immutable", boolean()}});
-    m["Namespace"] = obj({{"apiVersion", str()}, {"kind", str()}, {"metadata", meta_fields},
+    m["Secret"] = obj({{"apiVersion", str()},
+                       {"kind", str()},
+                       {"metadata", meta_fields},
+                       {"data", stringMap()},
+                       {"stringData", stringMap()},
+                       {"type", str()},
+                       {"immutable", boolean()}});
+    m["ConfigMap"] = obj({{"apiVersion", str()},
+                          {"kind", str()},
+                          {"metadata", meta_fields},
+                          {"data", stringMap()},
+                          {"binaryData", stringMap()},
+                          {"immutable", boolean()}});
+    m["Namespace"] = obj({{"apiVersion", str()},
+                          {"kind", str()},
+                          {"metadata", meta_fields},
                           {"spec", obj({{"finalizers", strings()}})},
                           {"status", obj({{"phase", str()}, {"conditions", arr(any())}})}});
     return m;

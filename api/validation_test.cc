@@ -264,7 +264,8 @@ const std::vector<Case> kInvalidCases = {
      [](json& o) { tspec(o)["terminationGracePeriodSeconds"] = 5; },
      "spec.template.spec.terminationGracePeriodSeconds", "must not set the field(s)", "FieldValueForbidden"},
     {"ServiceAccountNameInvalid", helloService, [](json& o) { tspec(o)["serviceAccountName"] = "Bad_SA"; },
-     "spec.template.spec.serviceAccountName", "invalid value: Bad_SA: spec.template.spec.serviceAccountName\na lowercase RFC 1123 subdomain"},
+     "spec.template.spec.serviceAccountName",
+     "invalid value: Bad_SA: spec.template.spec.serviceAccountName\na lowercase RFC 1123 subdomain"},
     {"AutomountServiceAccountTokenTrue", helloService,
      [](json& o) { tspec(o)["automountServiceAccountToken"] = true; },
      "spec.template.spec.automountServiceAccountToken", "only false", "FieldValueForbidden"},
@@ -305,8 +306,8 @@ const std::vector<Case> kInvalidCases = {
        for (int i = 0; i < 11; ++i) cs.push_back({{"name", "i" + std::to_string(i)}, {"image", "y"}});
        tspec(o)["initContainers"] = cs;
      },
-     "spec.template.spec.initContainers", "Too many: 11: must have at most 10 items", "FieldValueTooMany", true,
-     2},  // and: the init-containers feature flag is off
+     "spec.template.spec.initContainers", "Too many: 11: must have at most 10 items", "FieldValueTooMany",
+     true, 2},  // and: the init-containers feature flag is off
     {"UnnamedSidecarNameTaken", helloRevision,
      [](json& o) {
        // Admission names unnamed containers; one validated as given (a
@@ -511,13 +512,15 @@ const std::vector<Case> kInvalidCases = {
     {"SubPathMustNotClimb", helloService,
      [](json& o) {
        tspec(o)["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x"}}])");
-       c0(o)["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/s","readOnly":true,"subPath":"a/../.."}])");
+       c0(o)["volumeMounts"] =
+           json::parse(R"([{"name":"s","mountPath":"/s","readOnly":true,"subPath":"a/../.."}])");
      },
      "spec.template.spec.containers[0].volumeMounts[0].subPath", "must not contain '..'"},
     {"SubPathMustBeRelative", helloService,
      [](json& o) {
        tspec(o)["volumes"] = json::parse(R"([{"name":"s","secret":{"secretName":"x"}}])");
-       c0(o)["volumeMounts"] = json::parse(R"([{"name":"s","mountPath":"/s","readOnly":true,"subPath":"/etc"}])");
+       c0(o)["volumeMounts"] =
+           json::parse(R"([{"name":"s","mountPath":"/s","readOnly":true,"subPath":"/etc"}])");
      },
      "spec.template.spec.containers[0].volumeMounts[0].subPath", "must be a relative path"},
     {"EmptyDirBadMedium", helloService,
@@ -747,7 +750,9 @@ TEST(ValidationTest, AcceptedVariations) {
       {"ten containers, unnamed sidecars",
        [](json& o) {
          json cs = json::array();
-         cs.push_back({{"name", "container-0"}, {"image", "x"}, {"ports", json::parse(R"([{"containerPort":8080}])")}});
+         cs.push_back({{"name", "container-0"},
+                       {"image", "x"},
+                       {"ports", json::parse(R"([{"containerPort":8080}])")}});
          for (int i = 1; i < 10; ++i) cs.push_back({{"image", "y"}});
          tspec(o)["containers"] = cs;
        }},

@@ -31,14 +31,15 @@ TEST(Base64, KnownValues) {
 
 TEST(Base64, RejectsWhatGoRejects) {
   std::string out;
-  for (const char* bad : {"YQ", "YQ=", "Y===", "YQ==YQ==", "Y Q==", "YQ=a", "YR==", "YWJ=", "dXNlcjpwYXNz\n",
-                          "-_-_", "####"}) {
+  for (const char* bad :
+       {"YQ", "YQ=", "Y===", "YQ==YQ==", "Y Q==", "YQ=a", "YR==", "YWJ=", "dXNlcjpwYXNz\n", "-_-_", "####"}) {
     EXPECT_FALSE(base64Decode(bad, &out)) << bad;
   }
 }
 
 TEST(Base64Url, RoundTripsWithoutPadding) {
-  for (const std::string& s : std::vector<std::string>{"", "f", "fo", "foo", "foob", "fooba", "foobar", std::string("\xff\xfe\x00\x01", 4)}) {
+  for (const std::string& s : std::vector<std::string>{"", "f", "fo", "foo", "foob", "fooba", "foobar",
+                                                       std::string("\xff\xfe\x00\x01", 4)}) {
     std::string enc = base64UrlEncode(s), dec;
     EXPECT_EQ(enc.find_first_of("+/="), std::string::npos) << enc;
     ASSERT_TRUE(base64UrlDecode(enc, &dec)) << enc;
@@ -56,8 +57,8 @@ TEST(Base64Url, KnownValuesAndStrictness) {
   std::string out;
   ASSERT_TRUE(base64UrlDecode("-_8AAQ", &out));
   EXPECT_EQ(out, bytes);
-  EXPECT_FALSE(base64UrlDecode("+/8AAQ", &out));   // the standard alphabet is not base64url
-  EXPECT_FALSE(base64UrlDecode("-_8AAQ==", &out)); // no padding
+  EXPECT_FALSE(base64UrlDecode("+/8AAQ", &out));    // the standard alphabet is not base64url
+  EXPECT_FALSE(base64UrlDecode("-_8AAQ==", &out));  // no padding
   EXPECT_FALSE(base64UrlDecode("A", &out));
   EXPECT_EQ(base64UrlEncode(""), "");
 }

@@ -17,8 +17,8 @@ void TimeSource::sleepUntil(MonoTime deadline) const {
   (void)waitUntil(lock, cv, deadline, [] { return false; });
 }
 
-bool RealTimeSource::waitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, MonoTime deadline,
-                               const std::function<bool()>& woken) const {
+bool RealTimeSource::waitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                               MonoTime deadline, const std::function<bool()>& woken) const {
   if (deadline == MonoTime::max()) {
     cv.wait(lock, woken);
     return true;
@@ -88,8 +88,8 @@ std::string formatRfc3339(WallTime t) {
 bool parseRfc3339(const std::string& s, WallTime* out) {
   std::tm tm{};
   int consumed = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                  &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
     return false;
   }
   tm.tm_year -= 1900;

@@ -25,8 +25,8 @@ using Duration = std::chrono::nanoseconds;
 class TimeSource {
  public:
   virtual ~TimeSource() = default;
-  virtual WallTime now() const = 0;          // wall clock, for timestamps users see
-  virtual MonoTime monotonic() const = 0;    // for intervals and deadlines
+  virtual WallTime now() const = 0;        // wall clock, for timestamps users see
+  virtual MonoTime monotonic() const = 0;  // for intervals and deadlines
 
   // Waits on `cv` (`lock` held on entry and on return, released while
   // waiting) until `woken()` is true or `deadline` on this clock has come.

@@ -705,12 +705,10 @@ SectionSpec knapSpec(KnapConfig& c) {
   s.keys["router-internal-listen"] = str(&c.router_internal_listen, [](const std::string& v) {
     return v.empty() ? std::string() : checkListen(v);
   });
-  s.keys["metrics-listen"] = str(&c.metrics_listen, [](const std::string& v) {
-    return v.empty() ? std::string() : checkListen(v);
-  });
-  s.keys["router-tls-listen"] = str(&c.router_tls_listen, [](const std::string& v) {
-    return v.empty() ? std::string() : checkListen(v);
-  });
+  s.keys["metrics-listen"] =
+      str(&c.metrics_listen, [](const std::string& v) { return v.empty() ? std::string() : checkListen(v); });
+  s.keys["router-tls-listen"] = str(
+      &c.router_tls_listen, [](const std::string& v) { return v.empty() ? std::string() : checkListen(v); });
   s.keys["router-tls-certificates-dir"] =
       str(&c.router_tls_certificates_dir, [](const std::string& v) { return checkAbsolutePath(v, true); });
   s.keys["acme-directory"] = str(&c.acme_directory, [](const std::string& v) -> std::string {
@@ -718,10 +716,12 @@ SectionSpec knapSpec(KnapConfig& c) {
     return "must be an https:// URL (the ACME directory) or empty, got " + quoted(v);
   });
   s.keys["acme-email"] = str(&c.acme_email, [](const std::string& v) -> std::string {
-    if (v.empty() || (v.find('@') != std::string::npos && v.find_first_of(" \t\r\n,<>") == std::string::npos)) return "";
+    if (v.empty() || (v.find('@') != std::string::npos && v.find_first_of(" \t\r\n,<>") == std::string::npos))
+      return "";
     return "must be an e-mail address or empty, got " + quoted(v);
   });
-  s.keys["acme-ca-file"] = str(&c.acme_ca_file, [](const std::string& v) { return checkAbsolutePath(v, true); });
+  s.keys["acme-ca-file"] =
+      str(&c.acme_ca_file, [](const std::string& v) { return checkAbsolutePath(v, true); });
   s.keys["acme-renew-before"] = [&c](const std::string& v) {
     Seconds d{};
     std::string err = parseSeconds(v, &d);
@@ -789,7 +789,8 @@ SectionSpec knapSpec(KnapConfig& c) {
       for (std::string item; std::getline(in, item, ',');) {
         item = trimSpace(item);
         if (item.empty()) continue;
-        if (item.find_first_of(" \t") != std::string::npos || (!allow_path && item.find('/') != std::string::npos))
+        if (item.find_first_of(" \t") != std::string::npos ||
+            (!allow_path && item.find('/') != std::string::npos))
           return "invalid " + std::string(allow_path ? "image" : "registry") + " " + quoted(item);
         out.push_back(item);
       }
@@ -836,20 +837,24 @@ SectionSpec knapSpec(KnapConfig& c) {
   s.keys["router-drain-timeout"] = [&c](const std::string& v) {
     Seconds d{};
     std::string err = parseSeconds(v, &d);
-    if (err.empty() && (d < Seconds(0) || d > Seconds(3600))) err = "must be between 0s and 1h, got " + quoted(v);
+    if (err.empty() && (d < Seconds(0) || d > Seconds(3600)))
+      err = "must be between 0s and 1h, got " + quoted(v);
     if (err.empty()) c.router_drain_timeout = d;
     return err;
   };
   s.keys["router-startup-hold"] = [&c](const std::string& v) {
     Seconds d{};
     std::string err = parseSeconds(v, &d);
-    if (err.empty() && (d < Seconds(0) || d > Seconds(600))) err = "must be between 0s and 10m, got " + quoted(v);
+    if (err.empty() && (d < Seconds(0) || d > Seconds(600)))
+      err = "must be between 0s and 10m, got " + quoted(v);
     if (err.empty()) c.router_startup_hold = d;
     return err;
   };
   s.keys["api-threads"] = intIn(&c.api_threads, 1, 64);
   s.keys["api-max-connections"] = intIn(&c.api_max_connections, 2, 1000000);
-  s.keys["api-insecure-loopback"] = [&c](const std::string& v) { return parseBool(v, &c.api_insecure_loopback); };
+  s.keys["api-insecure-loopback"] = [&c](const std::string& v) {
+    return parseBool(v, &c.api_insecure_loopback);
+  };
   s.keys["api-token-file"] = str(&c.api_token_file, [](const std::string& v) {
     return v.empty() ? std::string() : checkAbsolutePath(v, false);
   });
@@ -868,12 +873,17 @@ SectionSpec knapSpec(KnapConfig& c) {
       if (w[0] != "admin" && w[0] != "edit" && w[0] != "view")
         return "binding " + quoted(item) + ": the role must be admin, edit or view, got " + quoted(w[0]);
       b.role = w[0];
-      if (w[1].rfind("user:", 0) == 0) b.subject = w[1].substr(5);
-      else if (w[1].rfind("group:", 0) == 0) b.group = true, b.subject = w[1].substr(6);
-      else return "binding " + quoted(item) + ": the subject must be user:NAME or group:NAME, got " + quoted(w[1]);
+      if (w[1].rfind("user:", 0) == 0)
+        b.subject = w[1].substr(5);
+      else if (w[1].rfind("group:", 0) == 0)
+        b.group = true, b.subject = w[1].substr(6);
+      else
+        return "binding " + quoted(item) + ": the subject must be user:NAME or group:NAME, got " +
+               quoted(w[1]);
       if (b.subject.empty()) return "binding " + quoted(item) + ": the subject has no name";
       if (w.size() == 3 && w[2] != "*") {
-        if (!isDnsLabel(w[2])) return "binding " + quoted(item) + ": " + quoted(w[2]) + " is not a namespace name";
+        if (!isDnsLabel(w[2]))
+          return "binding " + quoted(item) + ": " + quoted(w[2]) + " is not a namespace name";
         b.ns = w[2];
       }
       out.push_back(std::move(b));
@@ -1060,9 +1070,10 @@ StatusOr<Config> parseConfig(const std::string& yaml_text) {
     checkDefaults(c.defaults, e);
     checkGc(c.gc, e);
     if (c.knap.image_gc_low_percent >= c.knap.image_gc_high_percent) {
-      e.add("knap.image-gc-low-threshold-percent",
-            "must be lower than image-gc-high-threshold-percent (" + std::to_string(c.knap.image_gc_high_percent) +
-                "), got " + quoted(std::to_string(c.knap.image_gc_low_percent)));
+      e.add("knap.image-gc-low-threshold-percent", "must be lower than image-gc-high-threshold-percent (" +
+                                                       std::to_string(c.knap.image_gc_high_percent) +
+                                                       "), got " +
+                                                       quoted(std::to_string(c.knap.image_gc_low_percent)));
     }
   }
   if (!e.empty()) return e.status();

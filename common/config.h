@@ -127,7 +127,7 @@ struct ApiRoleBinding {
   std::string role;
   bool group = false;  // the subject is a group (else a user)
   std::string subject;
-  std::string ns;      // "" = cluster-wide
+  std::string ns;  // "" = cluster-wide
   bool operator==(const ApiRoleBinding&) const = default;
 };
 
@@ -136,13 +136,13 @@ struct KnapConfig {
   std::string api_socket;                     // default <data_dir>/knapd.sock
   std::string api_listen = "127.0.0.1:6443";  // loopback only by default
   std::string router_listen = "127.0.0.1:8080";
-  std::string router_internal_listen = "";    // the listener pods use for cluster-local routes
+  std::string router_internal_listen = "";        // the listener pods use for cluster-local routes
   std::string metrics_listen = "127.0.0.1:9095";  // Prometheus /metrics of the router; empty = off
-  std::string router_tls_listen = "";         // the router's HTTPS listener; empty = off
-  std::string router_tls_certificates_dir;    // <name>.crt + <name>.key pairs served by SNI; empty = none
-  std::string acme_directory;                 // ACME (RFC 8555) directory URL for HTTP-01 certificates; empty = off
-  std::string acme_email;                     // the ACME account's contact; empty = none
-  std::string acme_ca_file;                   // extra trust for the ACME server's own TLS; empty = system CAs
+  std::string router_tls_listen = "";             // the router's HTTPS listener; empty = off
+  std::string router_tls_certificates_dir;        // <name>.crt + <name>.key pairs served by SNI; empty = none
+  std::string acme_directory;  // ACME (RFC 8555) directory URL for HTTP-01 certificates; empty = off
+  std::string acme_email;      // the ACME account's contact; empty = none
+  std::string acme_ca_file;    // extra trust for the ACME server's own TLS; empty = system CAs
   Seconds acme_renew_before{30 * 24 * 3600};  // renew an ACME certificate this long before it expires
   std::string kubeconfig_path;                // default <data_dir>/kubeconfig
   std::string containerd_socket = "/run/containerd/containerd.sock";
@@ -150,35 +150,38 @@ struct KnapConfig {
   std::string pod_subnet = "10.88.0.0/16";
   std::string bridge_name = "knap0";
   size_t max_request_body_bytes = 3 * 1024 * 1024;
-  int64_t watch_history_events = 10000;       // events kept for watch replay before 410 Gone
+  int64_t watch_history_events = 10000;  // events kept for watch replay before 410 Gone
   // --- router limits (router/, issue 8) ---
-  int64_t router_max_connections = 10000;     // per router listener, tunnels included; 0 = no limit; over it: 503
+  int64_t router_max_connections =
+      10000;  // per router listener, tunnels included; 0 = no limit; over it: 503
   Seconds router_keepalive_idle_timeout{60};  // a kept-alive client connection idle this long is closed
-  Seconds router_tunnel_idle_timeout{300};    // an Upgrade tunnel with no byte either way this long is closed; 0 = never
-  Seconds router_drain_timeout{30};           // SIGTERM: in-flight requests get this long to finish
-  Seconds router_startup_hold{30};            // after start, a request for an unknown host waits this long for the first route sync; 0 = 404 at once
+  Seconds router_tunnel_idle_timeout{
+      300};  // an Upgrade tunnel with no byte either way this long is closed; 0 = never
+  Seconds router_drain_timeout{30};  // SIGTERM: in-flight requests get this long to finish
+  Seconds router_startup_hold{30};   // after start, a request for an unknown host waits this long for the
+                                     // first route sync; 0 = 404 at once
   // --- API access (api/server, issue 9) ---
-  int64_t api_threads = 4;                    // threads serving API requests (watches hold none)
-  int64_t api_max_connections = 1024;         // open API connections; more wait in the listen backlog
-  bool api_insecure_loopback = false;         // plain HTTP, no authentication, loopback only
-  std::string api_token_file;                 // static bearer tokens: token,user,uid,"group1,group2"
+  int64_t api_threads = 4;                        // threads serving API requests (watches hold none)
+  int64_t api_max_connections = 1024;             // open API connections; more wait in the listen backlog
+  bool api_insecure_loopback = false;             // plain HTTP, no authentication, loopback only
+  std::string api_token_file;                     // static bearer tokens: token,user,uid,"group1,group2"
   std::vector<ApiRoleBinding> api_role_bindings;  // who may do what (system:masters is always admin)
 
   // --- images (images/, issue 5) ---
-  std::string platform;                       // "os/arch[/variant]" to pull; empty = this machine's
-  std::string registry_auth_file;             // Docker-style config.json with "auths"; empty = anonymous
-  std::string registry_ca_file;               // extra PEM CA bundle trusted for registries
+  std::string platform;                          // "os/arch[/variant]" to pull; empty = this machine's
+  std::string registry_auth_file;                // Docker-style config.json with "auths"; empty = anonymous
+  std::string registry_ca_file;                  // extra PEM CA bundle trusted for registries
   std::vector<std::string> insecure_registries;  // host[:port] that may be reached over plain HTTP
-  int64_t pull_parallelism = 4;               // blobs fetched at once per pull
-  Seconds pull_retry_max{300};                // back-off cap between failed pulls of one image
-  std::vector<std::string> pre_pull_images;   // kept pulled even before any Revision uses them
-  Seconds image_gc_interval{300};             // how often image GC looks at the disk
-  Seconds image_gc_min_age{3600};             // an unused image younger than this is kept
-  int64_t image_gc_high_percent = 85;         // disk use (of the containerd root) that starts GC
-  int64_t image_gc_low_percent = 80;          // GC frees unused images down to this
+  int64_t pull_parallelism = 4;                  // blobs fetched at once per pull
+  Seconds pull_retry_max{300};                   // back-off cap between failed pulls of one image
+  std::vector<std::string> pre_pull_images;      // kept pulled even before any Revision uses them
+  Seconds image_gc_interval{300};                // how often image GC looks at the disk
+  Seconds image_gc_min_age{3600};                // an unused image younger than this is kept
+  int64_t image_gc_high_percent = 85;            // disk use (of the containerd root) that starts GC
+  int64_t image_gc_low_percent = 80;             // GC frees unused images down to this
   // --- warm pool (runtime/runner, issue 5) ---
-  int64_t warm_pool_size = 1;                 // ready-to-serve pods kept for revisions at zero
-  std::string warm_pool_mode = "frozen";      // "frozen" (started, paused) or "created" (not started)
+  int64_t warm_pool_size = 1;             // ready-to-serve pods kept for revisions at zero
+  std::string warm_pool_mode = "frozen";  // "frozen" (started, paused) or "created" (not started)
   bool operator==(const KnapConfig&) const = default;
 };
 

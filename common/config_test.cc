@@ -64,267 +64,335 @@ TEST_P(ParseConfigAccepts, Value) {
 
 #define CHECK(expr) [](const Config& c) { EXPECT_TRUE(expr) << #expr; }
 
-INSTANTIATE_TEST_SUITE_P(
-    Table, ParseConfigAccepts,
-    testing::Values(
-        // autoscaler
-        GoodCase{"CcTargetPercentageAsPercent",
-                 "autoscaler:\n  container-concurrency-target-percentage: \"80\"",
-                 CHECK(c.autoscaler.targetUtilizationFraction() == 0.8)},
-        GoodCase{"CcTargetPercentageAsFraction",
-                 "autoscaler:\n  container-concurrency-target-percentage: 0.5",
-                 CHECK(c.autoscaler.targetUtilizationFraction() == 0.5)},
-        GoodCase{"CcTargetPercentage100", "autoscaler:\n  container-concurrency-target-percentage: \"100\"",
-                 CHECK(c.autoscaler.targetUtilizationFraction() == 1.0)},
-        GoodCase{"CcTargetDefault", "autoscaler:\n  container-concurrency-target-default: \"10\"",
-                 CHECK(c.autoscaler.container_concurrency_target_default == 10)},
-        GoodCase{"RpsTargetDefault", "autoscaler:\n  requests-per-second-target-default: \"0.01\"",
-                 CHECK(c.autoscaler.requests_per_second_target_default == 0.01)},
-        GoodCase{"TbcUnlimited", "autoscaler:\n  target-burst-capacity: \"-1\"",
-                 CHECK(c.autoscaler.target_burst_capacity == -1)},
-        GoodCase{"TbcZero", "autoscaler:\n  target-burst-capacity: \"0\"",
-                 CHECK(c.autoscaler.target_burst_capacity == 0)},
-        GoodCase{"StableWindowMin", "autoscaler:\n  stable-window: \"6s\"\n  panic-window-percentage: \"20\"",
-                 CHECK(c.autoscaler.stable_window == Seconds(6))},
-        GoodCase{"StableWindowMax", "autoscaler:\n  stable-window: 1h",
-                 CHECK(c.autoscaler.stable_window == hours(1))},
-        GoodCase{"StableWindowMinutes", "autoscaler:\n  stable-window: 2m30s",
-                 CHECK(c.autoscaler.stable_window == Seconds(150))},
-        GoodCase{"PanicWindowPercentage", "autoscaler:\n  panic-window-percentage: \"20.0\"",
-                 CHECK(c.autoscaler.panic_window_percentage == 20.0)},
-        GoodCase{"PanicThreshold", "autoscaler:\n  panic-threshold-percentage: \"110\"",
-                 CHECK(c.autoscaler.panic_threshold_percentage == 110)},
-        GoodCase{"MaxScaleUpRate", "autoscaler:\n  max-scale-up-rate: \"1.5\"",
-                 CHECK(c.autoscaler.max_scale_up_rate == 1.5)},
-        GoodCase{"MaxScaleDownRate", "autoscaler:\n  max-scale-down-rate: 4",
-                 CHECK(c.autoscaler.max_scale_down_rate == 4)},
-        GoodCase{"ScaleToZeroOff", "autoscaler:\n  enable-scale-to-zero: \"false\"",
-                 CHECK(!c.autoscaler.enable_scale_to_zero)},
-        GoodCase{"ScaleToZeroYamlBool", "autoscaler:\n  enable-scale-to-zero: False",
-                 CHECK(!c.autoscaler.enable_scale_to_zero)},
-        GoodCase{"GracePeriod", "autoscaler:\n  scale-to-zero-grace-period: \"1s\"",
-                 CHECK(c.autoscaler.scale_to_zero_grace_period == Seconds(1))},
-        GoodCase{"RetentionPeriod", "autoscaler:\n  scale-to-zero-pod-retention-period: \"1m5s\"",
-                 CHECK(c.autoscaler.scale_to_zero_pod_retention_period == Seconds(65))},
-        GoodCase{"ClassHpa", "autoscaler:\n  pod-autoscaler-class: hpa.autoscaling.knative.dev",
-                 CHECK(c.autoscaler.pod_autoscaler_class == "hpa.autoscaling.knative.dev")},
-        GoodCase{"ClassCustom", "autoscaler:\n  pod-autoscaler-class: my.example.com",
-                 CHECK(c.autoscaler.pod_autoscaler_class == "my.example.com")},
-        GoodCase{"ActivatorCapacity", "autoscaler:\n  activator-capacity: \"1\"",
-                 CHECK(c.autoscaler.activator_capacity == 1)},
-        GoodCase{"InitialScaleZeroAllowed",
-                 "autoscaler:\n  initial-scale: \"0\"\n  allow-zero-initial-scale: \"true\"",
-                 CHECK(c.autoscaler.initial_scale == 0 && c.autoscaler.allow_zero_initial_scale)},
-        GoodCase{"InitialScale", "autoscaler:\n  initial-scale: \"3\"",
-                 CHECK(c.autoscaler.initial_scale == 3)},
-        GoodCase{"MinMaxScale", "autoscaler:\n  min-scale: \"2\"\n  max-scale: \"5\"",
-                 CHECK(c.autoscaler.min_scale == 2 && c.autoscaler.max_scale == 5)},
-        GoodCase{"MinScaleWithUnboundedMax", "autoscaler:\n  min-scale: \"7\"",
-                 CHECK(c.autoscaler.min_scale == 7)},
-        GoodCase{"MaxScaleWithinLimit", "autoscaler:\n  max-scale: \"10\"\n  max-scale-limit: \"10\"",
-                 CHECK(c.autoscaler.max_scale == 10 && c.autoscaler.max_scale_limit == 10)},
-        GoodCase{"ScaleDownDelay", "autoscaler:\n  scale-down-delay: \"15m\"",
-                 CHECK(c.autoscaler.scale_down_delay == minutes(15))},
-        // defaults
-        GoodCase{"RevisionTimeout", "defaults:\n  revision-timeout-seconds: \"600\"",
-                 CHECK(c.defaults.revision_timeout_seconds == 600)},
-        GoodCase{"MaxRevisionTimeout",
-                 "defaults:\n  max-revision-timeout-seconds: \"3600\"\n  revision-timeout-seconds: \"1200\"",
-                 CHECK(c.defaults.max_revision_timeout_seconds == 3600 &&
-                       c.defaults.revision_timeout_seconds == 1200)},
-        GoodCase{"ResponseStartTimeout", "defaults:\n  revision-response-start-timeout-seconds: \"10\"",
-                 CHECK(c.defaults.revision_response_start_timeout_seconds == 10)},
-        GoodCase{"ResponseStartUnsetByDefault", "defaults: {}",
-                 CHECK(!c.defaults.revision_response_start_timeout_seconds.has_value())},
-        GoodCase{"IdleTimeout", "defaults:\n  revision-idle-timeout-seconds: \"30\"",
-                 CHECK(c.defaults.revision_idle_timeout_seconds == 30)},
-        GoodCase{"ContainerConcurrency", "defaults:\n  container-concurrency: \"1000\"",
-                 CHECK(c.defaults.container_concurrency == 1000)},
-        GoodCase{"CcMaxLimit",
-                 "defaults:\n  container-concurrency-max-limit: \"5\"\n  container-concurrency: 5",
-                 CHECK(c.defaults.container_concurrency_max_limit == 5)},
-        GoodCase{"NoZeroCc",
-                 "defaults:\n  allow-container-concurrency-zero: \"false\"\n  container-concurrency: \"1\"",
-                 CHECK(!c.defaults.allow_container_concurrency_zero)},
-        GoodCase{"ServiceLinks", "defaults:\n  enable-service-links: \"true\"",
-                 CHECK(c.defaults.enable_service_links)},
-        GoodCase{"ContainerNameTemplate", "defaults:\n  container-name-template: \"{{.Name}}-app\"",
-                 CHECK(c.defaults.container_name_template == "{{.Name}}-app")},
-        GoodCase{"InitContainerNameTemplate", "defaults:\n  init-container-name-template: init",
-                 CHECK(c.defaults.init_container_name_template == "init")},
-        GoodCase{"ResourceDefaults",
-                 "defaults:\n  revision-cpu-request: 400m\n  revision-memory-request: 100M\n"
-                 "  revision-ephemeral-storage-request: 500M\n  revision-cpu-limit: \"1000m\"\n"
-                 "  revision-memory-limit: 1.5Gi\n  revision-ephemeral-storage-limit: 2e9",
-                 CHECK(c.defaults.resource_defaults.size() == 6 &&
-                       c.defaults.resource_defaults.at("revision-cpu-request") == "400m" &&
-                       c.defaults.resource_defaults.at("revision-memory-limit") == "1.5Gi")},
-        GoodCase{"ResourceDefaultEmptyIsUnset", "defaults:\n  revision-cpu-request: \"\"",
-                 CHECK(c.defaults.resource_defaults.empty())},
-        // network
-        GoodCase{"DomainTemplate", "network:\n  domain-template: \"{{.Name}}-{{.Namespace}}.{{.Domain}}\"",
-                 CHECK(c.network.domain_template == "{{.Name}}-{{.Namespace}}.{{.Domain}}")},
-        GoodCase{"DomainTemplateWithSpacesAndIndex",
-                 "network:\n  domain-template: '{{ .Name }}.{{index .Annotations \"sub\"}}{{.Domain}}'",
-                 CHECK(c.network.domain_template.find("index") != std::string::npos)},
-        GoodCase{"TagTemplate", "network:\n  tag-template: \"{{.Name}}-{{.Tag}}\"",
-                 CHECK(c.network.tag_template == "{{.Name}}-{{.Tag}}")},
-        GoodCase{"Https", "network:\n  default-external-scheme: HTTPS",
-                 CHECK(c.network.default_external_scheme == "https")},
-        GoodCase{"HttpProtocol", "network:\n  http-protocol: redirected",
-                 CHECK(c.network.http_protocol == "Redirected")},
-        GoodCase{"RolloutDuration", "network:\n  rollout-duration: \"380s\"",
-                 CHECK(c.network.rollout_duration == Seconds(380))},
-        GoodCase{"IngressClass", "network:\n  ingress-class: kourier.ingress.networking.knative.dev",
-                 CHECK(c.network.ingress_class == "kourier.ingress.networking.knative.dev")},
-        GoodCase{"OtherKnativeKeysKept",
-                 "network:\n  certificate-class: cert-manager.certificate.networking.knative.dev\n"
-                 "  external-domain-tls: disabled\n  autocreate-cluster-domain-claims: \"false\"\n"
-                 "  mesh-compatibility-mode: auto\n  system-internal-tls: Disabled\n"
-                 "  cluster-local-domain-tls: Disabled\n  enable-mesh-pod-addressability: \"false\"\n"
-                 "  namespace-wildcard-cert-selector: \"\"",
-                 CHECK(c.network.other.at("external-domain-tls") == "Disabled" &&
-                       c.network.other.at("certificate-class") ==
-                           "cert-manager.certificate.networking.knative.dev" &&
-                       !c.network.autocreate_cluster_domain_claims && c.network.other.size() == 7)},
-        // domain
-        GoodCase{
-            "DomainsReplaceDefault",
-            "domain:\n  example.com: \"\"\n  internal.example.com: |\n    selector:\n      app: secret\n",
-            [](const Config& c) {
-              ASSERT_EQ(c.domain.domains.size(), 2u);
-              EXPECT_EQ(c.domain.domains[0].domain, "example.com");
-              EXPECT_TRUE(c.domain.domains[0].selector.empty());
-              EXPECT_EQ(c.domain.domains[1].domain, "internal.example.com");
-              EXPECT_EQ(c.domain.domains[1].selector,
-                        (std::map<std::string, std::string>{{"app", "secret"}}));
-            }},
-        GoodCase{"DomainSelectorAsMapping",
-                 "domain:\n  x.example.com:\n    selector:\n      tier: web\n      env: prod\n",
-                 [](const Config& c) {
-                   ASSERT_EQ(c.domain.domains.size(), 1u);
-                   EXPECT_EQ(c.domain.domains[0].selector.size(), 2u);
-                   EXPECT_EQ(c.domain.domains[0].selector.at("env"), "prod");
-                 }},
-        GoodCase{"DomainNullValue", "domain:\n  example.org:\n", CHECK(c.domain.domains.size() == 1)},
-        GoodCase{"DomainExampleKeyIgnored", "domain:\n  _example: |\n    anything goes here\n  a.b: \"\"",
-                 CHECK(c.domain.domains.size() == 1 && c.domain.domains[0].domain == "a.b")},
-        GoodCase{"DomainEmptySection", "domain: {}", CHECK(c.domain.domains.empty())},
-        // gc
-        GoodCase{"GcDisabled",
-                 "gc:\n  retain-since-create-time: disabled\n  retain-since-last-active-time: \"Disabled\"\n"
-                 "  max-non-active-revisions: disabled\n  min-non-active-revisions: \"5000\"",
-                 CHECK(!c.gc.retain_since_create_time && !c.gc.retain_since_last_active_time &&
-                       !c.gc.max_non_active_revisions && c.gc.min_non_active_revisions == 5000)},
-        GoodCase{"GcQuickCollect",
-                 "gc:\n  min-non-active-revisions: \"0\"\n  max-non-active-revisions: \"0\"\n"
-                 "  retain-since-create-time: 0s\n  retain-since-last-active-time: \"0\"",
-                 CHECK(c.gc.max_non_active_revisions == 0 && c.gc.retain_since_create_time == Seconds(0) &&
-                       c.gc.retain_since_last_active_time == Seconds(0))},
-        GoodCase{"GcDurations", "gc:\n  retain-since-create-time: 1h\n  retain-since-last-active-time: 30m",
-                 CHECK(c.gc.retain_since_create_time == hours(1) &&
-                       c.gc.retain_since_last_active_time == minutes(30))},
-        // deployment
-        GoodCase{"ProgressDeadline", "deployment:\n  progress-deadline: 2m",
-                 CHECK(c.deployment.progress_deadline == minutes(2))},
-        GoodCase{"RegistriesCsv",
-                 "deployment:\n  registries-skipping-tag-resolving: \"kind.local, ko.local,,127.0.0.1:5000\"",
-                 CHECK((c.deployment.registries_skipping_tag_resolving ==
-                        std::vector<std::string>{"kind.local", "ko.local", "127.0.0.1:5000"}))},
-        GoodCase{
-            "RegistriesList", "deployment:\n  registries-skipping-tag-resolving: [dev.local]",
-            CHECK((c.deployment.registries_skipping_tag_resolving == std::vector<std::string>{"dev.local"}))},
-        GoodCase{"DigestTimeout", "deployment:\n  digest-resolution-timeout: 500ms",
-                 CHECK(c.deployment.digest_resolution_timeout == "500ms")},
-        GoodCase{"QueueSidecarKeysAccepted",
-                 "deployment:\n  queue-sidecar-image: gcr.io/knative-releases/queue\n  "
-                 "queue-sidecar-cpu-request: 25m",
-                 CHECK(c.deployment.queue_sidecar_image == "gcr.io/knative-releases/queue")},
-        // knap
-        GoodCase{"RouterTls",
-                 "knap:\n  router-tls-listen: \"0.0.0.0:8443\"\n  router-tls-certificates-dir: /etc/knap/tls\n"
-                 "network:\n  auto-tls: enabled\n  http-protocol: redirected",
-                 [](const Config& c) {
-                   EXPECT_EQ(c.knap.router_tls_listen, "0.0.0.0:8443");
-                   EXPECT_EQ(c.knap.router_tls_certificates_dir, "/etc/knap/tls");
-                   EXPECT_TRUE(c.network.externalDomainTls());
-                   EXPECT_EQ(c.network.http_protocol, "Redirected");
-                 }},
-        GoodCase{"Acme",
-                 "knap:\n  acme-directory: https://acme.example/dir\n  acme-email: ops@example.com\n"
-                 "  acme-ca-file: /etc/knap/acme-ca.crt\n  acme-renew-before: 240h",
-                 [](const Config& c) {
-                   EXPECT_EQ(c.knap.acme_directory, "https://acme.example/dir");
-                   EXPECT_EQ(c.knap.acme_email, "ops@example.com");
-                   EXPECT_EQ(c.knap.acme_ca_file, "/etc/knap/acme-ca.crt");
-                   EXPECT_EQ(c.knap.acme_renew_before.count(), 240 * 3600);
-                 }},
-        GoodCase{"AcmeDefaults", "knap:\n  data-dir: /var/lib/knap",
-                 CHECK(c.knap.acme_directory.empty() && c.knap.acme_renew_before.count() == 30 * 24 * 3600)},
-        GoodCase{"ExternalDomainTlsDefaultOff", "network:\n  http-protocol: Enabled",
-                 CHECK(!c.network.externalDomainTls() && c.knap.router_tls_listen.empty())},
-        GoodCase{"KnapSection",
-                 "knap:\n  data-dir: /srv/knap\n  api-socket: /run/knap.sock\n  api-listen: \"0.0.0.0:0\"\n"
-                 "  router-listen: \"[::1]:80\"\n  router-internal-listen: 10.88.0.1:8081\n"
-                 "  kubeconfig-path: /root/.kube/config\n  containerd-socket: /run/c.sock\n"
-                 "  containerd-namespace: knap-test\n  pod-subnet: 10.99.0.0/24\n  bridge-name: knapbr0\n"
-                 "  max-request-body-bytes: 1048576\n  watch-history-events: \"50\"",
-                 [](const Config& c) {
-                   EXPECT_EQ(c.knap.data_dir, "/srv/knap");
-                   EXPECT_EQ(c.knap.api_socket, "/run/knap.sock");
-                   EXPECT_EQ(c.knap.api_listen, "0.0.0.0:0");
-                   EXPECT_EQ(c.knap.router_listen, "[::1]:80");
-                   EXPECT_EQ(c.knap.router_internal_listen, "10.88.0.1:8081");
-                   EXPECT_EQ(c.knap.kubeconfig_path, "/root/.kube/config");
-                   EXPECT_EQ(c.knap.containerd_socket, "/run/c.sock");
-                   EXPECT_EQ(c.knap.containerd_namespace, "knap-test");
-                   EXPECT_EQ(c.knap.pod_subnet, "10.99.0.0/24");
-                   EXPECT_EQ(c.knap.bridge_name, "knapbr0");
-                   EXPECT_EQ(c.knap.max_request_body_bytes, 1048576u);
-                   EXPECT_EQ(c.knap.watch_history_events, 50);
-                 }},
-        GoodCase{"ImagesAndWarmPool",
-                 "knap:\n  platform: linux/arm64/v8\n  registry-auth-file: /etc/knap/auth.json\n"
-                 "  registry-ca-file: /etc/knap/ca.pem\n  insecure-registries: [\"127.0.0.1:5000\", localhost:5001]\n"
-                 "  pull-parallelism: \"8\"\n  pull-retry-max: 1m\n  pre-pull-images: \"a.io/x:1, b.io/y@sha256:00\"\n"
-                 "  image-gc-interval: 30s\n  image-gc-min-age: 0s\n  image-gc-high-threshold-percent: 90\n"
-                 "  image-gc-low-threshold-percent: 70\n  warm-pool-size: 2\n  warm-pool-mode: created",
-                 [](const Config& c) {
-                   EXPECT_EQ(c.knap.platform, "linux/arm64/v8");
-                   EXPECT_EQ(c.knap.registry_auth_file, "/etc/knap/auth.json");
-                   EXPECT_EQ(c.knap.registry_ca_file, "/etc/knap/ca.pem");
-                   EXPECT_EQ(c.knap.insecure_registries, (std::vector<std::string>{"127.0.0.1:5000", "localhost:5001"}));
-                   EXPECT_EQ(c.knap.pull_parallelism, 8);
-                   EXPECT_EQ(c.knap.pull_retry_max, Seconds(60));
-                   EXPECT_EQ(c.knap.pre_pull_images, (std::vector<std::string>{"a.io/x:1", "b.io/y@sha256:00"}));
-                   EXPECT_EQ(c.knap.image_gc_interval, Seconds(30));
-                   EXPECT_EQ(c.knap.image_gc_min_age, Seconds(0));
-                   EXPECT_EQ(c.knap.image_gc_high_percent, 90);
-                   EXPECT_EQ(c.knap.image_gc_low_percent, 70);
-                   EXPECT_EQ(c.knap.warm_pool_size, 2);
-                   EXPECT_EQ(c.knap.warm_pool_mode, "created");
-                 }},
-        GoodCase{"RouterLimits",
-                 "knap:\n  router-max-connections: 500\n  router-keepalive-idle-timeout: 15s\n"
-                 "  router-tunnel-idle-timeout: 0s\n  router-drain-timeout: 1m\n  router-startup-hold: 0s",
-                 [](const Config& c) {
-                   EXPECT_EQ(c.knap.router_max_connections, 500);
-                   EXPECT_EQ(c.knap.router_keepalive_idle_timeout, Seconds(15));
-                   EXPECT_EQ(c.knap.router_tunnel_idle_timeout, Seconds(0));
-                   EXPECT_EQ(c.knap.router_drain_timeout, Seconds(60));
-                   EXPECT_EQ(c.knap.router_startup_hold, Seconds(0));
-                 }},
-        GoodCase{"RouterLimitDefaults", "knap:\n  data-dir: /tmp/x",
-                 [](const Config& c) {
-                   EXPECT_EQ(c.knap.router_max_connections, 10000);
-                   EXPECT_EQ(c.knap.router_keepalive_idle_timeout, Seconds(60));
-                   EXPECT_EQ(c.knap.router_tunnel_idle_timeout, Seconds(300));
-                   EXPECT_EQ(c.knap.router_drain_timeout, Seconds(30));
-                   EXPECT_EQ(c.knap.router_startup_hold, Seconds(30));
-                 }},
-        GoodCase{"ExampleKeyIgnoredEverywhere", "autoscaler:\n  _example: |\n    stable-window: \"60s\"\n",
-                 CHECK(c.autoscaler.stable_window == Seconds(60))}),
-    [](const testing::TestParamInfo<GoodCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Table, ParseConfigAccepts,
+                         testing::Values(
+                             // autoscaler
+                             GoodCase{"CcTargetPercentageAsPercent",
+                                      "autoscaler:\n  container-concurrency-target-percentage: \"80\"",
+                                      CHECK(c.autoscaler.targetUtilizationFraction() == 0.8)},
+                             GoodCase{"CcTargetPercentageAsFraction",
+                                      "autoscaler:\n  container-concurrency-target-percentage: 0.5",
+                                      CHECK(c.autoscaler.targetUtilizationFraction() == 0.5)},
+                             GoodCase{"CcTargetPercentage100",
+                                      "autoscaler:\n  container-concurrency-target-percentage: \"100\"",
+                                      CHECK(c.autoscaler.targetUtilizationFraction() == 1.0)},
+                             GoodCase{"CcTargetDefault",
+                                      "autoscaler:\n  container-concurrency-target-default: \"10\"",
+                                      CHECK(c.autoscaler.container_concurrency_target_default == 10)},
+                             GoodCase{"RpsTargetDefault",
+                                      "autoscaler:\n  requests-per-second-target-default: \"0.01\"",
+                                      CHECK(c.autoscaler.requests_per_second_target_default == 0.01)},
+                             GoodCase{"TbcUnlimited", "autoscaler:\n  target-burst-capacity: \"-1\"",
+                                      CHECK(c.autoscaler.target_burst_capacity == -1)},
+                             GoodCase{"TbcZero", "autoscaler:\n  target-burst-capacity: \"0\"",
+                                      CHECK(c.autoscaler.target_burst_capacity == 0)},
+                             GoodCase{
+                                 "StableWindowMin",
+                                 "autoscaler:\n  stable-window: \"6s\"\n  panic-window-percentage: \"20\"",
+                                 CHECK(c.autoscaler.stable_window == Seconds(6))},
+                             GoodCase{"StableWindowMax", "autoscaler:\n  stable-window: 1h",
+                                      CHECK(c.autoscaler.stable_window == hours(1))},
+                             GoodCase{"StableWindowMinutes", "autoscaler:\n  stable-window: 2m30s",
+                                      CHECK(c.autoscaler.stable_window == Seconds(150))},
+                             GoodCase{"PanicWindowPercentage",
+                                      "autoscaler:\n  panic-window-percentage: \"20.0\"",
+                                      CHECK(c.autoscaler.panic_window_percentage == 20.0)},
+                             GoodCase{"PanicThreshold", "autoscaler:\n  panic-threshold-percentage: \"110\"",
+                                      CHECK(c.autoscaler.panic_threshold_percentage == 110)},
+                             GoodCase{"MaxScaleUpRate", "autoscaler:\n  max-scale-up-rate: \"1.5\"",
+                                      CHECK(c.autoscaler.max_scale_up_rate == 1.5)},
+                             GoodCase{"MaxScaleDownRate", "autoscaler:\n  max-scale-down-rate: 4",
+                                      CHECK(c.autoscaler.max_scale_down_rate == 4)},
+                             GoodCase{"ScaleToZeroOff", "autoscaler:\n  enable-scale-to-zero: \"false\"",
+                                      CHECK(!c.autoscaler.enable_scale_to_zero)},
+                             GoodCase{"ScaleToZeroYamlBool", "autoscaler:\n  enable-scale-to-zero: False",
+                                      CHECK(!c.autoscaler.enable_scale_to_zero)},
+                             GoodCase{"GracePeriod", "autoscaler:\n  scale-to-zero-grace-period: \"1s\"",
+                                      CHECK(c.autoscaler.scale_to_zero_grace_period == Seconds(1))},
+                             GoodCase{"RetentionPeriod",
+                                      "autoscaler:\n  scale-to-zero-pod-retention-period: \"1m5s\"",
+                                      CHECK(c.autoscaler.scale_to_zero_pod_retention_period == Seconds(65))},
+                             GoodCase{
+                                 "ClassHpa",
+                                 "autoscaler:\n  pod-autoscaler-class: hpa.autoscaling.knative.dev",
+                                 CHECK(c.autoscaler.pod_autoscaler_class == "hpa.autoscaling.knative.dev")},
+                             GoodCase{"ClassCustom", "autoscaler:\n  pod-autoscaler-class: my.example.com",
+                                      CHECK(c.autoscaler.pod_autoscaler_class == "my.example.com")},
+                             GoodCase{"ActivatorCapacity", "autoscaler:\n  activator-capacity: \"1\"",
+                                      CHECK(c.autoscaler.activator_capacity == 1)},
+                             GoodCase{
+                                 "InitialScaleZeroAllowed",
+                                 "autoscaler:\n  initial-scale: \"0\"\n  allow-zero-initial-scale: \"true\"",
+                                 CHECK(c.autoscaler.initial_scale == 0 &&
+                                       c.autoscaler.allow_zero_initial_scale)},
+                             GoodCase{"InitialScale", "autoscaler:\n  initial-scale: \"3\"",
+                                      CHECK(c.autoscaler.initial_scale == 3)},
+                             GoodCase{"MinMaxScale", "autoscaler:\n  min-scale: \"2\"\n  max-scale: \"5\"",
+                                      CHECK(c.autoscaler.min_scale == 2 && c.autoscaler.max_scale == 5)},
+                             GoodCase{"MinScaleWithUnboundedMax", "autoscaler:\n  min-scale: \"7\"",
+                                      CHECK(c.autoscaler.min_scale == 7)},
+                             GoodCase{
+                                 "MaxScaleWithinLimit",
+                                 "autoscaler:\n  max-scale: \"10\"\n  max-scale-limit: \"10\"",
+                                 CHECK(c.autoscaler.max_scale == 10 && c.autoscaler.max_scale_limit == 10)},
+                             GoodCase{"ScaleDownDelay", "autoscaler:\n  scale-down-delay: \"15m\"",
+                                      CHECK(c.autoscaler.scale_down_delay == minutes(15))},
+                             // defaults
+                             GoodCase{"RevisionTimeout", "defaults:\n  revision-timeout-seconds: \"600\"",
+                                      CHECK(c.defaults.revision_timeout_seconds == 600)},
+                             GoodCase{"MaxRevisionTimeout",
+                                      "defaults:\n  max-revision-timeout-seconds: \"3600\"\n  "
+                                      "revision-timeout-seconds: \"1200\"",
+                                      CHECK(c.defaults.max_revision_timeout_seconds == 3600 &&
+                                            c.defaults.revision_timeout_seconds == 1200)},
+                             GoodCase{"ResponseStartTimeout",
+                                      "defaults:\n  revision-response-start-timeout-seconds: \"10\"",
+                                      CHECK(c.defaults.revision_response_start_timeout_seconds == 10)},
+                             GoodCase{"ResponseStartUnsetByDefault", "defaults: {}",
+                                      CHECK(!c.defaults.revision_response_start_timeout_seconds.has_value())},
+                             GoodCase{"IdleTimeout", "defaults:\n  revision-idle-timeout-seconds: \"30\"",
+                                      CHECK(c.defaults.revision_idle_timeout_seconds == 30)},
+                             GoodCase{"ContainerConcurrency", "defaults:\n  container-concurrency: \"1000\"",
+                                      CHECK(c.defaults.container_concurrency == 1000)},
+                             GoodCase{"CcMaxLimit",
+                                      "defaults:\n  container-concurrency-max-limit: \"5\"\n  "
+                                      "container-concurrency: 5",
+                                      CHECK(c.defaults.container_concurrency_max_limit == 5)},
+                             GoodCase{"NoZeroCc",
+                                      "defaults:\n  allow-container-concurrency-zero: \"false\"\n  "
+                                      "container-concurrency: \"1\"",
+                                      CHECK(!c.defaults.allow_container_concurrency_zero)},
+                             GoodCase{"ServiceLinks", "defaults:\n  enable-service-links: \"true\"",
+                                      CHECK(c.defaults.enable_service_links)},
+                             GoodCase{"ContainerNameTemplate",
+                                      "defaults:\n  container-name-template: \"{{.Name}}-app\"",
+                                      CHECK(c.defaults.container_name_template == "{{.Name}}-app")},
+                             GoodCase{"InitContainerNameTemplate",
+                                      "defaults:\n  init-container-name-template: init",
+                                      CHECK(c.defaults.init_container_name_template == "init")},
+                             GoodCase{
+                                 "ResourceDefaults",
+                                 "defaults:\n  revision-cpu-request: 400m\n  revision-memory-request: 100M\n"
+                                 "  revision-ephemeral-storage-request: 500M\n  revision-cpu-limit: "
+                                 "\"1000m\"\n"
+                                 "  revision-memory-limit: 1.5Gi\n  revision-ephemeral-storage-limit: 2e9",
+                                 CHECK(c.defaults.resource_defaults.size() == 6 &&
+                                       c.defaults.resource_defaults.at("revision-cpu-request") == "400m" &&
+                                       c.defaults.resource_defaults.at("revision-memory-limit") == "1.5Gi")},
+                             GoodCase{"ResourceDefaultEmptyIsUnset",
+                                      "defaults:\n  revision-cpu-request: \"\"",
+                                      CHECK(c.defaults.resource_defaults.empty())},
+                             // network
+                             GoodCase{
+                                 "DomainTemplate",
+                                 "network:\n  domain-template: \"{{.Name}}-{{.Namespace}}.{{.Domain}}\"",
+                                 CHECK(c.network.domain_template == "{{.Name}}-{{.Namespace}}.{{.Domain}}")},
+                             GoodCase{"DomainTemplateWithSpacesAndIndex",
+                                      "network:\n  domain-template: '{{ .Name }}.{{index .Annotations "
+                                      "\"sub\"}}{{.Domain}}'",
+                                      CHECK(c.network.domain_template.find("index") != std::string::npos)},
+                             GoodCase{"TagTemplate", "network:\n  tag-template: \"{{.Name}}-{{.Tag}}\"",
+                                      CHECK(c.network.tag_template == "{{.Name}}-{{.Tag}}")},
+                             GoodCase{"Https", "network:\n  default-external-scheme: HTTPS",
+                                      CHECK(c.network.default_external_scheme == "https")},
+                             GoodCase{"HttpProtocol", "network:\n  http-protocol: redirected",
+                                      CHECK(c.network.http_protocol == "Redirected")},
+                             GoodCase{"RolloutDuration", "network:\n  rollout-duration: \"380s\"",
+                                      CHECK(c.network.rollout_duration == Seconds(380))},
+                             GoodCase{
+                                 "IngressClass",
+                                 "network:\n  ingress-class: kourier.ingress.networking.knative.dev",
+                                 CHECK(c.network.ingress_class == "kourier.ingress.networking.knative.dev")},
+                             GoodCase{"OtherKnativeKeysKept",
+                                      "network:\n  certificate-class: "
+                                      "cert-manager.certificate.networking.knative.dev\n"
+                                      "  external-domain-tls: disabled\n  autocreate-cluster-domain-claims: "
+                                      "\"false\"\n"
+                                      "  mesh-compatibility-mode: auto\n  system-internal-tls: Disabled\n"
+                                      "  cluster-local-domain-tls: Disabled\n  "
+                                      "enable-mesh-pod-addressability: \"false\"\n"
+                                      "  namespace-wildcard-cert-selector: \"\"",
+                                      CHECK(c.network.other.at("external-domain-tls") == "Disabled" &&
+                                            c.network.other.at("certificate-class") ==
+                                                "cert-manager.certificate.networking.knative.dev" &&
+                                            !c.network.autocreate_cluster_domain_claims &&
+                                            c.network.other.size() == 7)},
+                             // domain
+                             GoodCase{"DomainsReplaceDefault",
+                                      "domain:\n  example.com: \"\"\n  internal.example.com: |\n    "
+                                      "selector:\n      app: secret\n",
+                                      [](const Config& c) {
+                                        ASSERT_EQ(c.domain.domains.size(), 2u);
+                                        EXPECT_EQ(c.domain.domains[0].domain, "example.com");
+                                        EXPECT_TRUE(c.domain.domains[0].selector.empty());
+                                        EXPECT_EQ(c.domain.domains[1].domain, "internal.example.com");
+                                        EXPECT_EQ(c.domain.domains[1].selector,
+                                                  (std::map<std::string, std::string>{{"app", "secret"}}));
+                                      }},
+                             GoodCase{"DomainSelectorAsMapping",
+                                      "domain:\n  x.example.com:\n    selector:\n      tier: web\n      env: "
+                                      "prod\n",
+                                      [](const Config& c) {
+                                        ASSERT_EQ(c.domain.domains.size(), 1u);
+                                        EXPECT_EQ(c.domain.domains[0].selector.size(), 2u);
+                                        EXPECT_EQ(c.domain.domains[0].selector.at("env"), "prod");
+                                      }},
+                             GoodCase{"DomainNullValue", "domain:\n  example.org:\n",
+                                      CHECK(c.domain.domains.size() == 1)},
+                             GoodCase{
+                                 "DomainExampleKeyIgnored",
+                                 "domain:\n  _example: |\n    anything goes here\n  a.b: \"\"",
+                                 CHECK(c.domain.domains.size() == 1 && c.domain.domains[0].domain == "a.b")},
+                             GoodCase{"DomainEmptySection", "domain: {}", CHECK(c.domain.domains.empty())},
+                             // gc
+                             GoodCase{
+                                 "GcDisabled",
+                                 "gc:\n  retain-since-create-time: disabled\n  "
+                                 "retain-since-last-active-time: \"Disabled\"\n"
+                                 "  max-non-active-revisions: disabled\n  min-non-active-revisions: \"5000\"",
+                                 CHECK(!c.gc.retain_since_create_time &&
+                                       !c.gc.retain_since_last_active_time &&
+                                       !c.gc.max_non_active_revisions &&
+                                       c.gc.min_non_active_revisions == 5000)},
+                             GoodCase{
+                                 "GcQuickCollect",
+                                 "gc:\n  min-non-active-revisions: \"0\"\n  max-non-active-revisions: \"0\"\n"
+                                 "  retain-since-create-time: 0s\n  retain-since-last-active-time: \"0\"",
+                                 CHECK(c.gc.max_non_active_revisions == 0 &&
+                                       c.gc.retain_since_create_time == Seconds(0) &&
+                                       c.gc.retain_since_last_active_time == Seconds(0))},
+                             GoodCase{
+                                 "GcDurations",
+                                 "gc:\n  retain-since-create-time: 1h\n  retain-since-last-active-time: 30m",
+                                 CHECK(c.gc.retain_since_create_time == hours(1) &&
+                                       c.gc.retain_since_last_active_time == minutes(30))},
+                             // deployment
+                             GoodCase{"ProgressDeadline", "deployment:\n  progress-deadline: 2m",
+                                      CHECK(c.deployment.progress_deadline == minutes(2))},
+                             GoodCase{
+                                 "RegistriesCsv",
+                                 "deployment:\n  registries-skipping-tag-resolving: \"kind.local, "
+                                 "ko.local,,127.0.0.1:5000\"",
+                                 CHECK(
+                                     (c.deployment.registries_skipping_tag_resolving ==
+                                      std::vector<std::string>{"kind.local", "ko.local", "127.0.0.1:5000"}))},
+                             GoodCase{"RegistriesList",
+                                      "deployment:\n  registries-skipping-tag-resolving: [dev.local]",
+                                      CHECK((c.deployment.registries_skipping_tag_resolving ==
+                                             std::vector<std::string>{"dev.local"}))},
+                             GoodCase{"DigestTimeout", "deployment:\n  digest-resolution-timeout: 500ms",
+                                      CHECK(c.deployment.digest_resolution_timeout == "500ms")},
+                             GoodCase{
+                                 "QueueSidecarKeysAccepted",
+                                 "deployment:\n  queue-sidecar-image: gcr.io/knative-releases/queue\n  "
+                                 "queue-sidecar-cpu-request: 25m",
+                                 CHECK(c.deployment.queue_sidecar_image == "gcr.io/knative-releases/queue")},
+                             // knap
+                             GoodCase{"RouterTls",
+                                      "knap:\n  router-tls-listen: \"0.0.0.0:8443\"\n  "
+                                      "router-tls-certificates-dir: /etc/knap/tls\n"
+                                      "network:\n  auto-tls: enabled\n  http-protocol: redirected",
+                                      [](const Config& c) {
+                                        EXPECT_EQ(c.knap.router_tls_listen, "0.0.0.0:8443");
+                                        EXPECT_EQ(c.knap.router_tls_certificates_dir, "/etc/knap/tls");
+                                        EXPECT_TRUE(c.network.externalDomainTls());
+                                        EXPECT_EQ(c.network.http_protocol, "Redirected");
+                                      }},
+                             GoodCase{"Acme",
+                                      "knap:\n  acme-directory: https://acme.example/dir\n  acme-email: "
+                                      "ops@example.com\n"
+                                      "  acme-ca-file: /etc/knap/acme-ca.crt\n  acme-renew-before: 240h",
+                                      [](const Config& c) {
+                                        EXPECT_EQ(c.knap.acme_directory, "https://acme.example/dir");
+                                        EXPECT_EQ(c.knap.acme_email, "ops@example.com");
+                                        EXPECT_EQ(c.knap.acme_ca_file, "/etc/knap/acme-ca.crt");
+                                        EXPECT_EQ(c.knap.acme_renew_before.count(), 240 * 3600);
+                                      }},
+                             GoodCase{"AcmeDefaults", "knap:\n  data-dir: /var/lib/knap",
+                                      CHECK(c.knap.acme_directory.empty() &&
+                                            c.knap
+                                                    .acme_renew_before.count() == 30 * 24 * 3600)},
+                             GoodCase{
+                                 "ExternalDomainTlsDefaultOff", "network:\n  http-protocol: Enabled",
+                                 CHECK(!c.network.externalDomainTls() && c.knap.router_tls_listen.empty())},
+                             GoodCase{
+                                 "KnapSection",
+                                 "knap:\n  data-dir: /srv/knap\n  api-socket: /run/knap.sock\n  api-listen: "
+                                 "\"0.0.0.0:0\"\n"
+                                 "  router-listen: \"[::1]:80\"\n  router-internal-listen: 10.88.0.1:8081\n"
+                                 "  kubeconfig-path: /root/.kube/config\n  containerd-socket: /run/c.sock\n"
+                                 "  containerd-namespace: knap-test\n  pod-subnet: 10.99.0.0/24\n  "
+                                 "bridge-name: knapbr0\n"
+                                 "  max-request-body-bytes: 1048576\n  watch-history-events: \"50\"",
+                                 [](const Config& c) {
+                                   EXPECT_EQ(c.knap.data_dir, "/srv/knap");
+                                   EXPECT_EQ(c.knap.api_socket, "/run/knap.sock");
+                                   EXPECT_EQ(c.knap.api_listen, "0.0.0.0:0");
+                                   EXPECT_EQ(c.knap.router_listen, "[::1]:80");
+                                   EXPECT_EQ(c.knap.router_internal_listen, "10.88.0.1:8081");
+                                   EXPECT_EQ(c.knap.kubeconfig_path, "/root/.kube/config");
+                                   EXPECT_EQ(c.knap.containerd_socket, "/run/c.sock");
+                                   EXPECT_EQ(c.knap.containerd_namespace, "knap-test");
+                                   EXPECT_EQ(c.knap.pod_subnet, "10.99.0.0/24");
+                                   EXPECT_EQ(c.knap.bridge_name, "knapbr0");
+                                   EXPECT_EQ(c.knap.max_request_body_bytes, 1048576u);
+                                   EXPECT_EQ(c.knap.watch_history_events, 50);
+                                 }},
+                             GoodCase{"ImagesAndWarmPool",
+                                      "knap:\n  platform: linux/arm64/v8\n  registry-auth-file: "
+                                      "/etc/knap/auth.json\n"
+                                      "  registry-ca-file: /etc/knap/ca.pem\n  insecure-registries: "
+                                      "[\"127.0.0.1:5000\", localhost:5001]\n"
+                                      "  pull-parallelism: \"8\"\n  pull-retry-max: 1m\n  pre-pull-images: "
+                                      "\"a.io/x:1, b.io/y@sha256:00\"\n"
+                                      "  image-gc-interval: 30s\n  image-gc-min-age: 0s\n  "
+                                      "image-gc-high-threshold-percent: 90\n"
+                                      "  image-gc-low-threshold-percent: 70\n  warm-pool-size: 2\n  "
+                                      "warm-pool-mode: created",
+                                      [](const Config& c) {
+                                        EXPECT_EQ(c.knap.platform, "linux/arm64/v8");
+                                        EXPECT_EQ(c.knap.registry_auth_file, "/etc/knap/auth.json");
+                                        EXPECT_EQ(c.knap.registry_ca_file, "/etc/knap/ca.pem");
+                                        EXPECT_EQ(
+                                            c.knap.insecure_registries,
+                                            (std::vector<std::string>{"127.0.0.1:5000", "localhost:5001"}));
+                                        EXPECT_EQ(c.knap.pull_parallelism, 8);
+                                        EXPECT_EQ(c.knap.pull_retry_max, Seconds(60));
+                                        EXPECT_EQ(c.knap.pre_pull_images,
+                                                  (std::vector<std::string>{"a.io/x:1", "b.io/y@sha256:00"}));
+                                        EXPECT_EQ(c.knap.image_gc_interval, Seconds(30));
+                                        EXPECT_EQ(c.knap.image_gc_min_age, Seconds(0));
+                                        EXPECT_EQ(c.knap.image_gc_high_percent, 90);
+                                        EXPECT_EQ(c.knap.image_gc_low_percent, 70);
+                                        EXPECT_EQ(c.knap.warm_pool_size, 2);
+                                        EXPECT_EQ(c.knap.warm_pool_mode, "created");
+                                      }},
+                             GoodCase{"RouterLimits",
+                                      "knap:\n  router-max-connections: 500\n  "
+                                      "router-keepalive-idle-timeout: 15s\n"
+                                      "  router-tunnel-idle-timeout: 0s\n  router-drain-timeout: 1m\n  "
+                                      "router-startup-hold: 0s",
+                                      [](const Config& c) {
+                                        EXPECT_EQ(c.knap.router_max_connections, 500);
+                                        EXPECT_EQ(c.knap.router_keepalive_idle_timeout, Seconds(15));
+                                        EXPECT_EQ(c.knap.router_tunnel_idle_timeout, Seconds(0));
+                                        EXPECT_EQ(c.knap.router_drain_timeout, Seconds(60));
+                                        EXPECT_EQ(c.knap.router_startup_hold, Seconds(0));
+                                      }},
+                             GoodCase{"RouterLimitDefaults", "knap:\n  data-dir: /tmp/x",
+                                      [](const Config& c) {
+                                        EXPECT_EQ(c.knap.router_max_connections, 10000);
+                                        EXPECT_EQ(c.knap.router_keepalive_idle_timeout, Seconds(60));
+                                        EXPECT_EQ(c.knap.router_tunnel_idle_timeout, Seconds(300));
+                                        EXPECT_EQ(c.knap.router_drain_timeout, Seconds(30));
+                                        EXPECT_EQ(c.knap.router_startup_hold, Seconds(30));
+                                      }},
+                             GoodCase{"ExampleKeyIgnoredEverywhere",
+                                      "autoscaler:\n  _example: |\n    stable-window: \"60s\"\n",
+                                      CHECK(c.autoscaler.stable_window == Seconds(60))}),
+                         [](const testing::TestParamInfo<GoodCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 #undef CHECK
 
@@ -580,7 +648,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"RoleBindingBadNamespace", "knap:\n  api-role-bindings: [\"view user:bob Team_A\"]",
                 "is not a namespace name"},
         BadCase{"ApiThreadsZero", "knap:\n  api-threads: 0", "knap.api-threads: must be in [1, 64]"},
-        BadCase{"TokenFileRelative", "knap:\n  api-token-file: tokens.csv", "knap.api-token-file: must be an absolute path"},
+        BadCase{"TokenFileRelative", "knap:\n  api-token-file: tokens.csv",
+                "knap.api-token-file: must be an absolute path"},
         BadCase{"InsecureNotBool", "knap:\n  api-insecure-loopback: maybe", "knap.api-insecure-loopback"},
         BadCase{"ApiListenNoPort", "knap:\n  api-listen: localhost", "knap.api-listen: must be host:port"},
         BadCase{"ApiListenBadPort", "knap:\n  api-listen: \"127.0.0.1:70000\"",
@@ -593,9 +662,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "knap.router-tls-certificates-dir: must be an absolute path"},
         BadCase{"AcmeDirectoryNotUrl", "knap:\n  acme-directory: acme.example/dir",
                 "knap.acme-directory: must be an https:// URL"},
-        BadCase{"AcmeEmailBad", "knap:\n  acme-email: \"ops at example\"", "knap.acme-email: must be an e-mail address"},
-        BadCase{"AcmeRenewZero", "knap:\n  acme-renew-before: 0s", "knap.acme-renew-before: must be a positive duration"},
-        BadCase{"AcmeCaRelative", "knap:\n  acme-ca-file: ca.crt", "knap.acme-ca-file: must be an absolute path"},
+        BadCase{"AcmeEmailBad", "knap:\n  acme-email: \"ops at example\"",
+                "knap.acme-email: must be an e-mail address"},
+        BadCase{"AcmeRenewZero", "knap:\n  acme-renew-before: 0s",
+                "knap.acme-renew-before: must be a positive duration"},
+        BadCase{"AcmeCaRelative", "knap:\n  acme-ca-file: ca.crt",
+                "knap.acme-ca-file: must be an absolute path"},
         BadCase{"RouterInternalBad", "knap:\n  router-internal-listen: \"10.0.0.1\"",
                 "knap.router-internal-listen: must be host:port"},
         BadCase{"MetricsListenBad", "knap:\n  metrics-listen: \"9095\"",
@@ -621,11 +693,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"PlatformBad", "knap:\n  platform: amd64", "knap.platform: must be os/arch"},
         BadCase{"InsecureWithPath", "knap:\n  insecure-registries: host:5000/repo",
                 "knap.insecure-registries: invalid registry"},
-        BadCase{"PullParallelismZero", "knap:\n  pull-parallelism: 0", "knap.pull-parallelism: must be in [1, 64]"},
-        BadCase{"GcThresholdsCrossed",
-                "knap:\n  image-gc-high-threshold-percent: 50\n  image-gc-low-threshold-percent: 60",
-                "knap.image-gc-low-threshold-percent: must be lower than image-gc-high-threshold-percent (50)"},
-        BadCase{"WarmPoolNegative", "knap:\n  warm-pool-size: -1", "knap.warm-pool-size: must be in [0, 100]"},
+        BadCase{"PullParallelismZero", "knap:\n  pull-parallelism: 0",
+                "knap.pull-parallelism: must be in [1, 64]"},
+        BadCase{
+            "GcThresholdsCrossed",
+            "knap:\n  image-gc-high-threshold-percent: 50\n  image-gc-low-threshold-percent: 60",
+            "knap.image-gc-low-threshold-percent: must be lower than image-gc-high-threshold-percent (50)"},
+        BadCase{"WarmPoolNegative", "knap:\n  warm-pool-size: -1",
+                "knap.warm-pool-size: must be in [0, 100]"},
         BadCase{"WarmPoolModeBad", "knap:\n  warm-pool-mode: hot",
                 "knap.warm-pool-mode: must be \"frozen\" or \"created\""},
         BadCase{"RouterMaxConnectionsNegative", "knap:\n  router-max-connections: -1",
@@ -648,7 +723,8 @@ TEST(ParseConfig, ApiAccessKeys) {
   auto c = parseConfig(
       "knap:\n  api-threads: 8\n  api-max-connections: 50\n  api-insecure-loopback: \"true\"\n"
       "  api-token-file: /etc/knap/tokens.csv\n"
-      "  api-role-bindings:\n  - admin user:alice\n  - edit group:system:devs default\n  - view user:bob *\n");
+      "  api-role-bindings:\n  - admin user:alice\n  - edit group:system:devs default\n  - view user:bob "
+      "*\n");
   ASSERT_TRUE(c.isOk()) << c.status().message();
   EXPECT_EQ(c->knap.api_threads, 8);
   EXPECT_EQ(c->knap.api_max_connections, 50);

@@ -29,14 +29,22 @@ StatusOr<std::chrono::nanoseconds> parseGoDuration(const std::string& text) {
     while (i < text.size() && !std::isdigit(static_cast<unsigned char>(text[i])) && text[i] != '.') ++i;
     std::string unit = text.substr(ustart, i - ustart);
     long double mult = 0;
-    if (unit == "ns") mult = 1;
-    else if (unit == "us" || unit == "\xC2\xB5s" || unit == "\xCE\xBCs") mult = 1e3;
-    else if (unit == "ms") mult = 1e6;
-    else if (unit == "s") mult = 1e9;
-    else if (unit == "m") mult = 60e9;
-    else if (unit == "h") mult = 3600e9;
-    else if (unit.empty()) return bad("missing unit (use ns, us, ms, s, m or h)");
-    else return bad("unknown unit \"" + unit + "\" (use ns, us, ms, s, m or h)");
+    if (unit == "ns")
+      mult = 1;
+    else if (unit == "us" || unit == "\xC2\xB5s" || unit == "\xCE\xBCs")
+      mult = 1e3;
+    else if (unit == "ms")
+      mult = 1e6;
+    else if (unit == "s")
+      mult = 1e9;
+    else if (unit == "m")
+      mult = 60e9;
+    else if (unit == "h")
+      mult = 3600e9;
+    else if (unit.empty())
+      return bad("missing unit (use ns, us, ms, s, m or h)");
+    else
+      return bad("unknown unit \"" + unit + "\" (use ns, us, ms, s, m or h)");
     total += value * mult;
   }
   if (total > 9.2e18L) return bad("out of range");

@@ -8,7 +8,8 @@ namespace {
 
 class NullEventRecorder final : public EventRecorder {
  public:
-  void record(const ObjectRef&, EventType, const std::string&, const std::string&, const std::string&) override {}
+  void record(const ObjectRef&, EventType, const std::string&, const std::string&,
+              const std::string&) override {}
 };
 
 }  // namespace
@@ -27,7 +28,9 @@ ObjectRef objectRefOf(const nlohmann::json& object) {
   return r;
 }
 
-const char* eventTypeName(EventType t) { return t == EventType::kWarning ? "Warning" : "Normal"; }
+const char* eventTypeName(EventType t) {
+  return t == EventType::kWarning ? "Warning" : "Normal";
+}
 
 EventRecorder& nullEventRecorder() {
   static NullEventRecorder recorder;

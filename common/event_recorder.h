@@ -7,9 +7,8 @@
 // record() must not block on I/O: callers may hold their own locks.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace knap {
 

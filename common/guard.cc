@@ -26,7 +26,8 @@ bool runGuarded(std::string_view what, const std::function<void()>& fn) noexcept
     return true;
   } catch (...) {
     try {
-      LOG(ERROR) << what << ": " << currentExceptionText() << " (caught at the thread entry; knapd carries on)";
+      LOG(ERROR) << what << ": " << currentExceptionText()
+                 << " (caught at the thread entry; knapd carries on)";
     } catch (...) {
     }
     return false;

@@ -5,9 +5,8 @@
 #pragma once
 
 #include <initializer_list>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace knap {
 
@@ -18,10 +17,14 @@ const nlohmann::json* jsonAt(const nlohmann::json& j, std::initializer_list<cons
 // The value at `path`, or a null value when it is absent: for reading on
 // with is_*() checks without a nullptr test.
 const nlohmann::json& valueAt(const nlohmann::json& j, std::initializer_list<const char*> path);
-inline const nlohmann::json& valueAt(const nlohmann::json& j, const char* key) { return valueAt(j, {key}); }
+inline const nlohmann::json& valueAt(const nlohmann::json& j, const char* key) {
+  return valueAt(j, {key});
+}
 
 // The string at `path`; "" when absent or not a string.
 std::string stringAt(const nlohmann::json& j, std::initializer_list<const char*> path);
-inline std::string stringAt(const nlohmann::json& j, const char* key) { return stringAt(j, {key}); }
+inline std::string stringAt(const nlohmann::json& j, const char* key) {
+  return stringAt(j, {key});
+}
 
 }  // namespace knap

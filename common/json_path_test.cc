@@ -13,7 +13,7 @@ TEST(JsonPath, FindsNestedMembersAndNeverThrowsOnOtherShapes) {
   EXPECT_EQ(stringAt(j["metadata"], "name"), "hello");
   EXPECT_EQ(stringAt(j, {"metadata", "generation"}), "");  // not a string
   EXPECT_EQ(stringAt(j, {"metadata", "missing"}), "");
-  EXPECT_EQ(stringAt(j, {"spec", "x"}), "");              // an array is not an object
+  EXPECT_EQ(stringAt(j, {"spec", "x"}), "");  // an array is not an object
   EXPECT_EQ(stringAt(json("text"), "x"), "");
   EXPECT_EQ(stringAt(json(), {"a", "b"}), "");
   ASSERT_NE(jsonAt(j, {"metadata", "generation"}), nullptr);

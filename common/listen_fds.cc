@@ -81,8 +81,9 @@ StatusOr<std::vector<ListenFd>> parseListenFds(const char* listen_pid, const cha
       if (names.size() > static_cast<size_t>(kMaxListenFds)) break;
     }
     if (names.size() != static_cast<size_t>(n)) {
-      return invalidArgument("LISTEN_FDNAMES names " + std::to_string(names.size()) + " sockets but LISTEN_FDS is " +
-                             std::to_string(n) + " (" + quoted(listen_fdnames) + ")");
+      return invalidArgument("LISTEN_FDNAMES names " + std::to_string(names.size()) +
+                             " sockets but LISTEN_FDS is " + std::to_string(n) + " (" +
+                             quoted(listen_fdnames) + ")");
     }
     for (const std::string& name : names) {
       if (!name.empty() && !validName(name)) {
@@ -98,8 +99,8 @@ StatusOr<std::vector<ListenFd>> parseListenFds(const char* listen_pid, const cha
 }
 
 StatusOr<std::vector<ListenFd>> takeListenFds() {
-  auto parsed = parseListenFds(std::getenv("LISTEN_PID"), std::getenv("LISTEN_FDS"), std::getenv("LISTEN_FDNAMES"),
-                               ::getpid());
+  auto parsed = parseListenFds(std::getenv("LISTEN_PID"), std::getenv("LISTEN_FDS"),
+                               std::getenv("LISTEN_FDNAMES"), ::getpid());
   ::unsetenv("LISTEN_PID");
   ::unsetenv("LISTEN_FDS");
   ::unsetenv("LISTEN_FDNAMES");

@@ -26,14 +26,13 @@ std::string err(const char* pid, const char* fds, const char* names) {
 }
 
 TEST(ListenFds, NoneUnlessMeantForUs) {
-  EXPECT_TRUE(ok(nullptr, "2", "a:b").empty());      // no LISTEN_PID
-  EXPECT_TRUE(ok("4243", "2", "a:b").empty());       // another process's
+  EXPECT_TRUE(ok(nullptr, "2", "a:b").empty());       // no LISTEN_PID
+  EXPECT_TRUE(ok("4243", "2", "a:b").empty());        // another process's
   EXPECT_TRUE(ok("4242", nullptr, nullptr).empty());  // no LISTEN_FDS
 }
 
 TEST(ListenFds, NamedAndUnnamed) {
-  EXPECT_EQ(ok("4242", "2", "router:api"),
-            (std::vector<ListenFd>{{3, "router"}, {4, "api"}}));
+  EXPECT_EQ(ok("4242", "2", "router:api"), (std::vector<ListenFd>{{3, "router"}, {4, "api"}}));
   EXPECT_EQ(ok("4242", "1", nullptr), (std::vector<ListenFd>{{3, "unknown"}}));
   EXPECT_EQ(ok("4242", "3", "a::c"), (std::vector<ListenFd>{{3, "a"}, {4, ""}, {5, "c"}}));
 }

@@ -19,19 +19,27 @@ std::atomic<int> g_min_level{static_cast<int>(Level::kInfo)};
 std::atomic<int> g_journal{-1};  // -1: not looked at yet; 0/1: stderr is (not) the journal
 const char* levelName(Level l) {
   switch (l) {
-    case Level::kDebug: return "D";
-    case Level::kInfo: return "I";
-    case Level::kWarning: return "W";
-    case Level::kError: return "E";
+    case Level::kDebug:
+      return "D";
+    case Level::kInfo:
+      return "I";
+    case Level::kWarning:
+      return "W";
+    case Level::kError:
+      return "E";
   }
   return "?";
 }
 const char* syslogPrefix(Level l) {
   switch (l) {
-    case Level::kDebug: return "<7>";
-    case Level::kInfo: return "<6>";
-    case Level::kWarning: return "<4>";
-    case Level::kError: return "<3>";
+    case Level::kDebug:
+      return "<7>";
+    case Level::kInfo:
+      return "<6>";
+    case Level::kWarning:
+      return "<4>";
+    case Level::kError:
+      return "<3>";
   }
   return "<6>";
 }
@@ -53,10 +61,16 @@ bool isJournalStream(const char* journal_stream, int fd) {
   return st.st_dev == dev && st.st_ino == ino;
 }
 
-void detectJournal() { g_journal = isJournalStream(std::getenv("JOURNAL_STREAM"), 2) ? 1 : 0; }
+void detectJournal() {
+  g_journal = isJournalStream(std::getenv("JOURNAL_STREAM"), 2) ? 1 : 0;
+}
 
-void setMinLevel(Level level) { g_min_level = static_cast<int>(level); }
-Level minLevel() { return static_cast<Level>(g_min_level.load()); }
+void setMinLevel(Level level) {
+  g_min_level = static_cast<int>(level);
+}
+Level minLevel() {
+  return static_cast<Level>(g_min_level.load());
+}
 
 Line::Line(Level level, const char* file, int line)
     : enabled_(static_cast<int>(level) >= g_min_level.load()) {

@@ -76,7 +76,8 @@ class WorkerPool {
 
   // `executor` non-null: post() hands every job to it and start() starts no thread.
   // `name` names the pool in the log when a job throws (common/guard.h).
-  explicit WorkerPool(Executor executor = nullptr, OnStop on_stop = OnStop::kDrain, std::string name = "worker pool")
+  explicit WorkerPool(Executor executor = nullptr, OnStop on_stop = OnStop::kDrain,
+                      std::string name = "worker pool")
       : executor_(std::move(executor)), on_stop_(on_stop), name_(std::move(name)) {}
   ~WorkerPool() { stop(); }
   WorkerPool(const WorkerPool&) = delete;

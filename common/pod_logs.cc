@@ -5,14 +5,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace knap {
 
 namespace fs = std::filesystem;
 
-std::vector<PodLogFiles> findPodLogs(const std::string& data_dir, const std::string& ns, const std::string& name) {
+std::vector<PodLogFiles> findPodLogs(const std::string& data_dir, const std::string& ns,
+                                     const std::string& name) {
   std::vector<PodLogFiles> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(data_dir + "/pods", ec)) {
@@ -29,8 +29,13 @@ std::vector<PodLogFiles> findPodLogs(const std::string& data_dir, const std::str
     if (revision != name && service != name) continue;
     std::string pod = field("pod");
     if (pod.empty()) pod = e.path().filename().string();
-    PodLogFiles files{pod, revision, service, field("container"), (e.path() / "stdout.log").string(),
-                      (e.path() / "stderr.log").string(), {}};
+    PodLogFiles files{pod,
+                      revision,
+                      service,
+                      field("container"),
+                      (e.path() / "stdout.log").string(),
+                      (e.path() / "stderr.log").string(),
+                      {}};
     for (const auto& c : fs::directory_iterator(e.path() / "containers", ec)) {
       files.sidecars.push_back({c.path().filename().string(), (c.path() / "stdout.log").string(),
                                 (c.path() / "stderr.log").string()});
@@ -54,7 +59,8 @@ StatusOr<std::string> readLogTail(const std::string& path, size_t max_bytes, boo
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   if (size < 0) return Status(Code::kUnavailable, "cannot read " + path);
-  std::streamoff start = size > static_cast<std::streamoff>(max_bytes) ? size - static_cast<std::streamoff>(max_bytes) : 0;
+  std::streamoff start =
+      size > static_cast<std::streamoff>(max_bytes) ? size - static_cast<std::streamoff>(max_bytes) : 0;
   in.seekg(start);
   std::string text(static_cast<size_t>(size - start), '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));

@@ -25,7 +25,7 @@ struct PodLogFiles {
   std::string pod;
   std::string revision;
   std::string service;
-  std::string container;  // the serving container's name (meta.json "container")
+  std::string container;    // the serving container's name (meta.json "container")
   std::string stdout_path;  // the serving container's logs, in the pod directory
   std::string stderr_path;
   // Sidecars of a multi-container pod: <pod dir>/containers/<name>/, by name.
@@ -35,7 +35,8 @@ struct PodLogFiles {
 // The pods in namespace `ns` whose revision or service is `name`, sorted by
 // pod name. A pod directory without a readable meta.json is skipped. A
 // missing <data_dir>/pods is an empty list.
-std::vector<PodLogFiles> findPodLogs(const std::string& data_dir, const std::string& ns, const std::string& name);
+std::vector<PodLogFiles> findPodLogs(const std::string& data_dir, const std::string& ns,
+                                     const std::string& name);
 
 // The end of a log file: at most `max_bytes`, starting after a newline when
 // the file is longer (so no partial first line); `truncated` (may be null)

@@ -1,11 +1,10 @@
 #include "common/pod_logs.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace knap {
 namespace {
@@ -21,9 +20,12 @@ TEST(PodLogs, FindsThePodsOfARevisionOrServiceInTheNamespace) {
   fs::path dir = fs::path(::testing::TempDir()) / ("knap-podlogs-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   EXPECT_TRUE(findPodLogs(dir.string(), "default", "hello-00001").empty());  // no pods dir yet
-  write(dir / "pods/p2/meta.json", R"({"pod":"p2","namespace":"default","revision":"hello-00001","service":"hello"})");
-  write(dir / "pods/p1/meta.json", R"({"pod":"p1","namespace":"default","revision":"hello-00002","service":"hello"})");
-  write(dir / "pods/p3/meta.json", R"({"pod":"p3","namespace":"other","revision":"hello-00001","service":"hello"})");
+  write(dir / "pods/p2/meta.json",
+        R"({"pod":"p2","namespace":"default","revision":"hello-00001","service":"hello"})");
+  write(dir / "pods/p1/meta.json",
+        R"({"pod":"p1","namespace":"default","revision":"hello-00002","service":"hello"})");
+  write(dir / "pods/p3/meta.json",
+        R"({"pod":"p3","namespace":"other","revision":"hello-00001","service":"hello"})");
   write(dir / "pods/p4/meta.json", "not json");
   write(dir / "pods/p5/meta.json", R"({"pod":5,"namespace":"default","revision":["x"]})");
   auto rev = findPodLogs(dir.string(), "default", "hello-00001");

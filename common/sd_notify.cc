@@ -24,24 +24,28 @@ std::string oneLine(std::string s) {
 }
 
 StatusOr<uint64_t> parseUnsigned(const char* name, const char* text) {
-  if (text[0] < '0' || text[0] > '9') return invalidArgument(std::string(name) + "=\"" + text + "\" is not a number");
+  if (text[0] < '0' || text[0] > '9')
+    return invalidArgument(std::string(name) + "=\"" + text + "\" is not a number");
   errno = 0;
   char* end = nullptr;
   unsigned long long v = std::strtoull(text, &end, 10);
-  if (*end != '\0' || errno == ERANGE) return invalidArgument(std::string(name) + "=\"" + text + "\" is not a number");
+  if (*end != '\0' || errno == ERANGE)
+    return invalidArgument(std::string(name) + "=\"" + text + "\" is not a number");
   return static_cast<uint64_t>(v);
 }
 
 }  // namespace
 
-StatusOr<std::optional<std::chrono::microseconds>> parseWatchdog(const char* usec, const char* pid, pid_t self) {
+StatusOr<std::optional<std::chrono::microseconds>> parseWatchdog(const char* usec, const char* pid,
+                                                                 pid_t self) {
   using Result = std::optional<std::chrono::microseconds>;
   if (usec == nullptr || usec[0] == '\0') return Result();
   auto us = parseUnsigned("WATCHDOG_USEC", usec);
   if (!us.isOk()) return us.status();
   if (*us == 0) return Result();
   // systemd caps timeouts far below this; a larger value is a corrupt variable.
-  if (*us > uint64_t{1} << 50) return invalidArgument(std::string("WATCHDOG_USEC=\"") + usec + "\" is out of range");
+  if (*us > uint64_t{1} << 50)
+    return invalidArgument(std::string("WATCHDOG_USEC=\"") + usec + "\" is out of range");
   if (pid != nullptr && pid[0] != '\0') {
     auto p = parseUnsigned("WATCHDOG_PID", pid);
     if (!p.isOk()) return p.status();
@@ -58,8 +62,10 @@ Notifier Notifier::fromEnvironment() {
   std::string socket = sock ? sock : "";
   auto wd = parseWatchdog(std::getenv("WATCHDOG_USEC"), std::getenv("WATCHDOG_PID"), ::getpid());
   std::optional<std::chrono::microseconds> interval;
-  if (wd.isOk()) interval = *wd;
-  else LOG(WARNING) << "systemd watchdog left off: " << wd.status().message();
+  if (wd.isOk())
+    interval = *wd;
+  else
+    LOG(WARNING) << "systemd watchdog left off: " << wd.status().message();
   ::unsetenv("NOTIFY_SOCKET");
   ::unsetenv("WATCHDOG_USEC");
   ::unsetenv("WATCHDOG_PID");
@@ -73,11 +79,13 @@ Status Notifier::send(const std::string& state) const {
   socklen_t len = 0;
   if (socket_[0] == '@') {
     // Abstract namespace: a leading NUL, and the length counts exactly the name.
-    if (socket_.size() > sizeof(addr.sun_path)) return invalidArgument("NOTIFY_SOCKET " + socket_ + " is too long");
+    if (socket_.size() > sizeof(addr.sun_path))
+      return invalidArgument("NOTIFY_SOCKET " + socket_ + " is too long");
     std::memcpy(addr.sun_path + 1, socket_.data() + 1, socket_.size() - 1);
     len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket_.size());
   } else if (socket_[0] == '/') {
-    if (socket_.size() >= sizeof(addr.sun_path)) return invalidArgument("NOTIFY_SOCKET " + socket_ + " is too long");
+    if (socket_.size() >= sizeof(addr.sun_path))
+      return invalidArgument("NOTIFY_SOCKET " + socket_ + " is too long");
     std::memcpy(addr.sun_path, socket_.data(), socket_.size());
     len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket_.size() + 1);
   } else {
@@ -100,7 +108,9 @@ Status Notifier::ready(const std::string& status) const {
   return send("READY=1\nSTATUS=" + oneLine(status) + "\nMAINPID=" + std::to_string(::getpid()));
 }
 
-Status Notifier::status(const std::string& status) const { return send("STATUS=" + oneLine(status)); }
+Status Notifier::status(const std::string& status) const {
+  return send("STATUS=" + oneLine(status));
+}
 
 Status Notifier::watchdog() const {
   if (!watchdog_interval_) return Status::ok();

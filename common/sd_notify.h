@@ -28,7 +28,8 @@ namespace knap::sd {
 // interval at which to send WATCHDOG=1 (half of WATCHDOG_USEC, as sd_watchdog_enabled(3)
 // advises), nullopt when no watchdog is wanted (usec unset or 0, or pid names another
 // process), or an error naming the bad variable.
-StatusOr<std::optional<std::chrono::microseconds>> parseWatchdog(const char* usec, const char* pid, pid_t self);
+StatusOr<std::optional<std::chrono::microseconds>> parseWatchdog(const char* usec, const char* pid,
+                                                                 pid_t self);
 
 class Notifier {
  public:

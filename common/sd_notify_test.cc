@@ -162,24 +162,27 @@ TEST_P(ParseWatchdog, Case) {
     EXPECT_NE(r.status().message().find("WATCHDOG_"), std::string::npos) << r.status().message();
     return;
   }
-  if (c.interval_us < 0) EXPECT_FALSE(r->has_value());
-  else EXPECT_EQ(**r, microseconds(c.interval_us));
+  if (c.interval_us < 0)
+    EXPECT_FALSE(r->has_value());
+  else
+    EXPECT_EQ(**r, microseconds(c.interval_us));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Table, ParseWatchdog,
-    testing::Values(WatchdogCase{"Unset", nullptr, nullptr, true, -1},
-                    WatchdogCase{"Empty", "", nullptr, true, -1},
-                    WatchdogCase{"Zero", "0", nullptr, true, -1},
-                    WatchdogCase{"NoPid", "20000000", nullptr, true, 10000000},
-                    WatchdogCase{"OurPid", "20000000", "SELF", true, 10000000},
-                    WatchdogCase{"OtherPid", "20000000", "1", true, -1},
-                    WatchdogCase{"One", "1", nullptr, true, 1},
-                    WatchdogCase{"NotANumber", "20s", nullptr, false, 0},
-                    WatchdogCase{"Negative", "-5", nullptr, false, 0},
-                    WatchdogCase{"Huge", "99999999999999999999999", nullptr, false, 0},
-                    WatchdogCase{"BadPid", "20000000", "x1", false, 0}),
-    [](const testing::TestParamInfo<WatchdogCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Table, ParseWatchdog,
+                         testing::Values(WatchdogCase{"Unset", nullptr, nullptr, true, -1},
+                                         WatchdogCase{"Empty", "", nullptr, true, -1},
+                                         WatchdogCase{"Zero", "0", nullptr, true, -1},
+                                         WatchdogCase{"NoPid", "20000000", nullptr, true, 10000000},
+                                         WatchdogCase{"OurPid", "20000000", "SELF", true, 10000000},
+                                         WatchdogCase{"OtherPid", "20000000", "1", true, -1},
+                                         WatchdogCase{"One", "1", nullptr, true, 1},
+                                         WatchdogCase{"NotANumber", "20s", nullptr, false, 0},
+                                         WatchdogCase{"Negative", "-5", nullptr, false, 0},
+                                         WatchdogCase{"Huge", "99999999999999999999999", nullptr, false, 0},
+                                         WatchdogCase{"BadPid", "20000000", "x1", false, 0}),
+                         [](const testing::TestParamInfo<WatchdogCase>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // --- journald level prefixes (common/log) -------------------------------------
 

@@ -4,20 +4,34 @@ namespace knap {
 
 const char* codeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "InvalidArgument";
-    case Code::kNotFound: return "NotFound";
-    case Code::kAlreadyExists: return "AlreadyExists";
-    case Code::kConflict: return "Conflict";
-    case Code::kFailedPrecondition: return "FailedPrecondition";
-    case Code::kGone: return "Gone";
-    case Code::kResourceExhausted: return "ResourceExhausted";
-    case Code::kDeadlineExceeded: return "DeadlineExceeded";
-    case Code::kUnavailable: return "Unavailable";
-    case Code::kUnsupported: return "Unsupported";
-    case Code::kUnauthenticated: return "Unauthenticated";
-    case Code::kDataLoss: return "DataLoss";
-    case Code::kInternal: return "Internal";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "InvalidArgument";
+    case Code::kNotFound:
+      return "NotFound";
+    case Code::kAlreadyExists:
+      return "AlreadyExists";
+    case Code::kConflict:
+      return "Conflict";
+    case Code::kFailedPrecondition:
+      return "FailedPrecondition";
+    case Code::kGone:
+      return "Gone";
+    case Code::kResourceExhausted:
+      return "ResourceExhausted";
+    case Code::kDeadlineExceeded:
+      return "DeadlineExceeded";
+    case Code::kUnavailable:
+      return "Unavailable";
+    case Code::kUnsupported:
+      return "Unsupported";
+    case Code::kUnauthenticated:
+      return "Unauthenticated";
+    case Code::kDataLoss:
+      return "DataLoss";
+    case Code::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }

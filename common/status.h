@@ -15,19 +15,19 @@ namespace knap {
 
 enum class Code {
   kOk = 0,
-  kInvalidArgument,    // bad input from a user: HTTP 400/422
-  kNotFound,           // HTTP 404
-  kAlreadyExists,      // HTTP 409 AlreadyExists
-  kConflict,           // optimistic-lock failure: HTTP 409 Conflict
-  kFailedPrecondition, // state does not allow the operation
-  kGone,               // watch resourceVersion too old: HTTP 410
-  kResourceExhausted,  // queue full, body too large: HTTP 413/503
-  kDeadlineExceeded,   // HTTP 504
-  kUnavailable,        // dependency down, retry later: HTTP 503
-  kUnsupported,        // HTTP 415 / 405
-  kUnauthenticated,    // credentials missing or refused (a registry's 401/403)
-  kDataLoss,           // content does not match its digest or size
-  kInternal,           // a bug or an unexpected foreign failure: HTTP 500
+  kInvalidArgument,     // bad input from a user: HTTP 400/422
+  kNotFound,            // HTTP 404
+  kAlreadyExists,       // HTTP 409 AlreadyExists
+  kConflict,            // optimistic-lock failure: HTTP 409 Conflict
+  kFailedPrecondition,  // state does not allow the operation
+  kGone,                // watch resourceVersion too old: HTTP 410
+  kResourceExhausted,   // queue full, body too large: HTTP 413/503
+  kDeadlineExceeded,    // HTTP 504
+  kUnavailable,         // dependency down, retry later: HTTP 503
+  kUnsupported,         // HTTP 415 / 405
+  kUnauthenticated,     // credentials missing or refused (a registry's 401/403)
+  kDataLoss,            // content does not match its digest or size
+  kInternal,            // a bug or an unexpected foreign failure: HTTP 500
 };
 
 const char* codeName(Code code);
@@ -35,8 +35,8 @@ const char* codeName(Code code);
 // One problem with one field of an object, e.g. {"spec.traffic[1].percent",
 // "must be in [0, 100]", "FieldValueInvalid"}. Used for 422 Invalid causes.
 struct FieldError {
-  std::string field;   // JSON path in kubectl's notation: spec.template.spec.containers[0].image
-  std::string message; // what is wrong and what is allowed
+  std::string field;    // JSON path in kubectl's notation: spec.template.spec.containers[0].image
+  std::string message;  // what is wrong and what is allowed
   std::string reason = "FieldValueInvalid";  // Kubernetes CauseType
 };
 
@@ -64,20 +64,38 @@ class [[nodiscard]] Status {
   std::vector<FieldError> field_errors_;
 };
 
-inline Status invalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
-inline Status notFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
-inline Status alreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
-inline Status conflict(std::string m) { return {Code::kConflict, std::move(m)}; }
-inline Status failedPrecondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
-inline Status unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
-inline Status internalError(std::string m) { return {Code::kInternal, std::move(m)}; }
-inline Status unauthenticated(std::string m) { return {Code::kUnauthenticated, std::move(m)}; }
-inline Status dataLoss(std::string m) { return {Code::kDataLoss, std::move(m)}; }
+inline Status invalidArgument(std::string m) {
+  return {Code::kInvalidArgument, std::move(m)};
+}
+inline Status notFound(std::string m) {
+  return {Code::kNotFound, std::move(m)};
+}
+inline Status alreadyExists(std::string m) {
+  return {Code::kAlreadyExists, std::move(m)};
+}
+inline Status conflict(std::string m) {
+  return {Code::kConflict, std::move(m)};
+}
+inline Status failedPrecondition(std::string m) {
+  return {Code::kFailedPrecondition, std::move(m)};
+}
+inline Status unavailable(std::string m) {
+  return {Code::kUnavailable, std::move(m)};
+}
+inline Status internalError(std::string m) {
+  return {Code::kInternal, std::move(m)};
+}
+inline Status unauthenticated(std::string m) {
+  return {Code::kUnauthenticated, std::move(m)};
+}
+inline Status dataLoss(std::string m) {
+  return {Code::kDataLoss, std::move(m)};
+}
 
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.isOk()) status_ = internalError("StatusOr constructed from an OK status");
   }
@@ -99,9 +117,9 @@ class [[nodiscard]] StatusOr {
 }  // namespace knap
 
 // Returns early from the enclosing function when `expr` is not OK.
-#define KNAP_RETURN_IF_ERROR(expr)            \
-  do {                                        \
-    ::knap::Status knap_status_ = (expr);     \
+#define KNAP_RETURN_IF_ERROR(expr)                 \
+  do {                                             \
+    ::knap::Status knap_status_ = (expr);          \
     if (!knap_status_.isOk()) return knap_status_; \
   } while (0)
 

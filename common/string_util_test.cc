@@ -40,8 +40,8 @@ TEST(Strings, SplitHostPortAcceptsNamesAddressesAndBracketedV6) {
 }
 
 TEST(Strings, SplitHostPortRejectsWhatIsNotHostColonPort) {
-  for (const char* bad : {"", "localhost", ":80", "::1:80", "[::1]", "[::1:80", "::1]:80", "[]:80", "h:", "h:65536",
-                          "h:123456", "h:-1", "h:+1", "h: 80", "h:80 ", "h:0x50", "a[b]:80"}) {
+  for (const char* bad : {"", "localhost", ":80", "::1:80", "[::1]", "[::1:80", "::1]:80", "[]:80", "h:",
+                          "h:65536", "h:123456", "h:-1", "h:+1", "h: 80", "h:80 ", "h:0x50", "a[b]:80"}) {
     EXPECT_FALSE(splitHostPort(bad)) << bad;
   }
 }

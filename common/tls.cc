@@ -62,7 +62,7 @@ std::vector<std::string> dnsNames(X509* leaf) {
       if (g->type != GEN_DNS) continue;
       const ASN1_IA5STRING* s = g->d.dNSName;
       std::string n = asciiLower(std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                                        static_cast<size_t>(ASN1_STRING_length(s))));
+                                             static_cast<size_t>(ASN1_STRING_length(s))));
       if (plausibleDnsName(n)) out.push_back(n);
     }
     GENERAL_NAMES_free(sans);
@@ -81,14 +81,16 @@ std::vector<std::string> dnsNames(X509* leaf) {
 
 }  // namespace
 
-void SslCtxFree::operator()(ssl_ctx_st* ctx) const { SSL_CTX_free(ctx); }
+void SslCtxFree::operator()(ssl_ctx_st* ctx) const {
+  SSL_CTX_free(ctx);
+}
 
 Status applyServerPolicy(SSL_CTX* ctx) {
   if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
     return internalError("TLS: cannot set the minimum protocol version: " + opensslError());
   }
-  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_SINGLE_DH_USE |
-                               SSL_OP_SINGLE_ECDH_USE);
+  SSL_CTX_set_options(
+      ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_SINGLE_DH_USE | SSL_OP_SINGLE_ECDH_USE);
   if (SSL_CTX_set_cipher_list(ctx, kTls12Ciphers) != 1) {
     return internalError("TLS: cannot set the cipher list: " + opensslError());
   }
@@ -123,8 +125,8 @@ StatusOr<ServerCertificate> loadServerCertificate(const std::string& chain_pem, 
   }
   ERR_clear_error();  // the loop ends on "no start line"
 
-  std::unique_ptr<BIO, decltype(&BIO_free)> kbio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())),
-                                                 &BIO_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> kbio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())), &BIO_free);
   EVP_PKEY* key = PEM_read_bio_PrivateKey(kbio.get(), nullptr, nullptr, nullptr);
   if (key == nullptr) {
     ERR_clear_error();

@@ -37,9 +37,9 @@ using SslCtxPtr = std::shared_ptr<ssl_ctx_st>;
 Status applyServerPolicy(ssl_ctx_st* ctx);
 
 struct ServerCertificate {
-  SslCtxPtr ctx;                    // a server context with the chain and key, policy applied
-  std::vector<std::string> names;   // lower-case DNS names ("*.example.com" for wildcards)
-  int64_t not_after = 0;            // the leaf's expiry, seconds since the epoch
+  SslCtxPtr ctx;                   // a server context with the chain and key, policy applied
+  std::vector<std::string> names;  // lower-case DNS names ("*.example.com" for wildcards)
+  int64_t not_after = 0;           // the leaf's expiry, seconds since the epoch
 };
 
 // `what` names the source in errors ("file /etc/knap/tls/a.crt", "Secret ns/name").

@@ -13,8 +13,14 @@ const Asset* findAsset(std::string_view name) {
   return nullptr;
 }
 
-std::string_view bundleId() { return kBundleId; }
-const Asset* assetsBegin() { return kAssets; }
-const Asset* assetsEnd() { return kAssets + kAssetCount; }
+std::string_view bundleId() {
+  return kBundleId;
+}
+const Asset* assetsBegin() {
+  return kAssets;
+}
+const Asset* assetsEnd() {
+  return kAssets + kAssetCount;
+}
 
 }  // namespace knap::console

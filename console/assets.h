@@ -21,7 +21,7 @@ struct Asset {
   std::string_view name;          // "index.html", "app.js"
   std::string_view content_type;  // "text/javascript; charset=utf-8"
   std::string_view body;
-  std::string_view etag;          // quoted strong validator: "\"<sha256 prefix>\""
+  std::string_view etag;  // quoted strong validator: "\"<sha256 prefix>\""
 };
 
 // The asset called `name`, or nullptr.

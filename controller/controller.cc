@@ -9,8 +9,8 @@
 namespace knap::controller {
 
 namespace {
-constexpr const char* kKinds[] = {"Service", "Configuration", "Revision", "Route", "DomainMapping",
-                                   "ClusterDomainClaim"};
+constexpr const char* kKinds[] = {"Service", "Configuration", "Revision",
+                                  "Route",   "DomainMapping", "ClusterDomainClaim"};
 
 bool isKnownKind(const std::string& kind) {
   for (const char* k : kKinds) {
@@ -34,8 +34,9 @@ Controller::Controller(store::Store& store, RevisionBackend& backend, TimeSource
   } else {
     primed_at_construction_ = true;
   }
-  backend_.setOnChange(
-      [this](const std::string& ns, const std::string& name) { enqueue(store::Key{"Revision", ns, name}); });
+  backend_.setOnChange([this](const std::string& ns, const std::string& name) {
+    enqueue(store::Key{"Revision", ns, name});
+  });
 }
 
 Controller::~Controller() {
@@ -109,7 +110,8 @@ void Controller::onStoreEvent(const store::Event& event) {
   if (const json* ref = controllerRefOf(event.object.body); ref != nullptr) {
     const json& kind = ref->value("kind", json());
     const json& name = ref->value("name", json());
-    if (kind.is_string() && name.is_string()) enqueue(store::Key{kind.get<std::string>(), key.ns, name.get<std::string>()});
+    if (kind.is_string() && name.is_string())
+      enqueue(store::Key{kind.get<std::string>(), key.ns, name.get<std::string>()});
   }
   // Routes follow the Configurations and Revisions they name. Only on a change: re-reconciling every Route
   // after every Configuration and Revision reconcile was most of a restart's reconciles.
@@ -167,8 +169,8 @@ Status Controller::process(const store::Key& key) {
     queue_.done(key);
     if (resync_started_ != MonoTime{} && queue_.idle()) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.monotonic() - resync_started_);
-      LOG(INFO) << "controller: resync of " << resync_keys_ << " objects reconciled in " << ms.count() << "ms ("
-                << reconciles_ << " reconciles, " << failures_ << " failures so far)";
+      LOG(INFO) << "controller: resync of " << resync_keys_ << " objects reconciled in " << ms.count()
+                << "ms (" << reconciles_ << " reconciles, " << failures_ << " failures so far)";
       resync_started_ = MonoTime{};
     }
   }
@@ -193,7 +195,9 @@ void Controller::enqueueRelatedRoutes(const store::Object& obj) {
 }
 
 // Not through the queue: done() in process() is then a no-op for this key.
-Status Controller::reconcileOnce(const store::Key& key) { return process(key); }
+Status Controller::reconcileOnce(const store::Key& key) {
+  return process(key);
+}
 
 size_t Controller::runPending(size_t max_items) {
   size_t n = 0;

@@ -5,12 +5,12 @@
 // test thread with runPending() unless a test starts the worker.
 #include "controller/controller.h"
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <memory>
 #include <set>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "controller/domain_mappings.h"
 #include "controller/object_util.h"
@@ -68,7 +68,9 @@ class ControllerTest : public ::testing::Test {
     auto o = store_->get(Key{kind, kNs, name});
     return o.isOk() ? o->body : json();
   }
-  bool exists(const std::string& kind, const std::string& name) { return store_->get(Key{kind, kNs, name}).isOk(); }
+  bool exists(const std::string& kind, const std::string& name) {
+    return store_->get(Key{kind, kNs, name}).isOk();
+  }
 
   void create(const json& body) {
     Key key{body["kind"], kNs, body["metadata"]["name"]};
@@ -102,7 +104,8 @@ class ControllerTest : public ::testing::Test {
   }
   // Changes the service image (a template change) and makes the new revision ready.
   void rollOut(const std::string& name, const std::string& image, const std::string& expect_rev) {
-    update("Service", name, [&](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = image; });
+    update("Service", name,
+           [&](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = image; });
     settle();
     ASSERT_TRUE(exists("Revision", expect_rev));
     backend_.setReady(kNs, expect_rev);
@@ -110,8 +113,8 @@ class ControllerTest : public ::testing::Test {
   }
 
   SimulatedTimeSource clock_;
-  std::unique_ptr<store::SqliteStore> store_;       // what the API server writes to
-  std::unique_ptr<testing::FaultyStore> faulty_;    // what the controller sees
+  std::unique_ptr<store::SqliteStore> store_;     // what the API server writes to
+  std::unique_ptr<testing::FaultyStore> faulty_;  // what the controller sees
   BackoffPolicy backoff_{std::chrono::milliseconds(100), std::chrono::seconds(2)};
   testing::FakeRevisionBackend backend_;
   Config config_;
@@ -134,17 +137,21 @@ TEST_F(ControllerTest, ServiceCreatesConfigurationAndRouteWithOwnerRefsAndPropag
   ASSERT_FALSE(c.is_null());
   ASSERT_FALSE(r.is_null());
 
-  json owner = {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"}, {"name", "hello"},
-                {"uid", s["metadata"]["uid"]}, {"controller", true}, {"blockOwnerDeletion", true}};
+  json owner = {{"apiVersion", "serving.knative.dev/v1"},
+                {"kind", "Service"},
+                {"name", "hello"},
+                {"uid", s["metadata"]["uid"]},
+                {"controller", true},
+                {"blockOwnerDeletion", true}};
   EXPECT_EQ(c["metadata"]["ownerReferences"], json::array({owner}));
   EXPECT_EQ(r["metadata"]["ownerReferences"], json::array({owner}));
 
-  EXPECT_EQ(c["metadata"]["labels"],
-            (json{{"app", "demo"}, {"serving.knative.dev/service", "hello"},
-                  {"serving.knative.dev/serviceUID", s["metadata"]["uid"]}}));
-  EXPECT_EQ(c["metadata"]["annotations"],
-            (json{{"example.com/note", "hi"}, {"serving.knative.dev/creator", "alice"},
-                  {"serving.knative.dev/routes", "hello"}}));
+  EXPECT_EQ(c["metadata"]["labels"], (json{{"app", "demo"},
+                                           {"serving.knative.dev/service", "hello"},
+                                           {"serving.knative.dev/serviceUID", s["metadata"]["uid"]}}));
+  EXPECT_EQ(c["metadata"]["annotations"], (json{{"example.com/note", "hi"},
+                                                {"serving.knative.dev/creator", "alice"},
+                                                {"serving.knative.dev/routes", "hello"}}));
   EXPECT_EQ(r["metadata"]["labels"], (json{{"app", "demo"}, {"serving.knative.dev/service", "hello"}}));
   EXPECT_EQ(r["metadata"]["annotations"],
             (json{{"example.com/note", "hi"}, {"serving.knative.dev/creator", "alice"}}));
@@ -240,13 +247,15 @@ TEST_F(ControllerTest, CertificateProvisionedFollowsTheCertificateSource) {
   EXPECT_EQ(cond(r, "CertificateProvisioned").reason, "CertificateNotReady");
   EXPECT_EQ(ready(r), "Unknown");
 
-  certs.state = CertificateCondition{CertificateCondition::State::kFailed, "urn:ietf:params:acme:error:connection: refused"};
+  certs.state = CertificateCondition{CertificateCondition::State::kFailed,
+                                     "urn:ietf:params:acme:error:connection: refused"};
   ctl_->enqueue(Key{"Route", kNs, "hello"});
   settle();
   r = get("Route", "hello");
   EXPECT_EQ(cond(r, "CertificateProvisioned").status, "False");
   EXPECT_EQ(cond(r, "CertificateProvisioned").reason, "CertificateProvisionFailed");
-  EXPECT_NE(cond(r, "CertificateProvisioned").message.find("hello.default.example.com: urn:ietf:params:acme:error:connection"),
+  EXPECT_NE(cond(r, "CertificateProvisioned")
+                .message.find("hello.default.example.com: urn:ietf:params:acme:error:connection"),
             std::string::npos);
   EXPECT_EQ(ready(r), "False");
 
@@ -340,8 +349,10 @@ TEST_F(ControllerTest, TemplateChangeMakesNewRevisionButTrafficAndLabelChangesDo
   EXPECT_EQ(rev2["metadata"]["labels"]["serving.knative.dev/configurationGeneration"], "2");
   EXPECT_EQ(get("Configuration", "hello")["status"]["latestReadyRevisionName"], "hello-00002");
   EXPECT_EQ(get("Route", "hello")["status"]["traffic"][0]["revisionName"], "hello-00002");
-  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"], "reserve");
-  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["annotations"].count("serving.knative.dev/routes"), 0u);
+  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"],
+            "reserve");
+  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["annotations"].count("serving.knative.dev/routes"),
+            0u);
 
   // Traffic-only change: no new revision.
   update("Service", "hello", [](json& s) {
@@ -351,7 +362,8 @@ TEST_F(ControllerTest, TemplateChangeMakesNewRevisionButTrafficAndLabelChangesDo
   EXPECT_FALSE(exists("Revision", "hello-00003"));
   EXPECT_EQ(generationOf(get("Configuration", "hello")), 2);
   EXPECT_EQ(get("Route", "hello")["status"]["traffic"][0]["revisionName"], "hello-00001");
-  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"], "active");
+  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"],
+            "active");
 
   // Service label / annotation change: copied, no new revision.
   update("Service", "hello", [](json& s) { s["metadata"]["annotations"]["example.com/x"] = "y"; });
@@ -380,10 +392,11 @@ TEST_F(ControllerTest, BringYourOwnRevisionNames) {
   EXPECT_EQ(ready(get("Service", "hello")), "True");
 
   // A standalone Configuration asking for the same name cannot have it.
-  json other = {{"apiVersion", "serving.knative.dev/v1"},
-                {"kind", "Configuration"},
-                {"metadata", {{"name", "other"}, {"namespace", kNs}}},
-                {"spec", {{"template", {{"metadata", {{"name", "hello-blue"}}}, {"spec", containerSpec("x:1")}}}}}};
+  json other = {
+      {"apiVersion", "serving.knative.dev/v1"},
+      {"kind", "Configuration"},
+      {"metadata", {{"name", "other"}, {"namespace", kNs}}},
+      {"spec", {{"template", {{"metadata", {{"name", "hello-blue"}}}, {"spec", containerSpec("x:1")}}}}}};
   create(other);
   settle();
   json oc = get("Configuration", "other");
@@ -392,7 +405,8 @@ TEST_F(ControllerTest, BringYourOwnRevisionNames) {
   EXPECT_NE(cond(oc, "Ready").message.find("hello-blue"), std::string::npos) << cond(oc, "Ready").message;
   EXPECT_EQ(oc["status"]["observedGeneration"], 1);
   // The existing revision is untouched.
-  EXPECT_EQ(get("Revision", "hello-blue")["metadata"]["labels"]["serving.knative.dev/configuration"], "hello");
+  EXPECT_EQ(get("Revision", "hello-blue")["metadata"]["labels"]["serving.knative.dev/configuration"],
+            "hello");
 }
 
 TEST_F(ControllerTest, ServiceReportsRevisionNameTaken) {
@@ -412,7 +426,8 @@ TEST_F(ControllerTest, ServiceReportsRevisionNameTaken) {
 TEST_F(ControllerTest, LatestReadyOnlyAdvancesAndFailedNewerRevisionLeavesItAlone) {
   createReadyService("hello");
   // Generation 2 comes up but is not ready yet.
-  update("Service", "hello", [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
+  update("Service", "hello",
+         [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
   settle();
   json c = get("Configuration", "hello");
   EXPECT_EQ(c["status"]["latestCreatedRevisionName"], "hello-00002");
@@ -449,7 +464,8 @@ TEST_F(ControllerTest, LatestReadyOnlyAdvancesAndFailedNewerRevisionLeavesItAlon
 
 TEST_F(ControllerTest, LatestReadyDeleted) {
   createReadyService("hello");
-  update("Service", "hello", [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
+  update("Service", "hello",
+         [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
   settle();
   remove("Revision", "hello-00001");
   settle();
@@ -468,7 +484,8 @@ TEST_F(ControllerTest, LatestReadyDeleted) {
 
 TEST_F(ControllerTest, OutOfDateAndTrafficNotMigrated) {
   createReadyService("hello");
-  update("Service", "hello", [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
+  update("Service", "hello",
+         [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:2"; });
   // Step by step, in an order that exposes the intermediate states.
   ASSERT_TRUE(ctl_->reconcileOnce(Key{"Service", kNs, "hello"}).isOk());
   json s = get("Service", "hello");
@@ -516,37 +533,38 @@ TEST_F(ControllerTest, SplitByRevisionNameWithTags) {
   createReadyService("hello");
   rollOut("hello", "x:2", "hello-00002");
   update("Service", "hello", [](json& s) {
-    s["spec"]["traffic"] = json::array({{{"tag", "current"}, {"revisionName", "hello-00001"}, {"percent", 50}},
-                                        {{"tag", "latest"}, {"latestRevision", true}, {"percent", 50}}});
+    s["spec"]["traffic"] =
+        json::array({{{"tag", "current"}, {"revisionName", "hello-00001"}, {"percent", 50}},
+                     {{"tag", "latest"}, {"latestRevision", true}, {"percent", 50}}});
   });
   settle();
   json r = get("Route", "hello");
-  EXPECT_EQ(r["status"]["traffic"],
-            json::array({{{"tag", "current"},
-                          {"revisionName", "hello-00001"},
-                          {"percent", 50},
-                          {"latestRevision", false},
-                          {"url", "http://current-hello.default.example.com"}},
-                         {{"tag", "latest"},
-                          {"revisionName", "hello-00002"},
-                          {"percent", 50},
-                          {"latestRevision", true},
-                          {"url", "http://latest-hello.default.example.com"}}}));
+  EXPECT_EQ(r["status"]["traffic"], json::array({{{"tag", "current"},
+                                                  {"revisionName", "hello-00001"},
+                                                  {"percent", 50},
+                                                  {"latestRevision", false},
+                                                  {"url", "http://current-hello.default.example.com"}},
+                                                 {{"tag", "latest"},
+                                                  {"revisionName", "hello-00002"},
+                                                  {"percent", 50},
+                                                  {"latestRevision", true},
+                                                  {"url", "http://latest-hello.default.example.com"}}}));
   EXPECT_EQ(ready(get("Service", "hello")), "True");
-  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"], "active");
-  EXPECT_EQ(get("Revision", "hello-00002")["metadata"]["labels"]["serving.knative.dev/routingState"], "active");
+  EXPECT_EQ(get("Revision", "hello-00001")["metadata"]["labels"]["serving.knative.dev/routingState"],
+            "active");
+  EXPECT_EQ(get("Revision", "hello-00002")["metadata"]["labels"]["serving.knative.dev/routingState"],
+            "active");
   auto table = routingTable(config_, r);
   ASSERT_TRUE(table.isOk());
   ASSERT_GE(table->size(), 1u);
-  EXPECT_EQ((*table)[0].revisions,
-            (std::vector<RevisionWeight>{{"hello-00001", 50}, {"hello-00002", 50}}));
+  EXPECT_EQ((*table)[0].revisions, (std::vector<RevisionWeight>{{"hello-00001", 50}, {"hello-00002", 50}}));
 }
 
 TEST_F(ControllerTest, SameRevisionTargetsMerge) {
   createReadyService("hello");
   update("Service", "hello", [](json& s) {
-    s["spec"]["traffic"] = json::array({{{"revisionName", "hello-00001"}, {"percent", 40}},
-                                        {{"latestRevision", true}, {"percent", 60}}});
+    s["spec"]["traffic"] = json::array(
+        {{{"revisionName", "hello-00001"}, {"percent", 40}}, {{"latestRevision", true}, {"percent", 60}}});
   });
   settle();
   json r = get("Route", "hello");
@@ -565,7 +583,8 @@ json routeBody(const std::string& name, json traffic) {
 }
 
 TEST_F(ControllerTest, MissingTargets) {
-  create(routeBody("r1", json::array({{{"configurationName", "nope"}, {"percent", 100}, {"latestRevision", true}}})));
+  create(routeBody(
+      "r1", json::array({{{"configurationName", "nope"}, {"percent", 100}, {"latestRevision", true}}})));
   create(routeBody("r2", json::array({{{"revisionName", "nope-00001"}, {"percent", 100}}})));
   settle();
   json r1 = get("Route", "r1");
@@ -739,7 +758,8 @@ TEST_F(ControllerTest, RevisionStatusFromBackend) {
 TEST_F(ControllerTest, MultiContainerRevisionListsEveryContainersDigest) {
   json svc = serviceBody("multi", "ghcr.io/knap/hello:v1");
   svc["spec"]["template"]["spec"]["containers"][0]["name"] = "main";
-  svc["spec"]["template"]["spec"]["containers"].push_back({{"name", "side"}, {"image", "ghcr.io/knap/side:v1"}});
+  svc["spec"]["template"]["spec"]["containers"].push_back(
+      {{"name", "side"}, {"image", "ghcr.io/knap/side:v1"}});
   create(svc);
   settle();
   RevisionHealth h;
@@ -831,7 +851,8 @@ TEST_F(ControllerTest, GcByAgeWhenTimePasses) {
   config_.gc.max_non_active_revisions = std::nullopt;
   makeController();
   createReadyService("hello");
-  update("Revision", "hello-00001", [](json& r) { r["metadata"]["annotations"]["serving.knative.dev/no-gc"] = "true"; });
+  update("Revision", "hello-00001",
+         [](json& r) { r["metadata"]["annotations"]["serving.knative.dev/no-gc"] = "true"; });
   rollOut("hello", "x:2", "hello-00002");
   rollOut("hello", "x:3", "hello-00003");
   settle();
@@ -939,13 +960,14 @@ json malformedObjects(int i) {
                   {"spec", {{"traffic", {{"percent", 100}}}}}};
     }
     case 5: {  // a Route whose traffic targets have the wrong types
-      return json{{"apiVersion", "serving.knative.dev/v1"},
-                  {"kind", "Route"},
-                  {"metadata", {{"name", "bad-targets"}, {"namespace", kNs}, {"labels", "x"}}},
-                  {"spec",
-                   {{"traffic", json::array({{{"percent", "100"}, {"revisionName", 5}, {"tag", 7}},
-                                             {{"latestRevision", "yes"}, {"configurationName", json::array()}}})}}},
-                  {"status", "x"}};
+      return json{
+          {"apiVersion", "serving.knative.dev/v1"},
+          {"kind", "Route"},
+          {"metadata", {{"name", "bad-targets"}, {"namespace", kNs}, {"labels", "x"}}},
+          {"spec",
+           {{"traffic", json::array({{{"percent", "100"}, {"revisionName", 5}, {"tag", 7}},
+                                     {{"latestRevision", "yes"}, {"configurationName", json::array()}}})}}},
+          {"status", "x"}};
     }
     case 6: {  // a Service whose metadata fields and traffic have the wrong types
       json svc = serviceBody("bad-meta", "x:1");
@@ -1000,7 +1022,8 @@ TEST_F(ControllerTest, WorkerSurvivesMalformedStoredObjects) {
 // call raises on a stored object of an unexpected shape, for one revision.
 class ThrowingBackend final : public RevisionBackend {
  public:
-  ThrowingBackend(RevisionBackend& inner, std::string throw_for) : inner_(inner), throw_for_(std::move(throw_for)) {}
+  ThrowingBackend(RevisionBackend& inner, std::string throw_for)
+      : inner_(inner), throw_for_(std::move(throw_for)) {}
   void ensure(const json& revision) override {
     if (metaString(revision, "name") == throw_for_) {
       json not_an_object = "a string";
@@ -1009,7 +1032,9 @@ class ThrowingBackend final : public RevisionBackend {
     inner_.ensure(revision);
   }
   void remove(const std::string& ns, const std::string& name) override { inner_.remove(ns, name); }
-  RevisionHealth health(const std::string& ns, const std::string& name) override { return inner_.health(ns, name); }
+  RevisionHealth health(const std::string& ns, const std::string& name) override {
+    return inner_.health(ns, name);
+  }
   void setOnChange(std::function<void(const std::string&, const std::string&)> fn) override {
     inner_.setOnChange(std::move(fn));
   }
@@ -1069,7 +1094,9 @@ class InterferingStore final : public store::Store {
   StatusOr<std::vector<store::Event>> eventsSince(int64_t since_rv, const std::string& kind) override {
     return inner_.eventsSince(since_rv, kind);
   }
-  int addListener(std::function<void(const store::Event&)> fn) override { return inner_.addListener(std::move(fn)); }
+  int addListener(std::function<void(const store::Event&)> fn) override {
+    return inner_.addListener(std::move(fn));
+  }
   void removeListener(int id) override { inner_.removeListener(id); }
 
  private:
@@ -1084,7 +1111,8 @@ TEST_F(ControllerTest, ConflictingWriteIsRetriedNotOverwritten) {
   update("Service", "hello", [](json& s) { s["metadata"]["labels"]["app"] = "v2"; });
   // Someone else changes the Configuration between our read and our write.
   interfering.before_next_transact = [&] {
-    update("Configuration", "hello", [](json& c) { c["metadata"]["annotations"]["example.com/other"] = "1"; });
+    update("Configuration", "hello",
+           [](json& c) { c["metadata"]["annotations"]["example.com/other"] = "1"; });
   };
   ASSERT_TRUE(ctl_->reconcileOnce(Key{"Service", kNs, "hello"}).isOk());
   EXPECT_EQ(interfering.conflicts, 1);  // the first write hit kConflict and the reconcile was redone
@@ -1150,7 +1178,8 @@ TEST_F(ControllerTest, UnreadableStoreAtStartIsRetriedToo) {
   settle();
   EXPECT_GE(ctl_->stats().failures, 1u);
   faulty_->fail_reads = false;
-  update("Service", "hello", [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:v2"; });
+  update("Service", "hello",
+         [](json& s) { s["spec"]["template"]["spec"]["containers"][0]["image"] = "x:v2"; });
   clock_.advance(std::chrono::seconds(2));
   settle();
   EXPECT_TRUE(exists("Revision", "hello-00002"));
@@ -1187,11 +1216,13 @@ TEST_F(ControllerTest, AChangeReadsNoListAndARestartListsEachKindOnce) {
   ctl_->enqueueAll();
   settle();
   EXPECT_EQ(store_->currentResourceVersion(), rv) << "a restart rewrites nothing";
-  EXPECT_EQ(faulty_->lists, 6) << "6 kinds listed once, by the cache; the start-up resync takes its keys from it";
+  EXPECT_EQ(faulty_->lists, 6)
+      << "6 kinds listed once, by the cache; the start-up resync takes its keys from it";
   // Each object reconciled once: nothing changed, so nothing sets off another reconcile (the Routes were
   // once re-reconciled after every Configuration and Revision: ~1.75 reconciles per object).
   size_t objects = 0;
-  for (const char* kind : {"Service", "Configuration", "Revision", "Route"}) objects += store_->list(kind, "")->size();
+  for (const char* kind : {"Service", "Configuration", "Revision", "Route"})
+    objects += store_->list(kind, "")->size();
   EXPECT_EQ(ctl_->stats().reconciles, objects);
   // The next resync (the daemon's hourly one) lists again: the safety net for a missed event.
   faulty_->resetCounters();
@@ -1221,20 +1252,26 @@ json domainMappingBody(const std::string& domain, const std::string& ns, const s
               {"kind", "DomainMapping"},
               {"metadata", {{"name", domain}, {"namespace", ns}, {"generation", 1}}},
               {"spec",
-               {{"ref", {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"}, {"name", target},
-                         {"namespace", ns}}}}}};
+               {{"ref",
+                 {{"apiVersion", "serving.knative.dev/v1"},
+                  {"kind", "Service"},
+                  {"name", target},
+                  {"namespace", ns}}}}}};
 }
 
 TEST_F(ControllerTest, DomainMappingTakesTheClaimAndFollowsItsService) {
   createReadyService("hello");
-  ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "app.example.org"},
-                             domainMappingBody("app.example.org", kNs, "hello")).isOk());
+  ASSERT_TRUE(store_
+                  ->create(Key{"DomainMapping", kNs, "app.example.org"},
+                           domainMappingBody("app.example.org", kNs, "hello"))
+                  .isOk());
   settle();
   json dm = get("DomainMapping", "app.example.org");
   EXPECT_EQ(dm["status"]["url"], "http://app.example.org");
   EXPECT_EQ(dm["status"]["address"]["url"], "http://app.example.org");
   EXPECT_EQ(dm["status"]["observedGeneration"], 1);
-  for (const char* c : {"DomainClaimed", "ReferenceResolved", "IngressReady", "CertificateProvisioned", "Ready"})
+  for (const char* c :
+       {"DomainClaimed", "ReferenceResolved", "IngressReady", "CertificateProvisioned", "Ready"})
     EXPECT_EQ(cond(dm, c).status, "True") << c << " " << dm["status"].dump();
   auto claim = store_->get(Key{"ClusterDomainClaim", "", "app.example.org"});
   ASSERT_TRUE(claim.isOk());
@@ -1269,20 +1306,26 @@ TEST_F(ControllerTest, DomainMappingTakesTheClaimAndFollowsItsService) {
 
 TEST_F(ControllerTest, SecondNamespaceGetsDomainAlreadyClaimedUntilTheFirstGoes) {
   createReadyService("hello");
-  ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "app.example.org"},
-                             domainMappingBody("app.example.org", kNs, "hello")).isOk());
+  ASSERT_TRUE(store_
+                  ->create(Key{"DomainMapping", kNs, "app.example.org"},
+                           domainMappingBody("app.example.org", kNs, "hello"))
+                  .isOk());
   settle();
-  ASSERT_TRUE(store_->create(Key{"DomainMapping", "other", "app.example.org"},
-                             domainMappingBody("app.example.org", "other", "hello")).isOk());
+  ASSERT_TRUE(store_
+                  ->create(Key{"DomainMapping", "other", "app.example.org"},
+                           domainMappingBody("app.example.org", "other", "hello"))
+                  .isOk());
   settle();
   auto other = store_->get(Key{"DomainMapping", "other", "app.example.org"});
   ASSERT_TRUE(other.isOk());
   EXPECT_EQ(cond(other->body, "DomainClaimed").status, "False");
   EXPECT_EQ(cond(other->body, "DomainClaimed").reason, "DomainAlreadyClaimed");
-  EXPECT_EQ(cond(other->body, "DomainClaimed").message, "The domain name is already in use by another DomainMapping");
+  EXPECT_EQ(cond(other->body, "DomainClaimed").message,
+            "The domain name is already in use by another DomainMapping");
   EXPECT_EQ(cond(other->body, "Ready").reason, "DomainAlreadyClaimed");
   // Only the holder gets a router entry.
-  auto targets = domainTargets(config_, {get("DomainMapping", "app.example.org"), other->body}, {get("Route", "hello")});
+  auto targets =
+      domainTargets(config_, {get("DomainMapping", "app.example.org"), other->body}, {get("Route", "hello")});
   ASSERT_EQ(targets.size(), 1u);
   EXPECT_EQ(targets[0].ns, kNs);
 
@@ -1301,21 +1344,26 @@ TEST_F(ControllerTest, WithoutAutocreateADomainMappingNeedsAClaim) {
   config_.network.autocreate_cluster_domain_claims = false;
   makeController();
   createReadyService("hello");
-  ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "app.example.org"},
-                             domainMappingBody("app.example.org", kNs, "hello")).isOk());
+  ASSERT_TRUE(store_
+                  ->create(Key{"DomainMapping", kNs, "app.example.org"},
+                           domainMappingBody("app.example.org", kNs, "hello"))
+                  .isOk());
   settle();
   EXPECT_EQ(cond(get("DomainMapping", "app.example.org"), "DomainClaimed").status, "False");
   EXPECT_FALSE(store_->get(Key{"ClusterDomainClaim", "", "app.example.org"}).isOk());
-  ASSERT_TRUE(store_->create(Key{"ClusterDomainClaim", "", "app.example.org"},
-                             json{{"apiVersion", "networking.internal.knative.dev/v1alpha1"},
-                                  {"kind", "ClusterDomainClaim"},
-                                  {"metadata", {{"name", "app.example.org"}}},
-                                  {"spec", {{"namespace", kNs}}}}).isOk());
+  ASSERT_TRUE(store_
+                  ->create(Key{"ClusterDomainClaim", "", "app.example.org"},
+                           json{{"apiVersion", "networking.internal.knative.dev/v1alpha1"},
+                                {"kind", "ClusterDomainClaim"},
+                                {"metadata", {{"name", "app.example.org"}}},
+                                {"spec", {{"namespace", kNs}}}})
+                  .isOk());
   settle();
   EXPECT_EQ(ready(get("DomainMapping", "app.example.org")), "True");
   remove("DomainMapping", "app.example.org");
   settle();
-  EXPECT_TRUE(store_->get(Key{"ClusterDomainClaim", "", "app.example.org"}).isOk());  // the operator's to delete
+  EXPECT_TRUE(
+      store_->get(Key{"ClusterDomainClaim", "", "app.example.org"}).isOk());  // the operator's to delete
 }
 
 }  // namespace

@@ -51,14 +51,17 @@ std::vector<DomainTarget> domainTargets(const Config& config, const std::vector<
   return domainTargets(mappings, by_name);
 }
 
-std::vector<DomainTarget> domainTargets(const std::vector<json>& mappings,
-                                        const std::map<std::pair<std::string, std::string>, const RouteHosts*>& by_name) {
+std::vector<DomainTarget> domainTargets(
+    const std::vector<json>& mappings,
+    const std::map<std::pair<std::string, std::string>, const RouteHosts*>& by_name) {
   std::vector<const json*> ordered;
   for (const json& dm : mappings) ordered.push_back(&dm);
   auto sortKey = [](const json* m) {
-    return std::make_tuple(metaString(*m, "creationTimestamp"), metaString(*m, "namespace"), metaString(*m, "name"));
+    return std::make_tuple(metaString(*m, "creationTimestamp"), metaString(*m, "namespace"),
+                           metaString(*m, "name"));
   };
-  std::stable_sort(ordered.begin(), ordered.end(), [&](const json* a, const json* b) { return sortKey(a) < sortKey(b); });
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [&](const json* a, const json* b) { return sortKey(a) < sortKey(b); });
   std::map<std::string, DomainTarget> out;
   for (const json* dm : ordered) {
     if (!isTrue(*dm, "DomainClaimed") || !isTrue(*dm, "ReferenceResolved")) continue;

@@ -12,11 +12,10 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "controller/route_urls.h"
@@ -43,8 +42,9 @@ struct DomainTarget {
 std::vector<DomainTarget> domainTargets(const Config& config, const std::vector<nlohmann::json>& mappings,
                                         const std::vector<nlohmann::json>& routes);
 // The same over Routes already reduced to their RouteHosts, by (namespace, name).
-std::vector<DomainTarget> domainTargets(const std::vector<nlohmann::json>& mappings,
-                                        const std::map<std::pair<std::string, std::string>, const RouteHosts*>& routes);
+std::vector<DomainTarget> domainTargets(
+    const std::vector<nlohmann::json>& mappings,
+    const std::map<std::pair<std::string, std::string>, const RouteHosts*>& routes);
 
 // What the router's table takes from a DomainMapping itself (its spec.ref;
 // the host is its name), as text, for IngressReady

@@ -46,7 +46,8 @@ TEST(ImmediateRevisionBackend, ServiceBecomesReadyWithoutPods) {
               {"kind", "Service"},
               {"metadata", {{"name", "hello"}, {"namespace", "default"}}},
               {"spec",
-               {{"template", {{"spec", {{"containers", json::array({{{"name", "user-container"}, {"image", "x:1"}}})}}}}},
+               {{"template",
+                 {{"spec", {{"containers", json::array({{{"name", "user-container"}, {"image", "x:1"}}})}}}}},
                 {"traffic", json::array({{{"percent", 100}, {"latestRevision", true}}})}}}};
   ASSERT_TRUE(store->create(store::Key{"Service", "default", "hello"}, svc).isOk());
   ASSERT_LT(ctl.runPending(), 10000u);

@@ -109,8 +109,8 @@ void ObjectCache::putLocked(const Object& object) {
   auto it = objects_.find(id);
   if (it != objects_.end() && it->second.resource_version >= object.resource_version) return;
   eraseLocked(id, 0);
-  Entry e{object.key, object.resource_version, object.body.dump(-1, ' ', false, json::error_handler_t::replace),
-          indexKeysOf(object)};
+  Entry e{object.key, object.resource_version,
+          object.body.dump(-1, ' ', false, json::error_handler_t::replace), indexKeysOf(object)};
   for (const std::string& ik : e.index_keys) index_[ik].insert(id);
   objects_.emplace(id, std::move(e));
 }
@@ -121,8 +121,7 @@ void ObjectCache::apply(const store::Event& event) {
   if (event.type == store::EventType::kDeleted) {
     const std::string id = event.object.key.toString();
     auto it = objects_.find(id);
-    if (it != objects_.end() && it->second.resource_version > event.resource_version)
-      return;  // recreated
+    if (it != objects_.end() && it->second.resource_version > event.resource_version) return;  // recreated
     eraseLocked(id, event.resource_version);
   } else {
     putLocked(event.object);
@@ -220,7 +219,8 @@ std::vector<Key> ObjectCache::domainMappingsNamed(const std::string& name) const
 std::vector<Key> ObjectCache::domainMappingsTargeting(const std::string& ns, const std::string& route) const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<Key> out;
-  for (const std::string& id : idsAtLocked(indexKey({"dm-route", ns, route}))) out.push_back(objects_.at(id).key);
+  for (const std::string& id : idsAtLocked(indexKey({"dm-route", ns, route})))
+    out.push_back(objects_.at(id).key);
   return out;
 }
 

@@ -44,8 +44,12 @@ int64_t generationOf(const json& obj) {
   return it->get<int64_t>();
 }
 
-std::map<std::string, std::string> labelsOf(const json& obj) { return stringMapAt(obj, "labels"); }
-std::map<std::string, std::string> annotationsOf(const json& obj) { return stringMapAt(obj, "annotations"); }
+std::map<std::string, std::string> labelsOf(const json& obj) {
+  return stringMapAt(obj, "labels");
+}
+std::map<std::string, std::string> annotationsOf(const json& obj) {
+  return stringMapAt(obj, "annotations");
+}
 
 std::string labelOf(const json& obj, const std::string& key) {
   auto m = labelsOf(obj);
@@ -171,8 +175,7 @@ ConditionState conditionStateOf(const json& status, const std::string& type) {
   return s;
 }
 
-ConditionsBuilder::ConditionsBuilder(const json& old_status, WallTime now)
-    : now_(formatRfc3339(now)) {
+ConditionsBuilder::ConditionsBuilder(const json& old_status, WallTime now) : now_(formatRfc3339(now)) {
   if (old_status.is_object() && old_status.contains("conditions") && old_status["conditions"].is_array()) {
     old_conditions_ = old_status["conditions"];
   } else {
@@ -180,7 +183,8 @@ ConditionsBuilder::ConditionsBuilder(const json& old_status, WallTime now)
   }
 }
 
-void ConditionsBuilder::set(const std::string& type, const ConditionState& state, const std::string& severity) {
+void ConditionsBuilder::set(const std::string& type, const ConditionState& state,
+                            const std::string& severity) {
   json c = {{"type", type}, {"status", state.status}};
   if (!state.reason.empty()) c["reason"] = state.reason;
   if (!state.message.empty()) c["message"] = state.message;

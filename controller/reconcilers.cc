@@ -24,7 +24,9 @@ namespace {
 
 constexpr const char* kReady = "Ready";
 
-bool isNotFound(const Status& s) { return s.code() == Code::kNotFound; }
+bool isNotFound(const Status& s) {
+  return s.code() == Code::kNotFound;
+}
 
 const json& statusOf(const json& obj) {
   static const json kEmpty = json::object();
@@ -49,7 +51,9 @@ bool isUpToDate(const json& obj) {
   return it != st.end() && it->is_number_integer() && it->get<int64_t>() == generationOf(obj);
 }
 
-std::string readyStatus(const json& obj) { return conditionStateOf(statusOf(obj), kReady).status; }
+std::string readyStatus(const json& obj) {
+  return conditionStateOf(statusOf(obj), kReady).status;
+}
 
 int64_t configGenerationLabel(const json& rev) {
   std::string v = labelOf(rev, labels::kConfigurationGeneration);
@@ -60,7 +64,9 @@ int64_t configGenerationLabel(const json& rev) {
   }
 }
 
-std::string quote(const std::string& s) { return "\"" + s + "\""; }
+std::string quote(const std::string& s) {
+  return "\"" + s + "\"";
+}
 
 WallTime parseTimeOr(const std::string& s, WallTime fallback) {
   WallTime t;
@@ -105,8 +111,8 @@ bool trafficMigrated(const json& route, const std::string& config_name, const st
 
 }  // namespace
 
-Reconcilers::Reconcilers(store::Store& store, const ObjectCache& cache, RevisionBackend& backend, TimeSource& clock,
-                         const Config& config)
+Reconcilers::Reconcilers(store::Store& store, const ObjectCache& cache, RevisionBackend& backend,
+                         TimeSource& clock, const Config& config)
     : store_(store), cache_(cache), backend_(backend), clock_(clock), config_(config) {}
 
 StatusOr<Object> Reconcilers::writeIfChanged(const Object& current, const json& desired) {
@@ -196,8 +202,8 @@ Status Reconcilers::reconcileService(const Key& key) {
   ConditionState configs_ready, routes_ready;
   std::string latest_ready;
   if (config_not_owned) {
-    configs_ready = conditionFalse("NotOwned", "There is an existing Configuration " + quote(key.name) +
-                                                   " that we do not own.");
+    configs_ready = conditionFalse(
+        "NotOwned", "There is an existing Configuration " + quote(key.name) + " that we do not own.");
   } else {
     const json& cs = statusOf(config.body);
     for (const char* f : {"latestCreatedRevisionName", "latestReadyRevisionName"}) {
@@ -214,8 +220,8 @@ Status Reconcilers::reconcileService(const Key& key) {
     routes_ready =
         conditionFalse("NotOwned", "There is an existing Route " + quote(key.name) + " that we do not own.");
   } else if (!isUpToDate(route.body)) {
-    routes_ready = conditionUnknown("OutOfDate",
-                                    "The Route is still working to reflect the latest desired specification.");
+    routes_ready = conditionUnknown(
+        "OutOfDate", "The Route is still working to reflect the latest desired specification.");
     for (const char* f : {"url", "address", "traffic"}) {
       if (old_status.contains(f)) st[f] = old_status[f];
     }
@@ -227,7 +233,8 @@ Status Reconcilers::reconcileService(const Key& key) {
     routes_ready = conditionStateOf(rs, kReady);
     if (routes_ready.status != "False" && !config_not_owned &&
         !trafficMigrated(route.body, key.name, latest_ready)) {
-      routes_ready = conditionUnknown("TrafficNotMigrated", "Traffic is not yet migrated to the latest revision.");
+      routes_ready =
+          conditionUnknown("TrafficNotMigrated", "Traffic is not yet migrated to the latest revision.");
     }
   }
   // A bring-your-own revision name already used by another configuration or
@@ -313,13 +320,14 @@ Status Reconcilers::reconcileConfiguration(const Key& key) {
     std::optional<Object> clash = cache_.get(Key{"Revision", key.ns, rev_name});
     if (clash) {
       std::string owner = labelOf(clash->body, labels::kConfiguration);
-      create_error = "revisions.serving.knative.dev " + quote(rev_name) + " already exists" +
-                     (owner == key.name ? " for generation " + std::to_string(configGenerationLabel(clash->body))
-                                        : " and belongs to Configuration " + quote(owner));
+      create_error =
+          "revisions.serving.knative.dev " + quote(rev_name) + " already exists" +
+          (owner == key.name ? " for generation " + std::to_string(configGenerationLabel(clash->body))
+                             : " and belongs to Configuration " + quote(owner));
     } else {
       LOG(INFO) << "controller: creating Revision " << key.ns << "/" << rev_name << " for generation " << gen;
-      KNAP_ASSIGN_OR_RETURN(Object created,
-                            createOrConflict(store_, Key{"Revision", key.ns, rev_name}, makeRevision(c, rev_name)));
+      KNAP_ASSIGN_OR_RETURN(Object created, createOrConflict(store_, Key{"Revision", key.ns, rev_name},
+                                                             makeRevision(c, rev_name)));
       mine.push_back(std::move(created));
       lcr = mine.size() - 1;
     }
@@ -336,7 +344,8 @@ Status Reconcilers::reconcileConfiguration(const Key& key) {
   int64_t floor_gen = 0;
   bool ready_deleted = false;
   if (!latest_ready.empty()) {
-    auto it = std::find_if(mine.begin(), mine.end(), [&](const Object& r) { return r.key.name == latest_ready; });
+    auto it =
+        std::find_if(mine.begin(), mine.end(), [&](const Object& r) { return r.key.name == latest_ready; });
     if (it == mine.end()) {
       ready_deleted = true;
     } else {
@@ -365,9 +374,9 @@ Status Reconcilers::reconcileConfiguration(const Key& key) {
   if (!create_error.empty()) {
     ready = conditionFalse("RevisionFailed", "Revision creation failed with message: " + create_error + ".");
   } else if (lcr_ready == "False") {
-    ready = conditionFalse("RevisionFailed",
-                           "Revision " + quote(latest_created) + " failed with message: " +
-                               conditionStateOf(statusOf(mine[*lcr].body), kReady).message + ".");
+    ready = conditionFalse("RevisionFailed", "Revision " + quote(latest_created) + " failed with message: " +
+                                                 conditionStateOf(statusOf(mine[*lcr].body), kReady).message +
+                                                 ".");
   } else if (ready_deleted) {
     ready = conditionFalse("RevisionDeleted", "Revision " + quote(latest_ready) + " was deleted.");
   } else if (!latest_ready.empty() && latest_ready == latest_created) {
@@ -517,51 +526,53 @@ Status Reconcilers::reconcileRoute(const Key& key) {
     if (!cfg_name.empty()) {
       const json* cfg = config(cfg_name);
       if (cfg == nullptr) {
-        problems.push_back(conditionFalse("ConfigurationMissing",
-                                          "Configuration " + quote(cfg_name) + " referenced in traffic not found."));
+        problems.push_back(conditionFalse("ConfigurationMissing", "Configuration " + quote(cfg_name) +
+                                                                      " referenced in traffic not found."));
         continue;
       }
       ref_configs.insert(cfg_name);
       resolved = stringAt(statusOf(*cfg), "latestReadyRevisionName");
       if (resolved.empty()) {
-        problems.push_back(readyStatus(*cfg) == "False"
-                               ? conditionFalse("RevisionMissing", "Configuration " + quote(cfg_name) +
-                                                                       " does not have any ready Revision.")
-                               : conditionUnknown("RevisionMissing", "Configuration " + quote(cfg_name) +
-                                                                         " is waiting for a Revision to become ready."));
+        problems.push_back(
+            readyStatus(*cfg) == "False"
+                ? conditionFalse("RevisionMissing",
+                                 "Configuration " + quote(cfg_name) + " does not have any ready Revision.")
+                : conditionUnknown("RevisionMissing", "Configuration " + quote(cfg_name) +
+                                                          " is waiting for a Revision to become ready."));
         continue;
       }
       if (revision(resolved) == nullptr) {
-        problems.push_back(
-            conditionFalse("RevisionMissing", "Revision " + quote(resolved) + " referenced in traffic not found."));
+        problems.push_back(conditionFalse(
+            "RevisionMissing", "Revision " + quote(resolved) + " referenced in traffic not found."));
         continue;
       }
     } else if (!rev_name.empty()) {
       const json* rev = revision(rev_name);
       if (rev == nullptr) {
-        problems.push_back(
-            conditionFalse("RevisionMissing", "Revision " + quote(rev_name) + " referenced in traffic not found."));
+        problems.push_back(conditionFalse(
+            "RevisionMissing", "Revision " + quote(rev_name) + " referenced in traffic not found."));
         continue;
       }
       ref_revs.insert(rev_name);
       if (!owner_service.empty() && labelOf(*rev, labels::kService) != owner_service) {
-        problems.push_back(conditionFalse("RevisionNotOwned", "Revision " + quote(rev_name) +
-                                                                  " is not owned by Service " +
-                                                                  quote(owner_service) + "."));
+        problems.push_back(conditionFalse(
+            "RevisionNotOwned",
+            "Revision " + quote(rev_name) + " is not owned by Service " + quote(owner_service) + "."));
         continue;
       }
       std::string ready = readyStatus(*rev);
       if (ready != "True") {
-        problems.push_back(ready == "False"
-                               ? conditionFalse("RevisionMissing",
-                                                "Revision " + quote(rev_name) + " failed to become ready.")
-                               : conditionUnknown("RevisionMissing",
-                                                  "Revision " + quote(rev_name) + " is not yet ready."));
+        problems.push_back(
+            ready == "False"
+                ? conditionFalse("RevisionMissing",
+                                 "Revision " + quote(rev_name) + " failed to become ready.")
+                : conditionUnknown("RevisionMissing", "Revision " + quote(rev_name) + " is not yet ready."));
         continue;
       }
       resolved = rev_name;
     } else {
-      problems.push_back(conditionFalse("RevisionMissing", "A traffic target names no revision or configuration."));
+      problems.push_back(
+          conditionFalse("RevisionMissing", "A traffic target names no revision or configuration."));
       continue;
     }
     ref_revs.insert(resolved);
@@ -650,7 +661,8 @@ Status Reconcilers::reconcileRoute(const Key& key) {
     if (!failed.empty()) {
       cert = conditionFalse("CertificateProvisionFailed", "ACME: " + join(failed, "; "));
     } else if (!pending.empty()) {
-      cert = conditionUnknown("CertificateNotReady", "ACME certificate being issued for " + join(pending, ", "));
+      cert =
+          conditionUnknown("CertificateNotReady", "ACME certificate being issued for " + join(pending, ", "));
     } else if (any) {
       cert = conditionTrue("CertificateProvisioned", "ACME certificates issued for the external hosts");
     }
@@ -683,7 +695,8 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
     if (!claim.isOk()) return isNotFound(claim.status()) ? Status::ok() : claim.status();
     const json& holder = specAt(claim->body, "namespace");
     if (!holder.is_string() || holder.get<std::string>() != key.ns) return Status::ok();
-    LOG(INFO) << "controller: releasing " << claim_key.toString() << " (" << key.toString() << " was deleted)";
+    LOG(INFO) << "controller: releasing " << claim_key.toString() << " (" << key.toString()
+              << " was deleted)";
     auto removed = store_.remove(claim_key);
     return removed.isOk() || isNotFound(removed.status()) ? Status::ok() : removed.status();
   }
@@ -693,7 +706,8 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
   json st = json::object();
   if (old_status.contains("annotations")) st["annotations"] = old_status["annotations"];
   const bool external_tls = specAt(d, "tls").is_object();
-  const std::string url = (external_tls ? "https" : config_.network.default_external_scheme) + "://" + key.name;
+  const std::string url =
+      (external_tls ? "https" : config_.network.default_external_scheme) + "://" + key.name;
   st["url"] = url;
   st["address"] = {{"url", url}};
 
@@ -703,34 +717,41 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
   if (!claim.isOk() && !isNotFound(claim.status())) return claim.status();
   if (!claim.isOk()) {
     if (config_.network.autocreate_cluster_domain_claims) {
-      json body = {{"apiVersion", std::string(api::kNetworkingGroup) + "/" + std::string(api::kNetworkingVersion)},
-                   {"kind", "ClusterDomainClaim"},
-                   {"metadata", {{"name", key.name}}},
-                   {"spec", {{"namespace", key.ns}}}};
+      json body = {
+          {"apiVersion", std::string(api::kNetworkingGroup) + "/" + std::string(api::kNetworkingVersion)},
+          {"kind", "ClusterDomainClaim"},
+          {"metadata", {{"name", key.name}}},
+          {"spec", {{"namespace", key.ns}}}};
       LOG(INFO) << "controller: creating " << claim_key.toString() << " for " << key.toString();
       KNAP_RETURN_IF_ERROR(createOrConflict(store_, claim_key, body).status());
     } else {
-      claimed = conditionFalse("DomainAlreadyClaimed", "The domain name is already in use by another DomainMapping");
+      claimed = conditionFalse("DomainAlreadyClaimed",
+                               "The domain name is already in use by another DomainMapping");
     }
   } else {
     const json& cns = specAt(claim->body, "namespace");
     if (!cns.is_string() || cns.get<std::string>() != key.ns)
-      claimed = conditionFalse("DomainAlreadyClaimed", "The domain name is already in use by another DomainMapping");
+      claimed = conditionFalse("DomainAlreadyClaimed",
+                               "The domain name is already in use by another DomainMapping");
   }
 
-  ConditionState cert = external_tls ? conditionTrue("CertificateNotRequired", "TLS certificate was provided externally")
-                                     : conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
-  ConditionState resolved, ingress = conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
+  ConditionState cert =
+      external_tls ? conditionTrue("CertificateNotRequired", "TLS certificate was provided externally")
+                   : conditionTrue("TLSNotEnabled", "external-domain-tls is not enabled");
+  ConditionState resolved,
+      ingress = conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
   if (claimed.status == "True") {
     const json& ref = specAt(d, "ref");
     std::string kind = ref.is_object() ? stringAt(ref, "kind") : "";
     std::string name = ref.is_object() ? stringAt(ref, "name") : "";
-    std::string ref_ns = ref.is_object() && !stringAt(ref, "namespace").empty() ? stringAt(ref, "namespace") : key.ns;
+    std::string ref_ns =
+        ref.is_object() && !stringAt(ref, "namespace").empty() ? stringAt(ref, "namespace") : key.ns;
     std::string route_name = domainMappingRoute(d);
     if (route_name.empty()) {
-      resolved = conditionFalse("ResolveFailed", "failed to get object " + ref_ns + "/" + name + ": knap resolves " +
-                                                     "only serving.knative.dev/v1 Services and Routes, not " +
-                                                     (ref.is_object() ? stringAt(ref, "apiVersion") : "") + " " + kind);
+      resolved = conditionFalse("ResolveFailed",
+                                "failed to get object " + ref_ns + "/" + name + ": knap resolves " +
+                                    "only serving.knative.dev/v1 Services and Routes, not " +
+                                    (ref.is_object() ? stringAt(ref, "apiVersion") : "") + " " + kind);
     } else if (ref_ns != key.ns) {
       resolved = conditionFalse("ResolveFailed", "resolved URI \"http://" + clusterLocalHost(name, ref_ns) +
                                                      "\" must be in same namespace as DomainMapping");
@@ -739,8 +760,9 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
       auto target = cache_.get(Key{kind, key.ns, name});
       const json* address = target ? &statusOf(target->body) : nullptr;
       if (!target) {
-        resolved = conditionFalse("ResolveFailed", "failed to get object " + key.ns + "/" + name + ": " + plural +
-                                                       ".serving.knative.dev " + quote(name) + " not found");
+        resolved =
+            conditionFalse("ResolveFailed", "failed to get object " + key.ns + "/" + name + ": " + plural +
+                                                ".serving.knative.dev " + quote(name) + " not found");
       } else if (!address->contains("address") || !(*address)["address"].is_object() ||
                  stringAt((*address)["address"], "url").empty()) {
         resolved = conditionFalse("ResolveFailed", "address not set for " + kind + " " + key.ns + "/" + name);
@@ -748,15 +770,16 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
         resolved = conditionTrue();
         auto route = cache_.get(Key{"Route", key.ns, route_name});
         if (!route) {
-          ingress = conditionUnknown("IngressNotConfigured",
-                                     "Waiting for target Route " + key.ns + "/" + route_name + " to be created.");
+          ingress = conditionUnknown("IngressNotConfigured", "Waiting for target Route " + key.ns + "/" +
+                                                                 route_name + " to be created.");
         } else if (kind == "Service" && !isControlledBy(route->body, target->body)) {
-          ingress = conditionFalse("NotOwned", "Service " + key.ns + "/" + name + " does not own Route " + key.ns +
-                                                   "/" + route_name + ".");
+          ingress = conditionFalse("NotOwned", "Service " + key.ns + "/" + name + " does not own Route " +
+                                                   key.ns + "/" + route_name + ".");
         } else {
           bool serving = false;
           if (auto table = routingTable(config_, route->body); table.isOk()) {
-            for (const HostSplit& split : *table) serving = serving || (split.tag.empty() && !split.revisions.empty());
+            for (const HostSplit& split : *table)
+              serving = serving || (split.tag.empty() && !split.revisions.empty());
           }
           // Served once the router has the mapping's host (the data plane
           // re-queues it) and the Route's own traffic; or as the last status
@@ -768,8 +791,8 @@ Status Reconcilers::reconcileDomainMapping(const Key& key) {
                conditionStateOf(statusOf(route->body), "IngressReady").status == "True") ||
               (conditionStateOf(old_status, "IngressReady").status == "True" && isUpToDate(d));
           if (!serving) {
-            ingress = conditionUnknown("IngressNotConfigured",
-                                       "Waiting for target Route " + key.ns + "/" + route_name + " to have traffic.");
+            ingress = conditionUnknown("IngressNotConfigured", "Waiting for target Route " + key.ns + "/" +
+                                                                   route_name + " to have traffic.");
           } else if (!programmed) {
             ingress = conditionUnknown("IngressNotConfigured", "Ingress has not yet been reconciled.");
           } else {
@@ -810,7 +833,8 @@ Status Reconcilers::syncRoutingMetadata(const std::string& ns, const std::string
   };
   auto setRoutes = [](json& body, const std::set<std::string>& set) {
     if (set.empty()) {
-      if (body["metadata"].contains("annotations")) body["metadata"]["annotations"].erase(annotations::kRoutes);
+      if (body["metadata"].contains("annotations"))
+        body["metadata"]["annotations"].erase(annotations::kRoutes);
     } else {
       body["metadata"]["annotations"][annotations::kRoutes] = joinList(set);
     }

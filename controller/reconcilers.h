@@ -12,10 +12,9 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/config.h"
@@ -71,8 +70,8 @@ class Reconcilers {
 
   // Route: keeps serving.knative.dev/routes and routingState in step with the
   // set of configurations/revisions the route references (empty sets on delete).
-  Status syncRoutingMetadata(const std::string& ns, const std::string& route, const std::set<std::string>& configs,
-                             const std::set<std::string>& revisions);
+  Status syncRoutingMetadata(const std::string& ns, const std::string& route,
+                             const std::set<std::string>& configs, const std::set<std::string>& revisions);
 
   store::Store& store_;
   const ObjectCache& cache_;

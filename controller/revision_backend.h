@@ -8,10 +8,9 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace knap::controller {
 
@@ -28,7 +27,7 @@ struct RevisionHealth {
   ConditionState active;               // Active (not part of Ready)
   int actual_replicas = 0;
   int desired_replicas = 0;
-  std::string image_digest;            // "<repo>@sha256:..." once resolved, else empty
+  std::string image_digest;  // "<repo>@sha256:..." once resolved, else empty
   // Multi-container Revisions: every container's digest ref, in spec order,
   // once all are resolved (else empty: image_digest is containers[0]'s).
   std::vector<std::string> image_digests;

@@ -15,9 +15,11 @@ bool isStale(const GcConfig& gc, const GcCandidate& rev, WallTime now) {
 }
 }  // namespace
 
-std::vector<std::string> revisionsToCollect(const GcConfig& gc, std::vector<GcCandidate> revisions, WallTime now) {
+std::vector<std::string> revisionsToCollect(const GcConfig& gc, std::vector<GcCandidate> revisions,
+                                            WallTime now) {
   std::vector<std::string> out;
-  if (!gc.max_non_active_revisions && !gc.retain_since_create_time && !gc.retain_since_last_active_time) return out;
+  if (!gc.max_non_active_revisions && !gc.retain_since_create_time && !gc.retain_since_last_active_time)
+    return out;
   const size_t min = static_cast<size_t>(std::max<int64_t>(0, gc.min_non_active_revisions));
   if (revisions.size() <= min) return out;
 

@@ -32,6 +32,7 @@ struct GcCandidate {
 //     AND idle >= retain-since-last-active, a disabled check counting as satisfied,
 //     both disabled = never stale) while more than min remain;
 //  5. if the non-stale ones still exceed max, delete their oldest until max remain.
-std::vector<std::string> revisionsToCollect(const GcConfig& gc, std::vector<GcCandidate> revisions, WallTime now);
+std::vector<std::string> revisionsToCollect(const GcConfig& gc, std::vector<GcCandidate> revisions,
+                                            WallTime now);
 
 }  // namespace knap::controller

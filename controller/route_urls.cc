@@ -15,9 +15,9 @@ namespace {
 constexpr const char* kDefaultDomainTemplate = "{{.Name}}.{{.Namespace}}.{{.Domain}}";
 
 std::string supportedActions(TemplateKind kind) {
-  return kind == TemplateKind::kDomain
-             ? "{{.Name}}, {{.Namespace}}, {{.Domain}}, {{index .Annotations \"key\"}}, {{index .Labels \"key\"}}"
-             : "{{.Tag}}, {{.Name}}";
+  return kind == TemplateKind::kDomain ? "{{.Name}}, {{.Namespace}}, {{.Domain}}, {{index .Annotations "
+                                         "\"key\"}}, {{index .Labels \"key\"}}"
+                                       : "{{.Tag}}, {{.Name}}";
 }
 
 // Parses `index .Annotations "key"` / `index .Labels "key"`; false if the action has another shape.
@@ -97,7 +97,8 @@ Status validateTemplate(const std::string& tmpl, TemplateKind kind) {
     Status st = validateHost(rendered);
     if (!st.isOk()) return invalidArgument("domain-template \"" + tmpl + "\": " + st.message());
   } else if (!api::isDns1123Label(rendered)) {
-    return invalidArgument("tag-template \"" + tmpl + "\" must render one DNS label, got \"" + rendered + "\"");
+    return invalidArgument("tag-template \"" + tmpl + "\" must render one DNS label, got \"" + rendered +
+                           "\"");
   }
   return Status::ok();
 }
@@ -135,8 +136,9 @@ Status validateHost(const std::string& host) {
     size_t dot = host.find('.', start);
     std::string label = host.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (!api::isDns1123Label(label)) {
-      return invalidArgument("host \"" + host + "\": \"" + label +
-                             "\" is not a DNS label (lower-case alphanumerics and '-', at most 63 characters)");
+      return invalidArgument(
+          "host \"" + host + "\": \"" + label +
+          "\" is not a DNS label (lower-case alphanumerics and '-', at most 63 characters)");
     }
     ++labels;
     if (dot == std::string::npos) break;
@@ -156,18 +158,21 @@ StatusOr<RouteHost> routeHost(const Config& config, const std::string& name, con
     TemplateData tag_data;
     tag_data.tag = tag;
     tag_data.name = name;
-    KNAP_ASSIGN_OR_RETURN(host_name, renderTemplate(config.network.tag_template, TemplateKind::kTag, tag_data));
+    KNAP_ASSIGN_OR_RETURN(host_name,
+                          renderTemplate(config.network.tag_template, TemplateKind::kTag, tag_data));
   }
   TemplateData data{host_name, ns, domain, tag, annotations, labels};
-  const std::string& tmpl = cluster_local ? std::string(kDefaultDomainTemplate) : config.network.domain_template;
+  const std::string& tmpl =
+      cluster_local ? std::string(kDefaultDomainTemplate) : config.network.domain_template;
   KNAP_ASSIGN_OR_RETURN(std::string host, renderTemplate(tmpl, TemplateKind::kDomain, data));
   KNAP_RETURN_IF_ERROR(validateHost(host));
   RouteHost out;
   out.host = host;
   out.cluster_local = cluster_local;
   // external-domain-tls: Enabled → the router's HTTPS listener serves external hosts.
-  out.scheme = cluster_local ? "http" : config.network.externalDomainTls() ? "https"
-                                                                          : config.network.default_external_scheme;
+  out.scheme = cluster_local                        ? "http"
+               : config.network.externalDomainTls() ? "https"
+                                                    : config.network.default_external_scheme;
   return out;
 }
 
@@ -183,7 +188,8 @@ std::string clusterLocalHost(const std::string& name, const std::string& ns) {
 std::vector<RevisionWeight> mergeTargets(const std::vector<RevisionWeight>& targets) {
   std::vector<RevisionWeight> out;
   for (const auto& t : targets) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const RevisionWeight& w) { return w.revision == t.revision; });
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const RevisionWeight& w) { return w.revision == t.revision; });
     if (it == out.end()) {
       out.push_back(t);
     } else {
@@ -273,7 +279,8 @@ std::map<std::string, HostTarget> hostTable(const Config& config, const std::vec
 }
 
 RouteHosts routeHosts(const Config& config, const nlohmann::json& route) {
-  RouteHosts out{metaString(route, "creationTimestamp"), metaString(route, "namespace"), metaString(route, "name"), {}};
+  RouteHosts out{
+      metaString(route, "creationTimestamp"), metaString(route, "namespace"), metaString(route, "name"), {}};
   auto table = routingTable(config, route);
   if (table.isOk()) out.splits = std::move(*table);
   return out;

@@ -11,10 +11,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "common/status.h"
@@ -71,9 +70,11 @@ struct RouteHost {
 // name (e.g. "<tag>-<name>" longer than 63) — the Route's ErrorConfig case.
 StatusOr<RouteHost> routeHost(const Config& config, const std::string& name, const std::string& ns,
                               const std::map<std::string, std::string>& labels,
-                              const std::map<std::string, std::string>& annotations, const std::string& tag = "");
+                              const std::map<std::string, std::string>& annotations,
+                              const std::string& tag = "");
 // Same, reading name/namespace/labels/annotations from a Route object.
-StatusOr<RouteHost> routeHostFor(const Config& config, const nlohmann::json& route, const std::string& tag = "");
+StatusOr<RouteHost> routeHostFor(const Config& config, const nlohmann::json& route,
+                                 const std::string& tag = "");
 
 // "<name>.<ns>.svc.cluster.local": status.address host of every Route.
 std::string clusterLocalHost(const std::string& name, const std::string& ns);
@@ -86,9 +87,9 @@ struct RevisionWeight {
 
 // One routable host set of a Route and the revisions it splits traffic over.
 struct HostSplit {
-  std::vector<std::string> hosts;    // the host first, then aliases (cluster-local short forms)
+  std::vector<std::string> hosts;  // the host first, then aliases (cluster-local short forms)
   bool cluster_local = false;
-  std::string tag;                   // "" for the main split
+  std::string tag;                        // "" for the main split
   std::vector<RevisionWeight> revisions;  // merged per revision, order of first appearance
 };
 

@@ -46,14 +46,15 @@ INSTANTIATE_TEST_SUITE_P(
                    "hello.default.example.com"},
         RenderCase{"Spaces", "{{ .Name }}-{{ .Namespace }}.{{.Domain}}", TemplateKind::kDomain,
                    "hello-default.example.com"},
-        RenderCase{"IndexAnnotation", "{{.Name}}.{{index .Annotations \"sub\"}}.{{.Domain}}", TemplateKind::kDomain,
-                   "hello.blue.example.com"},
+        RenderCase{"IndexAnnotation", "{{.Name}}.{{index .Annotations \"sub\"}}.{{.Domain}}",
+                   TemplateKind::kDomain, "hello.blue.example.com"},
         RenderCase{"IndexLabel", "{{index .Labels \"team\"}}-{{.Name}}.{{.Domain}}", TemplateKind::kDomain,
                    "red-hello.example.com"},
         RenderCase{"IndexMissingKeyIsEmpty", "{{.Name}}{{index .Labels \"nope\"}}.{{.Domain}}",
                    TemplateKind::kDomain, "hello.example.com"},
         RenderCase{"DefaultTag", "{{.Tag}}-{{.Name}}", TemplateKind::kTag, "canary-hello"},
-        RenderCase{"TagFieldInDomainTemplateRejected", "{{.Tag}}.{{.Domain}}", TemplateKind::kDomain, nullptr},
+        RenderCase{"TagFieldInDomainTemplateRejected", "{{.Tag}}.{{.Domain}}", TemplateKind::kDomain,
+                   nullptr},
         RenderCase{"DomainFieldInTagTemplateRejected", "{{.Domain}}", TemplateKind::kTag, nullptr},
         RenderCase{"UnknownField", "{{.Host}}.{{.Domain}}", TemplateKind::kDomain, nullptr},
         RenderCase{"Pipeline", "{{.Name | lower}}", TemplateKind::kDomain, nullptr},
@@ -95,32 +96,34 @@ TEST_P(SelectDomainTest, Selects) {
 
 INSTANTIATE_TEST_SUITE_P(
     Domains, SelectDomainTest,
-    ::testing::Values(
-        DomainCase{"DefaultEntry", {{"example.com", {}}}, {}, "example.com"},
-        DomainCase{"NoEntriesIsClusterLocal", {}, {{"app", "x"}}, "svc.cluster.local"},
-        DomainCase{"NoDefaultAndNoMatch", {{"prod.com", {{"env", "prod"}}}}, {{"env", "dev"}}, "svc.cluster.local"},
-        DomainCase{"SelectorMatches",
-                   {{"example.com", {}}, {"prod.com", {{"env", "prod"}}}},
-                   {{"env", "prod"}},
-                   "prod.com"},
-        DomainCase{"SelectorDoesNotMatch",
-                   {{"example.com", {}}, {"prod.com", {{"env", "prod"}}}},
-                   {{"env", "dev"}},
-                   "example.com"},
-        DomainCase{"MostSpecificWins",
-                   {{"example.com", {}},
-                    {"prod.com", {{"env", "prod"}}},
-                    {"red.prod.com", {{"env", "prod"}, {"team", "red"}}}},
-                   {{"env", "prod"}, {"team", "red"}},
-                   "red.prod.com"},
-        DomainCase{"TieGoesToLexicallySmaller",
-                   {{"zzz.com", {{"env", "prod"}}}, {"aaa.com", {{"team", "red"}}}},
-                   {{"env", "prod"}, {"team", "red"}},
-                   "aaa.com"},
-        DomainCase{"ClusterLocalLabelWins",
-                   {{"example.com", {}}},
-                   {{"networking.knative.dev/visibility", "cluster-local"}},
-                   "svc.cluster.local"}),
+    ::testing::Values(DomainCase{"DefaultEntry", {{"example.com", {}}}, {}, "example.com"},
+                      DomainCase{"NoEntriesIsClusterLocal", {}, {{"app", "x"}}, "svc.cluster.local"},
+                      DomainCase{"NoDefaultAndNoMatch",
+                                 {{"prod.com", {{"env", "prod"}}}},
+                                 {{"env", "dev"}},
+                                 "svc.cluster.local"},
+                      DomainCase{"SelectorMatches",
+                                 {{"example.com", {}}, {"prod.com", {{"env", "prod"}}}},
+                                 {{"env", "prod"}},
+                                 "prod.com"},
+                      DomainCase{"SelectorDoesNotMatch",
+                                 {{"example.com", {}}, {"prod.com", {{"env", "prod"}}}},
+                                 {{"env", "dev"}},
+                                 "example.com"},
+                      DomainCase{"MostSpecificWins",
+                                 {{"example.com", {}},
+                                  {"prod.com", {{"env", "prod"}}},
+                                  {"red.prod.com", {{"env", "prod"}, {"team", "red"}}}},
+                                 {{"env", "prod"}, {"team", "red"}},
+                                 "red.prod.com"},
+                      DomainCase{"TieGoesToLexicallySmaller",
+                                 {{"zzz.com", {{"env", "prod"}}}, {"aaa.com", {{"team", "red"}}}},
+                                 {{"env", "prod"}, {"team", "red"}},
+                                 "aaa.com"},
+                      DomainCase{"ClusterLocalLabelWins",
+                                 {{"example.com", {}}},
+                                 {{"networking.knative.dev/visibility", "cluster-local"}},
+                                 "svc.cluster.local"}),
     [](const ::testing::TestParamInfo<DomainCase>& i) { return std::string(i.param.name); });
 
 Config configWithDomain(const std::string& domain) {
@@ -264,7 +267,8 @@ TEST(RoutingTable, EmptyWithoutStatusTraffic) {
 
 TEST(HostTable, MapsEveryHostAndFirstCreatedRouteKeepsAClaimedHost) {
   Config c = configWithDomain("example.com");
-  json a = routeWithTraffic(json::array({{{"revisionName", "hello-00001"}, {"percent", 100}, {"tag", "v1"}}}));
+  json a =
+      routeWithTraffic(json::array({{{"revisionName", "hello-00001"}, {"percent", 100}, {"tag", "v1"}}}));
   a["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z";
   // A route created later that claims the same hosts does not take them.
   json b = routeWithTraffic(json::array({{{"revisionName", "hello-00002"}, {"percent", 100}}}));
@@ -274,11 +278,13 @@ TEST(HostTable, MapsEveryHostAndFirstCreatedRouteKeepsAClaimedHost) {
   other["metadata"]["namespace"] = "shop";
   auto table = hostTable(c, {b, other, a});
   ASSERT_EQ(table.count("hello.default.example.com"), 1u);
-  EXPECT_EQ(table["hello.default.example.com"].split.revisions, (std::vector<RevisionWeight>{{"hello-00001", 100}}));
+  EXPECT_EQ(table["hello.default.example.com"].split.revisions,
+            (std::vector<RevisionWeight>{{"hello-00001", 100}}));
   EXPECT_EQ(table["hello.default"].route, "hello");
   EXPECT_EQ(table["v1-hello.default.example.com"].split.tag, "v1");
   EXPECT_EQ(table["web.shop.example.com"].ns, "shop");
-  EXPECT_EQ(table["web.shop.svc.cluster.local"].split.revisions, (std::vector<RevisionWeight>{{"web-00001", 100}}));
+  EXPECT_EQ(table["web.shop.svc.cluster.local"].split.revisions,
+            (std::vector<RevisionWeight>{{"web-00001", 100}}));
   EXPECT_TRUE(table["web.shop.svc"].split.cluster_local);
   EXPECT_EQ(table.count("nothing.default.example.com"), 0u);
 }

@@ -18,7 +18,8 @@ using nlohmann::json;
 using std::chrono::seconds;
 
 // The scaler's settings of a Revision with these annotations and spec.
-scaler::ScalerSettings scalerSettings(json annotations, json spec, const Config& config, bool reachable = true) {
+scaler::ScalerSettings scalerSettings(json annotations, json spec, const Config& config,
+                                      bool reachable = true) {
   json rev = {{"metadata", {{"annotations", std::move(annotations)}}}, {"spec", std::move(spec)}};
   return toScalerSettings(api::revisionSettings(rev, config), reachable);
 }
@@ -70,7 +71,8 @@ json routeWithTraffic(const std::string& revision) {
           {"spec", {{"traffic", json::array({{{"revisionName", revision}, {"percent", 100}}})}}},
           {"status",
            {{"url", "http://hello.default.example.com"},
-            {"traffic", json::array({{{"revisionName", revision}, {"percent", 100}, {"latestRevision", false}}})}}}};
+            {"traffic",
+             json::array({{{"revisionName", revision}, {"percent", 100}, {"latestRevision", false}}})}}}};
 }
 
 // A Route's IngressReady waits for the router to serve its traffic: the
@@ -139,7 +141,9 @@ TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
   ready["status"]["url"] = "http://y.default.example.com";
   ready["status"]["conditions"] = json::array({{{"type", "IngressReady"}, {"status", "True"}}});
   ASSERT_TRUE(store->create(store::Key{"Route", "default", "y"}, ready).isOk());
-  for (int i = 0; i < 1000 && !dp.programmed(store::Key{"Route", "default", "y"}, controller::programFingerprint(ready)); ++i) {
+  for (int i = 0;
+       i < 1000 && !dp.programmed(store::Key{"Route", "default", "y"}, controller::programFingerprint(ready));
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(dp.programmed(store::Key{"Route", "default", "y"}, controller::programFingerprint(ready)));
@@ -150,20 +154,22 @@ TEST(DataPlaneTest, ReportsEachRouteItServesAndCallsBackOnChange) {
 
   // A DomainMapping is served once its status says claimed and resolved
   // (controller::domainTargets) and its Route has traffic.
-  json dm = {{"apiVersion", "serving.knative.dev/v1beta1"},
-             {"kind", "DomainMapping"},
-             {"metadata", {{"name", "app.example.org"}, {"namespace", "default"}}},
-             {"spec", {{"ref", {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Route"}, {"name", "x"}}}}},
-             {"status",
-              {{"conditions", json::array({{{"type", "DomainClaimed"}, {"status", "True"}},
-                                           {{"type", "ReferenceResolved"}, {"status", "True"}}})}}}};
+  json dm = {
+      {"apiVersion", "serving.knative.dev/v1beta1"},
+      {"kind", "DomainMapping"},
+      {"metadata", {{"name", "app.example.org"}, {"namespace", "default"}}},
+      {"spec", {{"ref", {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Route"}, {"name", "x"}}}}},
+      {"status",
+       {{"conditions", json::array({{{"type", "DomainClaimed"}, {"status", "True"}},
+                                    {{"type", "ReferenceResolved"}, {"status", "True"}}})}}}};
   const store::Key dm_key{"DomainMapping", "default", "app.example.org"};
   ASSERT_TRUE(store->create(dm_key, dm).isOk());
   ASSERT_EQ(callsSoon(4), 4u);
   EXPECT_EQ(calls[3], "DomainMapping default/app.example.org");
   EXPECT_TRUE(dp.programmed(dm_key, controller::domainFingerprint(dm)));
   EXPECT_FALSE(dp.programmed(dm_key, ""));
-  EXPECT_FALSE(dp.programmed(store::Key{"Route", "default", "app.example.org"}, controller::domainFingerprint(dm)));
+  EXPECT_FALSE(
+      dp.programmed(store::Key{"Route", "default", "app.example.org"}, controller::domainFingerprint(dm)));
   dp.stop();
 }
 
@@ -213,7 +219,8 @@ TEST(DataPlaneTest, AChangeReadsOnlyTheChangedObject) {
   // The first sync lists everything.
   ASSERT_TRUE(soon([&] {
     return dp.router().revisionCount() == kRoutes &&
-           dp.programmed(store::Key{"Route", "default", "r19"}, controller::programFingerprint(route(19, "r19-00001")));
+           dp.programmed(store::Key{"Route", "default", "r19"},
+                         controller::programFingerprint(route(19, "r19-00001")));
   }));
   seen.resetCounters();
 
@@ -222,16 +229,22 @@ TEST(DataPlaneTest, AChangeReadsOnlyTheChangedObject) {
   ASSERT_TRUE(r3.isOk());
   json v2 = route(3, "r3-00002");
   ASSERT_TRUE(store->update(r3->key, v2, r3->resource_version).isOk());
-  ASSERT_TRUE(soon([&] { return dp.programmed(store::Key{"Route", "default", "r3"}, controller::programFingerprint(v2)); }));
+  ASSERT_TRUE(soon([&] {
+    return dp.programmed(store::Key{"Route", "default", "r3"}, controller::programFingerprint(v2));
+  }));
   // One Revision is added, one deleted, one Route deleted.
   ASSERT_TRUE(store->create(store::Key{"Revision", "default", "r3-00002"}, revision("r3-00002")).isOk());
   ASSERT_TRUE(soon([&] { return dp.router().revisionCount() == kRoutes + 1; }));
   ASSERT_TRUE(store->remove(store::Key{"Revision", "default", "r5-00001"}).isOk());
   ASSERT_TRUE(soon([&] { return dp.router().revisionCount() == kRoutes; }));
   ASSERT_TRUE(store->remove(store::Key{"Route", "default", "r7"}).isOk());
-  ASSERT_TRUE(soon([&] { return !dp.programmed(store::Key{"Route", "default", "r7"}, controller::programFingerprint(route(7, "r7-00001"))); }));
+  ASSERT_TRUE(soon([&] {
+    return !dp.programmed(store::Key{"Route", "default", "r7"},
+                          controller::programFingerprint(route(7, "r7-00001")));
+  }));
   // The other Routes are still served.
-  EXPECT_TRUE(dp.programmed(store::Key{"Route", "default", "r19"}, controller::programFingerprint(route(19, "r19-00001"))));
+  EXPECT_TRUE(dp.programmed(store::Key{"Route", "default", "r19"},
+                            controller::programFingerprint(route(19, "r19-00001"))));
   EXPECT_EQ(seen.lists, 0) << "a change must not list a kind";
   EXPECT_LE(seen.gets, 4) << "one read per changed object";
   dp.stop();

@@ -5,8 +5,8 @@
 
 #include <functional>
 #include <memory>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/config.h"
@@ -38,12 +38,13 @@ class Runtime {
   // the runtime cannot tell). Calls may race and arrive out of order:
   // `version` grows with the time the list was read (0: unversioned), and a
   // receiver must drop a list older than one it already applied.
-  using EndpointsListener = std::function<void(const std::string& revision,
-                                               const std::vector<router::Endpoint>& endpoints,
-                                               const router::WakeInfo& wake, uint64_t version)>;
+  using EndpointsListener =
+      std::function<void(const std::string& revision, const std::vector<router::Endpoint>& endpoints,
+                         const router::WakeInfo& wake, uint64_t version)>;
   virtual void setEndpointsListener(EndpointsListener fn) = 0;
   // Called (from any thread) whenever a revision's warm pool changes.
-  using WarmPoolListener = std::function<void(const std::string& revision, const router::WarmPoolStats& pool)>;
+  using WarmPoolListener =
+      std::function<void(const std::string& revision, const router::WarmPoolStats& pool)>;
   virtual void setWarmPoolListener(WarmPoolListener) {}
   // Rolling restart of a revision's pods (runner::PodRunner::restart).
   // kFailedPrecondition for a runtime that runs no pods.
@@ -58,7 +59,7 @@ class Runtime {
 
 // mode: "none", "containerd" or "auto" (containerd when its socket answers).
 // `events` (borrowed, outlives the runtime) gets the runtime's Events.
-StatusOr<std::unique_ptr<Runtime>> makeRuntime(const std::string& mode, const Config& config, store::Store& store,
-                                               TimeSource& clock, EventRecorder& events);
+StatusOr<std::unique_ptr<Runtime>> makeRuntime(const std::string& mode, const Config& config,
+                                               store::Store& store, TimeSource& clock, EventRecorder& events);
 
 }  // namespace knap::daemon

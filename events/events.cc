@@ -2,20 +2,18 @@
 
 #include "common/json_path.h"
 
-
 namespace knap::events {
 
 using nlohmann::json;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 json makeEvent(const ObjectRef& object, EventType type, const std::string& reason, const std::string& message,
                const std::string& component, WallTime now, const std::string& name_suffix) {
   std::string ts = formatRfc3339(now);
   // Kubernetes caps an Event's message at 1024 bytes; keep its start.
-  std::string note = message.size() > kMaxMessageBytes ? message.substr(0, kMaxMessageBytes - 3) + "..." : message;
+  std::string note =
+      message.size() > kMaxMessageBytes ? message.substr(0, kMaxMessageBytes - 3) + "..." : message;
   json involved = {{"kind", object.kind}, {"namespace", object.ns}, {"name", object.name}};
   if (!object.api_version.empty()) involved["apiVersion"] = object.api_version;
   if (!object.uid.empty()) involved["uid"] = object.uid;
@@ -47,7 +45,9 @@ WallTime lastSeen(const json& event) {
   return WallTime{};
 }
 
-bool expired(const json& event, WallTime now, Duration ttl) { return now - lastSeen(event) > ttl; }
+bool expired(const json& event, WallTime now, Duration ttl) {
+  return now - lastSeen(event) > ttl;
+}
 
 json toEventsV1(const json& e) {
   json out = {{"apiVersion", "events.k8s.io/v1"}, {"kind", "Event"}};
@@ -71,7 +71,8 @@ json toEventsV1(const json& e) {
 
 namespace {
 
-const char* const kInvolvedFields[] = {"kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"};
+const char* const kInvolvedFields[] = {"kind",       "namespace",       "name",     "uid",
+                                       "apiVersion", "resourceVersion", "fieldPath"};
 
 }  // namespace
 
@@ -81,7 +82,8 @@ const std::map<std::string, std::string>& coreFieldLabels() {
                                             {"reportingComponent", "reportingComponent"},
                                             {"source", "source.component"},
                                             {"type", "type"}};
-    for (const char* f : kInvolvedFields) m[std::string("involvedObject.") + f] = std::string("involvedObject.") + f;
+    for (const char* f : kInvolvedFields)
+      m[std::string("involvedObject.") + f] = std::string("involvedObject.") + f;
     return m;
   }();
   return labels;
@@ -91,7 +93,8 @@ const std::map<std::string, std::string>& eventsV1FieldLabels() {
   static const std::map<std::string, std::string> labels = [] {
     std::map<std::string, std::string> m = {
         {"reason", "reason"}, {"reportingController", "reportingComponent"}, {"type", "type"}};
-    for (const char* f : kInvolvedFields) m[std::string("regarding.") + f] = std::string("involvedObject.") + f;
+    for (const char* f : kInvolvedFields)
+      m[std::string("regarding.") + f] = std::string("involvedObject.") + f;
     return m;
   }();
   return labels;

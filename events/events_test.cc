@@ -1,8 +1,9 @@
 // Events: the core/v1 shape and its events.k8s.io/v1 view, the store-backed
 // recorder's de-duplication and both retention bounds, over a real SqliteStore.
+#include "events/events.h"
+
 #include <gtest/gtest.h>
 
-#include "events/events.h"
 #include "events/store_event_recorder.h"
 #include "store/sqlite_store.h"
 
@@ -33,8 +34,8 @@ class RecorderTest : public ::testing::Test {
 
 TEST(EventShape, CoreEventAndItsEventsV1View) {
   SimulatedTimeSource clock;
-  json e = makeEvent(rev(), EventType::kWarning, "BackOff", "Back-off restarting failed container", "knap-runtime",
-                     clock.now(), "abc");
+  json e = makeEvent(rev(), EventType::kWarning, "BackOff", "Back-off restarting failed container",
+                     "knap-runtime", clock.now(), "abc");
   EXPECT_EQ(e["apiVersion"], "v1");
   EXPECT_EQ(e["kind"], "Event");
   EXPECT_EQ(e["metadata"]["name"], "hello-00001.abc");

@@ -14,7 +14,9 @@ using nlohmann::json;
 StoreEventRecorder::StoreEventRecorder(store::Store& store, const TimeSource& clock, RetentionOptions options)
     : store_(store), clock_(clock), options_(options), rng_(std::random_device{}()) {}
 
-StoreEventRecorder::~StoreEventRecorder() { stop(); }
+StoreEventRecorder::~StoreEventRecorder() {
+  stop();
+}
 
 void StoreEventRecorder::start() {
   std::lock_guard<std::mutex> l(mu_);
@@ -39,7 +41,8 @@ void StoreEventRecorder::record(const ObjectRef& object, EventType type, const s
   {
     std::lock_guard<std::mutex> l(mu_);
     if (queue_.size() >= options_.queue_limit) {
-      if (dropped_++ % 1000 == 0) LOG(WARNING) << "events: queue full, dropping events (" << dropped_ << " so far)";
+      if (dropped_++ % 1000 == 0)
+        LOG(WARNING) << "events: queue full, dropping events (" << dropped_ << " so far)";
       return;
     }
     queue_.push_back({object, type, reason, message, component, clock_.now()});
@@ -112,7 +115,8 @@ void StoreEventRecorder::writeOne(const Pending& in) {
     r.last = p.at;
     ++r.unwritten;
     ++r.occurrences;
-    if (r.occurrences <= options_.repeats_written_at_once || p.at - r.written_at >= options_.repeat_write_interval) {
+    if (r.occurrences <= options_.repeats_written_at_once ||
+        p.at - r.written_at >= options_.repeat_write_interval) {
       if (writeRepeat(r)) return;
       recent_.erase(it);  // the stored Event is gone: start a new one
     } else {
@@ -126,13 +130,14 @@ void StoreEventRecorder::writeOne(const Pending& in) {
   std::string name = ev["metadata"]["name"];
   auto created = store_.create({kStoreKind, p.object.ns, name}, ev);
   if (!created.isOk()) {
-    LOG(WARNING) << "events: cannot store event " << p.reason << " for " << p.object.kind << " " << p.object.ns << "/"
-                 << p.object.name << ": " << created.status().toString();
+    LOG(WARNING) << "events: cannot store event " << p.reason << " for " << p.object.kind << " "
+                 << p.object.ns << "/" << p.object.name << ": " << created.status().toString();
     return;
   }
   recent_[key] = Recent{p.object.ns, name, p.at, p.at};
   // Retention runs every kPruneEvery creates or prune_interval, whichever first.
-  if (++creates_since_prune_ >= kPruneEvery || clock_.now() - last_prune_ >= options_.prune_interval) pruneLocked();
+  if (++creates_since_prune_ >= kPruneEvery || clock_.now() - last_prune_ >= options_.prune_interval)
+    pruneLocked();
 }
 
 // Brings the stored Event's count and lastTimestamp up to date with what is

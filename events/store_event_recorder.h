@@ -41,7 +41,7 @@ namespace knap::events {
 
 struct RetentionOptions {
   Duration ttl = kDefaultTtl;
-  size_t max_events = 2000;              // across all namespaces
+  size_t max_events = 2000;  // across all namespaces
   Duration dedupe_window = std::chrono::minutes(10);
   Duration prune_interval = std::chrono::seconds(30);
   size_t queue_limit = 4096;
@@ -79,11 +79,11 @@ class StoreEventRecorder final : public EventRecorder {
     WallTime at;
   };
   struct Recent {
-    std::string ns, name;     // the stored Event
-    WallTime last;            // last occurrence
-    WallTime written_at;      // last time the stored Event was written
-    int occurrences = 1;      // seen within the dedupe window
-    int64_t unwritten = 0;    // occurrences not yet in the stored count
+    std::string ns, name;   // the stored Event
+    WallTime last;          // last occurrence
+    WallTime written_at;    // last time the stored Event was written
+    int occurrences = 1;    // seen within the dedupe window
+    int64_t unwritten = 0;  // occurrences not yet in the stored count
   };
   static constexpr int kPruneEvery = 64;
   void writeOne(const Pending& in);

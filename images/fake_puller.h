@@ -68,5 +68,4 @@ class FakePuller : public Puller {
   int resolves = 0, pulls = 0, presence_checks = 0;
 };
 
-
 }  // namespace knap::images

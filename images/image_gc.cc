@@ -69,7 +69,8 @@ WallTime lastTouched(const StoredImage& i, const std::map<std::string, WallTime>
 
 }  // namespace
 
-std::vector<StoredImage> gcCandidates(const std::vector<StoredImage>& images, const std::set<std::string>& in_use,
+std::vector<StoredImage> gcCandidates(const std::vector<StoredImage>& images,
+                                      const std::set<std::string>& in_use,
                                       const std::map<std::string, WallTime>& last_used, WallTime now,
                                       Duration min_age) {
   std::set<std::string> used = usedNames(images, in_use);
@@ -89,10 +90,16 @@ std::vector<StoredImage> gcCandidates(const std::vector<StoredImage>& images, co
 
 ImageGc::ImageGc(ImageInventory& inventory, DiskUsageFn disk, InUseFn in_use, const TimeSource& time,
                  ImageGcOptions options)
-    : inventory_(inventory), disk_(std::move(disk)), in_use_(std::move(in_use)), time_(time),
-      options_(std::move(options)), loop_(time_, "image GC loop") {}
+    : inventory_(inventory),
+      disk_(std::move(disk)),
+      in_use_(std::move(in_use)),
+      time_(time),
+      options_(std::move(options)),
+      loop_(time_, "image GC loop") {}
 
-ImageGc::~ImageGc() { stop(); }
+ImageGc::~ImageGc() {
+  stop();
+}
 
 StatusOr<GcPass> ImageGc::runOnce() {
   std::lock_guard<std::mutex> l(pass_mu_);
@@ -169,6 +176,8 @@ void ImageGc::start() {
   });
 }
 
-void ImageGc::stop() { loop_.stop(); }
+void ImageGc::stop() {
+  loop_.stop();
+}
 
 }  // namespace knap::images

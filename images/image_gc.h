@@ -57,7 +57,9 @@ class ImageInventory {
 struct DiskUsage {
   uint64_t total_bytes = 0;
   uint64_t used_bytes = 0;
-  double percent() const { return total_bytes == 0 ? 0 : 100.0 * static_cast<double>(used_bytes) / total_bytes; }
+  double percent() const {
+    return total_bytes == 0 ? 0 : 100.0 * static_cast<double>(used_bytes) / total_bytes;
+  }
 };
 using DiskUsageFn = std::function<StatusOr<DiskUsage>()>;
 // statvfs(path): used = total - available to unprivileged users (as df shows).
@@ -71,7 +73,7 @@ struct ImageGcOptions {
   Duration min_age = std::chrono::seconds(3600);
   double high_percent = 85;
   double low_percent = 80;
-  std::vector<std::string> keep;  // never deleted (knap.pre_pull_images)
+  std::vector<std::string> keep;                     // never deleted (knap.pre_pull_images)
   Duration loop_interval = std::chrono::seconds(1);  // idle wake-up of start()'s thread
 };
 // From knap.image_gc_interval/min_age/high_percent/low_percent and pre_pull_images.
@@ -82,7 +84,8 @@ std::string digestOf(const std::string& ref);
 
 // Pure decision: the unused images old enough to delete, oldest first.
 // `last_used` maps names to the last time they were seen in use.
-std::vector<StoredImage> gcCandidates(const std::vector<StoredImage>& images, const std::set<std::string>& in_use,
+std::vector<StoredImage> gcCandidates(const std::vector<StoredImage>& images,
+                                      const std::set<std::string>& in_use,
                                       const std::map<std::string, WallTime>& last_used, WallTime now,
                                       Duration min_age);
 

@@ -52,7 +52,10 @@ class ImageGcTest : public ::testing::Test {
     o.min_age = hours(1);
     o.interval = minutes(5);
     gc_ = std::make_unique<ImageGc>(
-        inv_, [this]() -> StatusOr<DiskUsage> { return DiskUsage{100, base_ + inv_.usedBytes()}; },
+        inv_,
+        [this]() -> StatusOr<DiskUsage> {
+          return DiskUsage{100, base_ + inv_.usedBytes()};
+        },
         [this] { return in_use_; }, clock_, o);
     return *gc_;
   }
@@ -67,10 +70,10 @@ class ImageGcTest : public ::testing::Test {
 TEST(GcCandidates, InUseByNameDigestRefOrSameTargetAreKept) {
   WallTime t0 = std::chrono::system_clock::from_time_t(1767225600);
   std::vector<StoredImage> images = {
-      {"r/app:v1", "sha256:idx1", t0, t0},             // same target as an in-use digest ref
-      {"r/app@sha256:idx1", "sha256:idx1", t0, t0},    // in use by name
-      {"r/app@sha256:man1", "sha256:man1", t0, t0},    // alias named by an in-use digest
-      {"r/old:v0", "sha256:old", t0, t0},              // unused
+      {"r/app:v1", "sha256:idx1", t0, t0},                           // same target as an in-use digest ref
+      {"r/app@sha256:idx1", "sha256:idx1", t0, t0},                  // in use by name
+      {"r/app@sha256:man1", "sha256:man1", t0, t0},                  // alias named by an in-use digest
+      {"r/old:v0", "sha256:old", t0, t0},                            // unused
       {"r/older:v0", "sha256:older", t0 - hours(5), t0 - hours(5)},  // unused, older
       {"r/new:v0", "sha256:new", t0 + hours(2), t0 + hours(2)},      // unused, too young
   };
@@ -128,7 +131,7 @@ TEST_F(ImageGcTest, InUseAndPrePullImagesAreNeverDeletedEvenWhenTheDiskStaysFull
   WallTime old = clock_.now() - hours(10);
   base_ = 60;
   inv_.add("r/live@sha256:l", "sha256:l", 15, old);
-  inv_.add("r/live:v1", "sha256:l", 15, old);       // its tag: same target
+  inv_.add("r/live:v1", "sha256:l", 15, old);  // its tag: same target
   inv_.add("r/keep:v1", "sha256:k", 15, old);
   inv_.add("r/unused:v1", "sha256:u", 5, old);  // 95%
   in_use_ = {"r/live:v1", "r/live@sha256:l"};

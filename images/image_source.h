@@ -23,9 +23,10 @@ struct ImageStatus {
   ImagePhase phase = ImagePhase::kPending;
   std::string ref;         // the name to create pods from ("" until resolved)
   std::string digest_ref;  // "repo@sha256:.." pinned; "" until resolved, and for skip-list images
-  std::string reason;      // Pending: "ResolvingDigest"/"PullingImage"; Failed: pullFailureReason() or "ContainerMissing"
-  std::string message;     // what is going on / what a person can do
-  WallTime ready_at{};     // Ready: when the image became present in containerd
+  std::string
+      reason;  // Pending: "ResolvingDigest"/"PullingImage"; Failed: pullFailureReason() or "ContainerMissing"
+  std::string message;  // what is going on / what a person can do
+  WallTime ready_at{};  // Ready: when the image became present in containerd
   bool operator==(const ImageStatus&) const = default;
 };
 
@@ -34,7 +35,8 @@ class ImageSource {
   virtual ~ImageSource() = default;
   // The state of `image` for `requester`; starts what is missing. `pinned`
   // is the digest ref resolved earlier (or ""). Never blocks.
-  virtual ImageStatus status(const std::string& requester, const std::string& image, const std::string& pinned) = 0;
+  virtual ImageStatus status(const std::string& requester, const std::string& image,
+                             const std::string& pinned) = 0;
   // The requester is gone: forget it; images nobody else needs are no longer
   // kept present or retried. Idempotent.
   virtual void release(const std::string& requester) = 0;

@@ -37,12 +37,13 @@ class ImageStore {
     // against desc.digest and desc.size.
     virtual Status putBlobFile(const oci::Descriptor& desc, const std::string& path) = 0;
     // Commits a small blob (manifest, index) with labels (GC references).
-    virtual Status putBlob(const oci::Descriptor& desc, const std::string& data, const BlobLabels& labels) = 0;
+    virtual Status putBlob(const oci::Descriptor& desc, const std::string& data,
+                           const BlobLabels& labels) = 0;
     // A present blob's content (configs); kNotFound if absent.
     virtual StatusOr<std::string> readBlob(const std::string& digest) = 0;
     // Unpacks layers (present in the store) into the snapshotter.
-    virtual Status unpack(const std::vector<oci::Descriptor>& layers, const std::vector<std::string>& diff_ids,
-                          const std::string& config_digest) = 0;
+    virtual Status unpack(const std::vector<oci::Descriptor>& layers,
+                          const std::vector<std::string>& diff_ids, const std::string& config_digest) = 0;
     // Creates or updates the image record `name` -> target.
     virtual Status putImage(const std::string& name, const oci::Descriptor& target) = 0;
   };

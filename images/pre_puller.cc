@@ -11,9 +11,12 @@ namespace knap::images {
 
 const char* imagePhaseName(ImagePhase p) {
   switch (p) {
-    case ImagePhase::kPending: return "Pending";
-    case ImagePhase::kReady: return "Ready";
-    case ImagePhase::kFailed: return "Failed";
+    case ImagePhase::kPending:
+      return "Pending";
+    case ImagePhase::kReady:
+      return "Ready";
+    case ImagePhase::kFailed:
+      return "Failed";
   }
   return "Unknown";
 }
@@ -76,7 +79,9 @@ PrePuller::PrePuller(Puller& puller, PresenceFn present, const TimeSource& time,
   }
 }
 
-PrePuller::~PrePuller() { stop(); }
+PrePuller::~PrePuller() {
+  stop();
+}
 
 void PrePuller::start() {
   pool_.start(options_.workers);
@@ -93,9 +98,13 @@ void PrePuller::stop() {
   pool_.stop();  // waits for in-flight pulls; queued ones are dropped
 }
 
-void PrePuller::post(std::function<void()> fn) { pool_.post(std::move(fn)); }
+void PrePuller::post(std::function<void()> fn) {
+  pool_.post(std::move(fn));
+}
 
-void PrePuller::wake() { loop_.wake(); }
+void PrePuller::wake() {
+  loop_.wake();
+}
 
 void PrePuller::dispatch(std::vector<std::function<void()>> work) {
   for (auto& w : work) post(std::move(w));
@@ -117,7 +126,8 @@ void PrePuller::notify(const Notes& notes) {
 }
 
 Duration PrePuller::backoff(int failures, bool check_only) const {
-  const Duration cap = check_only ? std::min(options_.retry_max, options_.check_retry_max) : options_.retry_max;
+  const Duration cap =
+      check_only ? std::min(options_.retry_max, options_.check_retry_max) : options_.retry_max;
   Duration d = options_.retry_initial;
   for (int i = 1; i < failures && d < cap; ++i) d *= 2;
   return std::min(d, cap);
@@ -130,7 +140,9 @@ int PrePuller::pullsStarted() const {
 
 // ----------------------------------------------------------------- callers
 
-std::string PrePuller::refOfLocked(const Requester& r) const { return r.direct ? r.image : r.pinned; }
+std::string PrePuller::refOfLocked(const Requester& r) const {
+  return r.direct ? r.image : r.pinned;
+}
 
 PrePuller::Entry& PrePuller::entryLocked(const std::string& ref, bool check_only) {
   auto [it, inserted] = entries_.try_emplace(ref);
@@ -138,7 +150,8 @@ PrePuller::Entry& PrePuller::entryLocked(const std::string& ref, bool check_only
   return it->second;
 }
 
-ImageStatus PrePuller::status(const std::string& requester, const std::string& image, const std::string& pinned) {
+ImageStatus PrePuller::status(const std::string& requester, const std::string& image,
+                              const std::string& pinned) {
   ImageStatus st;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -339,7 +352,8 @@ void PrePuller::resolveJob(const std::string& image) {
       res.next_try = time_.monotonic() + delay;
       res.error = r.status();
       res.error_message = failureMessage(image, r.status());
-      LOG(WARNING) << "images: resolving " << image << ": " << r.status().toString() << retryNote(res.failures, delay);
+      LOG(WARNING) << "images: resolving " << image << ": " << r.status().toString()
+                   << retryNote(res.failures, delay);
       notes.assign(res.waiting.begin(), res.waiting.end());
     }
   }
@@ -411,7 +425,8 @@ void PrePuller::finishRef(const std::string& ref, bool recheck, StatusOr<WallTim
     if (pulled) {
       if (pulled->isOk()) {
         ready_at = time_.now();
-        if (!(*pulled)->digest_ref.empty() && (*pulled)->digest_ref != ref) e.aliases.insert((*pulled)->digest_ref);
+        if (!(*pulled)->digest_ref.empty() && (*pulled)->digest_ref != ref)
+          e.aliases.insert((*pulled)->digest_ref);
         LOG(INFO) << "images: pulled " << ref << " (" << (*pulled)->bytes_fetched << " bytes fetched)";
       } else {
         failure = pulled->status();

@@ -111,7 +111,8 @@ class PrePuller final : public ImageSource {
 
   // The state of `image` for `requester`; starts what is missing. `pinned`
   // is the digest ref resolved earlier (or ""). Never blocks.
-  ImageStatus status(const std::string& requester, const std::string& image, const std::string& pinned = "") override;
+  ImageStatus status(const std::string& requester, const std::string& image,
+                     const std::string& pinned = "") override;
   // The requester is gone (Revision deleted): forget it; refs nobody else
   // needs are no longer kept present or retried. Idempotent.
   void release(const std::string& requester) override;
@@ -131,11 +132,11 @@ class PrePuller final : public ImageSource {
  private:
   struct Requester {
     std::string image;
-    std::string pinned;  // resolved or given digest ref
+    std::string pinned;   // resolved or given digest ref
     bool direct = false;  // digest or skip-list image: the image is the ref
     bool check_only = false;
   };
-  struct Resolve {  // per image tag
+  struct Resolve {                  // per image tag
     std::set<std::string> waiting;  // requesters without a pin yet
     bool in_flight = false;
     int failures = 0;
@@ -143,7 +144,7 @@ class PrePuller final : public ImageSource {
     std::optional<Status> error;
     std::string error_message;
   };
-  struct Entry {  // per ref to make present
+  struct Entry {              // per ref to make present
     bool check_only = false;  // skip-list image: never pulled
     bool keep = false;        // pre_pull_images
     std::set<std::string> users;
@@ -167,7 +168,8 @@ class PrePuller final : public ImageSource {
   void startDueLocked(MonoTime now, std::vector<std::function<void()>>* work);
   void resolveJob(const std::string& image);
   void refJob(const std::string& ref, bool recheck);
-  void finishRef(const std::string& ref, bool recheck, StatusOr<WallTime> present, std::optional<StatusOr<PullResult>> pulled);
+  void finishRef(const std::string& ref, bool recheck, StatusOr<WallTime> present,
+                 std::optional<StatusOr<PullResult>> pulled);
   void onProgress(const std::string& ref, const PullProgress& p);
   Duration backoff(int failures, bool check_only = false) const;
   void notesForRefLocked(const std::string& ref, Notes* notes);

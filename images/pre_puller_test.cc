@@ -1,12 +1,12 @@
 #include "images/pre_puller.h"
 
-#include "images/fake_puller.h"
-
 #include <gtest/gtest.h>
 
 #include <deque>
 #include <map>
 #include <mutex>
+
+#include "images/fake_puller.h"
 
 namespace knap::images {
 namespace {
@@ -15,8 +15,10 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 constexpr char kTag[] = "reg.example:5000/app:v1";
-constexpr char kD1[] = "reg.example:5000/app@sha256:1111111111111111111111111111111111111111111111111111111111111111";
-constexpr char kD2[] = "reg.example:5000/app@sha256:2222222222222222222222222222222222222222222222222222222222222222";
+constexpr char kD1[] =
+    "reg.example:5000/app@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+constexpr char kD2[] =
+    "reg.example:5000/app@sha256:2222222222222222222222222222222222222222222222222222222222222222";
 
 class PrePullerTest : public ::testing::Test {
  protected:
@@ -253,7 +255,8 @@ TEST_F(PrePullerTest, FailuresAreRetriedWithExponentialBackoffUpToTheCap) {
   EXPECT_EQ(s.phase, ImagePhase::kFailed);
   EXPECT_EQ(s.reason, "RegistryUnreachable");
   EXPECT_NE(s.message.find("reg.example:5000"), std::string::npos) << s.message;
-  EXPECT_EQ(s.message.find("attempt"), std::string::npos) << "no retry counter in a condition message: " << s.message;
+  EXPECT_EQ(s.message.find("attempt"), std::string::npos)
+      << "no retry counter in a condition message: " << s.message;
   EXPECT_EQ(puller_.pulls, 1);
   const ImageStatus first = s;
 
@@ -266,7 +269,8 @@ TEST_F(PrePullerTest, FailuresAreRetriedWithExponentialBackoffUpToTheCap) {
     clock_.advance(milliseconds(1));
     settle();
     EXPECT_EQ(puller_.pulls, static_cast<int>(i) + 2) << i;
-    EXPECT_EQ(pp.status("ns/rev-1", kTag), first) << "a retry that fails the same way changes nothing, step " << i;
+    EXPECT_EQ(pp.status("ns/rev-1", kTag), first)
+        << "a retry that fails the same way changes nothing, step " << i;
   }
   // The registry comes back: the next retry makes it Ready by itself.
   puller_.pull_error.clear();
@@ -278,7 +282,8 @@ TEST_F(PrePullerTest, FailuresAreRetriedWithExponentialBackoffUpToTheCap) {
 
 TEST_F(PrePullerTest, ResolveFailuresBecomeActionableReasons) {
   PrePuller& pp = make();
-  puller_.resolve_error["reg.example:5000/private:v1"] = unauthenticated("reg.example:5000: 401 Unauthorized");
+  puller_.resolve_error["reg.example:5000/private:v1"] =
+      unauthenticated("reg.example:5000: 401 Unauthorized");
   pp.status("ns/a", "reg.example:5000/private:v1");
   pp.status("ns/b", "reg.example:5000/app:nope");
   pp.status("ns/c", "Bad/Name");
@@ -386,8 +391,9 @@ TEST_F(PrePullerTest, RealThreadsPullInTheBackground) {
   PrePullerOptions o;
   o.loop_interval = milliseconds(5);
   puller_.now_fn = [] { return RealTimeSource::instance().now(); };
-  PrePuller pp(puller_, [this](const std::string& ref) { return puller_.isPresent(ref); },
-               RealTimeSource::instance(), o);
+  PrePuller pp(
+      puller_, [this](const std::string& ref) { return puller_.isPresent(ref); }, RealTimeSource::instance(),
+      o);
   std::mutex mu;
   std::condition_variable cv;
   int notes = 0;
@@ -399,7 +405,8 @@ TEST_F(PrePullerTest, RealThreadsPullInTheBackground) {
   pp.start();
   pp.status("ns/rev-1", kTag);
   std::unique_lock<std::mutex> l(mu);
-  ASSERT_TRUE(cv.wait_for(l, seconds(10), [&] { return pp.status("ns/rev-1", kTag).phase == ImagePhase::kReady; }));
+  ASSERT_TRUE(
+      cv.wait_for(l, seconds(10), [&] { return pp.status("ns/rev-1", kTag).phase == ImagePhase::kReady; }));
   l.unlock();
   pp.stop();
   EXPECT_EQ(puller_.pulls, 1);

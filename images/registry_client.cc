@@ -22,7 +22,8 @@ namespace {
 using nlohmann::json;
 
 constexpr char kManifestAccept[] =
-    "Accept: application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, "
+    "Accept: application/vnd.oci.image.index.v1+json, "
+    "application/vnd.docker.distribution.manifest.list.v2+json, "
     "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 
 std::string urlEncode(const std::string& s) {
@@ -148,7 +149,7 @@ std::vector<AuthChallenge> parseWwwAuthenticate(const std::string& value) {
 Platform hostPlatform() {
   Platform p;
   p.os = "linux";
-  struct utsname u{};
+  struct utsname u {};
   std::string machine = ::uname(&u) == 0 ? u.machine : "x86_64";
   if (machine == "x86_64" || machine == "amd64") {
     p.architecture = "amd64";
@@ -219,8 +220,8 @@ StatusOr<Descriptor> choosePlatform(const std::vector<oci::IndexEntry>& entries,
   if (loose != nullptr) return loose->descriptor;
   std::string list;
   for (const std::string& o : offered) list += (list.empty() ? "" : ", ") + o;
-  return notFound("image " + image + " has no manifest for " + platform.toString() + " (it offers: " +
-                  (list.empty() ? "nothing" : list) + ")");
+  return notFound("image " + image + " has no manifest for " + platform.toString() +
+                  " (it offers: " + (list.empty() ? "nothing" : list) + ")");
 }
 
 // ------------------------------------------------------------------ client
@@ -231,7 +232,7 @@ struct RegistryClient::Request {
   std::string path;            // "/v2/..."
   std::string url;             // full URL; overrides host/path (token requests)
   std::vector<std::string> headers;
-  std::string scope;           // "repository:REPO:pull"
+  std::string scope;  // "repository:REPO:pull"
   // Streaming body for 2xx responses; otherwise the body is buffered.
   std::function<Status(std::string_view, const Response&)> sink;
   int64_t max_body = 16 << 20;
@@ -342,13 +343,15 @@ std::string RegistryClient::credentialHint(const std::string& host) const {
   std::string where = options_.auth_file.empty() ? "" : " in " + options_.auth_file;
   if (options_.extra_credentials) {
     return "check the credentials for " + host + where +
-           " or give the Revision an imagePullSecrets entry naming a kubernetes.io/dockerconfigjson Secret for it";
+           " or give the Revision an imagePullSecrets entry naming a kubernetes.io/dockerconfigjson Secret "
+           "for it";
   }
   if (options_.auth_file.empty()) return "no knap.registry-auth-file is configured";
   return "check the credentials for " + host + where;
 }
 
-StatusOr<RegistryClient::Response> RegistryClient::performOnce(const Request& req, const std::string& authorization) {
+StatusOr<RegistryClient::Response> RegistryClient::performOnce(const Request& req,
+                                                               const std::string& authorization) {
   CURL* curl = curl_easy_init();
   if (curl == nullptr) return internalError("curl_easy_init failed");
   std::unique_ptr<CURL, void (*)(CURL*)> guard(curl, curl_easy_cleanup);
@@ -377,11 +380,15 @@ StatusOr<RegistryClient::Response> RegistryClient::performOnce(const Request& re
     curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
     curl_easy_setopt(curl, CURLOPT_CAPATH, "/etc/ssl/certs");
   }
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(options_.connect_timeout).count()));
+  curl_easy_setopt(
+      curl, CURLOPT_CONNECTTIMEOUT_MS,
+      static_cast<long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(options_.connect_timeout).count()));
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                   std::max(1L, static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(options_.stall_timeout).count())));
+  curl_easy_setopt(
+      curl, CURLOPT_LOW_SPEED_TIME,
+      std::max(1L, static_cast<long>(
+                       std::chrono::duration_cast<std::chrono::seconds>(options_.stall_timeout).count())));
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, onHeader);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, onBody);
@@ -391,7 +398,8 @@ StatusOr<RegistryClient::Response> RegistryClient::performOnce(const Request& re
   CURLcode rc = curl_easy_perform(curl);
   if (rc != CURLE_OK) {
     if (!t.sink_status.isOk()) return t.sink_status;
-    if (t.too_large) return failedPrecondition(url + ": response larger than " + std::to_string(req.max_body) + " bytes");
+    if (t.too_large)
+      return failedPrecondition(url + ": response larger than " + std::to_string(req.max_body) + " bytes");
     std::string text = curl_easy_strerror(rc);
     if (errbuf[0] != '\0') text += " (" + std::string(errbuf) + ")";
     return unavailable(url + ": " + text);
@@ -425,7 +433,8 @@ Status RegistryClient::answerChallenge(const Reference& ref, const std::string& 
       if (auto s = c.params.find("service"); s != c.params.end()) query += "service=" + urlEncode(s->second);
       std::string want_scope = scope;
       if (auto s = c.params.find("scope"); s != c.params.end() && !s->second.empty()) want_scope = s->second;
-      if (!want_scope.empty()) query += std::string(query.empty() ? "" : "&") + "scope=" + urlEncode(want_scope);
+      if (!want_scope.empty())
+        query += std::string(query.empty() ? "" : "&") + "scope=" + urlEncode(want_scope);
       if (!query.empty()) url += (url.find('?') == std::string::npos ? "?" : "&") + query;
       Request treq;
       treq.url = url;
@@ -435,12 +444,13 @@ Status RegistryClient::answerChallenge(const Reference& ref, const std::string& 
       KNAP_ASSIGN_OR_RETURN(Response tresp, performOnce(treq, basic));
       if (tresp.status == 401 || tresp.status == 403) {
         return unauthenticated("unauthorized: the token service " + realm->second + " refused " +
-                               (cred ? "the credentials" : "anonymous access") + " for " + ref.repository + ": " +
-                               credentialHint(auth_key));
+                               (cred ? "the credentials" : "anonymous access") + " for " + ref.repository +
+                               ": " + credentialHint(auth_key));
       }
       if (tresp.status < 200 || tresp.status >= 300) {
         Status s = tresp.status >= 500 ? unavailable("") : failedPrecondition("");
-        return Status(s.code(), "token service " + realm->second + " answered HTTP " + std::to_string(tresp.status));
+        return Status(s.code(),
+                      "token service " + realm->second + " answered HTTP " + std::to_string(tresp.status));
       }
       std::string token;
       int64_t expires_in = 60;
@@ -448,7 +458,8 @@ Status RegistryClient::answerChallenge(const Reference& ref, const std::string& 
         json doc = json::parse(tresp.body);
         token = doc.value("token", "");
         if (token.empty()) token = doc.value("access_token", "");
-        if (doc.contains("expires_in") && doc["expires_in"].is_number()) expires_in = doc["expires_in"].get<int64_t>();
+        if (doc.contains("expires_in") && doc["expires_in"].is_number())
+          expires_in = doc["expires_in"].get<int64_t>();
       } catch (const json::exception& e) {
         return unavailable("token service " + realm->second + " sent malformed JSON: " + e.what());
       }
@@ -456,15 +467,16 @@ Status RegistryClient::answerChallenge(const Reference& ref, const std::string& 
       *authorization = "Bearer " + token;
       std::lock_guard<std::mutex> lock(mu_);
       // Leave a margin so a token does not expire in flight.
-      auth_cache_[host + "|" + scope] =
-          CachedAuth{*authorization, time_.monotonic() + std::chrono::seconds(std::max<int64_t>(expires_in - 10, 1))};
+      auth_cache_[host + "|" + scope] = CachedAuth{
+          *authorization, time_.monotonic() + std::chrono::seconds(std::max<int64_t>(expires_in - 10, 1))};
       return Status::ok();
     }
   }
   for (const AuthChallenge& c : challenges) {
     if (c.scheme == "basic") {
       if (cred == nullptr) {
-        return unauthenticated("unauthorized: " + host + " requires credentials; " + credentialHint(auth_key));
+        return unauthenticated("unauthorized: " + host + " requires credentials; " +
+                               credentialHint(auth_key));
       }
       *authorization = "Basic " + base64Encode(cred->username + ":" + cred->password);
       std::lock_guard<std::mutex> lock(mu_);
@@ -472,8 +484,8 @@ Status RegistryClient::answerChallenge(const Reference& ref, const std::string& 
       return Status::ok();
     }
   }
-  return unauthenticated("unauthorized: " + host + " answered 401 with no usable challenge (" + www_authenticate +
-                         "); " + credentialHint(auth_key));
+  return unauthenticated("unauthorized: " + host + " answered 401 with no usable challenge (" +
+                         www_authenticate + "); " + credentialHint(auth_key));
 }
 
 StatusOr<RegistryClient::Response> RegistryClient::perform(const Reference& ref, Request& req) {
@@ -507,7 +519,8 @@ Status RegistryClient::httpError(const Reference& ref, const Response& resp, con
   const std::string where = what + " from " + ref.apiHost() + ": HTTP " + std::to_string(resp.status) +
                             (detail.empty() ? "" : " " + detail);
   if (resp.status == 401 || resp.status == 403) {
-    return unauthenticated("unauthorized: " + credentialHint(normalizeRegistryHost(ref.registry)) + " (" + where + ")");
+    return unauthenticated("unauthorized: " + credentialHint(normalizeRegistryHost(ref.registry)) + " (" +
+                           where + ")");
   }
   if (resp.status == 404 || code == "MANIFEST_UNKNOWN" || code == "NAME_UNKNOWN" || code == "BLOB_UNKNOWN") {
     return notFound(where);
@@ -531,7 +544,8 @@ StatusOr<Descriptor> RegistryClient::resolve(const Reference& ref) {
       desc.digest = d->second;
       std::string ct = resp.headers.count("content-type") ? resp.headers["content-type"] : "";
       desc.media_type = std::string(trimSpace(ct.substr(0, ct.find(';'))));
-      if (resp.headers.count("content-length")) desc.size = std::atoll(resp.headers["content-length"].c_str());
+      if (resp.headers.count("content-length"))
+        desc.size = std::atoll(resp.headers["content-length"].c_str());
       if (isIndexMediaType(desc.media_type) || isManifestMediaType(desc.media_type)) return desc;
     }
   } else if (resp.status != 405 && resp.status != 400) {
@@ -561,13 +575,13 @@ StatusOr<FetchedManifest> RegistryClient::getManifest(const Reference& ref, cons
   m.body = std::move(resp.body);
   m.digest = oci::sha256Digest(m.body);
   if (reference.rfind("sha256:", 0) == 0 && m.digest != reference) {
-    return dataLoss("manifest of " + ref.name() + ": expected digest " + reference + " but the registry sent " +
-                    m.digest);
+    return dataLoss("manifest of " + ref.name() + ": expected digest " + reference +
+                    " but the registry sent " + m.digest);
   }
   if (auto d = resp.headers.find("docker-content-digest");
       d != resp.headers.end() && oci::isSha256Digest(d->second) && d->second != m.digest) {
-    return dataLoss("manifest " + reference + " of " + ref.name() + ": Docker-Content-Digest says " + d->second +
-                    " but the body hashes to " + m.digest);
+    return dataLoss("manifest " + reference + " of " + ref.name() + ": Docker-Content-Digest says " +
+                    d->second + " but the body hashes to " + m.digest);
   }
   std::string ct = resp.headers.count("content-type") ? resp.headers["content-type"] : "";
   m.media_type = std::string(trimSpace(ct.substr(0, ct.find(';'))));
@@ -576,8 +590,9 @@ StatusOr<FetchedManifest> RegistryClient::getManifest(const Reference& ref, cons
     if (isIndexMediaType(sniffed) || isManifestMediaType(sniffed)) {
       m.media_type = sniffed;
     } else {
-      return failedPrecondition("manifest " + reference + " of " + ref.name() + " has unsupported media type \"" +
-                                m.media_type + "\" (schema 1 manifests are not supported)");
+      return failedPrecondition("manifest " + reference + " of " + ref.name() +
+                                " has unsupported media type \"" + m.media_type +
+                                "\" (schema 1 manifests are not supported)");
     }
   }
   return m;
@@ -603,7 +618,8 @@ Status RegistryClient::fetchBlob(const Reference& ref, const std::string& digest
   return Status::ok();
 }
 
-StatusOr<std::string> RegistryClient::getBlob(const Reference& ref, const std::string& digest, int64_t max_bytes) {
+StatusOr<std::string> RegistryClient::getBlob(const Reference& ref, const std::string& digest,
+                                              int64_t max_bytes) {
   std::string data;
   KNAP_RETURN_IF_ERROR(fetchBlob(ref, digest, 0, [&](std::string_view chunk, int64_t at) -> Status {
     if (at == 0) data.clear();

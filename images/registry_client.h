@@ -25,16 +25,16 @@
 
 #include "common/clock.h"
 #include "common/status.h"
-#include "oci/reference.h"
 #include "oci/oci_layout.h"
+#include "oci/reference.h"
 
 namespace knap::images {
 
 using oci::Descriptor;
-using oci::Platform;
-using oci::Reference;  // oci/reference.h
 using oci::kDockerHub;
 using oci::parseReference;
+using oci::Platform;
+using oci::Reference;  // oci/reference.h
 using oci::writtenRepository;
 
 // ------------------------------------------------------------- pure helpers
@@ -126,7 +126,8 @@ class RegistryClient {
   // verified here; the caller hashes what the sink sees.
   Status fetchBlob(const Reference& ref, const std::string& digest, int64_t offset, const BlobSink& sink);
   // Small blobs (configs) into memory, verified against `digest`.
-  StatusOr<std::string> getBlob(const Reference& ref, const std::string& digest, int64_t max_bytes = 16 << 20);
+  StatusOr<std::string> getBlob(const Reference& ref, const std::string& digest,
+                                int64_t max_bytes = 16 << 20);
 
   // "http" for insecure registries, else "https".
   std::string schemeFor(const std::string& host) const;

@@ -55,7 +55,8 @@ TEST(AuthConfigTest, ParsesDockerConfig) {
   EXPECT_EQ((*c)["127.0.0.1:5000"].username, "carol");
   EXPECT_TRUE(parseAuthConfig("{}")->empty());
   EXPECT_EQ(parseAuthConfig("{not json").status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(parseAuthConfig(R"({"auths":{"x":{"auth":"bm9jb2xvbg=="}}})").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(parseAuthConfig(R"({"auths":{"x":{"auth":"bm9jb2xvbg=="}}})").status().code(),
+            Code::kInvalidArgument);
   EXPECT_EQ(loadAuthConfig("/nonexistent/auth.json").status().code(), Code::kInvalidArgument);
   EXPECT_TRUE(loadAuthConfig("")->empty());
 }
@@ -73,13 +74,16 @@ TEST(PlatformTest, HostAndConfig) {
   EXPECT_FALSE(platformFromConfig("linux").isOk());
 }
 
-Platform plat(const std::string& s) { return *oci::parsePlatform(s); }
+Platform plat(const std::string& s) {
+  return *oci::parsePlatform(s);
+}
 
 TEST(ManifestTest, ChoosesPlatformFromIndexAndManifestList) {
   TestImage amd = testing::makeTestImage({"amd-layer"}, "amd64");
   TestImage arm = testing::makeTestImage({"arm-layer"}, "arm64", /*docker_media_types=*/true);
   for (bool docker : {false, true}) {
-    std::string index = testing::makeTestIndex({{plat("linux/amd64"), &amd}, {plat("linux/arm64/v8"), &arm}}, docker);
+    std::string index =
+        testing::makeTestIndex({{plat("linux/amd64"), &amd}, {plat("linux/arm64/v8"), &arm}}, docker);
     EXPECT_TRUE(isIndexMediaType(sniffManifestMediaType(index)));
     auto entries = oci::parseIndex(index);
     ASSERT_TRUE(entries.isOk()) << entries.status().toString();
@@ -111,8 +115,8 @@ RegistryOptions insecure(const TestRegistry& reg) {
 
 std::string writeAuthFile(const std::string& host, const std::string& user, const std::string& pass) {
   std::string path = ::testing::TempDir() + "/auth-" + std::to_string(::getpid()) + "-" + user + ".json";
-  std::ofstream(path) << R"({"auths":{"http://)" << host << R"(":{"username":")" << user << R"(","password":")"
-                      << pass << R"("}}})";
+  std::ofstream(path) << R"({"auths":{"http://)" << host << R"(":{"username":")" << user
+                      << R"(","password":")" << pass << R"("}}})";
   return path;
 }
 
@@ -261,7 +265,8 @@ TEST(RegistryClientTest, RevisionPullSecretsGiveCredentialsTheAuthFileLacks) {
     // No requester has credentials yet: refused, and the hint names imagePullSecrets.
     auto refused = client.resolve(ref);
     ASSERT_EQ(refused.status().code(), Code::kUnauthenticated) << refused.status().toString();
-    EXPECT_NE(refused.status().message().find("imagePullSecrets"), std::string::npos) << refused.status().message();
+    EXPECT_NE(refused.status().message().find("imagePullSecrets"), std::string::npos)
+        << refused.status().message();
     // A Revision's Secret for another registry does not help; one for this one does.
     creds.set("default/other", {{"elsewhere.example.com", {"x", "y"}}});
     EXPECT_FALSE(client.resolve(ref).isOk());
@@ -308,11 +313,14 @@ TEST(RegistryClientTest, RangeRequestsResumeBlob) {
   Reference ref = *parseReference(reg.host() + "/app:v1");
   std::string got;
   int64_t first_at = -1;
-  ASSERT_TRUE(client.fetchBlob(ref, img.layers[0].digest, 99990, [&](std::string_view c, int64_t at) {
-    if (first_at < 0) first_at = at;
-    got.append(c);
-    return Status::ok();
-  }).isOk());
+  ASSERT_TRUE(client
+                  .fetchBlob(ref, img.layers[0].digest, 99990,
+                             [&](std::string_view c, int64_t at) {
+                               if (first_at < 0) first_at = at;
+                               got.append(c);
+                               return Status::ok();
+                             })
+                  .isOk());
   EXPECT_EQ(first_at, 99990);
   EXPECT_EQ(got, "xxxxxxxxxxend");
   EXPECT_EQ(reg.rangeGets(img.layers[0].digest), 1);

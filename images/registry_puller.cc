@@ -1,13 +1,13 @@
 #include "images/registry_puller.h"
 
-#include <atomic>
-#include <filesystem>
-#include <fstream>
-#include <thread>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 #include <vector>
 
 #include "common/guard.h"
@@ -23,7 +23,9 @@ namespace {
 constexpr char kLabelRefConfig[] = "containerd.io/gc.ref.content.config";
 constexpr char kLabelRefLayerPrefix[] = "containerd.io/gc.ref.content.l.";
 
-bool retryable(const Status& s) { return s.code() == Code::kUnavailable || s.code() == Code::kDeadlineExceeded; }
+bool retryable(const Status& s) {
+  return s.code() == Code::kUnavailable || s.code() == Code::kDeadlineExceeded;
+}
 
 std::string hexOf(const std::string& digest) {
   size_t colon = digest.find(':');
@@ -227,7 +229,8 @@ StatusOr<PullResult> RegistryPuller::doPull(const std::string& image, PullFlight
       }
       size_t i = next.fetch_add(1);
       if (i >= blobs.size()) return;
-      Status s = statusOfThrowing("fetch blob " + blobs[i].digest, [&] { return ensureBlob(ref, blobs[i], session, st); });
+      Status s = statusOfThrowing("fetch blob " + blobs[i].digest,
+                                  [&] { return ensureBlob(ref, blobs[i], session, st); });
       if (!s.isOk()) {
         std::lock_guard<std::mutex> lock(err_mu);
         if (first_error.isOk()) first_error = s;
@@ -296,7 +299,8 @@ StatusOr<PullResult> RegistryPuller::doPull(const std::string& image, PullFlight
     result.bytes_total = st.progress.bytes_total;
   }
   st.phase("done");
-  LOG(INFO) << "pulled " << image << " -> " << result.digest_ref << " (" << result.bytes_fetched << " bytes fetched)";
+  LOG(INFO) << "pulled " << image << " -> " << result.digest_ref << " (" << result.bytes_fetched
+            << " bytes fetched)";
   return result;
 }
 
@@ -351,17 +355,18 @@ Status RegistryPuller::ensureBlob(const Reference& ref, const Descriptor& desc, 
   return s;
 }
 
-Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc, ImageStore::Session& session,
-                                    PullState& st) {
+Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc,
+                                    ImageStore::Session& session, PullState& st) {
   std::error_code ec;
   fs::create_directories(options_.scratch_dir, ec);
   if (ec) return internalError("create " + options_.scratch_dir + ": " + ec.message());
   // Unique per process and download: another knap process may fetch the same
   // blob into the same scratch dir at the same time.
   static std::atomic<uint64_t> seq{0};
-  const std::string path = (fs::path(options_.scratch_dir) / (hexOf(desc.digest) + "." + std::to_string(::getpid()) +
-                                                              "-" + std::to_string(seq.fetch_add(1)) + ".partial"))
-                               .string();
+  const std::string path =
+      (fs::path(options_.scratch_dir) / (hexOf(desc.digest) + "." + std::to_string(::getpid()) + "-" +
+                                         std::to_string(seq.fetch_add(1)) + ".partial"))
+          .string();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return internalError("cannot write " + path);
   auto hash = std::make_unique<oci::Sha256>();
@@ -371,8 +376,8 @@ Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc
   Duration backoff = options_.backoff;
   for (int attempt = 1; attempt <= options_.attempts; ++attempt) {
     if (attempt > 1) {
-      LOG(INFO) << "pull " << ref.original << ": blob " << desc.digest << " attempt " << attempt << " from byte "
-                << have << " after: " << last.message();
+      LOG(INFO) << "pull " << ref.original << ": blob " << desc.digest << " attempt " << attempt
+                << " from byte " << have << " after: " << last.message();
       options_.sleep(backoff);
       backoff *= 2;
     }
@@ -387,8 +392,8 @@ Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc
         have = 0;
       }
       if (have + static_cast<int64_t>(chunk.size()) > desc.size) {
-        return dataLoss("blob " + desc.digest + ": the registry sent more than the " + std::to_string(desc.size) +
-                        " bytes the manifest says");
+        return dataLoss("blob " + desc.digest + ": the registry sent more than the " +
+                        std::to_string(desc.size) + " bytes the manifest says");
       }
       out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
       if (!out) return internalError("write " + path + " failed");
@@ -407,20 +412,22 @@ Status RegistryPuller::downloadBlob(const Reference& ref, const Descriptor& desc
     cleanup();
     if (retryable(last)) {
       return Status(last.code(), "blob " + desc.digest + ": transfer failed after " +
-                                     std::to_string(options_.attempts) + " attempts (" + std::to_string(have) + " of " +
-                                     std::to_string(desc.size) + " bytes): " + last.message());
+                                     std::to_string(options_.attempts) + " attempts (" +
+                                     std::to_string(have) + " of " + std::to_string(desc.size) +
+                                     " bytes): " + last.message());
     }
     return last;
   }
   if (have != desc.size) {
     cleanup();
-    return dataLoss("blob " + desc.digest + ": expected " + std::to_string(desc.size) + " bytes but received " +
-                    std::to_string(have));
+    return dataLoss("blob " + desc.digest + ": expected " + std::to_string(desc.size) +
+                    " bytes but received " + std::to_string(have));
   }
   const std::string actual = hash->finish();
   if (actual != desc.digest) {
     cleanup();
-    return dataLoss("blob of " + ref.name() + ": expected digest " + desc.digest + " but the content is " + actual);
+    return dataLoss("blob of " + ref.name() + ": expected digest " + desc.digest + " but the content is " +
+                    actual);
   }
   Status s = session.putBlobFile(desc, path);
   cleanup();
@@ -434,7 +441,9 @@ class OwningPuller : public Puller {
  public:
   OwningPuller(std::unique_ptr<RegistryClient> client, std::unique_ptr<ImageStore> store,
                RegistryPuller::Options options)
-      : client_(std::move(client)), store_(std::move(store)), puller_(*client_, *store_, std::move(options)) {}
+      : client_(std::move(client)),
+        store_(std::move(store)),
+        puller_(*client_, *store_, std::move(options)) {}
   StatusOr<std::string> resolve(const std::string& image) override { return puller_.resolve(image); }
   StatusOr<PullResult> pull(const std::string& image, const ProgressFn& progress) override {
     return puller_.pull(image, progress);
@@ -449,7 +458,8 @@ class OwningPuller : public Puller {
 }  // namespace
 
 StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, std::unique_ptr<ImageStore> store,
-                                                     TimeSource& time, const PullCredentials* pull_credentials) {
+                                                     TimeSource& time,
+                                                     const PullCredentials* pull_credentials) {
   const KnapConfig& k = config.knap;
   StatusOr<Platform> platform = platformFromConfig(k.platform);
   if (!platform.isOk()) return platform.status().annotate("knap.platform");
@@ -458,14 +468,15 @@ StatusOr<std::unique_ptr<Puller>> makeRegistryPuller(const Config& config, std::
   ro.ca_file = k.registry_ca_file;
   ro.insecure_registries = k.insecure_registries;
   if (pull_credentials != nullptr)
-    ro.extra_credentials = [pull_credentials](const std::string& host) { return pull_credentials->lookup(host); };
+    ro.extra_credentials = [pull_credentials](const std::string& host) {
+      return pull_credentials->lookup(host);
+    };
   KNAP_ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> rc, RegistryClient::create(ro, time));
   RegistryPuller::Options po;
   po.platform = *platform;
   po.parallelism = static_cast<int>(std::max<int64_t>(1, k.pull_parallelism));
   po.scratch_dir = k.data_dir + "/pulls";
-  return std::unique_ptr<Puller>(
-      std::make_unique<OwningPuller>(std::move(rc), std::move(store), po));
+  return std::unique_ptr<Puller>(std::make_unique<OwningPuller>(std::move(rc), std::move(store), po));
 }
 
 }  // namespace knap::images

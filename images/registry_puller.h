@@ -39,10 +39,10 @@ namespace knap::images {
 class RegistryPuller : public Puller {
  public:
   struct Options {
-    Platform platform;            // the manifest chosen from an index
-    int parallelism = 4;          // blobs fetched at once per pull
-    std::string scratch_dir;      // partial downloads: <scratch_dir>/<hex>.<pid>-<n>.partial (created)
-    int attempts = 4;             // per blob, before kUnavailable
+    Platform platform;        // the manifest chosen from an index
+    int parallelism = 4;      // blobs fetched at once per pull
+    std::string scratch_dir;  // partial downloads: <scratch_dir>/<hex>.<pid>-<n>.partial (created)
+    int attempts = 4;         // per blob, before kUnavailable
     Duration backoff = std::chrono::milliseconds(500);  // doubles after each failed attempt
     // How the puller waits between attempts; null = a real sleep.
     std::function<void(Duration)> sleep;
@@ -61,8 +61,10 @@ class RegistryPuller : public Puller {
   StatusOr<PullResult> doPull(const std::string& image, PullFlight& flight);
   // Makes one blob present through `session` (fetching it unless present or
   // being fetched by another pull). Adds the bytes downloaded to *fetched.
-  Status ensureBlob(const Reference& ref, const Descriptor& desc, ImageStore::Session& session, PullState& st);
-  Status downloadBlob(const Reference& ref, const Descriptor& desc, ImageStore::Session& session, PullState& st);
+  Status ensureBlob(const Reference& ref, const Descriptor& desc, ImageStore::Session& session,
+                    PullState& st);
+  Status downloadBlob(const Reference& ref, const Descriptor& desc, ImageStore::Session& session,
+                      PullState& st);
 
   RegistryClient& client_;
   ImageStore& store_;

@@ -123,9 +123,7 @@ class RegistryPullerTest : public ::testing::Test {
     o.connect_timeout = std::chrono::seconds(2);
     return std::make_unique<RegistryClient>(o, AuthConfig{}, RealTimeSource::instance());
   }
-  bool scratchEmpty() {
-    return !std::filesystem::exists(scratch_) || std::filesystem::is_empty(scratch_);
-  }
+  bool scratchEmpty() { return !std::filesystem::exists(scratch_) || std::filesystem::is_empty(scratch_); }
 
   std::string scratch_;
   std::vector<Duration> sleeps_;
@@ -417,7 +415,8 @@ TEST_F(RegistryPullerTest, BlobRedirectToAnotherHostGetsNoCredentials) {
   ASSERT_TRUE(r.isOk()) << r.status().toString();
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(cdn_log.size(), 2u);  // config + layer
-  for (const auto& q : cdn_log) EXPECT_EQ(q.headers.count("authorization"), 0u) << "token leaked to " << q.path;
+  for (const auto& q : cdn_log)
+    EXPECT_EQ(q.headers.count("authorization"), 0u) << "token leaked to " << q.path;
 }
 
 TEST_F(RegistryPullerTest, BearerAuthPullAndWrongCredentials) {
@@ -440,7 +439,8 @@ TEST_F(RegistryPullerTest, BearerAuthPullAndWrongCredentials) {
   ASSERT_FALSE(f.isOk());
   EXPECT_EQ(f.status().code(), Code::kUnauthenticated);
   EXPECT_EQ(pullFailureReason(f.status()), "Unauthorized");
-  EXPECT_NE(f.status().message().find("check the credentials for " + reg.host() + " in /etc/knap/registry-auth.json"),
+  EXPECT_NE(f.status().message().find("check the credentials for " + reg.host() +
+                                      " in /etc/knap/registry-auth.json"),
             std::string::npos)
       << f.status().message();
 }

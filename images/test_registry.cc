@@ -30,15 +30,24 @@ bool sendAll(int fd, const char* p, size_t n) {
 
 std::string reasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 206: return "Partial Content";
-    case 307: return "Temporary Redirect";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 416: return "Range Not Satisfiable";
-    case 500: return "Internal Server Error";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 206:
+      return "Partial Content";
+    case 307:
+      return "Temporary Redirect";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 416:
+      return "Range Not Satisfiable";
+    case 500:
+      return "Internal Server Error";
+    default:
+      return "Status";
   }
 }
 
@@ -81,7 +90,8 @@ TestHttpServer::TestHttpServer(std::function<HttpResponse(const HttpRequest&)> h
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0) {
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listen_fd_, 64) != 0) {
     throw std::runtime_error("test server: bind/listen failed");
   }
   socklen_t len = sizeof addr;
@@ -90,7 +100,9 @@ TestHttpServer::TestHttpServer(std::function<HttpResponse(const HttpRequest&)> h
   acceptor_ = std::thread([this] { acceptLoop(); });
 }
 
-TestHttpServer::~TestHttpServer() { stop(); }
+TestHttpServer::~TestHttpServer() {
+  stop();
+}
 
 void TestHttpServer::stop() {
   if (stopping_.exchange(true)) return;
@@ -166,13 +178,15 @@ void TestHttpServer::serve(int fd) {
   }
   ::shutdown(fd, SHUT_WR);
   // Drain so the close does not turn into a reset before the client read it all.
-  while (::recv(fd, tmp, sizeof tmp, 0) > 0) {}
+  while (::recv(fd, tmp, sizeof tmp, 0) > 0) {
+  }
   ::close(fd);
 }
 
 // ------------------------------------------------------------------ images
 
-TestImage makeTestImage(const std::vector<std::string>& layers, const std::string& arch, bool docker_media_types) {
+TestImage makeTestImage(const std::vector<std::string>& layers, const std::string& arch,
+                        bool docker_media_types) {
   TestImage img;
   json diff_ids = json::array();
   for (const std::string& l : layers) diff_ids.push_back(oci::sha256Digest(l));
@@ -198,10 +212,12 @@ TestImage makeTestImage(const std::vector<std::string>& layers, const std::strin
     jl.push_back({{"mediaType", d.media_type}, {"digest", d.digest}, {"size", d.size}});
   }
   const std::string mt = docker_media_types ? oci::kMediaTypeDockerManifest : oci::kMediaTypeOciManifest;
-  json manifest = {{"schemaVersion", 2},
-                   {"mediaType", mt},
-                   {"config", {{"mediaType", img.config.media_type}, {"digest", img.config.digest}, {"size", img.config.size}}},
-                   {"layers", jl}};
+  json manifest = {
+      {"schemaVersion", 2},
+      {"mediaType", mt},
+      {"config",
+       {{"mediaType", img.config.media_type}, {"digest", img.config.digest}, {"size", img.config.size}}},
+      {"layers", jl}};
   img.manifest_json = manifest.dump();
   img.manifest.media_type = mt;
   img.manifest.digest = oci::sha256Digest(img.manifest_json);
@@ -229,18 +245,22 @@ std::string makeTestIndex(const std::vector<std::pair<oci::Platform, const TestI
 // ---------------------------------------------------------------- registry
 
 TestRegistry::TestRegistry(Auth auth, std::string user, std::string password)
-    : auth_(auth), user_(std::move(user)), password_(std::move(password)),
+    : auth_(auth),
+      user_(std::move(user)),
+      password_(std::move(password)),
       server_([this](const HttpRequest& r) { return handle(r); }) {}
 
-TestRegistry::~TestRegistry() { server_.stop(); }
+TestRegistry::~TestRegistry() {
+  server_.stop();
+}
 
 void TestRegistry::addBlob(const std::string& data) {
   std::lock_guard<std::mutex> lock(mu_);
   blobs_[oci::sha256Digest(data)] = data;
 }
 
-std::string TestRegistry::addManifest(const std::string& repo, const std::string& tag, const std::string& media_type,
-                                      const std::string& body) {
+std::string TestRegistry::addManifest(const std::string& repo, const std::string& tag,
+                                      const std::string& media_type, const std::string& body) {
   std::string d = oci::sha256Digest(body);
   std::lock_guard<std::mutex> lock(mu_);
   manifests_[repo + "@" + d] = {media_type, body};
@@ -265,13 +285,16 @@ void TestRegistry::cutBlobOnce(const std::string& digest, int64_t after) {
   cut_once_[digest] = after;
 }
 
-int TestRegistry::blobGets(const std::string& digest) const { return count("GET", "/blobs/" + digest); }
+int TestRegistry::blobGets(const std::string& digest) const {
+  return count("GET", "/blobs/" + digest);
+}
 
 int TestRegistry::rangeGets(const std::string& digest) const {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;
   for (const HttpRequest& r : log_) {
-    if (r.method == "GET" && r.path.find("/blobs/" + digest) != std::string::npos && r.headers.count("range")) ++n;
+    if (r.method == "GET" && r.path.find("/blobs/" + digest) != std::string::npos && r.headers.count("range"))
+      ++n;
   }
   return n;
 }
@@ -314,9 +337,9 @@ bool TestRegistry::authorized(const HttpRequest& req, HttpResponse* challenge) {
   if (cut == std::string::npos) cut = repo.find("/blobs/");
   repo = repo.substr(0, cut);
   *challenge = jsonError(401, "UNAUTHORIZED", "authentication required");
-  challenge->headers.push_back({"WWW-Authenticate", "Bearer realm=\"http://" + host() +
-                                                        "/token\",service=\"test-registry\",scope=\"repository:" +
-                                                        repo + ":pull\""});
+  challenge->headers.push_back(
+      {"WWW-Authenticate", "Bearer realm=\"http://" + host() +
+                               "/token\",service=\"test-registry\",scope=\"repository:" + repo + ":pull\""});
   return false;
 }
 
@@ -327,7 +350,8 @@ HttpResponse TestRegistry::handle(const HttpRequest& req) {
   }
   if (req.path == "/token") {
     auto it = req.headers.find("authorization");
-    if (!user_.empty() && (it == req.headers.end() || it->second != "Basic " + b64(user_ + ":" + password_))) {
+    if (!user_.empty() &&
+        (it == req.headers.end() || it->second != "Basic " + b64(user_ + ":" + password_))) {
       return jsonError(401, "UNAUTHORIZED", "bad credentials");
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -380,7 +404,8 @@ HttpResponse TestRegistry::handle(const HttpRequest& req) {
       if (start >= static_cast<int64_t>(data.size())) return jsonError(416, "RANGE", "range not satisfiable");
       r.status = 206;
       r.headers.push_back({"Content-Range", "bytes " + std::to_string(start) + "-" +
-                                                std::to_string(data.size() - 1) + "/" + std::to_string(data.size())});
+                                                std::to_string(data.size() - 1) + "/" +
+                                                std::to_string(data.size())});
     }
     r.body = data.substr(static_cast<size_t>(start));
     if (auto c = cut_once_.find(digest); c != cut_once_.end()) {

@@ -113,8 +113,9 @@ class TestRegistry {
   std::atomic<bool> omit_digest_header_{false};
   mutable std::mutex mu_;
   std::map<std::string, std::string> blobs_;
-  std::map<std::string, std::pair<std::string, std::string>> manifests_;  // "repo@digest" -> (media type, body)
-  std::map<std::string, std::string> tags_;                               // "repo:tag" -> digest
+  std::map<std::string, std::pair<std::string, std::string>>
+      manifests_;                            // "repo@digest" -> (media type, body)
+  std::map<std::string, std::string> tags_;  // "repo:tag" -> digest
   std::map<std::string, std::string> corrupt_;
   std::map<std::string, int64_t> cut_once_;
   std::vector<HttpRequest> log_;

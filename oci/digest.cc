@@ -28,9 +28,13 @@ Sha256::Sha256() : impl_(std::make_unique<Impl>()) {
   EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr);
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(impl_->ctx); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(impl_->ctx);
+}
 
-void Sha256::update(std::string_view data) { EVP_DigestUpdate(impl_->ctx, data.data(), data.size()); }
+void Sha256::update(std::string_view data) {
+  EVP_DigestUpdate(impl_->ctx, data.data(), data.size());
+}
 
 std::string Sha256::finish() {
   unsigned char md[EVP_MAX_MD_SIZE];

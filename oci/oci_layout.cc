@@ -1,8 +1,8 @@
 #include "oci/oci_layout.h"
 
-#include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "oci/digest.h"
@@ -66,7 +66,9 @@ bool platformMatches(const Platform& have, const Platform& want) {
          (want.variant.empty() || have.variant.empty() || have.variant == want.variant);
 }
 
-bool isIndexType(const std::string& mt) { return mt == kMediaTypeOciIndex || mt == kMediaTypeDockerManifestList; }
+bool isIndexType(const std::string& mt) {
+  return mt == kMediaTypeOciIndex || mt == kMediaTypeDockerManifestList;
+}
 
 // Reads a small blob and checks it against its descriptor.
 StatusOr<std::string> readVerifiedBlob(const TarReader& archive, const Descriptor& d) {
@@ -76,7 +78,8 @@ StatusOr<std::string> readVerifiedBlob(const TarReader& archive, const Descripto
     return invalidArgument("layout: blob " + d.digest + " has size " + std::to_string(data->size()) +
                            ", descriptor says " + std::to_string(d.size));
   }
-  if (sha256Digest(*data) != d.digest) return invalidArgument("layout: blob " + d.digest + " does not match its digest");
+  if (sha256Digest(*data) != d.digest)
+    return invalidArgument("layout: blob " + d.digest + " does not match its digest");
   return data;
 }
 
@@ -108,7 +111,8 @@ Status collectManifests(const TarReader& archive, const std::vector<IndexEntry>&
           collectManifests(archive, nested, sub, entry_name, want, depth + 1, matches, seen_platforms));
       continue;
     }
-    if (e.descriptor.media_type != kMediaTypeOciManifest && e.descriptor.media_type != kMediaTypeDockerManifest) {
+    if (e.descriptor.media_type != kMediaTypeOciManifest &&
+        e.descriptor.media_type != kMediaTypeDockerManifest) {
       continue;  // attestations, signatures and other artefacts
     }
     Platform have = e.platform;
@@ -213,7 +217,8 @@ StatusOr<ImageConfig> parseImageConfig(const std::string& text) {
         }
       }
     }
-    if (!j.contains("rootfs") || !j["rootfs"].is_object()) return invalidArgument("image config has no rootfs");
+    if (!j.contains("rootfs") || !j["rootfs"].is_object())
+      return invalidArgument("image config has no rootfs");
     c.diff_ids = stringList(j["rootfs"], "diff_ids");
     for (const auto& d : c.diff_ids) {
       if (!isSha256Digest(d)) return invalidArgument("image config: bad diff_id " + d);
@@ -234,7 +239,8 @@ StatusOr<Manifest> parseManifest(const std::string& text) {
     Manifest m;
     KNAP_ASSIGN_OR_RETURN(m.config, descriptorFromJson(j["config"], "manifest config"));
     for (size_t i = 0; i < j["layers"].size(); ++i) {
-      KNAP_ASSIGN_OR_RETURN(Descriptor d, descriptorFromJson(j["layers"][i], "manifest layers[" + std::to_string(i) + "]"));
+      KNAP_ASSIGN_OR_RETURN(Descriptor d,
+                            descriptorFromJson(j["layers"][i], "manifest layers[" + std::to_string(i) + "]"));
       m.layers.push_back(std::move(d));
     }
     return m;
@@ -253,7 +259,8 @@ StatusOr<std::vector<IndexEntry>> parseIndex(const std::string& text) {
     for (size_t i = 0; i < j["manifests"].size(); ++i) {
       const json& m = j["manifests"][i];
       IndexEntry e;
-      KNAP_ASSIGN_OR_RETURN(e.descriptor, descriptorFromJson(m, "index manifests[" + std::to_string(i) + "]"));
+      KNAP_ASSIGN_OR_RETURN(e.descriptor,
+                            descriptorFromJson(m, "index manifests[" + std::to_string(i) + "]"));
       if (m.contains("platform") && m["platform"].is_object()) {
         e.has_platform = true;
         e.platform.os = stringField(m["platform"], "os");
@@ -289,8 +296,8 @@ StatusOr<ResolvedImage> resolveLayout(const TarReader& archive, const Platform& 
   if (matches.empty()) {
     std::string have;
     for (const auto& p : seen) have += (have.empty() ? "" : ", ") + p;
-    return notFound("no image for platform " + platform.toString() + " in the archive (has: " +
-                    (have.empty() ? "none" : have) + ")");
+    return notFound("no image for platform " + platform.toString() +
+                    " in the archive (has: " + (have.empty() ? "none" : have) + ")");
   }
   const Candidate& c = matches.front();
   ResolvedImage r;
@@ -310,7 +317,8 @@ StatusOr<ResolvedImage> resolveLayout(const TarReader& archive, const Platform& 
   }
   for (const Descriptor& l : r.layers) {
     const TarEntry* e = archive.find(blobPath(l.digest));
-    if (e == nullptr || e->type != TarType::kRegular) return invalidArgument("layout: layer blob " + l.digest + " missing");
+    if (e == nullptr || e->type != TarType::kRegular)
+      return invalidArgument("layout: layer blob " + l.digest + " missing");
     if (static_cast<int64_t>(e->size) != l.size) {
       return invalidArgument("layout: layer blob " + l.digest + " has the wrong size");
     }
@@ -358,9 +366,11 @@ StatusOr<BuiltImage> buildImage(const ImageSpec& spec) {
     }
   };
   for (const LayerFileSpec& f : spec.files) {
-    if (f.dest.empty() || f.dest[0] != '/') return invalidArgument("image file destination must be absolute: " + f.dest);
+    if (f.dest.empty() || f.dest[0] != '/')
+      return invalidArgument("image file destination must be absolute: " + f.dest);
     std::string p = normalizeTarPath(f.dest);
-    if (p.empty() || p.find("..") != std::string::npos) return invalidArgument("bad image file destination: " + f.dest);
+    if (p.empty() || p.find("..") != std::string::npos)
+      return invalidArgument("bad image file destination: " + f.dest);
     if (entries.count(p)) return invalidArgument("duplicate image file destination: " + f.dest);
     addParents(p);
     entries[p] = LayerEntry{TarType::kRegular, f.mode, 0, 0, f.data};
@@ -429,14 +439,17 @@ StatusOr<BuiltImage> buildImage(const ImageSpec& spec) {
   img.name = spec.name;
   img.platform = spec.platform;
   Descriptor config_desc{kMediaTypeOciConfig, sha256Digest(config), static_cast<int64_t>(config.size()), {}};
-  Descriptor layer_desc{spec.gzip_layer ? kMediaTypeOciLayerGzip : kMediaTypeOciLayer, layer_digest,
-                        static_cast<int64_t>(layer.size()), {}};
+  Descriptor layer_desc{spec.gzip_layer ? kMediaTypeOciLayerGzip : kMediaTypeOciLayer,
+                        layer_digest,
+                        static_cast<int64_t>(layer.size()),
+                        {}};
   json manifest = {{"schemaVersion", 2},
                    {"mediaType", kMediaTypeOciManifest},
                    {"config", descriptorToJson(config_desc)},
                    {"layers", json::array({descriptorToJson(layer_desc)})}};
   std::string manifest_text = manifest.dump();
-  img.manifest = {kMediaTypeOciManifest, sha256Digest(manifest_text), static_cast<int64_t>(manifest_text.size()), {}};
+  img.manifest = {
+      kMediaTypeOciManifest, sha256Digest(manifest_text), static_cast<int64_t>(manifest_text.size()), {}};
   img.blobs[config_desc.digest] = std::move(config);
   img.blobs[layer_desc.digest] = std::move(layer);
   img.blobs[img.manifest.digest] = std::move(manifest_text);
@@ -466,7 +479,8 @@ StatusOr<BuiltImage> loadLayoutImage(const TarReader& archive) {
   img.blobs[m.config.digest] = std::move(cblob);
   for (const Descriptor& l : m.layers) {
     KNAP_ASSIGN_OR_RETURN(std::string data, archive.readFile(blobPath(l.digest), uint64_t{1} << 32));
-    if (sha256Digest(data) != l.digest) return invalidArgument("layer blob " + l.digest + " does not match its digest");
+    if (sha256Digest(data) != l.digest)
+      return invalidArgument("layer blob " + l.digest + " does not match its digest");
     img.blobs[l.digest] = std::move(data);
   }
   return img;
@@ -482,7 +496,8 @@ std::string writeLayout(const std::vector<BuiltImage>& images, const std::string
     size_t slash = name.rfind('/');
     size_t colon = name.rfind(':');
     annotations[kAnnotationRefName] =
-        (colon != std::string::npos && (slash == std::string::npos || colon > slash)) ? name.substr(colon + 1) : "latest";
+        (colon != std::string::npos && (slash == std::string::npos || colon > slash)) ? name.substr(colon + 1)
+                                                                                      : "latest";
   }
   json index = {{"schemaVersion", 2}, {"mediaType", kMediaTypeOciIndex}};
   if (images.size() == 1) {
@@ -498,7 +513,8 @@ std::string writeLayout(const std::vector<BuiltImage>& images, const std::string
       nested["manifests"].push_back(d);
     }
     std::string nested_text = nested.dump();
-    Descriptor nd{kMediaTypeOciIndex, sha256Digest(nested_text), static_cast<int64_t>(nested_text.size()), annotations};
+    Descriptor nd{kMediaTypeOciIndex, sha256Digest(nested_text), static_cast<int64_t>(nested_text.size()),
+                  annotations};
     blobs[nd.digest] = std::move(nested_text);
     index["manifests"] = json::array({descriptorToJson(nd)});
   }

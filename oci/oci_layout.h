@@ -21,7 +21,8 @@ inline constexpr char kMediaTypeOciConfig[] = "application/vnd.oci.image.config.
 inline constexpr char kMediaTypeOciLayer[] = "application/vnd.oci.image.layer.v1.tar";
 inline constexpr char kMediaTypeOciLayerGzip[] = "application/vnd.oci.image.layer.v1.tar+gzip";
 inline constexpr char kMediaTypeDockerManifest[] = "application/vnd.docker.distribution.manifest.v2+json";
-inline constexpr char kMediaTypeDockerManifestList[] = "application/vnd.docker.distribution.manifest.list.v2+json";
+inline constexpr char kMediaTypeDockerManifestList[] =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
 inline constexpr char kAnnotationRefName[] = "org.opencontainers.image.ref.name";
 inline constexpr char kAnnotationContainerdName[] = "io.containerd.image.name";
 
@@ -36,7 +37,7 @@ struct Descriptor {
 struct Platform {
   std::string os = "linux";
   std::string architecture = "amd64";
-  std::string variant;  // e.g. "v8" for arm64; empty matches any
+  std::string variant;           // e.g. "v8" for arm64; empty matches any
   std::string toString() const;  // "linux/amd64[/v8]"
 };
 // Parses "os/arch[/variant]"; kInvalidArgument otherwise.
@@ -77,13 +78,13 @@ StatusOr<std::vector<IndexEntry>> parseIndex(const std::string& json);
 
 // One image resolved out of a layout archive: everything needed to import it.
 struct ResolvedImage {
-  std::string name;      // from io.containerd.image.name or ...ref.name; may be ""
-  Descriptor manifest;   // the image manifest (never an index)
+  std::string name;     // from io.containerd.image.name or ...ref.name; may be ""
+  Descriptor manifest;  // the image manifest (never an index)
   std::string manifest_json;
   std::vector<Descriptor> indexes;  // nested index blobs passed through on the way (outermost first)
   Descriptor config;
   ImageConfig image_config;
-  std::vector<Descriptor> layers;   // manifest order, bottom first
+  std::vector<Descriptor> layers;  // manifest order, bottom first
 };
 
 // Walks index.json -> (nested indexes) -> manifest for `platform`. Checks the
@@ -104,13 +105,13 @@ std::string blobPath(const std::string& digest);
 // ----------------------------------------------------------------- building
 
 struct LayerFileSpec {
-  std::string dest;   // absolute path in the image
+  std::string dest;  // absolute path in the image
   std::string data;
   uint32_t mode = 0644;
 };
 
 struct ImageSpec {
-  std::string name;   // "repo:tag" (goes into both index annotations)
+  std::string name;  // "repo:tag" (goes into both index annotations)
   Platform platform;
   std::vector<std::string> entrypoint;
   std::vector<std::string> cmd;
@@ -122,7 +123,7 @@ struct ImageSpec {
   // Adds /etc/passwd and /etc/group (root, nobody, and `app` uid/gid 1000),
   // and /tmp (1777), unless the files list brings its own.
   bool add_base_files = true;
-  int64_t mtime = 0;  // every timestamp in the image, for reproducible output
+  int64_t mtime = 0;        // every timestamp in the image, for reproducible output
   bool gzip_layer = false;  // store the layer as tar+gzip (diff_id stays the tar's digest)
 };
 

@@ -1,6 +1,7 @@
 #include "oci/oci_layout.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "oci/digest.h"

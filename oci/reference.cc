@@ -8,7 +8,9 @@ namespace knap::oci {
 
 namespace {
 
-bool isLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+bool isLowerAlnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
 
 // One path component: [a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*
 bool validComponent(const std::string& c) {
@@ -45,14 +47,16 @@ bool validHost(const std::string& h) {
     std::string rest = h.substr(close + 1);
     if (!rest.empty()) {
       if (rest[0] != ':' || rest.size() < 2) return false;
-      for (size_t i = 1; i < rest.size(); ++i) if (!std::isdigit(static_cast<unsigned char>(rest[i]))) return false;
+      for (size_t i = 1; i < rest.size(); ++i)
+        if (!std::isdigit(static_cast<unsigned char>(rest[i]))) return false;
     }
     return true;
   }
   if (colon != std::string::npos) {
     std::string port = h.substr(colon + 1);
     if (port.empty() || port.size() > 5) return false;
-    for (char c : port) if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    for (char c : port)
+      if (!std::isdigit(static_cast<unsigned char>(c))) return false;
     host = h.substr(0, colon);
   }
   if (host.empty()) return false;
@@ -64,16 +68,22 @@ bool validHost(const std::string& h) {
 
 }  // namespace
 
-std::string Reference::apiHost() const { return registry == kDockerHub ? kDockerHubApiHost : registry; }
+std::string Reference::apiHost() const {
+  return registry == kDockerHub ? kDockerHubApiHost : registry;
+}
 
-std::string Reference::name() const { return registry + "/" + repository; }
+std::string Reference::name() const {
+  return registry + "/" + repository;
+}
 
 std::string Reference::canonical() const {
   if (!digest.empty()) return name() + "@" + digest;
   return name() + ":" + tag;
 }
 
-std::string Reference::canonicalDigestRef(const std::string& d) const { return name() + "@" + d; }
+std::string Reference::canonicalDigestRef(const std::string& d) const {
+  return name() + "@" + d;
+}
 
 StatusOr<Reference> parseReference(const std::string& image) {
   auto bad = [&](const std::string& why) {
@@ -93,8 +103,10 @@ StatusOr<Reference> parseReference(const std::string& image) {
   if (at != std::string::npos) {
     r.digest = rest.substr(at + 1);
     rest = rest.substr(0, at);
-    if (r.digest.rfind("sha256:", 0) != 0) return bad("only sha256 digests are supported (got \"" + r.digest + "\")");
-    if (!oci::isSha256Digest(r.digest)) return bad("digest must be sha256: followed by 64 lowercase hex digits");
+    if (r.digest.rfind("sha256:", 0) != 0)
+      return bad("only sha256 digests are supported (got \"" + r.digest + "\")");
+    if (!oci::isSha256Digest(r.digest))
+      return bad("digest must be sha256: followed by 64 lowercase hex digits");
   }
   size_t slash = rest.find('/');
   std::string first = slash == std::string::npos ? "" : rest.substr(0, slash);
@@ -112,7 +124,8 @@ StatusOr<Reference> parseReference(const std::string& image) {
   if (colon != std::string::npos) {
     r.tag = rest.substr(colon + 1);
     rest = rest.substr(0, colon);
-    if (!validTag(r.tag)) return bad("invalid tag \"" + r.tag + "\" (letters, digits, '_', '.', '-'; at most 128)");
+    if (!validTag(r.tag))
+      return bad("invalid tag \"" + r.tag + "\" (letters, digits, '_', '.', '-'; at most 128)");
   }
   if (rest.empty()) return bad("no repository name");
   size_t start = 0;
@@ -157,6 +170,8 @@ std::string registryOf(const std::string& image) {
   return "docker.io";
 }
 
-bool hasDigest(const std::string& image) { return image.find('@') != std::string::npos; }
+bool hasDigest(const std::string& image) {
+  return image.find('@') != std::string::npos;
+}
 
 }  // namespace knap::oci

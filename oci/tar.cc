@@ -37,7 +37,9 @@ bool parseNumber(const char* p, size_t n, uint64_t* out) {
   return true;
 }
 
-std::string field(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
+std::string field(const char* p, size_t n) {
+  return std::string(p, strnlen(p, n));
+}
 
 void putOctal(char* p, size_t n, uint64_t v) {
   // n-1 octal digits and a NUL terminator.
@@ -50,9 +52,13 @@ void putOctal(char* p, size_t n, uint64_t v) {
   p[n - 1] = '\0';
 }
 
-void putString(char* p, size_t n, std::string_view s) { memcpy(p, s.data(), std::min(n, s.size())); }
+void putString(char* p, size_t n, std::string_view s) {
+  memcpy(p, s.data(), std::min(n, s.size()));
+}
 
-uint64_t padded(uint64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
+uint64_t padded(uint64_t n) {
+  return (n + kBlock - 1) / kBlock * kBlock;
+}
 
 // PAX records: "<len> <key>=<value>\n".
 std::map<std::string, std::string> parsePax(std::string_view data) {
@@ -123,7 +129,9 @@ StatusOr<TarReader> TarReader::fromString(std::string data) {
 }
 
 TarReader::TarReader(TarReader&& other) noexcept
-    : fd_(other.fd_), mem_(std::move(other.mem_)), total_size_(other.total_size_),
+    : fd_(other.fd_),
+      mem_(std::move(other.mem_)),
+      total_size_(other.total_size_),
       entries_(std::move(other.entries_)) {
   other.fd_ = -1;
 }
@@ -154,7 +162,8 @@ Status TarReader::readAt(uint64_t offset, size_t n, char* out) const {
   while (done < n) {
     ssize_t got = pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return internalError(std::string("tar: read: ") + (got < 0 ? strerror(errno) : "short read"));
+    if (got <= 0)
+      return internalError(std::string("tar: read: ") + (got < 0 ? strerror(errno) : "short read"));
     done += static_cast<size_t>(got);
   }
   return Status::ok();
@@ -183,8 +192,9 @@ Status TarReader::index() {
       return invalidArgument("tar: bad header checksum at offset " + std::to_string(off));
     }
     uint64_t size = 0, mode = 0, uid = 0, gid = 0, mtime = 0;
-    if (!parseNumber(h + 124, 12, &size) || !parseNumber(h + 100, 8, &mode) || !parseNumber(h + 108, 8, &uid) ||
-        !parseNumber(h + 116, 8, &gid) || !parseNumber(h + 136, 12, &mtime)) {
+    if (!parseNumber(h + 124, 12, &size) || !parseNumber(h + 100, 8, &mode) ||
+        !parseNumber(h + 108, 8, &uid) || !parseNumber(h + 116, 8, &gid) ||
+        !parseNumber(h + 136, 12, &mtime)) {
       return invalidArgument("tar: bad numeric field at offset " + std::to_string(off));
     }
     char type = h[156];
@@ -256,7 +266,8 @@ StatusOr<std::string> TarReader::readFile(std::string_view path, uint64_t max_by
   const TarEntry* e = find(path);
   if (e == nullptr || e->type != TarType::kRegular) return notFound("tar: no file " + std::string(path));
   if (e->size > max_bytes) {
-    return Status(Code::kResourceExhausted, "tar: " + std::string(path) + " is larger than " + std::to_string(max_bytes));
+    return Status(Code::kResourceExhausted,
+                  "tar: " + std::string(path) + " is larger than " + std::to_string(max_bytes));
   }
   std::string out(e->size, '\0');
   KNAP_RETURN_IF_ERROR(readAt(e->data_offset, e->size, out.data()));
@@ -321,7 +332,10 @@ void TarWriter::addEntry(const TarEntry& e, std::string_view data) {
   putOctal(h + 136, 12, static_cast<uint64_t>(e.mtime));
   h[156] = static_cast<char>(e.type);
   putString(h + 157, 100, e.link_target);
-  memcpy(h + 257, "ustar\0" "00", 8);
+  memcpy(h + 257,
+         "ustar\0"
+         "00",
+         8);
   putString(h + 345, 155, prefix);
   memset(h + 148, ' ', 8);
   uint64_t sum = 0;
@@ -332,7 +346,8 @@ void TarWriter::addEntry(const TarEntry& e, std::string_view data) {
   out_.append(padded(data.size()) - data.size(), '\0');
 }
 
-void TarWriter::addDirectory(std::string_view path, uint32_t mode, int64_t mtime, uint32_t uid, uint32_t gid) {
+void TarWriter::addDirectory(std::string_view path, uint32_t mode, int64_t mtime, uint32_t uid,
+                             uint32_t gid) {
   TarEntry e;
   e.path = normalizeTarPath(path);
   e.type = TarType::kDirectory;
@@ -343,8 +358,8 @@ void TarWriter::addDirectory(std::string_view path, uint32_t mode, int64_t mtime
   addEntry(e, {});
 }
 
-void TarWriter::addFile(std::string_view path, std::string_view data, uint32_t mode, int64_t mtime, uint32_t uid,
-                        uint32_t gid) {
+void TarWriter::addFile(std::string_view path, std::string_view data, uint32_t mode, int64_t mtime,
+                        uint32_t uid, uint32_t gid) {
   TarEntry e;
   e.path = normalizeTarPath(path);
   e.type = TarType::kRegular;

@@ -29,15 +29,15 @@ enum class TarType : char {
 };
 
 struct TarEntry {
-  std::string path;         // normalised: no leading "./" or "/", no trailing "/"
+  std::string path;  // normalised: no leading "./" or "/", no trailing "/"
   TarType type = TarType::kRegular;
-  uint32_t mode = 0644;     // permission bits (incl. setuid/sticky), no type bits
+  uint32_t mode = 0644;  // permission bits (incl. setuid/sticky), no type bits
   uint32_t uid = 0;
   uint32_t gid = 0;
-  int64_t mtime = 0;        // seconds since the epoch
-  std::string link_target;  // symlinks and hard links
-  uint64_t size = 0;        // regular files: content size
-  uint64_t data_offset = 0; // reader only: where the content starts in the archive
+  int64_t mtime = 0;         // seconds since the epoch
+  std::string link_target;   // symlinks and hard links
+  uint64_t size = 0;         // regular files: content size
+  uint64_t data_offset = 0;  // reader only: where the content starts in the archive
 };
 
 // Strips "./", leading "/" and trailing "/"; "." becomes "".
@@ -83,10 +83,10 @@ class TarReader {
 // mtime for reproducible output.
 class TarWriter {
  public:
-  void addDirectory(std::string_view path, uint32_t mode = 0755, int64_t mtime = 0,
-                    uint32_t uid = 0, uint32_t gid = 0);
-  void addFile(std::string_view path, std::string_view data, uint32_t mode = 0644,
-               int64_t mtime = 0, uint32_t uid = 0, uint32_t gid = 0);
+  void addDirectory(std::string_view path, uint32_t mode = 0755, int64_t mtime = 0, uint32_t uid = 0,
+                    uint32_t gid = 0);
+  void addFile(std::string_view path, std::string_view data, uint32_t mode = 0644, int64_t mtime = 0,
+               uint32_t uid = 0, uint32_t gid = 0);
   void addSymlink(std::string_view path, std::string_view target, int64_t mtime = 0);
   // Appends the end-of-archive marker and returns the archive.
   std::string finish();

@@ -53,7 +53,7 @@ TEST(TarTest, RoundTripsFilesDirectoriesAndSymlinks) {
 
 TEST(TarTest, LongNamesUseUstarPrefixOrPax) {
   std::string mid = "dir/" + std::string(90, 'd') + "/" + std::string(60, 'f');  // > 100, splittable
-  std::string huge = std::string(120, 'a') + "/" + std::string(120, 'b');         // needs PAX
+  std::string huge = std::string(120, 'a') + "/" + std::string(120, 'b');        // needs PAX
   TarWriter w;
   w.addFile(mid, "1");
   w.addFile(huge, "2");
@@ -125,7 +125,8 @@ TEST(TarTest, SystemTarReadsOurOutput) {
   w.addFile("x/" + std::string(150, 'q'), "content", 0600);
   std::string tar = w.finish();
   std::ofstream(d + "/in.tar", std::ios::binary).write(tar.data(), static_cast<std::streamsize>(tar.size()));
-  std::string cmd = "cd " + d + " && tar -xf in.tar 2>&1 && test \"$(cat x/" + std::string(150, 'q') + ")\" = content";
+  std::string cmd =
+      "cd " + d + " && tar -xf in.tar 2>&1 && test \"$(cat x/" + std::string(150, 'q') + ")\" = content";
   if (std::system("command -v tar >/dev/null") != 0) GTEST_SKIP() << "no system tar";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   std::system(("rm -rf " + d).c_str());

@@ -66,8 +66,7 @@ void ActivatorQueue::dispatchLocked() {
   }
 }
 
-ActivatorQueue::Acquired ActivatorQueue::acquire(MonoTime now, MonoTime request_deadline,
-                                                 Callback cb) {
+ActivatorQueue::Acquired ActivatorQueue::acquire(MonoTime now, MonoTime request_deadline, Callback cb) {
   std::lock_guard<std::mutex> lock(mu_);
   Acquired out;
   // FIFO: a newcomer may not overtake requests already waiting.
@@ -108,8 +107,7 @@ void ActivatorQueue::release(const std::string& endpoint) {
 
 bool ActivatorQueue::cancel(uint64_t waiter) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = std::find_if(waiters_.begin(), waiters_.end(),
-                         [&](const Waiter& w) { return w.id == waiter; });
+  auto it = std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.id == waiter; });
   if (it == waiters_.end()) return false;
   waiters_.erase(it);
   return true;

@@ -47,11 +47,11 @@ class ActivatorQueue {
   enum class Outcome { kGranted, kQueued, kRejected };
   struct Acquired {
     Outcome outcome = Outcome::kRejected;
-    std::string endpoint;  // kGranted: the slot's endpoint
-    uint64_t waiter = 0;   // kQueued: id for cancel()
-    bool cold = false;     // kQueued with no endpoint at all (the revision is at zero)
+    std::string endpoint;     // kGranted: the slot's endpoint
+    uint64_t waiter = 0;      // kQueued: id for cancel()
+    bool cold = false;        // kQueued with no endpoint at all (the revision is at zero)
     bool first_cold = false;  // cold, and no other request was waiting: a cold start begins
-    Status status;         // kRejected: why
+    Status status;            // kRejected: why
   };
 
   explicit ActivatorQueue(QueueLimits limits) : limits_(limits) {}
@@ -78,7 +78,7 @@ class ActivatorQueue {
   void shutdown(const Status& why);
 
   size_t queued() const;
-  size_t endpointCount() const;         // ready endpoints
+  size_t endpointCount() const;  // ready endpoints
   int inFlight(const std::string& endpoint) const;
   int totalInFlight() const;
   // Earliest waiter deadline, if any waiter is queued.

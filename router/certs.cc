@@ -17,9 +17,12 @@ std::string normalise(std::string_view host) {
 
 }  // namespace
 
-std::shared_ptr<const CertTable> CertTable::empty() { return std::make_shared<const CertTable>(); }
+std::shared_ptr<const CertTable> CertTable::empty() {
+  return std::make_shared<const CertTable>();
+}
 
-std::shared_ptr<const CertTable> CertTable::build(std::vector<CertEntry> entries, std::vector<std::string>* shadowed) {
+std::shared_ptr<const CertTable> CertTable::build(std::vector<CertEntry> entries,
+                                                  std::vector<std::string>* shadowed) {
   auto t = std::make_shared<CertTable>();
   for (CertEntry& e : entries) {
     e.name = normalise(e.name);

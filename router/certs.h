@@ -15,21 +15,21 @@
 // Thread safety: immutable after build(); lookup() from any thread.
 #pragma once
 
+#include <openssl/ssl.h>
+
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <openssl/ssl.h>
 
 #include "common/tls.h"
 
 namespace knap::router {
 
 struct CertEntry {
-  std::string name;      // "host.example.com" or "*.example.com"
-  tls::SslCtxPtr ctx;    // the certificate's server context
-  std::string origin;    // for logs and errors: "file /etc/knap/tls/a.crt", "Secret ns/name"
+  std::string name;    // "host.example.com" or "*.example.com"
+  tls::SslCtxPtr ctx;  // the certificate's server context
+  std::string origin;  // for logs and errors: "file /etc/knap/tls/a.crt", "Secret ns/name"
 };
 
 class CertTable {

@@ -3,9 +3,9 @@
 // made here with OpenSSL.
 #include "router/certs.h"
 
-#include <chrono>
-
 #include <gtest/gtest.h>
+
+#include <chrono>
 
 #include "router/test_backend.h"
 
@@ -27,13 +27,14 @@ std::vector<CertEntry> entriesOf(const Pem& p, const std::string& origin) {
 }
 
 TEST(TlsTest, LoadsNamesAndExpiry) {
-  Pem p = makeCert({"Web.Example.com", "*.apps.example.com", "bad..name", "*.*.x.com"});  // the last two ignored
+  Pem p =
+      makeCert({"Web.Example.com", "*.apps.example.com", "bad..name", "*.*.x.com"});  // the last two ignored
   auto c = tls::loadServerCertificate(p.cert, p.key, "test");
   ASSERT_TRUE(c.isOk()) << c.status().message();
   EXPECT_EQ(c->names, (std::vector<std::string>{"*.apps.example.com", "web.example.com"}));
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   EXPECT_GT(c->not_after, now + 3000);
   EXPECT_LT(c->not_after, now + 4000);
 }
@@ -54,7 +55,8 @@ TEST(TlsTest, BadInputNamesTheProblem) {
   Pem b = makeCert({"b.example.com"});
   auto mismatch = tls::loadServerCertificate(a.cert, b.key, "Secret ns/a");
   ASSERT_FALSE(mismatch.isOk());
-  EXPECT_NE(mismatch.status().message().find("Secret ns/a: the private key does not match"), std::string::npos);
+  EXPECT_NE(mismatch.status().message().find("Secret ns/a: the private key does not match"),
+            std::string::npos);
   auto garbage = tls::loadServerCertificate("not pem", a.key, "file x.crt");
   ASSERT_FALSE(garbage.isOk());
   EXPECT_NE(garbage.status().message().find("file x.crt: no PEM certificate"), std::string::npos);

@@ -4,11 +4,10 @@
 // decided here, an Upgrade turned into a tunnel.
 #include <sys/socket.h>
 
-#include <cerrno>
-#include <utility>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <cerrno>
+#include <utility>
 
 #include "router/client_side.h"
 
@@ -24,14 +23,15 @@ bool Http1Client::watchHangup(std::function<void()> on_gone) {
   // Only when no body is pending: then nothing but EOF is expected.
   if (head_.framing != Framing::kNone) return false;
   watching_ = true;
-  client_.socket().async_wait(tcp::socket::wait_read, [on_gone = std::move(on_gone),
-                                                       fd = client_.socket().native_handle()](beast::error_code wec) {
-    if (wec) return;  // cancelled: the wait is over
-    char byte;
-    const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-    if (gone) on_gone();
-  });
+  client_.socket().async_wait(
+      tcp::socket::wait_read,
+      [on_gone = std::move(on_gone), fd = client_.socket().native_handle()](beast::error_code wec) {
+        if (wec) return;  // cancelled: the wait is over
+        char byte;
+        const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+        if (gone) on_gone();
+      });
   return true;
 }
 

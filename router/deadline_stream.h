@@ -20,16 +20,15 @@
 // io_context); at most one read and one write pending at a time.
 #pragma once
 
-#include <chrono>
-#include <memory>
-#include <utility>
-
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
+#include <chrono>
+#include <memory>
+#include <utility>
 
 namespace knap::router {
 
@@ -114,8 +113,8 @@ class DeadlineStream {
     clock::time_point deadline = clock::time_point::max();
     clock::time_point armed_for = clock::time_point::max();  // the timer's expiry while armed
     bool armed = false;
-    bool timed_out = false;  // the timer cancelled the pending operations
-    int pending = 0;         // operations in flight
+    bool timed_out = false;   // the timer cancelled the pending operations
+    int pending = 0;          // operations in flight
     uint64_t generation = 0;  // of the armed wait; older completions are stale
     socket_type* socket = nullptr;
   };
@@ -142,7 +141,8 @@ class DeadlineStream {
       std::shared_ptr<State> s = weak.lock();
       if (!s || s->socket == nullptr || gen != s->generation) return;
       s->armed = false;
-      if (s->pending == 0 || s->deadline == clock::time_point::max()) return;  // idle: the next operation arms it
+      if (s->pending == 0 || s->deadline == clock::time_point::max())
+        return;  // idle: the next operation arms it
       if (clock::now() < s->deadline) {
         arm(s);  // the deadline moved on
         return;

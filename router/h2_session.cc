@@ -9,13 +9,12 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <cstring>
 #include <map>
 #include <utility>
 #include <vector>
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 
 #include "common/log.h"
 #include "router/client_side.h"
@@ -36,14 +35,16 @@ constexpr size_t kOutLimit = 64 * 1024;       // response body buffered per stre
 constexpr size_t kWriteBatch = 64 * 1024;     // bytes of frames per socket write
 constexpr double kResetBurst = 200;           // RST_STREAM frames from the client: token bucket
 constexpr double kResetPerSecond = 20;
-constexpr size_t kMaxOutboundAcks = 100;      // SETTINGS/PING acknowledgements queued
+constexpr size_t kMaxOutboundAcks = 100;  // SETTINGS/PING acknowledgements queued
 constexpr size_t kMaxContinuations = 8;
 
-MonoTime farFuture() { return Clock::now() + std::chrono::hours(24); }
+MonoTime farFuture() {
+  return Clock::now() + std::chrono::hours(24);
+}
 
 bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && beast::iequals(beast::string_view(a.data(), a.size()),
-                                                beast::string_view(b.data(), b.size()));
+  return a.size() == b.size() &&
+         beast::iequals(beast::string_view(a.data(), a.size()), beast::string_view(b.data(), b.size()));
 }
 
 std::string lower(std::string_view s) {
@@ -82,17 +83,17 @@ struct H2Stream {
   std::string out;
   size_t out_off = 0;
   bool out_eof = false;
-  bool deferred = false;   // the data source said DEFERRED: resume when more comes
-  bool responded = false;  // response HEADERS submitted
-  bool closed = false;     // nghttp2 closed the stream (done, or reset)
-  bool finished = false;   // the request coroutine is done
-  bool started = false;    // its request header block was complete (END_HEADERS)
-  bool end_sent = false;   // END_STREAM went out (the response is whole)
-  bool cancelled = false;  // reset for a send stall
+  bool deferred = false;                              // the data source said DEFERRED: resume when more comes
+  bool responded = false;                             // response HEADERS submitted
+  bool closed = false;                                // nghttp2 closed the stream (done, or reset)
+  bool finished = false;                              // the request coroutine is done
+  bool started = false;                               // its request header block was complete (END_HEADERS)
+  bool end_sent = false;                              // END_STREAM went out (the response is whole)
+  bool cancelled = false;                             // reset for a send stall
   MonoTime begun = std::chrono::steady_clock::now();  // its HEADERS frame came
-  MonoTime stall_from{};   // since when output waits without DATA going out
-  asio::steady_timer wake; // the request coroutine waits on it for data/room
-  MonoTime deadline{};     // of its next body read or write
+  MonoTime stall_from{};                              // since when output waits without DATA going out
+  asio::steady_timer wake;                            // the request coroutine waits on it for data/room
+  MonoTime deadline{};                                // of its next body read or write
   std::function<void()> on_gone;
   DeadlineStream* pod = nullptr;
 
@@ -121,7 +122,8 @@ class TlsPump {
   // unsent (ssl::stream flushes it, so: never) or a BIO cannot be made.
   Status adopt(SSL* ssl) {
     BIO* old = SSL_get_rbio(ssl);
-    if (old == nullptr || old != SSL_get_wbio(ssl)) return internalError("TLS: unexpected BIO layout after handshake");
+    if (old == nullptr || old != SSL_get_wbio(ssl))
+      return internalError("TLS: unexpected BIO layout after handshake");
     if (BIO_ctrl_wpending(old) != 0) return internalError("TLS: handshake output left unsent");
     std::string leftover(BIO_ctrl_pending(old), '\0');
     if (!leftover.empty()) {
@@ -151,7 +153,8 @@ class TlsPump {
   // plaintext (false from it: stop, kFailed). kClosed: close_notify came.
   template <class Sink>
   Read feed(const uint8_t* data, size_t len, Sink&& sink) {
-    if (len > 0 && BIO_write(rbio_, data, static_cast<int>(len)) != static_cast<int>(len)) return Read::kFailed;
+    if (len > 0 && BIO_write(rbio_, data, static_cast<int>(len)) != static_cast<int>(len))
+      return Read::kFailed;
     for (;;) {
       const int n = SSL_read(ssl_, plain_, sizeof plain_);
       if (n > 0) {
@@ -203,8 +206,15 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
  public:
   H2Session(Router::Impl& impl, Worker& w, ClientStream& client, std::shared_ptr<ClientConn> conn,
             std::string client_ip, Kind kind)
-      : impl_(impl), w_(w), client_(client), conn_(std::move(conn)), client_ip_(std::move(client_ip)),
-        kind_(kind), write_wake_(w.ioc), watchdog_(w.ioc), writer_done_timer_(w.ioc) {}
+      : impl_(impl),
+        w_(w),
+        client_(client),
+        conn_(std::move(conn)),
+        client_ip_(std::move(client_ip)),
+        kind_(kind),
+        write_wake_(w.ioc),
+        watchdog_(w.ioc),
+        writer_done_timer_(w.ioc) {}
   ~H2Session() {
     if (ng_ != nullptr) nghttp2_session_del(ng_);
   }
@@ -219,8 +229,8 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   // The request coroutine took `n` bytes of `st`'s body (or dropped them).
   void released(H2Stream& st, size_t n);
   // Submits the response head; the body (if `has_body`) follows from st.out.
-  void submitResponse(H2Stream& st, int status, const std::vector<std::pair<std::string, std::string>>& fields,
-                      bool has_body);
+  void submitResponse(H2Stream& st, int status,
+                      const std::vector<std::pair<std::string, std::string>>& fields, bool has_body);
   void resume(H2Stream& st) {
     if (st.deferred && !ended_ && !st.closed) {
       st.deferred = false;
@@ -280,9 +290,9 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   Kind kind_;
   nghttp2_session* ng_ = nullptr;
   std::map<int32_t, std::shared_ptr<H2Stream>> streams_;  // open in nghttp2
-  uint32_t running_ = 0;       // request coroutines not yet done (reset streams' included)
+  uint32_t running_ = 0;  // request coroutines not yet done (reset streams' included)
   bool any_stream_ = false;
-  bool ended_ = false;         // the connection is over: no nghttp2 calls any more
+  bool ended_ = false;  // the connection is over: no nghttp2 calls any more
   bool goaway_ = false;
   bool writer_done_ = false;
   bool writing_ = false;
@@ -291,9 +301,10 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   MonoTime last_active_ = Clock::now();
   MonoTime writer_done_at_{};
   MonoTime window_shut_since_{};
-  MonoTime close_at_{};           // closed then whatever the writer did  // the connection's send window at 0 with output waiting
-  size_t in_buffered_ = 0;     // request body bytes in streams' buffers
-  size_t conn_owed_ = 0;       // bytes received not yet given back to the connection window
+  MonoTime close_at_{};     // closed then whatever the writer did  // the connection's send window at 0 with
+                            // output waiting
+  size_t in_buffered_ = 0;  // request body bytes in streams' buffers
+  size_t conn_owed_ = 0;    // bytes received not yet given back to the connection window
   double reset_tokens_ = kResetBurst;
   MonoTime reset_refill_ = Clock::now();
   asio::steady_timer write_wake_, watchdog_, writer_done_timer_;
@@ -363,12 +374,15 @@ struct H2Body {
   }
 };
 
-void armDeadline(H2Body& b, MonoTime t) { b.st->deadline = t; }
+void armDeadline(H2Body& b, MonoTime t) {
+  b.st->deadline = t;
+}
 
 // The client side of one HTTP/2 stream.
 class H2Client final : public ClientSide {
  public:
-  H2Client(std::shared_ptr<H2Session> s, std::shared_ptr<H2Stream> st) : s_(std::move(s)), st_(std::move(st)) {}
+  H2Client(std::shared_ptr<H2Session> s, std::shared_ptr<H2Stream> st)
+      : s_(std::move(s)), st_(std::move(st)) {}
   bool tls() const override { return true; }
   unsigned version() const override { return 11; }
 
@@ -513,7 +527,8 @@ int H2Session::onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint
   if (st->header_bytes > self->impl_.opts.max_header_bytes) {
     if (st->error_status == 0) {
       st->error_status = 431;
-      st->error = "request header larger than " + std::to_string(self->impl_.opts.max_header_bytes) + " bytes";
+      st->error =
+          "request header larger than " + std::to_string(self->impl_.opts.max_header_bytes) + " bytes";
       st->head.fields.clear();
     }
     return 0;
@@ -711,16 +726,18 @@ void H2Session::spendResetToken(const char* what) {
   // Rapid reset (CVE-2023-44487) and its server-side twin (resets the
   // client provokes, CVE-2025-8671): one token bucket per connection.
   const MonoTime now = Clock::now();
-  reset_tokens_ = std::min(kResetBurst,
-                           reset_tokens_ + kResetPerSecond * std::chrono::duration<double>(now - reset_refill_).count());
+  reset_tokens_ =
+      std::min(kResetBurst,
+               reset_tokens_ + kResetPerSecond * std::chrono::duration<double>(now - reset_refill_).count());
   reset_refill_ = now;
   if (reset_tokens_ >= 1) {
     reset_tokens_ -= 1;
     return;
   }
   if (!goaway_) {
-    LOG(WARNING) << "router: HTTP/2 client " << client_ip_ << " " << what << " faster than " << kResetPerSecond
-                 << "/s (burst " << kResetBurst << "): GOAWAY ENHANCE_YOUR_CALM and the connection is closed";
+    LOG(WARNING) << "router: HTTP/2 client " << client_ip_ << " " << what << " faster than "
+                 << kResetPerSecond << "/s (burst " << kResetBurst
+                 << "): GOAWAY ENHANCE_YOUR_CALM and the connection is closed";
   }
   goaway_ = true;
   nghttp2_session_terminate_session(ng_, NGHTTP2_ENHANCE_YOUR_CALM);
@@ -746,7 +763,8 @@ void H2Session::released(H2Stream& st, size_t n) {
 }
 
 void H2Session::submitResponse(H2Stream& st, int status,
-                               const std::vector<std::pair<std::string, std::string>>& fields, bool has_body) {
+                               const std::vector<std::pair<std::string, std::string>>& fields,
+                               bool has_body) {
   if (ended_ || st.closed || st.responded) return;
   st.responded = true;
   st.stall_from = Clock::now();
@@ -865,8 +883,8 @@ awaitable<void> H2Session::runStream(std::shared_ptr<H2Stream> st) {
 void H2Session::goAway() {
   if (goaway_ || ended_) return;
   goaway_ = true;
-  nghttp2_submit_goaway(ng_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(ng_), NGHTTP2_NO_ERROR,
-                        nullptr, 0);
+  nghttp2_submit_goaway(ng_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(ng_),
+                        NGHTTP2_NO_ERROR, nullptr, 0);
   kick();
 }
 
@@ -895,8 +913,9 @@ awaitable<void> H2Session::writer() {
       closeSocket();
       break;
     }
-    const bool over = batch.empty() && (fatal || ended_ ||
-                                        (nghttp2_session_want_read(ng_) == 0 && nghttp2_session_want_write(ng_) == 0));
+    const bool over =
+        batch.empty() &&
+        (fatal || ended_ || (nghttp2_session_want_read(ng_) == 0 && nghttp2_session_want_write(ng_) == 0));
     if (over) tls_.shutdown();  // close_notify goes out with the last bytes
     tls_.takeOutput(cipher_out_);
     if (!cipher_out_.empty()) {

@@ -7,17 +7,16 @@
 // :authority, oversized headers) answered per stream, drain sending GOAWAY,
 // the slowloris shapes bounded (a header block never finished, a stream
 // never ended by its client, a stream window kept at 0).
+#include <gtest/gtest.h>
 #include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <thread>
-
-#include <boost/asio/ssl.hpp>
-#include <gtest/gtest.h>
 
 #include "router/router.h"
 #include "router/test_backend.h"
@@ -43,13 +42,15 @@ class H2TestClient {
   };
 
   // `alpn`: the protocols offered, in ALPN wire format (default: h2, http/1.1).
-  H2TestClient(int port, const std::string& sni, std::string_view alpn = std::string_view("\x02h2\x08http/1.1", 12))
+  H2TestClient(int port, const std::string& sni,
+               std::string_view alpn = std::string_view("\x02h2\x08http/1.1", 12))
       : ctx_(ssl::context::tls_client), s_(ioc_, ctx_) {
     SSL_set_alpn_protos(s_.native_handle(), reinterpret_cast<const unsigned char*>(alpn.data()),
                         static_cast<unsigned>(alpn.size()));
     SSL_set_tlsext_host_name(s_.native_handle(), sni.c_str());
     beast::error_code ec;
-    s_.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec);
+    s_.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)),
+                            ec);
     if (!ec) s_.handshake(ssl::stream_base::client, ec);
     if (ec) {
       error_ = ec.message();
@@ -62,8 +63,9 @@ class H2TestClient {
     nghttp2_session_callbacks* cbs = nullptr;
     nghttp2_session_callbacks_new(&cbs);
     nghttp2_session_callbacks_set_on_header_callback(
-        cbs, [](nghttp2_session*, const nghttp2_frame* f, const uint8_t* n, size_t nl, const uint8_t* v, size_t vl,
-                uint8_t, void* ud) -> int {
+        cbs,
+        [](nghttp2_session*, const nghttp2_frame* f, const uint8_t* n, size_t nl, const uint8_t* v, size_t vl,
+           uint8_t, void* ud) -> int {
           auto* self = static_cast<H2TestClient*>(ud);
           if (std::string_view(reinterpret_cast<const char*>(n), nl) == ":status") {
             const int code = std::stoi(std::string(reinterpret_cast<const char*>(v), vl));
@@ -107,15 +109,16 @@ class H2TestClient {
   const Resp& resp(int32_t id) { return resps_[id]; }
 
   int32_t request(const std::string& method, const std::string& path, const std::string& body = "",
-                  std::vector<std::pair<std::string, std::string>> extra = {}, const std::string& host = kHost) {
+                  std::vector<std::pair<std::string, std::string>> extra = {},
+                  const std::string& host = kHost) {
     std::vector<std::pair<std::string, std::string>> h = {
         {":method", method}, {":scheme", "https"}, {":authority", host}, {":path", path}};
     if (!body.empty()) h.emplace_back("content-length", std::to_string(body.size()));
     for (auto& e : extra) h.push_back(e);
     std::vector<nghttp2_nv> nv;
     for (auto& [n, v] : h) {
-      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(), v.size(),
-                    NGHTTP2_NV_FLAG_NONE});
+      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(),
+                    v.size(), NGHTTP2_NV_FLAG_NONE});
     }
     auto src = std::make_shared<std::pair<std::string, size_t>>(body, 0);
     nghttp2_data_provider prd;
@@ -129,8 +132,8 @@ class H2TestClient {
       if (b->second == b->first.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
       return static_cast<ssize_t>(n);
     };
-    const int32_t id = nghttp2_submit_request(ng_, nullptr, nv.data(), nv.size(), body.empty() ? nullptr : &prd,
-                                              nullptr);
+    const int32_t id =
+        nghttp2_submit_request(ng_, nullptr, nv.data(), nv.size(), body.empty() ? nullptr : &prd, nullptr);
     bodies_.push_back(src);
     resps_[id];
     return id;
@@ -139,8 +142,8 @@ class H2TestClient {
   int32_t requestFields(std::vector<std::pair<std::string, std::string>> h) {
     std::vector<nghttp2_nv> nv;
     for (auto& [n, v] : h) {
-      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(), v.size(),
-                    NGHTTP2_NV_FLAG_NONE});
+      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(),
+                    v.size(), NGHTTP2_NV_FLAG_NONE});
     }
     const int32_t id = nghttp2_submit_request(ng_, nullptr, nv.data(), nv.size(), nullptr, nullptr);
     resps_[id];
@@ -153,8 +156,8 @@ class H2TestClient {
         {":method", "POST"}, {":scheme", "https"}, {":authority", host}, {":path", path}};
     std::vector<nghttp2_nv> nv;
     for (auto& [n, v] : h) {
-      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(), v.size(),
-                    NGHTTP2_NV_FLAG_NONE});
+      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(),
+                    v.size(), NGHTTP2_NV_FLAG_NONE});
     }
     nghttp2_data_provider prd;
     prd.source.ptr = nullptr;
@@ -172,14 +175,14 @@ class H2TestClient {
     nghttp2_session_set_next_stream_id(ng_, id + 2);
     std::vector<nghttp2_nv> nv;
     for (auto& [n, v] : h) {
-      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(), v.size(),
-                    NGHTTP2_NV_FLAG_NO_INDEX});
+      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()), n.size(),
+                    v.size(), NGHTTP2_NV_FLAG_NO_INDEX});
     }
     nghttp2_hd_deflater* d = nullptr;
     nghttp2_hd_deflate_new(&d, 4096);
     std::string block(nghttp2_hd_deflate_bound(d, nv.data(), nv.size()), '\0');
-    const ssize_t n = nghttp2_hd_deflate_hd(d, reinterpret_cast<uint8_t*>(block.data()), block.size(), nv.data(),
-                                            nv.size());
+    const ssize_t n = nghttp2_hd_deflate_hd(d, reinterpret_cast<uint8_t*>(block.data()), block.size(),
+                                            nv.data(), nv.size());
     nghttp2_hd_deflate_del(d);
     block.resize(n > 0 ? static_cast<size_t>(n) : 0);
     std::string frame;
@@ -595,9 +598,15 @@ TEST_F(H2RouterTest, HeaderChecksMatchHttp11) {
   const std::vector<std::pair<std::string, Fields>> bad = {
       {"control byte",
        {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "/"}, {"x-a", "a\x01b"}}},
-      {"authority chars", {{":method", "GET"}, {":scheme", "https"}, {":authority", "hel<lo>.example.com"}, {":path", "/"}}},
+      {"authority chars",
+       {{":method", "GET"}, {":scheme", "https"}, {":authority", "hel<lo>.example.com"}, {":path", "/"}}},
       {"two hosts",
-       {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "/"}, {"host", host}, {"host", host}}},
+       {{":method", "GET"},
+        {":scheme", "https"},
+        {":authority", host},
+        {":path", "/"},
+        {"host", host},
+        {"host", host}}},
       {"scheme", {{":method", "GET"}, {":scheme", "ftp"}, {":authority", host}, {":path", "/"}}},
       {"relative path", {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "x/y"}}},
       {"asterisk GET", {{":method", "GET"}, {":scheme", "https"}, {":authority", host}, {":path", "*"}}},

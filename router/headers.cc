@@ -1,11 +1,10 @@
 #include "router/headers.h"
 
 #include <algorithm>
-#include <cctype>
-#include <vector>
-
 #include <boost/beast/core/string.hpp>
 #include <boost/container/small_vector.hpp>
+#include <cctype>
+#include <vector>
 
 #include "common/string_util.h"
 
@@ -13,7 +12,9 @@ namespace knap::router {
 
 namespace {
 
-boost::beast::string_view bsv(std::string_view s) { return {s.data(), s.size()}; }
+boost::beast::string_view bsv(std::string_view s) {
+  return {s.data(), s.size()};
+}
 
 bool iequals(std::string_view a, std::string_view b) {
   return boost::beast::iequals(bsv(a), bsv(b));
@@ -39,7 +40,9 @@ Tokens tokens(const http::fields& fields, std::string_view name) {
   return out;
 }
 
-std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}; }
+std::string_view view(boost::beast::string_view s) {
+  return {s.data(), s.size()};
+}
 
 }  // namespace
 

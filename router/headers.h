@@ -5,11 +5,10 @@
 // Thread safety: pure functions over the header objects they are given.
 #pragma once
 
-#include <string>
-#include <string_view>
-
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
+#include <string>
+#include <string_view>
 
 namespace knap::router {
 

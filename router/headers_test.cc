@@ -81,10 +81,10 @@ TEST(RewriteRequestHeadersTest, HopByHopAndInternalHeadersRemoved) {
   req.set(http::field::expect, "100-continue");
   req.set("X-Keep-Me", "yes");
   rewriteRequestHeaders(req.base(), "10.0.0.1", "http", false);
-  for (const char* gone : {"Connection", "X-Secret-Hop", "Keep-Alive", "Proxy-Connection",
-                           "Proxy-Authorization", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
-                           "Knative-Serving-Revision", "Knative-Serving-Namespace",
-                           "K-Network-Hash", "Expect"}) {
+  for (const char* gone :
+       {"Connection", "X-Secret-Hop", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "TE",
+        "Trailer", "Transfer-Encoding", "Upgrade", "Knative-Serving-Revision", "Knative-Serving-Namespace",
+        "K-Network-Hash", "Expect"}) {
     EXPECT_EQ(get(req.base(), gone), "<absent>") << gone;
   }
   EXPECT_EQ(get(req.base(), "X-Keep-Me"), "yes");

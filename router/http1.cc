@@ -9,10 +9,16 @@ namespace knap::router::http1 {
 
 namespace {
 
-boost::beast::string_view bsv(std::string_view s) { return {s.data(), s.size()}; }
-std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}; }
+boost::beast::string_view bsv(std::string_view s) {
+  return {s.data(), s.size()};
+}
+std::string_view view(boost::beast::string_view s) {
+  return {s.data(), s.size()};
+}
 
-bool iequals(std::string_view a, std::string_view b) { return boost::beast::iequals(bsv(a), bsv(b)); }
+bool iequals(std::string_view a, std::string_view b) {
+  return boost::beast::iequals(bsv(a), bsv(b));
+}
 
 bool isToken(std::string_view s) {
   if (s.empty()) return false;
@@ -132,10 +138,10 @@ bool isFieldValue(std::string_view s) {
 // Host = uri-host [ ":" port ]: no whitespace, commas, slashes or userinfo.
 bool validHost(std::string_view h) {
   for (unsigned char c : h) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '.' || c == '_' || c == '~' || c == ':' || c == '[' || c == ']' ||
-                    c == '%' || c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' ||
-                    c == '*' || c == '+' || c == ';' || c == '=';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '.' || c == '_' || c == '~' || c == ':' || c == '[' || c == ']' || c == '%' ||
+                    c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' || c == '*' ||
+                    c == '+' || c == ';' || c == '=';
     if (!ok) return false;
   }
   return true;
@@ -144,8 +150,21 @@ bool validHost(std::string_view h) {
 bool isTokenChar(unsigned char c) {
   if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
   switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-    case '.': case '^': case '_': case '`': case '|': case '~':
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
+    case '~':
       return true;
     default:
       return false;
@@ -176,8 +195,8 @@ Parse parseRequestHead(std::string_view data, RequestHead* out) {
   for (unsigned char c : target) {
     if (c <= 0x20 || c >= 0x7f) return fail(out, 400, "malformed request target");
   }
-  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' ||
-      version[5] < '0' || version[5] > '9' || version[7] < '0' || version[7] > '9') {
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' || version[5] < '0' ||
+      version[5] > '9' || version[7] < '0' || version[7] > '9') {
     return fail(out, 400, "malformed HTTP version");
   }
   if (version[5] != '1') return fail(out, 505, "only HTTP/1.x is supported");
@@ -257,8 +276,8 @@ Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* 
   if (l == Line::kIncomplete) return Parse::kIncomplete;
   if (l == Line::kError) return fail(out, "bad line ending in the status line");
   // status-line = HTTP-version SP status-code [ SP [ reason-phrase ] ]
-  if (line.size() < 12 || line.substr(0, 5) != "HTTP/" || line[5] != '1' || line[6] != '.' ||
-      line[7] < '0' || line[7] > '9' || line[8] != ' ') {
+  if (line.size() < 12 || line.substr(0, 5) != "HTTP/" || line[5] != '1' || line[6] != '.' || line[7] < '0' ||
+      line[7] > '9' || line[8] != ' ') {
     return fail(out, "malformed status line");
   }
   out->version = line[7] == '0' ? 10 : 11;
@@ -304,7 +323,8 @@ Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* 
     lines.push_back(FieldLine{name, value, {}, false});
   }
   out->head_bytes = pos;
-  for (const FieldLine& fl : lines) out->fields.insert(bsv(fl.name), bsv(fl.is_folded ? fl.folded : fl.value));
+  for (const FieldLine& fl : lines)
+    out->fields.insert(bsv(fl.name), bsv(fl.is_folded ? fl.folded : fl.value));
   http::fields& f = out->fields;
 
   // Content-Length: every value (lines and list elements) must agree.
@@ -332,8 +352,8 @@ Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* 
     out->framing = Framing::kNone;
   } else if (has_te) {
     const Elements codings = listElements(f, http::field::transfer_encoding);
-    out->framing = !codings.empty() && iequals(codings.back(), "chunked") ? Framing::kChunked
-                                                                           : Framing::kUntilClose;
+    out->framing =
+        !codings.empty() && iequals(codings.back(), "chunked") ? Framing::kChunked : Framing::kUntilClose;
     if (any_length) out->reusable_framing = false;  // TE wins; never reuse this connection
     out->has_content_length = false;
   } else if (any_length) {
@@ -350,8 +370,12 @@ bool ChunkedDecoder::fail(const char* why) {
   return false;
 }
 
-size_t ChunkedDecoder::feed(std::string_view in, std::vector<std::string_view>* data) { return feedInto(in, data); }
-size_t ChunkedDecoder::feed(std::string_view in, Spans* data) { return feedInto(in, data); }
+size_t ChunkedDecoder::feed(std::string_view in, std::vector<std::string_view>* data) {
+  return feedInto(in, data);
+}
+size_t ChunkedDecoder::feed(std::string_view in, Spans* data) {
+  return feedInto(in, data);
+}
 
 template <class Out>
 size_t ChunkedDecoder::feedInto(std::string_view in, Out* data) {

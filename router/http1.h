@@ -20,14 +20,13 @@
 // by one connection at a time.
 #pragma once
 
+#include <boost/beast/http/fields.hpp>
+#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/beast/http/fields.hpp>
-#include <boost/container/small_vector.hpp>
 
 namespace knap::router::http1 {
 
@@ -46,14 +45,14 @@ enum class Parse { kIncomplete, kDone, kError };
 struct RequestHead {
   std::string method;
   std::string target;
-  unsigned version = 11;          // 10 or 11
-  http::fields fields;            // as received, framing headers included
-  std::string host;               // the one Host value ("" for HTTP/1.0 without Host)
+  unsigned version = 11;  // 10 or 11
+  http::fields fields;    // as received, framing headers included
+  std::string host;       // the one Host value ("" for HTTP/1.0 without Host)
   Framing framing = Framing::kNone;
-  uint64_t content_length = 0;    // kLength only
-  bool keep_alive = true;         // after this request (Connection / version)
-  bool expect_continue = false;   // Expect: 100-continue
-  size_t head_bytes = 0;          // bytes of the head, final empty line included
+  uint64_t content_length = 0;   // kLength only
+  bool keep_alive = true;        // after this request (Connection / version)
+  bool expect_continue = false;  // Expect: 100-continue
+  size_t head_bytes = 0;         // bytes of the head, final empty line included
   // On kError: the status to answer and why.
   int error_status = 0;
   std::string error;
@@ -63,14 +62,14 @@ struct ResponseHead {
   int status = 0;
   unsigned version = 11;
   std::string reason;
-  http::fields fields;            // as received (obs-fold joined)
+  http::fields fields;  // as received (obs-fold joined)
   Framing framing = Framing::kNone;
-  uint64_t content_length = 0;    // kLength; for HEAD/304 the declared length, if any
+  uint64_t content_length = 0;  // kLength; for HEAD/304 the declared length, if any
   bool has_content_length = false;
-  bool keep_alive = true;         // the pod keeps the connection open after this response
-  bool reusable_framing = true;   // false when TE and CL were both present
+  bool keep_alive = true;        // the pod keeps the connection open after this response
+  bool reusable_framing = true;  // false when TE and CL were both present
   size_t head_bytes = 0;
-  std::string error;              // on kError
+  std::string error;  // on kError
 };
 
 // Parses a request head from the start of `data`. kIncomplete: valid so
@@ -111,8 +110,8 @@ class ChunkedDecoder {
   State state_ = State::kSize;
   uint64_t size_ = 0;
   int digits_ = 0;
-  size_t line_ = 0;       // bytes of the current size/trailer line
-  size_t trailer_ = 0;    // bytes of the trailer section
+  size_t line_ = 0;     // bytes of the current size/trailer line
+  size_t trailer_ = 0;  // bytes of the trailer section
   bool ext_quoted_ = false, ext_escape_ = false, ext_started_ = false;
   bool trailer_line_empty_ = true;
   std::string trailer_line_;  // strict mode: the current trailer line, for validation

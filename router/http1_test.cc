@@ -93,7 +93,8 @@ TEST(Http1Request, SmugglingShapesAreRejected) {
   bad("GET / HTTP/1.1\r\nHost: x\n\r\n");
   bad("GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n");
   bad(std::string("GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 37));
-  bad("GET / HTTP/1.1\r\nHost: x\r\nX: a\x01" "b\r\n\r\n");
+  bad("GET / HTTP/1.1\r\nHost: x\r\nX: a\x01"
+      "b\r\n\r\n");
   bad("GET / HTTP/1.1\r\nHost: x\r\n: novalue\r\n\r\n");
   bad("GET / HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n");
   // Request line.
@@ -114,19 +115,22 @@ TEST(Http1Request, ConnectionAndExpect) {
   EXPECT_FALSE(req("GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, Close\r\n\r\n").keep_alive);
   EXPECT_FALSE(req("GET / HTTP/1.0\r\n\r\n").keep_alive);
   EXPECT_TRUE(req("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
-  EXPECT_TRUE(req("POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n").expect_continue);
+  EXPECT_TRUE(
+      req("POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n").expect_continue);
 }
 
 TEST(Http1Response, LenientLineEndingsAndFraming) {
   ResponseHead r;
-  ASSERT_EQ(parseResponseHead("HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 3\n\nabc", false, &r),
-            Parse::kDone)
+  ASSERT_EQ(
+      parseResponseHead("HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 3\n\nabc", false, &r),
+      Parse::kDone)
       << r.error;
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.framing, Framing::kLength);
   EXPECT_EQ(r.content_length, 3u);
   EXPECT_TRUE(r.keep_alive);
-  EXPECT_EQ(r.head_bytes, std::string("HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 3\n\n").size());
+  EXPECT_EQ(r.head_bytes,
+            std::string("HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 3\n\n").size());
 
   r = ResponseHead();
   ASSERT_EQ(parseResponseHead("HTTP/1.1 204\r\nX: a\r\n  b\r\n\r\n", false, &r), Parse::kDone) << r.error;
@@ -144,7 +148,8 @@ TEST(Http1Response, LenientLineEndingsAndFraming) {
   EXPECT_TRUE(r.has_content_length);
 
   r = ResponseHead();
-  ASSERT_EQ(parseResponseHead("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", false, &r),
+  ASSERT_EQ(parseResponseHead("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+                              false, &r),
             Parse::kDone);
   EXPECT_EQ(r.framing, Framing::kChunked);
   EXPECT_FALSE(r.reusable_framing);
@@ -181,7 +186,8 @@ std::string decodeAll(ChunkedDecoder& d, const std::string& in, size_t step, siz
 }
 
 TEST(Http1Chunked, DecodesAtAnySplit) {
-  const std::string body = "5\r\nhello\r\n6;ext=1;q=\"a b\\\"c\"\r\n world\r\n0\r\nTrailer-A: x\r\n\r\nGET /next";
+  const std::string body =
+      "5\r\nhello\r\n6;ext=1;q=\"a b\\\"c\"\r\n world\r\n0\r\nTrailer-A: x\r\n\r\nGET /next";
   for (size_t step : {1u, 2u, 3u, 7u, 1000u}) {
     ChunkedDecoder d(false);
     size_t consumed = 0;

@@ -74,11 +74,17 @@ std::string labelSet(const std::vector<std::string>& names, const std::vector<st
 template <typename Cell>
 Cell* makeCell(const std::vector<double>& bounds);
 template <>
-Counter* makeCell<Counter>(const std::vector<double>&) { return new Counter(); }
+Counter* makeCell<Counter>(const std::vector<double>&) {
+  return new Counter();
+}
 template <>
-Gauge* makeCell<Gauge>(const std::vector<double>&) { return new Gauge(); }
+Gauge* makeCell<Gauge>(const std::vector<double>&) {
+  return new Gauge();
+}
 template <>
-Histogram* makeCell<Histogram>(const std::vector<double>& bounds) { return new Histogram(bounds); }
+Histogram* makeCell<Histogram>(const std::vector<double>& bounds) {
+  return new Histogram(bounds);
+}
 
 void renderCell(std::string& out, const std::string& name, const std::vector<std::string>& labels,
                 const std::vector<std::string>& values, const Counter& c) {
@@ -94,15 +100,20 @@ void renderCell(std::string& out, const std::string& name, const std::vector<std
     out += name + "_bucket" + labelSet(labels, values, "le", formatNumber(h.bounds()[i])) + " " +
            std::to_string(h.cumulative(i)) + "\n";
   }
-  out += name + "_bucket" + labelSet(labels, values, "le", "+Inf") + " " +
-         std::to_string(h.count()) + "\n";
+  out += name + "_bucket" + labelSet(labels, values, "le", "+Inf") + " " + std::to_string(h.count()) + "\n";
   out += name + "_sum" + labelSet(labels, values) + " " + formatNumber(h.sum()) + "\n";
   out += name + "_count" + labelSet(labels, values) + " " + std::to_string(h.count()) + "\n";
 }
 
-const char* typeName(const Counter*) { return "counter"; }
-const char* typeName(const Gauge*) { return "gauge"; }
-const char* typeName(const Histogram*) { return "histogram"; }
+const char* typeName(const Counter*) {
+  return "counter";
+}
+const char* typeName(const Gauge*) {
+  return "gauge";
+}
+const char* typeName(const Histogram*) {
+  return "histogram";
+}
 
 }  // namespace
 
@@ -164,24 +175,23 @@ const std::vector<double> kColdBuckets = {0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 
 
 RouterMetrics::RouterMetrics()
     : requests_total("knap_router_requests_total",
-                     "Requests the router answered, by revision and HTTP status code.",
-                     {"revision", "code"}),
+                     "Requests the router answered, by revision and HTTP status code.", {"revision", "code"}),
       request_duration("knap_router_request_duration_seconds",
-                       "Time from request header to the end of the response, by revision.",
-                       {"revision"}, kLatencyBuckets),
+                       "Time from request header to the end of the response, by revision.", {"revision"},
+                       kLatencyBuckets),
       queued_requests("knap_activator_queued_requests",
                       "Requests waiting in the activator queue for a pod slot.", {"revision"}),
       queue_wait("knap_activator_queue_wait_seconds",
-                 "Time requests spent in the activator queue before a pod slot was granted.",
-                 {"revision"}, kLatencyBuckets),
+                 "Time requests spent in the activator queue before a pod slot was granted.", {"revision"},
+                 kLatencyBuckets),
       cold_start("knap_cold_start_seconds",
                  "From the first request at zero ready pods to its first response byte, by how the "
                  "first pod came to be (pulled, cached, warm, frozen).",
                  {"revision", "path"}, kColdBuckets),
-      revision_pods("knap_revision_pods", "Pods of a revision, desired and ready.",
-                    {"revision", "state"}),
+      revision_pods("knap_revision_pods", "Pods of a revision, desired and ready.", {"revision", "state"}),
       probes_total("knap_router_probes_total", "Network probes answered by the router.", {"kind"}),
-      warm_pool_pods("knap_warm_pool_pods", "Warm pods kept for a revision that scales to zero, by pool mode.",
+      warm_pool_pods("knap_warm_pool_pods",
+                     "Warm pods kept for a revision that scales to zero, by pool mode.",
                      {"revision", "mode"}),
       warm_pool_memory("knap_warm_pool_memory_bytes", "Memory held by a revision's warm pods (cgroup usage).",
                        {"revision"}),

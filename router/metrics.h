@@ -60,9 +60,10 @@ enum class MetricType { kCounter, kGauge, kHistogram };
 template <typename Cell>
 class Family {
  public:
-  Family(std::string name, std::string help, std::vector<std::string> labels,
-         std::vector<double> bounds = {})
-      : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)),
+  Family(std::string name, std::string help, std::vector<std::string> labels, std::vector<double> bounds = {})
+      : name_(std::move(name)),
+        help_(std::move(help)),
+        labels_(std::move(labels)),
         bounds_(std::move(bounds)) {}
   // The cell for these label values (one per label name, same order);
   // created on first use. Use it at once (`with(...)->inc()`) or keep the

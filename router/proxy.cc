@@ -10,11 +10,10 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <utility>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <cerrno>
+#include <utility>
 
 #include "common/string_util.h"
 #include "router/client_side.h"
@@ -61,8 +60,12 @@ std::string podRequestHead(const http1::RequestHead& head, bool send_zero_length
 }
 
 // The TCP layer of either side of a tunnel.
-tcp::socket& socketOf(tcp::socket& s) { return s; }
-tcp::socket& socketOf(ClientStream& s) { return s.socket(); }
+tcp::socket& socketOf(tcp::socket& s) {
+  return s;
+}
+tcp::socket& socketOf(ClientStream& s) {
+  return s.socket();
+}
 
 // Reads the pod's response head into `ubuf` (interim 1xx answers other
 // than 101 are skipped). kIncomplete with `ec` set: the read failed.
@@ -165,8 +168,8 @@ awaitable<std::shared_ptr<const RoutingTable>> Router::Impl::awaitFirstTable(Wor
   co_return snapshot();
 }
 
-awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHead& head, Kind kind, Worker& w,
-                                            const std::string& client_ip) {
+awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHead& head, Kind kind,
+                                            Worker& w, const std::string& client_ip) {
   const MonoTime start = time.monotonic();
   const unsigned version = client.version();
   const bool client_keep = head.keep_alive;
@@ -223,10 +226,9 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
   std::shared_ptr<RevisionState> state = revisionState(revision);
   const RevisionConfig cfg = state->config();
   const MonoTime deadline = start + cfg.timeout;
-  const MonoTime first_byte_deadline =
-      cfg.response_start_timeout > Duration::zero()
-          ? std::min(deadline, start + cfg.response_start_timeout)
-          : deadline;
+  const MonoTime first_byte_deadline = cfg.response_start_timeout > Duration::zero()
+                                           ? std::min(deadline, start + cfg.response_start_timeout)
+                                           : deadline;
   auto guard = std::make_unique<RequestGuard>(this, state, revision, start);
 
   // 1. A slot on a pod: now, or after waiting in the activator queue.
@@ -238,7 +240,8 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
         start, first_byte_deadline, [ws](StatusOr<std::string> g) { ws->deliver(std::move(g)); });
     if (acq.outcome == ActivatorQueue::Outcome::kRejected) {
       guard->code = 503;
-      co_return co_await writeLocal(client, http::status::service_unavailable, acq.status.message(), reusable());
+      co_return co_await writeLocal(client, http::status::service_unavailable, acq.status.message(),
+                                    reusable());
     }
     if (acq.outcome == ActivatorQueue::Outcome::kGranted) {
       guard->endpoint = acq.endpoint;
@@ -271,10 +274,9 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
           // Timer and TimeSource disagreed by a hair; the timer is the truth.
           const bool request_first = first_byte_deadline <= start + opts.queue.max_wait;
           std::lock_guard<std::mutex> lock(ws->mu);
-          ws->result.emplace(request_first
-                                 ? Status(Code::kDeadlineExceeded, "activator request timeout")
-                                 : unavailable("no pod became available within the activator "
-                                               "queue wait limit"));
+          ws->result.emplace(request_first ? Status(Code::kDeadlineExceeded, "activator request timeout")
+                                           : unavailable("no pod became available within the activator "
+                                                         "queue wait limit"));
         }
       }
       queued_gauge->add(-1);
@@ -306,10 +308,10 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
   // 2. The head for the pod, framing re-derived.
   const bool is_upgrade = isUpgradeRequest(head.fields);
   const bool head_request = head.method == "HEAD";
-  const bool zero_length = head.framing == Framing::kNone &&
-                           head.fields.find(http::field::content_length) != head.fields.end();
-  rewriteRequestHeaders(head.fields, client_ip, client.tls() ? std::string_view("https") : opts.forwarded_proto,
-                        is_upgrade);
+  const bool zero_length =
+      head.framing == Framing::kNone && head.fields.find(http::field::content_length) != head.fields.end();
+  rewriteRequestHeaders(head.fields, client_ip,
+                        client.tls() ? std::string_view("https") : opts.forwarded_proto, is_upgrade);
   head.fields.erase(http::field::content_length);
   head.fields.erase(http::field::transfer_encoding);
   const std::string pod_head = podRequestHead(head, zero_length);
@@ -351,10 +353,10 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
         guard->code = timeout ? 504 : 502;
         // (Message built outside the co_await: GCC 12 mishandles temporaries
         // of a ?: inside a co_await expression.)
-        const std::string msg =
-            timeout ? std::string("request timeout") : "cannot connect to pod " + endpoint + ": " + ec.message();
-        co_return co_await writeLocal(client, timeout ? http::status::gateway_timeout : http::status::bad_gateway,
-                                      msg, reusable());
+        const std::string msg = timeout ? std::string("request timeout")
+                                        : "cannot connect to pod " + endpoint + ": " + ec.message();
+        co_return co_await writeLocal(
+            client, timeout ? http::status::gateway_timeout : http::status::bad_gateway, msg, reusable());
       }
       up->socket().set_option(tcp::no_delay(true), ec);
     }
@@ -398,8 +400,8 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     } else {
       msg = "pod " + endpoint + " failed: " + (ec ? ec.message() : std::string("write failed"));
     }
-    co_return co_await writeLocal(client, timeout ? http::status::gateway_timeout : http::status::bad_gateway, msg,
-                                  timeout && reusable());
+    co_return co_await writeLocal(client, timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                                  msg, timeout && reusable());
   }
 
   // 4. The response for the client: its side writes the head (framing

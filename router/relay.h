@@ -15,12 +15,11 @@
 #pragma once
 
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/container/small_vector.hpp>
 
 #include "router/router_impl.h"
 
@@ -42,7 +41,9 @@ using RelayBuffers = boost::container::small_vector<asio::const_buffer, 12>;
 
 // A body pipe: reads and writes are coroutines of its own (no Asio stream).
 template <class S>
-inline constexpr bool kIsBodyPipe = requires(S& s) { s.isBodyPipe(); };
+inline constexpr bool kIsBodyPipe = requires(S& s) {
+  s.isBodyPipe();
+};
 
 inline void armDeadline(DeadlineStream& s, MonoTime t) {
   if (t == MonoTime::max()) {
@@ -51,7 +52,9 @@ inline void armDeadline(DeadlineStream& s, MonoTime t) {
     s.expires_at(t);
   }
 }
-inline void armDeadline(ClientStream& s, MonoTime t) { armDeadline(s.tcpStream(), t); }
+inline void armDeadline(ClientStream& s, MonoTime t) {
+  armDeadline(s.tcpStream(), t);
+}
 
 // Moves one message body from `from` (bytes already read in `fbuf`) to
 // `to`, decoding its framing and writing it re-framed; the first write

@@ -4,20 +4,18 @@
 // upstream.cc. docs: router/README.md walks through one request.
 #include "router/router.h"
 
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <future>
 #include <set>
 #include <thread>
-
-#include <openssl/ssl.h>
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 
 #include "common/guard.h"
 #include "common/listen_fds.h"
@@ -76,21 +74,23 @@ int selectCertificate(SSL* ssl, int* alert, void* arg) {
 // ALPN: h2 (router/h2_session.cc) when the client offers it and
 // RouterOptions::http2 is on, else http/1.1; a client offering neither gets
 // no protocol (and falls back or fails on its side).
-int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
-               void* arg) {
+int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+               unsigned int inlen, void* arg) {
   static const unsigned char kH2Http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   const bool h2 = arg != nullptr;  // (not the Impl: a context may outlive a Router)
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, outlen, h2 ? kH2Http11 : kHttp11, h2 ? sizeof kH2Http11 : sizeof kHttp11,
-                            in, inlen) != OPENSSL_NPN_NEGOTIATED) {
+  if (SSL_select_next_proto(&selected, outlen, h2 ? kH2Http11 : kHttp11,
+                            h2 ? sizeof kH2Http11 : sizeof kHttp11, in, inlen) != OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_NOACK;
   }
   *out = selected;
   return SSL_TLSEXT_ERR_OK;
 }
 
-void* alpnArg(const RouterOptions& o) { return o.http2 ? reinterpret_cast<void*>(1) : nullptr; }
+void* alpnArg(const RouterOptions& o) {
+  return o.http2 ? reinterpret_cast<void*>(1) : nullptr;
+}
 
 // OpenSSL asks the context the SNI callback switched to for ALPN: every
 // certificate's context gets selectAlpn once, before its first table is
@@ -182,9 +182,8 @@ std::unique_ptr<Router::Impl::LocalResponse> Router::Impl::localResponse(
   return r;
 }
 
-awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version,
-                                         http::status status, const std::string& body,
-                                         bool keep_alive,
+awaitable<bool> Router::Impl::writeLocal(ClientStream& client, unsigned version, http::status status,
+                                         const std::string& body, bool keep_alive,
                                          const std::vector<std::pair<std::string, std::string>>& extra,
                                          const char* content_type) {
   keep_alive = keep_alive && !draining.load();
@@ -208,8 +207,8 @@ awaitable<bool> Router::Impl::sendLocal(ClientStream& client, std::unique_ptr<Lo
   co_return !ec && keep_alive;
 }
 
-std::string Router::Impl::noteColdStart(RevisionState& st, const std::string& revision,
-                                        WallTime arrived, Duration d) {
+std::string Router::Impl::noteColdStart(RevisionState& st, const std::string& revision, WallTime arrived,
+                                        Duration d) {
   WakeInfo wake;
   {
     std::lock_guard<std::mutex> lock(st.mu);
@@ -306,9 +305,10 @@ awaitable<void> Router::Impl::rejectConnection(tcp::socket sock) {
   beast::tcp_stream s(std::move(sock));
   const std::string body = "router connection limit reached (" + std::to_string(opts.max_connections) +
                            " connections on this listener); retry later\n";
-  const std::string msg = "HTTP/1.1 503 Service Unavailable\r\nServer: knap\r\nContent-Type: text/plain; "
-                          "charset=utf-8\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
+  const std::string msg =
+      "HTTP/1.1 503 Service Unavailable\r\nServer: knap\r\nContent-Type: text/plain; "
+      "charset=utf-8\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
   beast::error_code ec;
   s.expires_after(std::chrono::seconds(1));
   co_await asio::async_write(s, asio::buffer(msg), tok(ec));
@@ -323,8 +323,8 @@ awaitable<void> Router::Impl::rejectConnection(tcp::socket sock) {
 // Closes pod connections that sat idle past the upstream idle timeout.
 awaitable<void> Router::Impl::sweepLoop(Worker* w) {
   asio::steady_timer timer(w->ioc);
-  const Duration period = std::clamp<Duration>(opts.upstream_idle_timeout / 4,
-                                               std::chrono::milliseconds(50), std::chrono::seconds(5));
+  const Duration period = std::clamp<Duration>(opts.upstream_idle_timeout / 4, std::chrono::milliseconds(50),
+                                               std::chrono::seconds(5));
   for (;;) {
     timer.expires_after(period);
     beast::error_code ec;
@@ -396,7 +396,8 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
       p = http1::parseRequestHead(bufView(buf), &head);
     }
     if (too_big || (p == http1::Parse::kDone && head.head_bytes > opts.max_header_bytes)) {
-      const std::string msg = "request header larger than " + std::to_string(opts.max_header_bytes) + " bytes";
+      const std::string msg =
+          "request header larger than " + std::to_string(opts.max_header_bytes) + " bytes";
       co_await writeLocal(client, 11, http::status::request_header_fields_too_large, msg, false);
       break;
     }
@@ -468,7 +469,8 @@ awaitable<bool> Router::Impl::handleProbe(ClientSide& client, const http1::Reque
       co_return co_await writeLocal(client, http::status::not_found, msg, keep);
     }
     // "override" asks for the hash of the programmed table (§5.6 step 1).
-    const std::string answer = hash == "override" && !table->networkHash().empty() ? table->networkHash() : hash;
+    const std::string answer =
+        hash == "override" && !table->networkHash().empty() ? table->networkHash() : hash;
     co_return co_await writeLocal(client, http::status::ok, "", keep, hashHeader(answer));
   }
   countProbe("invalid");
@@ -483,7 +485,9 @@ Router::Router(RouterOptions options, const TimeSource& time)
   impl_->on_cold = &on_cold_request;
 }
 
-Router::~Router() { stop(); }
+Router::~Router() {
+  stop();
+}
 
 Status Router::start() {
   Impl& im = *impl_;
@@ -609,8 +613,9 @@ size_t Router::drain(Duration deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     open = openConnections();
   }
-  LOG(INFO) << "router: drained" << (open == 0 ? "" : "; " + std::to_string(open) +
-                                                          " connections still open at the drain deadline");
+  LOG(INFO) << "router: drained"
+            << (open == 0 ? ""
+                          : "; " + std::to_string(open) + " connections still open at the drain deadline");
   return open;
 }
 
@@ -788,7 +793,9 @@ scaler::RequestStatsReport Router::collect(const std::string& revision, MonoTime
   return st->stats.report(now);
 }
 
-std::string Router::renderMetrics() const { return impl_->metrics.render(); }
+std::string Router::renderMetrics() const {
+  return impl_->metrics.render();
+}
 
 size_t Router::queued(const std::string& revision) const {
   std::shared_ptr<RevisionState> st = impl_->findRevision(revision);

@@ -28,7 +28,6 @@
 #pragma once
 
 #include <atomic>
-#include <utility>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -38,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -81,10 +81,10 @@ inline constexpr std::string_view kColdStartHeader = "K-Knap-Cold-Start";
 
 // Per-revision settings from the Revision spec (§5.7, §5.8).
 struct RevisionConfig {
-  int container_concurrency = 0;                  // 0 = unlimited
-  Duration timeout = std::chrono::seconds(300);   // timeoutSeconds; queue time counts
-  Duration response_start_timeout{0};             // 0 = none
-  Duration idle_timeout{0};                       // 0 = none
+  int container_concurrency = 0;                 // 0 = unlimited
+  Duration timeout = std::chrono::seconds(300);  // timeoutSeconds; queue time counts
+  Duration response_start_timeout{0};            // 0 = none
+  Duration idle_timeout{0};                      // 0 = none
 };
 
 // What the plain external listener does with a routed host while the HTTPS
@@ -103,14 +103,16 @@ struct RouterOptions {
   std::string admin_address = "127.0.0.1";
   int admin_port = -1;
   int threads = 2;
-  size_t max_header_bytes = 32 * 1024;             // larger request headers get 431
+  size_t max_header_bytes = 32 * 1024;  // larger request headers get 431
   Duration header_read_timeout = std::chrono::seconds(10);
-  Duration keepalive_idle_timeout = std::chrono::seconds(60);   // a kept-alive client connection idle this long is closed
-  Duration client_io_timeout = std::chrono::seconds(60);  // a client that stalls a read/write this long is dropped
+  Duration keepalive_idle_timeout =
+      std::chrono::seconds(60);  // a kept-alive client connection idle this long is closed
+  Duration client_io_timeout =
+      std::chrono::seconds(60);  // a client that stalls a read/write this long is dropped
   Duration upstream_connect_timeout = std::chrono::seconds(5);
-  size_t max_idle_upstream_per_endpoint = 64;     // per worker
+  size_t max_idle_upstream_per_endpoint = 64;                 // per worker
   Duration upstream_idle_timeout = std::chrono::seconds(30);  // idle pod connections closed after this
-  QueueLimits queue;                               // activator queue depth / max wait
+  QueueLimits queue;                                          // activator queue depth / max wait
   std::string forwarded_proto = "http";
   // Client connections open at once per listener, upgraded tunnels included;
   // 0 = no limit. A connection accepted over the limit is answered

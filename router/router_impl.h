@@ -6,6 +6,14 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,15 +24,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <boost/asio.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 
 #include "router/certs.h"
 #include "router/deadline_stream.h"
@@ -40,7 +39,7 @@ namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 using asio::awaitable;
 
-inline constexpr size_t kChunkBytes = 64 * 1024;  // a body read
+inline constexpr size_t kChunkBytes = 64 * 1024;     // a body read
 inline constexpr size_t kHeadReadBytes = 16 * 1024;  // a read for a pod's response head
 // A client connection reads request heads this many bytes at a time into a
 // buffer it keeps between requests (no allocation per request); a buffer
@@ -48,9 +47,13 @@ inline constexpr size_t kHeadReadBytes = 16 * 1024;  // a read for a pod's respo
 inline constexpr size_t kIdleBufferBytes = 4 * 1024;
 inline constexpr size_t kUpstreamHeaderLimit = 64 * 1024;
 
-inline auto tok(beast::error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+inline auto tok(beast::error_code& ec) {
+  return asio::redirect_error(asio::use_awaitable, ec);
+}
 
-inline double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+inline double seconds(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 inline std::string_view bufView(const beast::flat_buffer& b) {
   return {static_cast<const char*>(b.data().data()), b.size()};
@@ -76,14 +79,15 @@ struct RevisionState {
 // The client side of a connection: plain TCP, or TLS over it (the HTTPS
 // listener). An AsyncReadStream/AsyncWriteStream whose reads and writes go
 // to the TLS layer when there is one; timeouts (expires_*: one deadline,
-// router/deadline_stream.h) and the socket are the TCP layer's. Moved whole into a Tunnel on an Upgrade (valid()
-// is false afterwards).
+// router/deadline_stream.h) and the socket are the TCP layer's. Moved whole into a Tunnel on an Upgrade
+// (valid() is false afterwards).
 class ClientStream {
  public:
   using executor_type = DeadlineStream::executor_type;
   using TlsStream = beast::ssl_stream<DeadlineStream>;
   explicit ClientStream(tcp::socket s) : plain_(std::make_unique<DeadlineStream>(std::move(s))) {}
-  ClientStream(tcp::socket s, asio::ssl::context& ctx) : tls_(std::make_unique<TlsStream>(std::move(s), ctx)) {}
+  ClientStream(tcp::socket s, asio::ssl::context& ctx)
+      : tls_(std::make_unique<TlsStream>(std::move(s), ctx)) {}
   ClientStream(ClientStream&&) = default;
   ClientStream& operator=(ClientStream&&) = default;
 
@@ -148,7 +152,7 @@ struct Listener {
   const char* name = "";  // metrics label: external, internal, admin, external-tls
   std::unique_ptr<tcp::acceptor> acceptor;
   int port = -1;
-  std::atomic<int> open{0};    // client connections accepted and not yet closed
+  std::atomic<int> open{0};           // client connections accepted and not yet closed
   std::shared_ptr<Gauge> open_gauge;  // knap_router_open_connections{listener}
 };
 
@@ -247,11 +251,11 @@ struct Router::Impl {
                              const std::vector<std::pair<std::string, std::string>>& extra = {},
                              const char* content_type = "text/plain; charset=utf-8");
   // The same answer to a request of any client side (router/client_side.h).
-  awaitable<bool> writeLocal(ClientSide& client, http::status status, const std::string& body, bool keep_alive,
+  awaitable<bool> writeLocal(ClientSide& client, http::status status, const std::string& body,
+                             bool keep_alive,
                              const std::vector<std::pair<std::string, std::string>>& extra = {},
                              const char* content_type = "text/plain; charset=utf-8");
-  awaitable<bool> sendLocal(ClientStream& client, std::unique_ptr<LocalResponse> r,
-                            bool keep_alive);
+  awaitable<bool> sendLocal(ClientStream& client, std::unique_ptr<LocalResponse> r, bool keep_alive);
 
   // Helpers kept out of coroutine bodies (GCC 12 rejects braced lists of
   // string literals there).
@@ -281,9 +285,8 @@ struct Router::Impl {
   awaitable<void> serveConnection(tcp::socket sock, Listener* l, Worker* w);
   awaitable<void> rejectConnection(tcp::socket sock);
   awaitable<bool> handleAdmin(ClientStream& client, const http1::RequestHead& head);
-  awaitable<bool> handleProbe(ClientSide& client, const http1::RequestHead& head,
-                              std::string value, std::string host,
-                              std::shared_ptr<const RoutingTable> table, Kind kind);
+  awaitable<bool> handleProbe(ClientSide& client, const http1::RequestHead& head, std::string value,
+                              std::string host, std::shared_ptr<const RoutingTable> table, Kind kind);
   // proxy.cc: route, activate (the activator queue), proxy, for a request
   // of any client side (HTTP/1.1 connection, HTTP/2 stream). Returns
   // whether the client connection stays usable for another request.
@@ -328,7 +331,7 @@ struct Router::Impl {
 
   mutable std::mutex table_mu;
   std::shared_ptr<const RoutingTable> table;
-  bool table_set = false;                                  // under table_mu: setRoutingTable() was called
+  bool table_set = false;                                 // under table_mu: setRoutingTable() was called
   std::vector<std::shared_ptr<WaitState>> table_waiters;  // under table_mu: requests held for it
   mutable std::mutex rev_mu;
   std::map<std::string, std::shared_ptr<RevisionState>> revisions;
@@ -355,9 +358,9 @@ struct Tunnel {
   asio::steady_timer idle_timer;
   std::chrono::steady_clock::time_point last_io = std::chrono::steady_clock::now();
   int pumps_open = 2;
-  std::shared_ptr<ClientConn> conn;  // counted as the listener's connection while open
-  std::string client_leftover;  // bytes the client sent after its request header
-  std::string pod_leftover;     // bytes the pod sent after its 101 header
+  std::shared_ptr<ClientConn> conn;                   // counted as the listener's connection while open
+  std::string client_leftover;                        // bytes the client sent after its request header
+  std::string pod_leftover;                           // bytes the pod sent after its 101 header
   std::unique_ptr<Router::Impl::RequestGuard> guard;  // slot and stats held while open
 };
 

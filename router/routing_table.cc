@@ -38,8 +38,8 @@ std::vector<TrafficSplit> mergeSplits(const std::vector<TrafficSplit>& in) {
   std::vector<TrafficSplit> out;
   for (const TrafficSplit& s : in) {
     if (s.percent == 0) continue;
-    auto it = std::find_if(out.begin(), out.end(),
-                           [&](const TrafficSplit& o) { return o.revision == s.revision; });
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const TrafficSplit& o) { return o.revision == s.revision; });
     if (it == out.end()) {
       out.push_back(s);
     } else {
@@ -51,7 +51,7 @@ std::vector<TrafficSplit> mergeSplits(const std::vector<TrafficSplit>& in) {
 
 Visibility mostRestrictive(Visibility a, Visibility b) {
   return (a == Visibility::kClusterLocal || b == Visibility::kClusterLocal) ? Visibility::kClusterLocal
-                                                                             : Visibility::kExternal;
+                                                                            : Visibility::kExternal;
 }
 
 }  // namespace
@@ -68,8 +68,11 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::build(const std::vec
       groups.push_back(std::move(main));
     }
     for (const TagSpec& tag : route.tags) {
-      groups.push_back(HostGroup{route.namespace_name, route.name, tag.tag,
-                                 mostRestrictive(route.visibility, tag.visibility), tag.hosts,
+      groups.push_back(HostGroup{route.namespace_name,
+                                 route.name,
+                                 tag.tag,
+                                 mostRestrictive(route.visibility, tag.visibility),
+                                 tag.hosts,
                                  {{tag.revision, 100, tag.tag}}});
     }
   }
@@ -81,8 +84,8 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::build(const std::vec
   auto table = std::shared_ptr<RoutingTable>(new RoutingTable());
   table->network_hash_ = std::move(network_hash);
   for (const HostGroup& g : groups) {
-    const std::string where = "route " + g.namespace_name + "/" + g.route_name +
-                              (g.tag.empty() ? "" : " tag " + g.tag);
+    const std::string where =
+        "route " + g.namespace_name + "/" + g.route_name + (g.tag.empty() ? "" : " tag " + g.tag);
     const std::vector<TrafficSplit> splits = mergeSplits(g.traffic);
     int total = 0;
     for (const TrafficSplit& s : g.traffic) {
@@ -99,8 +102,8 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::build(const std::vec
         const HostRoute& other = *it->second;
         if (other.namespace_name != g.namespace_name || other.route_name != g.route_name ||
             other.tag != g.tag) {
-          table->conflicts_.push_back(host + ": route " + other.namespace_name + "/" +
-                                      other.route_name + " kept, " + where + " ignored");
+          table->conflicts_.push_back(host + ": route " + other.namespace_name + "/" + other.route_name +
+                                      " kept, " + where + " ignored");
         }
         continue;
       }

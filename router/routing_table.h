@@ -39,8 +39,8 @@ struct TrafficSplit {
 
 struct TagSpec {
   std::string tag;
-  std::string revision;            // "namespace/name"; a tag host routes 100% here
-  std::vector<std::string> hosts;  // e.g. "<tag>-<route>.<ns>.example.com"
+  std::string revision;                           // "namespace/name"; a tag host routes 100% here
+  std::vector<std::string> hosts;                 // e.g. "<tag>-<route>.<ns>.example.com"
   Visibility visibility = Visibility::kExternal;  // effective = most restrictive of route and tag
 };
 
@@ -50,9 +50,10 @@ struct RouteSpec {
   std::string namespace_name;
   std::string name;
   Visibility visibility = Visibility::kExternal;
-  std::vector<std::string> hosts;           // main hosts, served with `visibility`
-  std::vector<std::string> internal_hosts;  // always cluster-local: <name>.<ns>.svc.cluster.local, <name>.<ns>.svc, <name>.<ns>
-  std::vector<TrafficSplit> traffic;        // main hosts' split
+  std::vector<std::string> hosts;  // main hosts, served with `visibility`
+  std::vector<std::string>
+      internal_hosts;  // always cluster-local: <name>.<ns>.svc.cluster.local, <name>.<ns>.svc, <name>.<ns>
+  std::vector<TrafficSplit> traffic;  // main hosts' split
   std::vector<TagSpec> tags;
 };
 
@@ -73,7 +74,7 @@ struct HostRoute {
   std::string host;  // normalised (lower case, no port)
   std::string namespace_name;
   std::string route_name;
-  std::string tag;   // empty for a main host
+  std::string tag;  // empty for a main host
   Visibility visibility = Visibility::kExternal;
   std::vector<TrafficSplit> splits;  // revisions merged, percents > 0
   int total_percent = 0;

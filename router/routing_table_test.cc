@@ -12,8 +12,8 @@ RouteSpec helloRoute() {
   r.hosts = {"hello.default.example.com"};
   r.internal_hosts = {"hello.default.svc.cluster.local", "hello.default.svc", "hello.default"};
   r.traffic = {{"default/hello-00001", 80, ""}, {"default/hello-00002", 20, "candidate"}};
-  r.tags = {{"candidate", "default/hello-00002", {"candidate-hello.default.example.com"},
-             Visibility::kExternal}};
+  r.tags = {
+      {"candidate", "default/hello-00002", {"candidate-hello.default.example.com"}, Visibility::kExternal}};
   return r;
 }
 
@@ -43,8 +43,7 @@ TEST(RoutingTableTest, UnknownHostIsNull) {
   auto t = RoutingTable::build({helloRoute()});
   ASSERT_TRUE(t.isOk());
   EXPECT_EQ((*t)->lookup("nope.example.com", ListenerKind::kInternal), nullptr);
-  EXPECT_EQ(RoutingTable::empty()->lookup("hello.default.example.com", ListenerKind::kInternal),
-            nullptr);
+  EXPECT_EQ(RoutingTable::empty()->lookup("hello.default.example.com", ListenerKind::kInternal), nullptr);
 }
 
 TEST(RoutingTableTest, TagHostRoutesToItsRevisionOnly) {
@@ -72,14 +71,14 @@ TEST(RoutingTableTest, ClusterLocalRouteHidesItsTagsToo) {
   r.visibility = Visibility::kClusterLocal;
   r.hosts = {"hello.default.svc.cluster.local"};
   r.internal_hosts.clear();
-  r.tags = {{"candidate", "default/hello-00002", {"candidate-hello.default.svc.cluster.local"},
+  r.tags = {{"candidate",
+             "default/hello-00002",
+             {"candidate-hello.default.svc.cluster.local"},
              Visibility::kExternal}};
   auto t = RoutingTable::build({r});
   ASSERT_TRUE(t.isOk());
-  EXPECT_EQ((*t)->lookup("candidate-hello.default.svc.cluster.local", ListenerKind::kExternal),
-            nullptr);
-  EXPECT_NE((*t)->lookup("candidate-hello.default.svc.cluster.local", ListenerKind::kInternal),
-            nullptr);
+  EXPECT_EQ((*t)->lookup("candidate-hello.default.svc.cluster.local", ListenerKind::kExternal), nullptr);
+  EXPECT_NE((*t)->lookup("candidate-hello.default.svc.cluster.local", ListenerKind::kInternal), nullptr);
 }
 
 TEST(RoutingTableTest, ClusterLocalTagOnExternalRoute) {
@@ -121,10 +120,17 @@ TEST(RoutingTableTest, DuplicateHostFirstRouteKeepsIt) {
 
 TEST(RoutingTableTest, BuildsFromFlatHostGroups) {
   std::vector<HostGroup> groups = {
-      {"default", "hello", "", Visibility::kClusterLocal,
+      {"default",
+       "hello",
+       "",
+       Visibility::kClusterLocal,
        {"hello.default.svc.cluster.local", "hello.default.svc", "hello.default"},
        {{"default/hello-00001", 100, ""}}},
-      {"default", "hello", "v2", Visibility::kExternal, {"v2-hello.default.example.com"},
+      {"default",
+       "hello",
+       "v2",
+       Visibility::kExternal,
+       {"v2-hello.default.example.com"},
        {{"default/hello-00002", 100, "v2"}}},
   };
   auto t = RoutingTable::build(groups, "h");

@@ -26,8 +26,8 @@ TestCert selfSignedCert(const std::vector<std::string>& sans, const std::string&
   X509_gmtime_adj(X509_getm_notAfter(x), 3600);
   X509_set_pubkey(x, key);
   X509_NAME* name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1,
-                             0);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()), -1,
+                             -1, 0);
   X509_set_issuer_name(x, name);
   if (!sans.empty()) {
     std::string v;
@@ -55,8 +55,7 @@ TestCert selfSignedCert(const std::vector<std::string>& sans, const std::string&
 }
 
 TestBackend::TestBackend(ConnHandler handler)
-    : acceptor_(ioc_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
-      handler_(std::move(handler)) {
+    : acceptor_(ioc_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)), handler_(std::move(handler)) {
   port_ = acceptor_.local_endpoint().port();
   accept_thread_ = std::thread([this] { acceptLoop(); });
 }
@@ -105,8 +104,10 @@ TestBackend::ConnHandler TestBackend::echoTunnel() {
     beast::error_code ec;
     http::read(sock, buf, req, ec);
     if (ec) return;
-    asio::write(sock, asio::buffer(std::string(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")), ec);
+    asio::write(sock,
+                asio::buffer(std::string(
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")),
+                ec);
     char data[1024];
     for (;;) {
       const size_t n = sock.read_some(asio::buffer(data), ec);
@@ -136,8 +137,7 @@ TestBackend::ConnHandler TestBackend::httpHandler(Respond respond) {
 }
 
 TestClient::TestClient(int port) : socket_(ioc_) {
-  socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)),
-                  ec_);
+  socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec_);
 }
 
 StringResponse TestClient::send(StringRequest req) {

@@ -3,14 +3,13 @@
 // request proxied with X-Forwarded-Proto: https, an Upgrade tunnelled over
 // TLS, TLS < 1.2 refused, and config-network http-protocol (Redirected,
 // Disabled) on the plain listener.
+#include <gtest/gtest.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <thread>
-
-#include <boost/asio/ssl.hpp>
-#include <gtest/gtest.h>
 
 #include "router/router.h"
 #include "router/test_backend.h"
@@ -138,9 +137,8 @@ class TlsRouterTest : public ::testing::Test {
 };
 
 TEST_F(TlsRouterTest, ServesTheSniCertificateAndProxiesWithHttpsProto) {
-  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
-    resp.body() = echoHeaders(req);
-  }));
+  TestBackend pod(TestBackend::httpHandler(
+      [](const StringRequest& req, StringResponse& resp) { resp.body() = echoHeaders(req); }));
   startRouter();
   router_->setEndpoints(kRev, {pod.endpoint()});
   TestCert exact = selfSignedCert({kHost});
@@ -171,24 +169,28 @@ TEST_F(TlsRouterTest, UnknownOrMissingSniAndOldProtocolsFailTheHandshake) {
   startRouter();
   TestCert exact = selfSignedCert({kHost});
   router_->setCertificates(tableOf({exact}));
-  EXPECT_NE(httpsRequest(router_->tlsPort(), "other.example.com", "", getRequest("other.example.com")).error, "");
+  EXPECT_NE(httpsRequest(router_->tlsPort(), "other.example.com", "", getRequest("other.example.com")).error,
+            "");
   EXPECT_NE(httpsRequest(router_->tlsPort(), "", "", getRequest(kHost)).error, "");
   EXPECT_NE(httpsRequest(router_->tlsPort(), kHost, "", getRequest(kHost), TLS1_1_VERSION).error, "");
   // The server counts a failed handshake after the client has seen it fail:
   // wait (bounded) for the count rather than race it on a loaded machine.
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   auto counted = [&] {
-    return router_->renderMetrics().find("knap_router_tls_handshakes_total{result=\"failed\"} 3") != std::string::npos;
+    return router_->renderMetrics().find("knap_router_tls_handshakes_total{result=\"failed\"} 3") !=
+           std::string::npos;
   };
   while (!counted() && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_NE(router_->renderMetrics().find("knap_router_tls_handshakes_total{result=\"failed\"} 3"), std::string::npos)
+  EXPECT_NE(router_->renderMetrics().find("knap_router_tls_handshakes_total{result=\"failed\"} 3"),
+            std::string::npos)
       << router_->renderMetrics();
 }
 
 TEST_F(TlsRouterTest, NewCertificatesServeTheNextHandshakeWithoutRestart) {
-  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  TestBackend pod(
+      TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
   startRouter();
   router_->setEndpoints(kRev, {pod.endpoint()});
   TestCert first = selfSignedCert({kHost});
@@ -222,13 +224,15 @@ TEST_F(TlsRouterTest, UpgradeIsTunnelledOverTls) {
   ssl::stream<tcp::socket> s(ioc, ctx);
   SSL_set_tlsext_host_name(s.native_handle(), kHost);
   beast::error_code ec;
-  s.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"),
-                                       static_cast<uint16_t>(router_->tlsPort())), ec);
+  s.next_layer().connect(
+      tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(router_->tlsPort())), ec);
   ASSERT_FALSE(ec) << ec.message();
   s.handshake(ssl::stream_base::client, ec);
   ASSERT_FALSE(ec) << ec.message();
-  asio::write(s, asio::buffer("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
-                              "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"), ec);
+  asio::write(s,
+              asio::buffer("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
+                           "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"),
+              ec);
   beast::flat_buffer buf;
   http::response_parser<http::empty_body> p;
   http::read_header(s, buf, p, ec);
@@ -275,12 +279,14 @@ TEST_F(TlsRouterTest, RedirectedAnswers308ToHttpsExceptProbesAndAcmeChallenges) 
   router_->setAcmeChallenges(nullptr);
   EXPECT_EQ(get(router_->port(), "other.example.net", "/.well-known/acme-challenge/tok-1").result_int(), 404);
   // Network probes too.
-  StringResponse probe = get(router_->port(), kHost, "/", {{"K-Network-Probe", "probe"}, {"K-Network-Hash", "h"}});
+  StringResponse probe =
+      get(router_->port(), kHost, "/", {{"K-Network-Probe", "probe"}, {"K-Network-Hash", "h"}});
   EXPECT_EQ(probe.result_int(), 200);
 }
 
 TEST_F(TlsRouterTest, DisabledServesHttpsOnly) {
-  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  TestBackend pod(
+      TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
   startRouter(HttpProtocol::kDisabled);
   router_->setEndpoints(kRev, {pod.endpoint()});
   TestCert exact = selfSignedCert({kHost});

@@ -20,7 +20,9 @@ bool idleConnectionAlive(boost::asio::ip::tcp::socket& s) {
 
 }  // namespace
 
-UpstreamPool::~UpstreamPool() { *alive_ = false; }
+UpstreamPool::~UpstreamPool() {
+  *alive_ = false;
+}
 
 std::unique_ptr<UpstreamPool::Stream> UpstreamPool::take(const std::string& endpoint) {
   auto it = upstreams_.find(endpoint);
@@ -47,12 +49,11 @@ void UpstreamPool::put(const std::string& endpoint, std::unique_ptr<Stream> stre
 }
 
 void UpstreamPool::watch(const std::string& endpoint, Stream& stream, uint64_t id) {
-  stream.socket().async_wait(
-      boost::asio::ip::tcp::socket::wait_read,
-      [this, alive = alive_, endpoint, id](const boost::system::error_code& ec) {
-        if (ec || !*alive) return;  // cancelled: taken, dropped or shutting down
-        closeId(endpoint, id);      // EOF or unasked bytes: the connection is finished
-      });
+  stream.socket().async_wait(boost::asio::ip::tcp::socket::wait_read,
+                             [this, alive = alive_, endpoint, id](const boost::system::error_code& ec) {
+                               if (ec || !*alive) return;  // cancelled: taken, dropped or shutting down
+                               closeId(endpoint, id);      // EOF or unasked bytes: the connection is finished
+                             });
 }
 
 void UpstreamPool::closeId(const std::string& endpoint, uint64_t id) {
@@ -68,7 +69,9 @@ void UpstreamPool::closeId(const std::string& endpoint, uint64_t id) {
   if (idle.empty()) upstreams_.erase(it);
 }
 
-void UpstreamPool::drop(const std::string& endpoint) { upstreams_.erase(endpoint); }
+void UpstreamPool::drop(const std::string& endpoint) {
+  upstreams_.erase(endpoint);
+}
 
 void UpstreamPool::sweep() {
   const MonoTime cutoff = time_.monotonic() - idle_timeout_;

@@ -123,12 +123,14 @@ void ScalerDriver::reconcileLocked(const std::string& key, Revision& rev, int re
     char averages[96];
     std::snprintf(averages, sizeof averages, "stable average concurrency %.2f, panic average %.2f",
                   rev.last_metrics.stable_average, rev.last_metrics.panic_average);
-    std::string why = outcome.desired_pods == 0 ? "no requests within the stable window and the scale-to-zero grace"
-                      : rev.latest.panicking     ? std::string("panic mode: ") + averages
-                                                 : averages;
+    std::string why = outcome.desired_pods == 0
+                          ? "no requests within the stable window and the scale-to-zero grace"
+                      : rev.latest.panicking ? std::string("panic mode: ") + averages
+                                             : averages;
     events_.record(ref, EventType::kNormal, outcome.desired_pods == 0 ? "ScaledToZero" : "SuccessfulRescale",
-                   "Scaled from " + std::to_string(old_scale) + " to " + std::to_string(outcome.desired_pods) +
-                       " pods (" + why + ", " + std::to_string(ready) + " ready)",
+                   "Scaled from " + std::to_string(old_scale) + " to " +
+                       std::to_string(outcome.desired_pods) + " pods (" + why + ", " + std::to_string(ready) +
+                       " ready)",
                    "knap-autoscaler");
   }
   if (outcome.condition_changed || outcome.scale_target_initialized != was_initialized) {
@@ -147,14 +149,19 @@ std::optional<RevisionScaleStatus> ScalerDriver::status(const std::string& key) 
                              rev.last_decision};
 }
 
-ScalerTicker::ScalerTicker(ScalerDriver& driver, const TimeSource& time) : driver_(driver), loop_(time, "scaler ticker") {}
+ScalerTicker::ScalerTicker(ScalerDriver& driver, const TimeSource& time)
+    : driver_(driver), loop_(time, "scaler ticker") {}
 
-ScalerTicker::~ScalerTicker() { stop(); }
+ScalerTicker::~ScalerTicker() {
+  stop();
+}
 
 void ScalerTicker::start() {
   loop_.startPeriodic(kBucketSize, [this] { driver_.tick(); });
 }
 
-void ScalerTicker::stop() { loop_.stop(); }
+void ScalerTicker::stop() {
+  loop_.stop();
+}
 
 }  // namespace knap::scaler

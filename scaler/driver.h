@@ -20,8 +20,6 @@
 // The driver reads time only from the TimeSource it is given.
 #pragma once
 
-#include "common/event_recorder.h"
-
 #include <atomic>
 #include <functional>
 #include <map>
@@ -32,6 +30,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/event_recorder.h"
 #include "common/loop.h"
 #include "common/status.h"
 #include "scaler/autoscaler.h"

@@ -1,5 +1,4 @@
 #include "scaler/driver.h"
-#include "tests/fakes/fake_event_recorder.h"
 
 #include <gtest/gtest.h>
 
@@ -7,6 +6,8 @@
 #include <functional>
 #include <map>
 #include <thread>
+
+#include "tests/fakes/fake_event_recorder.h"
 
 namespace knap::scaler {
 namespace {

@@ -50,12 +50,13 @@ bool splitSealed(std::string_view stored, std::string_view* id, std::string_view
 
 StatusOr<std::string> readKeyFile(const std::filesystem::path& p) {
   struct stat st {};
-  if (::stat(p.c_str(), &st) != 0) return failedPrecondition("secret key " + p.string() + ": " + std::strerror(errno));
+  if (::stat(p.c_str(), &st) != 0)
+    return failedPrecondition("secret key " + p.string() + ": " + std::strerror(errno));
   if ((st.st_mode & 077) != 0) {
     std::ostringstream mode;
     mode << std::oct << (st.st_mode & 0777);
-    return failedPrecondition("secret key " + p.string() + " is accessible by group or others (mode " + mode.str() +
-                              "); chmod 0600 it");
+    return failedPrecondition("secret key " + p.string() + " is accessible by group or others (mode " +
+                              mode.str() + "); chmod 0600 it");
   }
   std::ifstream in(p, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -93,7 +94,8 @@ StatusOr<std::unique_ptr<KeyringCipher>> KeyringCipher::openDir(const std::strin
     std::string file = entry.path().filename().string();
     if (file.size() <= 4 || file.substr(file.size() - 4) != ".key") continue;
     std::string id = file.substr(0, file.size() - 4);
-    if (!validKeyId(id)) return failedPrecondition("secret key file " + entry.path().string() + ": bad key id");
+    if (!validKeyId(id))
+      return failedPrecondition("secret key file " + entry.path().string() + ": bad key id");
     KNAP_ASSIGN_OR_RETURN(keys[id], readKeyFile(entry.path()));
   }
   if (ec) return unavailable("reading " + dir + ": " + ec.message());
@@ -115,8 +117,8 @@ StatusOr<std::unique_ptr<KeyringCipher>> KeyringCipher::openDir(const std::strin
     current = keys.begin()->first;
   }
   if (!keys.count(current))
-    return failedPrecondition(current_file.string() + " names key \"" + current + "\" but " + dir + "/" + current +
-                              ".key does not exist");
+    return failedPrecondition(current_file.string() + " names key \"" + current + "\" but " + dir + "/" +
+                              current + ".key does not exist");
   return std::make_unique<KeyringCipher>(std::move(keys), current);
 }
 
@@ -141,7 +143,8 @@ StatusOr<std::string> KeyringCipher::seal(const Key& key, std::string_view plain
   auto* o = reinterpret_cast<unsigned char*>(out.data()) + kNonceBytes;
   bool ok = ctx && EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, nullptr, nullptr) == 1 &&
             EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) == 1 &&
-            EVP_EncryptInit_ex(ctx.get(), nullptr, nullptr, reinterpret_cast<const unsigned char*>(k.data()), nonce) == 1 &&
+            EVP_EncryptInit_ex(ctx.get(), nullptr, nullptr, reinterpret_cast<const unsigned char*>(k.data()),
+                               nonce) == 1 &&
             EVP_EncryptUpdate(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(a.data()),
                               static_cast<int>(a.size())) == 1 &&
             EVP_EncryptUpdate(ctx.get(), o, &len, reinterpret_cast<const unsigned char*>(plaintext.data()),
@@ -150,17 +153,19 @@ StatusOr<std::string> KeyringCipher::seal(const Key& key, std::string_view plain
   ok = ok && EVP_EncryptFinal_ex(ctx.get(), o + total, &len) == 1;
   total += len;
   ok = ok && EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTagBytes, o + total) == 1;
-  if (!ok || static_cast<size_t>(total) != plaintext.size()) return internalError("AES-256-GCM encryption failed");
+  if (!ok || static_cast<size_t>(total) != plaintext.size())
+    return internalError("AES-256-GCM encryption failed");
   return std::string(kPrefix) + current_ + ":" + base64Encode(out);
 }
 
 StatusOr<std::string> KeyringCipher::open(const Key& key, std::string_view stored) {
   std::string_view id, payload;
-  if (!splitSealed(stored, &id, &payload)) return internalError("stored body of " + key.toString() + " is not sealed");
+  if (!splitSealed(stored, &id, &payload))
+    return internalError("stored body of " + key.toString() + " is not sealed");
   auto it = keys_.find(std::string(id));
   if (it == keys_.end()) {
-    return internalError("stored body of " + key.toString() + " is sealed with secret key \"" + std::string(id) +
-                         "\", which is not in the key directory");
+    return internalError("stored body of " + key.toString() + " is sealed with secret key \"" +
+                         std::string(id) + "\", which is not in the key directory");
   }
   std::string raw;
   if (!base64Decode(payload, &raw) || raw.size() < kNonceBytes + kTagBytes)
@@ -173,7 +178,8 @@ StatusOr<std::string> KeyringCipher::open(const Key& key, std::string_view store
   Ctx ctx(EVP_CIPHER_CTX_new());
   bool ok = ctx && EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, nullptr, nullptr) == 1 &&
             EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) == 1 &&
-            EVP_DecryptInit_ex(ctx.get(), nullptr, nullptr, reinterpret_cast<const unsigned char*>(it->second.data()), r) == 1 &&
+            EVP_DecryptInit_ex(ctx.get(), nullptr, nullptr,
+                               reinterpret_cast<const unsigned char*>(it->second.data()), r) == 1 &&
             EVP_DecryptUpdate(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(a.data()),
                               static_cast<int>(a.size())) == 1 &&
             EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len, r + kNonceBytes,
@@ -181,7 +187,8 @@ StatusOr<std::string> KeyringCipher::open(const Key& key, std::string_view store
   total = len;
   ok = ok && EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTagBytes, r + kNonceBytes + n) == 1;
   ok = ok && EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + total, &len) == 1;
-  if (!ok) return internalError("stored body of " + key.toString() + " does not decrypt (wrong key or tampered)");
+  if (!ok)
+    return internalError("stored body of " + key.toString() + " does not decrypt (wrong key or tampered)");
   return out;
 }
 

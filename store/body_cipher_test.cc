@@ -2,15 +2,14 @@
 // foreign object key and readable key files fail.
 #include "store/body_cipher.h"
 
-#include "common/clock.h"
-#include "store/sqlite_store.h"
-
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "common/clock.h"
+#include "store/sqlite_store.h"
 
 namespace knap::store {
 namespace {
@@ -37,7 +36,6 @@ class CipherDir : public ::testing::Test {
   }
   std::string dir_;
 };
-
 
 TEST_F(CipherDir, CreatesA0600KeyAndRoundTrips) {
   auto c = KeyringCipher::openDir(keys());
@@ -129,15 +127,17 @@ TEST_F(CipherDir, SetCipherResealsOldRowsWithTheCurrentKey) {
     auto store = SqliteStore::open(db(), clock);
     ASSERT_TRUE(store.isOk());
     ASSERT_TRUE((*store)->create(plain, secretBody("canary-before-encryption")).isOk());
-    ASSERT_TRUE((*store)->setCipher(std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"1", key1}},
-                                                                     "1"))
-                    .isOk());
+    ASSERT_TRUE(
+        (*store)
+            ->setCipher(std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"1", key1}}, "1"))
+            .isOk());
     ASSERT_TRUE((*store)->create(sealed_old, secretBody("canary-key-one")).isOk());
   }
   EXPECT_EQ(fileBytes().find("canary-before-encryption"), std::string::npos);
   auto store = SqliteStore::open(db(), clock);
   ASSERT_TRUE(store.isOk());
-  auto rotated = std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"1", key1}, {"2", key2}}, "2");
+  auto rotated =
+      std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"1", key1}, {"2", key2}}, "2");
   ASSERT_TRUE((*store)->setCipher(rotated).isOk());
   EXPECT_EQ((*store)->get(plain)->body["data"]["password"], "canary-before-encryption");
   EXPECT_EQ((*store)->get(sealed_old)->body["data"]["password"], "canary-key-one");
@@ -146,7 +146,9 @@ TEST_F(CipherDir, SetCipherResealsOldRowsWithTheCurrentKey) {
   auto only2 = SqliteStore::open(db(), clock);
   ASSERT_TRUE(only2.isOk());
   ASSERT_TRUE(
-      (*only2)->setCipher(std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"2", key2}}, "2")).isOk());
+      (*only2)
+          ->setCipher(std::make_shared<KeyringCipher>(std::map<std::string, std::string>{{"2", key2}}, "2"))
+          .isOk());
   EXPECT_EQ((*only2)->get(sealed_old)->body["data"]["password"], "canary-key-one");
   auto history = (*only2)->eventsSince(0, "Secret");
   ASSERT_TRUE(history.isOk()) << history.status().toString();

@@ -25,7 +25,8 @@ std::string uncommentDefaults(const std::string& text) {
   std::istringstream in(text);
   std::string out;
   for (std::string line; std::getline(in, line);) {
-    if (line.size() > 1 && line[0] == '#' && (line[1] != ' ' || line.rfind("#  ", 0) == 0)) out += line.substr(1);
+    if (line.size() > 1 && line[0] == '#' && (line[1] != ' ' || line.rfind("#  ", 0) == 0))
+      out += line.substr(1);
     out += "\n";
   }
   return out;
@@ -62,9 +63,12 @@ TEST(PackagedConfig, NamesEveryKeyKnapdAccepts) {
   for (const std::string& key : keys) {
     std::string name = key.substr(key.find('.') + 1);
     // As a commented default ("#  key:") or named in a prose comment.
-    bool named = text.find("#  " + name + ":") != std::string::npos || text.find(" " + name + " ") != std::string::npos ||
-                 text.find(" " + name + ",") != std::string::npos || text.find(" " + name + ".") != std::string::npos ||
-                 text.find(" " + name + ")") != std::string::npos || text.find(" " + name + ":") != std::string::npos ||
+    bool named = text.find("#  " + name + ":") != std::string::npos ||
+                 text.find(" " + name + " ") != std::string::npos ||
+                 text.find(" " + name + ",") != std::string::npos ||
+                 text.find(" " + name + ".") != std::string::npos ||
+                 text.find(" " + name + ")") != std::string::npos ||
+                 text.find(" " + name + ":") != std::string::npos ||
                  text.find(" " + name + "\n") != std::string::npos;
     EXPECT_TRUE(named) << key << " is accepted by knapd but not in systemd/config.yaml";
   }

@@ -76,14 +76,17 @@ bool tokenChars(const std::string& s) {
   });
 }
 
-bool isRead(const std::string& verb) { return verb == "get" || verb == "list" || verb == "watch"; }
+bool isRead(const std::string& verb) {
+  return verb == "get" || verb == "list" || verb == "watch";
+}
 
 bool roleAllows(const std::string& role, const RequestAttributes& a) {
   if (role == "admin") return true;
   if (isRead(a.verb)) return role == "view" || role == "edit";
   if (role != "edit") return false;
   // Restarting a Revision's pods changes no object: an edit as well.
-  if (a.api_group == "knap.dev" && a.resource == "revisions" && a.subresource == "restart") return a.verb == "create";
+  if (a.api_group == "knap.dev" && a.resource == "revisions" && a.subresource == "restart")
+    return a.verb == "create";
   return a.api_group == "serving.knative.dev" && a.subresource.empty();
 }
 
@@ -94,18 +97,21 @@ bool subjectMatches(const ApiRoleBinding& b, const UserInfo& user) {
 
 }  // namespace
 
-UserInfo localAdmin() { return {"knap-admin", "", {kMastersGroup, kAuthenticatedGroup}}; }
+UserInfo localAdmin() {
+  return {"knap-admin", "", {kMastersGroup, kAuthenticatedGroup}};
+}
 
 StatusOr<TokenFile> TokenFile::parse(const std::string& text, const std::string& file_name) {
   if (text.size() > kMaxTokenFileBytes) {
-    return invalidArgument("token file " + file_name + " is larger than " + std::to_string(kMaxTokenFileBytes) +
-                           " bytes");
+    return invalidArgument("token file " + file_name + " is larger than " +
+                           std::to_string(kMaxTokenFileBytes) + " bytes");
   }
   TokenFile out;
   std::vector<std::string> errors;
   int error_count = 0;
   auto fail = [&](size_t line_no, const std::string& why) {
-    if (++error_count <= kMaxErrorsReported) errors.push_back(file_name + " line " + std::to_string(line_no) + ": " + why);
+    if (++error_count <= kMaxErrorsReported)
+      errors.push_back(file_name + " line " + std::to_string(line_no) + ": " + why);
   };
   std::vector<std::array<unsigned char, 32>> seen;
   size_t line_no = 0;
@@ -135,7 +141,8 @@ StatusOr<TokenFile> TokenFile::parse(const std::string& text, const std::string&
       continue;
     }
     if (f.size() < 3) {
-      fail(line_no, "must have at least 3 columns (token, user name, user uid), found " + std::to_string(f.size()));
+      fail(line_no,
+           "must have at least 3 columns (token, user name, user uid), found " + std::to_string(f.size()));
       continue;
     }
     if (f.size() > 4) {
@@ -210,8 +217,8 @@ std::optional<UserInfo> TokenFile::lookup(const std::string& token) const {
   return u;
 }
 
-bool authorize(const UserInfo& user, const RequestAttributes& attrs, const std::vector<ApiRoleBinding>& bindings,
-               std::string* reason) {
+bool authorize(const UserInfo& user, const RequestAttributes& attrs,
+               const std::vector<ApiRoleBinding>& bindings, std::string* reason) {
   auto because = [&](const std::string& why) {
     if (reason) *reason = why;
     return true;
@@ -219,12 +226,13 @@ bool authorize(const UserInfo& user, const RequestAttributes& attrs, const std::
   if (std::find(user.groups.begin(), user.groups.end(), kMastersGroup) != user.groups.end())
     return because("the group system:masters is admin");
   if (!attrs.resource_request) {
-    if (attrs.verb == "get") return because("discovery, OpenAPI and /version are open to authenticated users");
+    if (attrs.verb == "get")
+      return because("discovery, OpenAPI and /version are open to authenticated users");
     return false;
   }
-  if (attrs.verb == "create" && ((attrs.api_group == "authorization.k8s.io" &&
-                                  attrs.resource == "selfsubjectaccessreviews") ||
-                                 (attrs.api_group == "authentication.k8s.io" && attrs.resource == "selfsubjectreviews")))
+  if (attrs.verb == "create" &&
+      ((attrs.api_group == "authorization.k8s.io" && attrs.resource == "selfsubjectaccessreviews") ||
+       (attrs.api_group == "authentication.k8s.io" && attrs.resource == "selfsubjectreviews")))
     return because("every authenticated user may ask about themselves");
   for (const ApiRoleBinding& b : bindings) {
     if (!subjectMatches(b, user)) continue;
@@ -238,12 +246,14 @@ bool authorize(const UserInfo& user, const RequestAttributes& attrs, const std::
 }
 
 std::string forbiddenMessage(const UserInfo& user, const RequestAttributes& a) {
-  if (!a.resource_request) return "forbidden: User \"" + user.name + "\" cannot " + a.verb + " path \"" + a.path + "\"";
+  if (!a.resource_request)
+    return "forbidden: User \"" + user.name + "\" cannot " + a.verb + " path \"" + a.path + "\"";
   std::string qualified = a.resource + (a.api_group.empty() ? "" : "." + a.api_group);
   std::string resource = a.resource + (a.subresource.empty() ? "" : "/" + a.subresource);
-  std::string head = a.name.empty() ? qualified + " is forbidden: " : qualified + " \"" + a.name + "\" is forbidden: ";
-  std::string why = "User \"" + user.name + "\" cannot " + a.verb + " resource \"" + resource + "\" in API group \"" +
-                    a.api_group + "\"";
+  std::string head =
+      a.name.empty() ? qualified + " is forbidden: " : qualified + " \"" + a.name + "\" is forbidden: ";
+  std::string why = "User \"" + user.name + "\" cannot " + a.verb + " resource \"" + resource +
+                    "\" in API group \"" + a.api_group + "\"";
   why += a.ns.empty() ? " at the cluster scope" : " in the namespace \"" + a.ns + "\"";
   return head + why;
 }
@@ -281,12 +291,18 @@ RequestAttributes requestAttributes(const std::string& method, const std::string
   if (rest.size() >= 2) a.name = rest[1];
   if (rest.size() >= 3) a.subresource = rest[2];
   bool collection = a.name.empty();
-  if (m == "get") a.verb = collection ? (watch ? "watch" : "list") : "get";
-  else if (m == "post") a.verb = "create";
-  else if (m == "put") a.verb = "update";
-  else if (m == "patch") a.verb = "patch";
-  else if (m == "delete") a.verb = collection ? "deletecollection" : "delete";
-  else a.verb = m;
+  if (m == "get")
+    a.verb = collection ? (watch ? "watch" : "list") : "get";
+  else if (m == "post")
+    a.verb = "create";
+  else if (m == "put")
+    a.verb = "update";
+  else if (m == "patch")
+    a.verb = "patch";
+  else if (m == "delete")
+    a.verb = collection ? "deletecollection" : "delete";
+  else
+    a.verb = m;
   return a;
 }
 

@@ -47,13 +47,13 @@ UserInfo localAdmin();
 // What a request does, in Kubernetes' authorizer vocabulary.
 struct RequestAttributes {
   bool resource_request = true;
-  std::string verb;          // get list watch create update patch delete deletecollection
-  std::string api_group;     // "" for core
-  std::string resource;      // plural: "services"
-  std::string subresource;   // "status" or ""
-  std::string ns;            // "" = cluster scope
-  std::string name;          // "" for collections
-  std::string path;          // non-resource requests
+  std::string verb;         // get list watch create update patch delete deletecollection
+  std::string api_group;    // "" for core
+  std::string resource;     // plural: "services"
+  std::string subresource;  // "status" or ""
+  std::string ns;           // "" = cluster scope
+  std::string name;         // "" for collections
+  std::string path;         // non-resource requests
 };
 
 // A parsed token file. One entry per line.
@@ -92,8 +92,8 @@ struct AccessControl {
 };
 
 // The authorization decision. `reason` (may be null) gets why it was allowed.
-bool authorize(const UserInfo& user, const RequestAttributes& attrs, const std::vector<ApiRoleBinding>& bindings,
-               std::string* reason = nullptr);
+bool authorize(const UserInfo& user, const RequestAttributes& attrs,
+               const std::vector<ApiRoleBinding>& bindings, std::string* reason = nullptr);
 
 // kube-apiserver's 403 message: `services.serving.knative.dev "hello" is forbidden:
 // User "bob" cannot create resource "services" in API group "serving.knative.dev"

@@ -5,11 +5,13 @@
 namespace knap::api {
 namespace {
 
-ApiRoleBinding bind(const std::string& role, bool group, const std::string& subject, const std::string& ns = "") {
+ApiRoleBinding bind(const std::string& role, bool group, const std::string& subject,
+                    const std::string& ns = "") {
   return {role, group, subject, ns};
 }
 
-RequestAttributes res(const std::string& verb, const std::string& ns, const std::string& resource = "services",
+RequestAttributes res(const std::string& verb, const std::string& ns,
+                      const std::string& resource = "services",
                       const std::string& group = "serving.knative.dev", const std::string& sub = "") {
   RequestAttributes a;
   a.verb = verb;
@@ -45,22 +47,23 @@ TEST(TokenFile, ParsesKubernetesCsvWithQuotedGroups) {
 }
 
 TEST(TokenFile, HostileLinesAreReportedWithTheirLineNumbers) {
-  std::string text =
-      std::string("good,alice,1\n"         // 1
-      "onlytwo,cols\n"                     // 2
-      ",nobody,3\n"                        // 3
-      "tok,\"unterminated,4\n") +          // 4
-      std::string("nul\0byte,x,5\n", 13) +  // 5
-      "a,b,c,d,e\n"                        // 6
-      "good,dup,7\n"                       // 7
-      "to ken,x,8\n"                       // 8
-      "t9,  ,9\n"                          // 9
-      "t10,x\"y,10\n";                     // 10
+  std::string text = std::string(
+                         "good,alice,1\n"                  // 1
+                         "onlytwo,cols\n"                  // 2
+                         ",nobody,3\n"                     // 3
+                         "tok,\"unterminated,4\n") +       // 4
+                     std::string("nul\0byte,x,5\n", 13) +  // 5
+                     "a,b,c,d,e\n"                         // 6
+                     "good,dup,7\n"                        // 7
+                     "to ken,x,8\n"                        // 8
+                     "t9,  ,9\n"                           // 9
+                     "t10,x\"y,10\n";                      // 10
   auto f = TokenFile::parse(text, "/etc/knap/tokens.csv");
   ASSERT_FALSE(f.isOk());
   const std::string& m = f.status().message();
   for (int line : {2, 3, 4, 5, 6, 7, 8, 9, 10}) {
-    EXPECT_NE(m.find("/etc/knap/tokens.csv line " + std::to_string(line) + ":"), std::string::npos) << line << ": " << m;
+    EXPECT_NE(m.find("/etc/knap/tokens.csv line " + std::to_string(line) + ":"), std::string::npos)
+        << line << ": " << m;
   }
   EXPECT_EQ(m.find("line 1:"), std::string::npos) << m;
   EXPECT_NE(m.find("at least 3 columns"), std::string::npos) << m;
@@ -95,7 +98,8 @@ TEST(Authorize, MastersAreAdminEverywhere) {
 TEST(Authorize, ViewReadsOnlyInItsNamespace) {
   UserInfo bob{"bob", "", {"system:authenticated"}};
   std::vector<ApiRoleBinding> b = {bind("view", false, "bob", "team-a")};
-  for (const char* verb : {"get", "list", "watch"}) EXPECT_TRUE(authorize(bob, res(verb, "team-a"), b)) << verb;
+  for (const char* verb : {"get", "list", "watch"})
+    EXPECT_TRUE(authorize(bob, res(verb, "team-a"), b)) << verb;
   for (const char* verb : {"create", "update", "patch", "delete", "deletecollection"})
     EXPECT_FALSE(authorize(bob, res(verb, "team-a"), b)) << verb;
   EXPECT_FALSE(authorize(bob, res("get", "team-b"), b));
@@ -137,23 +141,25 @@ TEST(Authorize, EveryoneAuthenticatedMayDiscoverAndAskAboutThemselves) {
 }
 
 TEST(RequestAttributes, LikeKubeApiserverRequestInfo) {
-  auto a = requestAttributes("POST", "/apis/serving.knative.dev/v1/namespaces/default/services",
-                             {"apis", "serving.knative.dev", "v1", "namespaces", "default", "services"}, false);
+  auto a =
+      requestAttributes("POST", "/apis/serving.knative.dev/v1/namespaces/default/services",
+                        {"apis", "serving.knative.dev", "v1", "namespaces", "default", "services"}, false);
   EXPECT_TRUE(a.resource_request);
   EXPECT_EQ(a.verb, "create");
   EXPECT_EQ(a.api_group, "serving.knative.dev");
   EXPECT_EQ(a.resource, "services");
   EXPECT_EQ(a.ns, "default");
   EXPECT_EQ(a.name, "");
-  a = requestAttributes("PUT", "", {"apis", "serving.knative.dev", "v1", "namespaces", "d", "services", "x", "status"},
-                        false);
+  a = requestAttributes(
+      "PUT", "", {"apis", "serving.knative.dev", "v1", "namespaces", "d", "services", "x", "status"}, false);
   EXPECT_EQ(a.verb, "update");
   EXPECT_EQ(a.name, "x");
   EXPECT_EQ(a.subresource, "status");
   a = requestAttributes("GET", "", {"apis", "serving.knative.dev", "v1", "services"}, true);
   EXPECT_EQ(a.verb, "watch");
   EXPECT_EQ(a.ns, "");
-  a = requestAttributes("DELETE", "", {"apis", "serving.knative.dev", "v1", "namespaces", "d", "routes"}, false);
+  a = requestAttributes("DELETE", "", {"apis", "serving.knative.dev", "v1", "namespaces", "d", "routes"},
+                        false);
   EXPECT_EQ(a.verb, "deletecollection");
   a = requestAttributes("GET", "", {"api", "v1", "namespaces", "d", "events"}, false);
   EXPECT_EQ(a.api_group, "");
@@ -170,15 +176,18 @@ TEST(RequestAttributes, LikeKubeApiserverRequestInfo) {
 TEST(ForbiddenMessage, KubeApiserverShape) {
   UserInfo bob{"bob", "", {}};
   EXPECT_EQ(forbiddenMessage(bob, res("create", "default")),
-            "services.serving.knative.dev is forbidden: User \"bob\" cannot create resource \"services\" in API group "
+            "services.serving.knative.dev is forbidden: User \"bob\" cannot create resource \"services\" in "
+            "API group "
             "\"serving.knative.dev\" in the namespace \"default\"");
   RequestAttributes g = res("get", "default");
   g.name = "hello";
   EXPECT_EQ(forbiddenMessage(bob, g),
-            "services.serving.knative.dev \"hello\" is forbidden: User \"bob\" cannot get resource \"services\" in API "
+            "services.serving.knative.dev \"hello\" is forbidden: User \"bob\" cannot get resource "
+            "\"services\" in API "
             "group \"serving.knative.dev\" in the namespace \"default\"");
   EXPECT_EQ(forbiddenMessage(bob, res("list", "", "events", "")),
-            "events is forbidden: User \"bob\" cannot list resource \"events\" in API group \"\" at the cluster scope");
+            "events is forbidden: User \"bob\" cannot list resource \"events\" in API group \"\" at the "
+            "cluster scope");
 }
 
 }  // namespace

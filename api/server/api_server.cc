@@ -1,10 +1,16 @@
 #include "api/server/api_server.h"
 
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <deque>
@@ -16,18 +22,10 @@
 #include <type_traits>
 #include <vector>
 
-#include <openssl/ssl.h>
-
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
-
 #include "api/server/k8s_status.h"
 #include "api/server/pki.h"
-#include "common/base64.h"
 #include "api/server/rest_handler.h"
+#include "common/base64.h"
 #include "common/guard.h"
 #include "common/listen_fds.h"
 #include "common/log.h"
@@ -79,7 +77,8 @@ struct WatchRegistry {
       std::lock_guard<std::mutex> lock(mu);
       for (auto& [id, weak] : watchers) {
         if (auto q = weak.lock()) {
-          if (q->kind == ev.object.key.kind && (q->ns.empty() || q->ns == ev.object.key.ns)) targets.push_back(q);
+          if (q->kind == ev.object.key.kind && (q->ns.empty() || q->ns == ev.object.key.ns))
+            targets.push_back(q);
         }
       }
     }
@@ -114,7 +113,9 @@ std::string chunk(const std::string& data) {
 class ApiServer::Impl {
  public:
   Impl(ApiServerOptions options, const Config& config, store::Store& store, TimeSource& clock)
-      : options_(std::move(options)), store_(store), handler_(store, config, clock, options_.policy),
+      : options_(std::move(options)),
+        store_(store),
+        handler_(store, config, clock, options_.policy),
         registry_(std::make_shared<WatchRegistry>()) {}
 
   ~Impl() { stop(); }
@@ -156,7 +157,8 @@ class ApiServer::Impl {
     std::lock_guard<std::mutex> lock(conn_mu_);
     if (connections_ < options_.max_connections) return true;
     if (parked_.empty()) {
-      LOG(WARNING) << "api: " << connections_ << " open connections (knap.api-max-connections): new clients wait";
+      LOG(WARNING) << "api: " << connections_
+                   << " open connections (knap.api-max-connections): new clients wait";
     }
     parked_.push_back(std::move(resume));
     return false;
@@ -198,7 +200,8 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
   using Plain = beast::basic_stream<Protocol>;
   using Stream = std::conditional_t<kTls, beast::ssl_stream<Plain>, Plain>;
 
-  Session(typename Protocol::socket socket, Impl& server) : stream_(makeStream(std::move(socket), server)), server_(server) {
+  Session(typename Protocol::socket socket, Impl& server)
+      : stream_(makeStream(std::move(socket), server)), server_(server) {
     server_.acquireSlot();
   }
 
@@ -232,8 +235,10 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
 
  private:
   static Stream makeStream(typename Protocol::socket socket, Impl& server) {
-    if constexpr (kTls) return Stream(std::move(socket), *server.ssl_ctx_);
-    else return Stream(std::move(socket));
+    if constexpr (kTls)
+      return Stream(std::move(socket), *server.ssl_ctx_);
+    else
+      return Stream(std::move(socket));
   }
 
   Plain& lowest() { return beast::get_lowest_layer(stream_); }
@@ -243,8 +248,9 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     parser_->body_limit(server_.options_.max_body_bytes);
     parser_->header_limit(static_cast<std::uint32_t>(server_.options_.max_header_bytes));
     lowest().expires_after(server_.options_.read_timeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->onRead(ec); });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->onRead(ec); });
   }
 
   void onRead(beast::error_code ec) {
@@ -309,7 +315,8 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
   }
 
   void sendResponse(const HttpResponse& resp) {
-    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(resp.code), version_);
+    auto res =
+        std::make_shared<http::response<http::string_body>>(static_cast<http::status>(resp.code), version_);
     res->set(http::field::server, "knapd");
     res->set(http::field::content_type, resp.content_type);
     // API responses carry credentials-bound data: never stored by a cache,
@@ -349,26 +356,28 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
     res->body() = toJsonText(err.body);
     res->prepare_payload();
     lowest().expires_after(std::chrono::seconds(5));
-    http::async_write(stream_, *res, [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
-      if (ec) {
-        self->close();
-        return;
-      }
-      beast::error_code ignored;
-      self->lowest().socket().shutdown(Protocol::socket::shutdown_send, ignored);
-      self->drainThenClose();
-    });
+    http::async_write(stream_, *res,
+                      [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
+                        if (ec) {
+                          self->close();
+                          return;
+                        }
+                        beast::error_code ignored;
+                        self->lowest().socket().shutdown(Protocol::socket::shutdown_send, ignored);
+                        self->drainThenClose();
+                      });
   }
 
   void drainThenClose() {
     lowest().expires_after(std::chrono::seconds(2));
-    stream_.async_read_some(net::buffer(scratch_), [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
-      if (ec) {
-        self->close();
-        return;
-      }
-      self->drainThenClose();
-    });
+    stream_.async_read_some(net::buffer(scratch_),
+                            [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                              if (ec) {
+                                self->close();
+                                return;
+                              }
+                              self->drainThenClose();
+                            });
   }
 
   // Ends the connection; over TLS with a close_notify first, so that clients
@@ -454,12 +463,15 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
       for (store::Event& ev : *events) {
         if (ev.resource_version <= last_rv_) continue;
         last_rv_ = ev.resource_version;
-        if (const char* type = watch_state_.classify(watch_, ev)) initial.emplace_back(type, std::move(ev.object.body));
+        if (const char* type = watch_state_.classify(watch_, ev))
+          initial.emplace_back(type, std::move(ev.object.body));
       }
     }
 
-    std::string header = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
-                         "X-Content-Type-Options: nosniff\r\nServer: knapd\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    std::string header =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
+        "X-Content-Type-Options: nosniff\r\nServer: knapd\r\nTransfer-Encoding: chunked\r\nConnection: "
+        "close\r\n\r\n";
     enqueue(std::move(header));
     for (auto& [type, body] : initial) emitEvent(type, body);
 
@@ -483,18 +495,19 @@ class ApiServer::Impl::Session : public std::enable_shared_from_this<Session<Pro
   // request was read can arrive late and complete the wait with nothing to read
   // (CI saw watches cut after 3 ms), so a peek decides: nothing there, wait again.
   void watchForClientGone() {
-    lowest().socket().async_wait(net::socket_base::wait_read, [self = this->shared_from_this()](beast::error_code ec) {
-      if (self->ending_) return;
-      if (!ec) {
-        char byte;
-        ssize_t n = ::recv(self->lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-          self->watchForClientGone();
-          return;
-        }
-      }
-      self->abortWatch();
-    });
+    lowest().socket().async_wait(
+        net::socket_base::wait_read, [self = this->shared_from_this()](beast::error_code ec) {
+          if (self->ending_) return;
+          if (!ec) {
+            char byte;
+            ssize_t n = ::recv(self->lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+              self->watchForClientGone();
+              return;
+            }
+          }
+          self->abortWatch();
+        });
   }
 
   // A BOOKMARK every bookmark_interval: a heartbeat that also tells the
@@ -632,12 +645,14 @@ void ApiServer::Impl::startSession(typename Protocol::socket socket) {
 template <typename Protocol>
 void ApiServer::Impl::accept(typename Protocol::acceptor& acceptor, AcceptState& state) {
   acceptor.async_accept(net::make_strand(ioc_), [this, &acceptor, &state](beast::error_code ec,
-                                                                         typename Protocol::socket socket) {
+                                                                          typename Protocol::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
     if (ec && ec != net::error::connection_aborted) {
       // EMFILE, ENFILE, ENOBUFS, ENOMEM...: retrying at once would spin. Back off.
-      auto next = state.delay.count() == 0 ? std::chrono::milliseconds(10) : std::min(state.delay * 2, std::chrono::milliseconds(1000));
-      if (state.delay.count() == 0) LOG(WARNING) << "api: accept failed (" << ec.message() << "): backing off";
+      auto next = state.delay.count() == 0 ? std::chrono::milliseconds(10)
+                                           : std::min(state.delay * 2, std::chrono::milliseconds(1000));
+      if (state.delay.count() == 0)
+        LOG(WARNING) << "api: accept failed (" << ec.message() << "): backing off";
       state.delay = next;
       if (!state.timer) state.timer.emplace(ioc_);
       state.timer->expires_after(state.delay);
@@ -689,8 +704,9 @@ Status ApiServer::Impl::prepareTcp() {
   beast::error_code ec;
   auto local = tcp_acceptor_->local_endpoint(ec);
   if (ec) return unavailable("the API's TCP listener has no address: " + ec.message());
-  std::string shown = (local.address().is_v6() ? "[" + local.address().to_string() + "]" : local.address().to_string()) +
-                      ":" + std::to_string(local.port());
+  std::string shown =
+      (local.address().is_v6() ? "[" + local.address().to_string() + "]" : local.address().to_string()) +
+      ":" + std::to_string(local.port());
   if (!local.address().is_loopback() && (!options_.tls || !options_.policy.access)) {
     return failedPrecondition("refusing to serve the API on " + shown +
                               " without TLS and authentication: plain HTTP (knap.api-insecure-loopback) is "
@@ -699,10 +715,12 @@ Status ApiServer::Impl::prepareTcp() {
   if (options_.tls) KNAP_RETURN_IF_ERROR(makeSslContext());
   tcp_port_ = local.port();
   auto bound = local.address();
-  if (bound.is_unspecified()) bound = bound.is_v4() ? net::ip::address(net::ip::address_v4::loopback())
-                                                    : net::ip::address(net::ip::address_v6::loopback());
+  if (bound.is_unspecified())
+    bound = bound.is_v4() ? net::ip::address(net::ip::address_v4::loopback())
+                          : net::ip::address(net::ip::address_v6::loopback());
   url_ = std::string(options_.tls ? "https://" : "http://") +
-         (bound.is_v6() ? "[" + bound.to_string() + "]" : bound.to_string()) + ":" + std::to_string(tcp_port_);
+         (bound.is_v6() ? "[" + bound.to_string() + "]" : bound.to_string()) + ":" +
+         std::to_string(tcp_port_);
   return Status::ok();
 }
 
@@ -714,7 +732,8 @@ Status ApiServer::Impl::start() {
     if (Status st = checkListeningTcp(options_.tcp_listen_fd, &family); !st.isOk())
       return invalidArgument("inherited API socket: " + st.message());
     tcp_acceptor_.emplace(ioc_);
-    tcp_acceptor_->assign(family == AF_INET ? net::ip::tcp::v4() : net::ip::tcp::v6(), options_.tcp_listen_fd, ec);
+    tcp_acceptor_->assign(family == AF_INET ? net::ip::tcp::v4() : net::ip::tcp::v6(), options_.tcp_listen_fd,
+                          ec);
     if (ec) {
       tcp_acceptor_.reset();
       return invalidArgument("inherited API socket: " + ec.message());
@@ -755,12 +774,14 @@ Status ApiServer::Impl::start() {
   if (tcp_acceptor_) accept<net::ip::tcp>(*tcp_acceptor_, tcp_accept_state_);
   if (unix_acceptor_) accept<net::local::stream_protocol>(*unix_acceptor_, unix_accept_state_);
   work_.emplace(net::make_work_guard(ioc_));
-  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { runRestarting("api io_context", [this] { ioc_.run(); }); });
+  for (int i = 0; i < std::max(1, options_.threads); ++i)
+    threads_.emplace_back([this] { runRestarting("api io_context", [this] { ioc_.run(); }); });
   started_ = true;
   LOG(INFO) << "api: serving Kubernetes-style REST" << (url_.empty() ? "" : " on " + url_)
             << (options_.unix_socket_path.empty() ? "" : " and unix:" + options_.unix_socket_path) << " with "
             << std::max(1, options_.threads) << " threads"
-            << (options_.policy.access ? ", authentication on" : ", no authentication (every caller is admin)");
+            << (options_.policy.access ? ", authentication on"
+                                       : ", no authentication (every caller is admin)");
   return Status::ok();
 }
 
@@ -789,12 +810,22 @@ ApiServer::ApiServer(ApiServerOptions options, const Config& config, store::Stor
 
 ApiServer::~ApiServer() = default;
 
-Status ApiServer::start() { return impl_->start(); }
-void ApiServer::stop() { impl_->stop(); }
-int ApiServer::tcpPort() const { return impl_->tcp_port_; }
-std::string ApiServer::url() const { return impl_->url_; }
+Status ApiServer::start() {
+  return impl_->start();
+}
+void ApiServer::stop() {
+  impl_->stop();
+}
+int ApiServer::tcpPort() const {
+  return impl_->tcp_port_;
+}
+std::string ApiServer::url() const {
+  return impl_->url_;
+}
 
-void ApiServer::setReady(bool ready) { impl_->handler_.setReady(ready); }
+void ApiServer::setReady(bool ready) {
+  impl_->handler_.setReady(ready);
+}
 
 Status ApiServer::Impl::makeSslContext() {
   const ApiServerOptions::Tls& tls = *options_.tls;
@@ -855,7 +886,8 @@ Status configureApiSecurity(const Config& config, const std::string& data_dir,
     access->tokens = std::move(*tokens);
   }
   auto sa_tokens = ServiceAccountTokens::loadOrCreate(data_dir + "/service-account.key");
-  if (!sa_tokens.isOk()) return Status(sa_tokens.status().code(), "service account tokens: " + sa_tokens.status().message());
+  if (!sa_tokens.isOk())
+    return Status(sa_tokens.status().code(), "service account tokens: " + sa_tokens.status().message());
   access->service_account_tokens = std::make_shared<const ServiceAccountTokens>(std::move(*sa_tokens));
   access->bindings = config.knap.api_role_bindings;
   options->policy.access = std::move(access);
@@ -870,17 +902,22 @@ Status writeKubeconfig(const std::string& path, const std::string& server_url,
                        : "    certificate-authority-data: " + base64Encode(credentials.ca_pem) + "\n";
   std::string user = "  user: {}\n";
   if (!credentials.client_cert_pem.empty()) {
-    user = "  user:\n"
-           "    client-certificate-data: " + base64Encode(credentials.client_cert_pem) + "\n"
-           "    client-key-data: " + base64Encode(credentials.client_key_pem) + "\n";
+    user =
+        "  user:\n"
+        "    client-certificate-data: " +
+        base64Encode(credentials.client_cert_pem) +
+        "\n"
+        "    client-key-data: " +
+        base64Encode(credentials.client_key_pem) + "\n";
   }
   std::string text =
       "apiVersion: v1\n"
       "kind: Config\n"
       "clusters:\n"
       "- name: knap\n"
-      "  cluster:\n" + ca +
-      "    server: " + server_url + "\n"
+      "  cluster:\n" +
+      ca + "    server: " + server_url +
+      "\n"
       "contexts:\n"
       "- name: knap\n"
       "  context:\n"
@@ -890,7 +927,8 @@ Status writeKubeconfig(const std::string& path, const std::string& server_url,
       "current-context: knap\n"
       "preferences: {}\n"
       "users:\n"
-      "- name: knap\n" + user;
+      "- name: knap\n" +
+      user;
   std::string tmp = path + ".tmp";
   mode_t old_mask = ::umask(0077);
   {

@@ -56,7 +56,7 @@ struct ApiServerOptions {
   std::chrono::seconds read_timeout{30};    // to read one request (and idle keep-alive)
   size_t watch_buffer_events = 1024;        // per watcher; overflow closes the watch
   int threads = 4;
-  size_t max_connections = 1024;            // open connections (TCP and unix together)
+  size_t max_connections = 1024;  // open connections (TCP and unix together)
   // TLS on the TCP listener (PEM texts); nullopt = plain HTTP.
   struct Tls {
     std::string cert_chain_pem;

@@ -4,27 +4,26 @@
 #include "api/server/api_server.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <ctime>
-#include <filesystem>
-#include <set>
-#include <fstream>
-#include <thread>
-#include <sstream>
-
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <gtest/gtest.h>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "api/server/event_handler.h"
 #include "api/server/service_account_token.h"
@@ -200,7 +199,8 @@ class ApiServerTest : public ::testing::Test {
     r.code = res.result_int();
     r.body = res.body();
     r.content_type = std::string(res[http::field::content_type]);
-    for (auto it = res.find(http::field::warning); it != res.end() && it->name() == http::field::warning; ++it)
+    for (auto it = res.find(http::field::warning); it != res.end() && it->name() == http::field::warning;
+         ++it)
       r.warnings.push_back(std::string(it->value()));
     r.j = json::parse(r.body, nullptr, false);
     beast::error_code ec;
@@ -272,14 +272,16 @@ TEST_F(ApiServerTest, DiscoveryDocuments) {
   ASSERT_TRUE(byName.count("services"));
   EXPECT_EQ(byName["services"]["kind"], "Service");
   EXPECT_EQ(byName["services"]["singularName"], "service");
-  EXPECT_NE(std::find(byName["services"]["shortNames"].begin(), byName["services"]["shortNames"].end(), "ksvc"),
-            byName["services"]["shortNames"].end());
+  EXPECT_NE(
+      std::find(byName["services"]["shortNames"].begin(), byName["services"]["shortNames"].end(), "ksvc"),
+      byName["services"]["shortNames"].end());
   EXPECT_EQ(byName["services"]["categories"], json::array({"all", "knative", "serving"}));
   EXPECT_EQ(byName["revisions"]["shortNames"], json::array({"rev"}));
   EXPECT_EQ(byName["routes"]["shortNames"], json::array({"rt"}));
   ASSERT_TRUE(byName.count("services/status"));
   EXPECT_EQ(byName["services/status"]["verbs"], json::array({"get", "patch", "update"}));
-  for (const char* p : {"configurations", "revisions", "routes", "configurations/status"}) EXPECT_TRUE(byName.count(p)) << p;
+  for (const char* p : {"configurations", "revisions", "routes", "configurations/status"})
+    EXPECT_TRUE(byName.count(p)) << p;
 
   Resp core = request("GET", "/api?timeout=32s");
   EXPECT_EQ(core.code, 200);
@@ -291,10 +293,15 @@ TEST_F(ApiServerTest, DiscoveryDocuments) {
   Resp pb = request("GET", "/openapi/v2?timeout=32s", "", "application/json",
                     "application/com.github.proto-openapi.spec.v2@v1.0+protobuf");
   EXPECT_EQ(pb.code, 200);
-  const std::string want_prefix = std::string("\x0a\x03" "2.0" "\x12", 6);
+  const std::string want_prefix = std::string(
+      "\x0a\x03"
+      "2.0"
+      "\x12",
+      6);
   EXPECT_EQ(pb.body.substr(0, 6), want_prefix);
   EXPECT_NE(pb.body.find("knap"), std::string::npos);
-  Resp events = request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dhello&limit=500");
+  Resp events =
+      request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dhello&limit=500");
   ASSERT_EQ(events.code, 200);
   EXPECT_EQ(events.j["kind"], "EventList");
   EXPECT_TRUE(events.j["items"].is_array());
@@ -345,8 +352,10 @@ TEST_F(ApiServerTest, DomainMappingAndClusterDomainClaimAreServed) {
   // Create: defaulted ref namespace, creator annotation; Knative's validation.
   const std::string base = "/apis/serving.knative.dev/v1beta1/namespaces/default/domainmappings";
   auto dm = [](const std::string& name, const json& ref) {
-    return json{{"apiVersion", "serving.knative.dev/v1beta1"}, {"kind", "DomainMapping"},
-                {"metadata", {{"name", name}}}, {"spec", {{"ref", ref}}}}
+    return json{{"apiVersion", "serving.knative.dev/v1beta1"},
+                {"kind", "DomainMapping"},
+                {"metadata", {{"name", name}}},
+                {"spec", {{"ref", ref}}}}
         .dump();
   };
   json ref = {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"}, {"name", "hello"}};
@@ -360,15 +369,16 @@ TEST_F(ApiServerTest, DomainMappingAndClusterDomainClaimAreServed) {
 
   Resp bad = request("POST", base, dm("x.svc.cluster.local", ref));
   expectStatus(bad, 422, "Invalid");
-  EXPECT_NE(bad.j["message"].get<std::string>().find(
-                "metadata.name: invalid name \"x.svc.cluster.local\": must not be a subdomain of cluster local domain "
-                "\"cluster.local\""),
+  EXPECT_NE(bad.j["message"].get<std::string>().find("metadata.name: invalid name \"x.svc.cluster.local\": "
+                                                     "must not be a subdomain of cluster local domain "
+                                                     "\"cluster.local\""),
             std::string::npos)
       << bad.body;
   bad = request("POST", base, dm("single", ref));
   expectStatus(bad, 422, "Invalid");
-  EXPECT_NE(bad.j["message"].get<std::string>().find("invalid name \"single\": name: Invalid value: \"single\": "
-                                                     "should be a domain with at least two segments separated by dots"),
+  EXPECT_NE(bad.j["message"].get<std::string>().find(
+                "invalid name \"single\": name: Invalid value: \"single\": "
+                "should be a domain with at least two segments separated by dots"),
             std::string::npos)
       << bad.body;
   bad = request("POST", base, dm("b.example.com", {{"name", "hello"}, {"namespace", "other"}}));
@@ -379,9 +389,10 @@ TEST_F(ApiServerTest, DomainMappingAndClusterDomainClaimAreServed) {
 
   // The cluster-scoped claim: no namespace in the path or the object.
   const std::string claims = "/apis/networking.internal.knative.dev/v1alpha1/clusterdomainclaims";
-  Resp claim = request("POST", claims,
-                       R"({"apiVersion":"networking.internal.knative.dev/v1alpha1","kind":"ClusterDomainClaim",)"
-                       R"("metadata":{"name":"c.example.com","namespace":"x"},"spec":{"namespace":"default"}})");
+  Resp claim =
+      request("POST", claims,
+              R"({"apiVersion":"networking.internal.knative.dev/v1alpha1","kind":"ClusterDomainClaim",)"
+              R"("metadata":{"name":"c.example.com","namespace":"x"},"spec":{"namespace":"default"}})");
   ASSERT_EQ(claim.code, 201) << claim.body;
   EXPECT_FALSE(claim.j["metadata"].contains("namespace"));
   EXPECT_FALSE(claim.j["metadata"].contains("annotations"));
@@ -390,7 +401,8 @@ TEST_F(ApiServerTest, DomainMappingAndClusterDomainClaimAreServed) {
                 R"({"apiVersion":"networking.internal.knative.dev/v1alpha1","kind":"ClusterDomainClaim",)"
                 R"("metadata":{"name":"d.example.com"},"spec":{}})");
   expectStatus(bad, 422, "Invalid");
-  EXPECT_NE(bad.j["message"].get<std::string>().find("spec.namespace: missing field(s)"), std::string::npos) << bad.body;
+  EXPECT_NE(bad.j["message"].get<std::string>().find("spec.namespace: missing field(s)"), std::string::npos)
+      << bad.body;
   EXPECT_EQ(request("DELETE", claims + "/c.example.com").code, 200);
   EXPECT_EQ(request("GET", claims + "/c.example.com").code, 404);
 }
@@ -425,7 +437,8 @@ TEST_F(ApiServerTest, OpenApiV3AdvertisesFieldValidationWithoutStrategicMerge) {
   Resp gv = request("GET", url + "&timeout=32s");
   ASSERT_EQ(gv.code, 200);
   for (const char* plural : {"services", "configurations", "revisions", "routes"}) {
-    const json& op = gv.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/" + std::string(plural) + "/{name}"]["patch"];
+    const json& op = gv.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/" +
+                                   std::string(plural) + "/{name}"]["patch"];
     ASSERT_TRUE(op.is_object()) << plural;
     EXPECT_EQ(op["x-kubernetes-group-version-kind"]["group"], "serving.knative.dev");
     bool has_fv = false;
@@ -439,7 +452,8 @@ TEST_F(ApiServerTest, OpenApiV3AdvertisesFieldValidationWithoutStrategicMerge) {
 // ---------------------------------------------------------------- create / get / list
 
 TEST_F(ApiServerTest, CreateGetListAndErrors) {
-  Resp c = create(helloService(), "services", "?fieldManager=kubectl-client-side-apply&fieldValidation=Strict");
+  Resp c =
+      create(helloService(), "services", "?fieldManager=kubectl-client-side-apply&fieldValidation=Strict");
   ASSERT_EQ(c.code, 201) << c.body;
   EXPECT_EQ(c.j["kind"], "Service");
   EXPECT_EQ(c.j["apiVersion"], "serving.knative.dev/v1");
@@ -509,7 +523,8 @@ TEST_F(ApiServerTest, RevisionsCannotBeCreatedByUsers) {
               {"spec", {{"containers", json::array({{{"image", "x"}}})}}}};
   Resp r = create(rev, "revisions");
   expectStatus(r, 405, "MethodNotAllowed");
-  EXPECT_NE(r.j["message"].get<std::string>().find("created by their Configuration"), std::string::npos) << r.body;
+  EXPECT_NE(r.j["message"].get<std::string>().find("created by their Configuration"), std::string::npos)
+      << r.body;
   EXPECT_EQ(request("GET", path("revisions", "hello-00001")).code, 404);
 }
 
@@ -534,7 +549,8 @@ TEST_F(ApiServerTest, UnknownFieldsStrictWarnIgnore) {
   Resp strict = create(bad, "services", "?fieldValidation=Strict");
   expectStatus(strict, 400, "BadRequest");
   EXPECT_EQ(strict.j["message"],
-            "Service in version \"v1\" cannot be handled as a Service: strict decoding error: unknown field \"spec.foo\"");
+            "Service in version \"v1\" cannot be handled as a Service: strict decoding error: unknown field "
+            "\"spec.foo\"");
   Resp dflt = create(bad);
   expectStatus(dflt, 400, "BadRequest");
   EXPECT_EQ(request("GET", path("services", "bad")).code, 404);
@@ -566,7 +582,8 @@ TEST_F(ApiServerTest, InvalidObjectGives422WithCauses) {
   ASSERT_TRUE(r.j["details"]["causes"].is_array());
   ASSERT_FALSE(r.j["details"]["causes"].empty());
   bool found = false;
-  for (const json& c : r.j["details"]["causes"]) found |= c["field"] == "spec.template.spec.containers[0].image";
+  for (const json& c : r.j["details"]["causes"])
+    found |= c["field"] == "spec.template.spec.containers[0].image";
   EXPECT_TRUE(found) << r.body;
   EXPECT_EQ(request("GET", path("services", "noimage")).code, 404);
 }
@@ -580,11 +597,14 @@ TEST_F(ApiServerTest, MalformedBodiesLeaveStateUnchanged) {
   expectStatus(request("POST", path("services"), "[1,2,3]"), 400, "BadRequest");
   expectStatus(request("POST", path("services"), std::string(100000, '[')), 400, "BadRequest");
   expectStatus(request("PUT", path("services", "hello"), "not json"), 400, "BadRequest");
-  expectStatus(request("PATCH", path("services", "hello"), "{bad", "application/merge-patch+json"), 400, "BadRequest");
-  expectStatus(request("PATCH", path("services", "hello"), "[{\"op\":\"nope\"}]", "application/json-patch+json"), 400,
+  expectStatus(request("PATCH", path("services", "hello"), "{bad", "application/merge-patch+json"), 400,
                "BadRequest");
+  expectStatus(
+      request("PATCH", path("services", "hello"), "[{\"op\":\"nope\"}]", "application/json-patch+json"), 400,
+      "BadRequest");
   expectStatus(request("DELETE", path("services", "hello"), "{oops"), 400, "BadRequest");
-  expectStatus(request("PATCH", path("services", "hello"), "a: [b", "application/apply-patch+yaml"), 400, "BadRequest");
+  expectStatus(request("PATCH", path("services", "hello"), "a: [b", "application/apply-patch+yaml"), 400,
+               "BadRequest");
   EXPECT_EQ(store_->currentResourceVersion(), rv);
   EXPECT_EQ(request("GET", path("services", "hello")).code, 200);
 }
@@ -601,13 +621,15 @@ TEST_F(ApiServerTest, PutWithOptimisticLockingAndStatusRules) {
   ASSERT_EQ(u.code, 200) << u.body;
   EXPECT_EQ(u.j["metadata"]["generation"], 2);
   EXPECT_NE(rvOf(u.j), rvOf(c.j));
-  EXPECT_FALSE(u.j.contains("status") && u.j["status"].contains("url")) << "status via main resource is ignored";
+  EXPECT_FALSE(u.j.contains("status") && u.j["status"].contains("url"))
+      << "status via main resource is ignored";
 
   // Stale resourceVersion -> 409 Conflict.
   obj["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/knative/helloworld-go:v3";
   Resp stale = request("PUT", path("services", "hello"), obj.dump());
   expectStatus(stale, 409, "Conflict");
-  EXPECT_NE(stale.j["message"].get<std::string>().find("Operation cannot be fulfilled on services.serving.knative.dev \"hello\""),
+  EXPECT_NE(stale.j["message"].get<std::string>().find(
+                "Operation cannot be fulfilled on services.serving.knative.dev \"hello\""),
             std::string::npos);
 
   // Status subresource: only status changes, spec edits are ignored.
@@ -664,14 +686,16 @@ TEST_F(ApiServerTest, RevisionSpecIsImmutable) {
 TEST_F(ApiServerTest, MergePatchAndNoOpKeepsResourceVersion) {
   Resp c = create(helloService());
   ASSERT_EQ(c.code, 201);
-  Resp p = request("PATCH", path("services", "hello") + "?fieldManager=kubectl-patch",
-                   R"({"metadata":{"labels":{"tier":null,"new":"x"}},"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/min-scale":"1"}}}}})",
-                   "application/merge-patch+json");
+  Resp p = request(
+      "PATCH", path("services", "hello") + "?fieldManager=kubectl-patch",
+      R"({"metadata":{"labels":{"tier":null,"new":"x"}},"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/min-scale":"1"}}}}})",
+      "application/merge-patch+json");
   ASSERT_EQ(p.code, 200) << p.body;
   EXPECT_FALSE(p.j["metadata"]["labels"].contains("tier"));
   EXPECT_EQ(p.j["metadata"]["labels"]["new"], "x");
   EXPECT_EQ(p.j["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"], "1");
-  EXPECT_EQ(p.j["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/knative/helloworld-go:latest");
+  EXPECT_EQ(p.j["spec"]["template"]["spec"]["containers"][0]["image"],
+            "ghcr.io/knative/helloworld-go:latest");
   EXPECT_NE(rvOf(p.j), rvOf(c.j));
 
   int64_t rv = store_->currentResourceVersion();
@@ -684,15 +708,18 @@ TEST_F(ApiServerTest, MergePatchAndNoOpKeepsResourceVersion) {
   EXPECT_EQ(get.j, same.j) << "kubectl prints 'patched (no change)' only when PATCH returns the GET result";
 
   // A resourceVersion in the patch is a precondition.
-  Resp stale = request("PATCH", path("services", "hello"), R"({"metadata":{"resourceVersion":"1","labels":{"a":"b"}}})",
-                       "application/merge-patch+json");
+  Resp stale =
+      request("PATCH", path("services", "hello"),
+              R"({"metadata":{"resourceVersion":"1","labels":{"a":"b"}}})", "application/merge-patch+json");
   expectStatus(stale, 409, "Conflict");
 
-  expectStatus(request("PATCH", path("services", "nope"), "{}", "application/merge-patch+json"), 404, "NotFound");
+  expectStatus(request("PATCH", path("services", "nope"), "{}", "application/merge-patch+json"), 404,
+               "NotFound");
   json foo = {{"spec", {{"foo", 1}}}};
-  expectStatus(request("PATCH", path("services", "hello"), foo.dump(), "application/merge-patch+json"), 400, "BadRequest");
-  Resp dry = request("PATCH", path("services", "hello") + "?dryRun=All", R"({"metadata":{"labels":{"dry":"run"}}})",
-                     "application/merge-patch+json");
+  expectStatus(request("PATCH", path("services", "hello"), foo.dump(), "application/merge-patch+json"), 400,
+               "BadRequest");
+  Resp dry = request("PATCH", path("services", "hello") + "?dryRun=All",
+                     R"({"metadata":{"labels":{"dry":"run"}}})", "application/merge-patch+json");
   EXPECT_EQ(dry.code, 200);
   EXPECT_EQ(dry.j["metadata"]["labels"]["dry"], "run");
   EXPECT_EQ(store_->currentResourceVersion(), rv);
@@ -727,8 +754,8 @@ TEST_F(ApiServerTest, JsonPatchOperations) {
   expectStatus(request("PATCH", path("services", "hello"), R"([{"op":"remove","path":"/no/such"}])",
                        "application/json-patch+json"),
                422, "Invalid");
-  expectStatus(request("PATCH", path("services", "hello"), R"({"op":"add"})", "application/json-patch+json"), 400,
-               "BadRequest");
+  expectStatus(request("PATCH", path("services", "hello"), R"({"op":"add"})", "application/json-patch+json"),
+               400, "BadRequest");
   EXPECT_EQ(store_->currentResourceVersion(), rv);
 }
 
@@ -743,8 +770,9 @@ TEST_F(ApiServerTest, StrategicMergePatchIs415WithHint) {
 
 TEST_F(ApiServerTest, ServerSideApplyCreatesThenMerges) {
   json applied = helloService("ssa");
-  Resp c = request("PATCH", path("services", "ssa") + "?fieldManager=kubectl&fieldValidation=Strict&force=false",
-                   applied.dump(), "application/apply-patch+yaml");
+  Resp c =
+      request("PATCH", path("services", "ssa") + "?fieldManager=kubectl&fieldValidation=Strict&force=false",
+              applied.dump(), "application/apply-patch+yaml");
   ASSERT_EQ(c.code, 201) << c.body;
   EXPECT_EQ(c.j["metadata"]["name"], "ssa");
 
@@ -769,7 +797,8 @@ TEST_F(ApiServerTest, ServerSideApplyCreatesThenMerges) {
   EXPECT_EQ(u.j["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/knative/helloworld-go:v2");
   EXPECT_EQ(u.j["metadata"]["generation"], 2);
 
-  Resp same = request("PATCH", path("services", "ssa") + "?fieldManager=kubectl", yaml, "application/apply-patch+yaml");
+  Resp same = request("PATCH", path("services", "ssa") + "?fieldManager=kubectl", yaml,
+                      "application/apply-patch+yaml");
   EXPECT_EQ(same.code, 200);
   EXPECT_EQ(rvOf(same.j), rvOf(u.j));
 
@@ -780,7 +809,8 @@ TEST_F(ApiServerTest, ServerSideApplyCreatesThenMerges) {
 
 TEST_F(ApiServerTest, ServerSideApplyKeepsManagedFieldsPerManagerAndReportsConflicts) {
   auto apply = [&](const json& cfg, const std::string& manager, bool force = false) {
-    return request("PATCH", path("services", "owned") + "?fieldManager=" + manager + (force ? "&force=true" : ""),
+    return request("PATCH",
+                   path("services", "owned") + "?fieldManager=" + manager + (force ? "&force=true" : ""),
                    cfg.dump(), "application/apply-patch+yaml");
   };
   json a = helloService("owned");
@@ -796,12 +826,14 @@ TEST_F(ApiServerTest, ServerSideApplyKeepsManagedFieldsPerManagerAndReportsConfl
   EXPECT_TRUE(mf["fieldsV1"]["f:spec"]["f:template"]["f:spec"].contains("f:containers")) << mf.dump();
 
   // bob applies a different team label: conflict with alice, 409 with a cause per field.
-  json b = {{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"},
+  json b = {{"apiVersion", "serving.knative.dev/v1"},
+            {"kind", "Service"},
             {"metadata", {{"name", "owned"}, {"labels", {{"team", "b"}}}}}};
   Resp conflict = apply(b, "bob");
   expectStatus(conflict, 409, "Conflict");
-  EXPECT_EQ(conflict.j["message"], "Apply failed with 1 conflict: conflict with \"alice\" using "
-                                   "serving.knative.dev/v1: .metadata.labels.team");
+  EXPECT_EQ(conflict.j["message"],
+            "Apply failed with 1 conflict: conflict with \"alice\" using "
+            "serving.knative.dev/v1: .metadata.labels.team");
   EXPECT_EQ(conflict.j["details"]["causes"][0]["reason"], "FieldManagerConflict");
   EXPECT_EQ(conflict.j["details"]["causes"][0]["field"], ".metadata.labels.team");
   // The same value is no conflict: shared ownership.
@@ -845,9 +877,10 @@ TEST_F(ApiServerTest, ServerSideApplyKeepsManagedFieldsPerManagerAndReportsConfl
   b["metadata"]["labels"] = {{"team", "b"}, {"bob", "1"}};
   expectStatus(apply(b, "bob"), 409, "Conflict");
   // Clients cannot write managedFields themselves.
-  Resp spoof = request("PATCH", path("services", "owned"),
-                       R"({"metadata":{"managedFields":[{"manager":"evil","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{}}]}})",
-                       "application/merge-patch+json");
+  Resp spoof = request(
+      "PATCH", path("services", "owned"),
+      R"({"metadata":{"managedFields":[{"manager":"evil","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{}}]}})",
+      "application/merge-patch+json");
   ASSERT_EQ(spoof.code, 200) << spoof.body;
   for (const json& e : spoof.j["metadata"]["managedFields"]) EXPECT_NE(e["manager"], "evil");
   // An apply without fieldManager is refused.
@@ -904,12 +937,14 @@ TEST_F(ApiServerTest, LabelAndFieldSelectors) {
 
 TEST_F(ApiServerTest, TablesForListGetAndIncludeObject) {
   const std::string kTable =
-      "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+      "application/json;as=Table;v=v1;g=meta.k8s.io,application/"
+      "json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
   ASSERT_EQ(create(helloService()).code, 201);
-  Resp st = request("PATCH", path("services", "hello") + "/status",
-                    R"({"status":{"url":"http://hello.default.example.com","latestCreatedRevisionName":"hello-00001",
+  Resp st = request(
+      "PATCH", path("services", "hello") + "/status",
+      R"({"status":{"url":"http://hello.default.example.com","latestCreatedRevisionName":"hello-00001",
                         "latestReadyRevisionName":"hello-00001","conditions":[{"type":"Ready","status":"True"}]}})",
-                    "application/merge-patch+json");
+      "application/merge-patch+json");
   ASSERT_EQ(st.code, 200) << st.body;
   Resp t = request("GET", path("services") + "?limit=500", "", "", kTable);
   ASSERT_EQ(t.code, 200);
@@ -917,10 +952,11 @@ TEST_F(ApiServerTest, TablesForListGetAndIncludeObject) {
   EXPECT_EQ(t.j["apiVersion"], "meta.k8s.io/v1");
   std::vector<std::string> cols;
   for (const json& c : t.j["columnDefinitions"]) cols.push_back(c["name"]);
-  EXPECT_EQ(cols, (std::vector<std::string>{"Name", "URL", "LatestCreated", "LatestReady", "Ready", "Reason"}));
+  EXPECT_EQ(cols,
+            (std::vector<std::string>{"Name", "URL", "LatestCreated", "LatestReady", "Ready", "Reason"}));
   ASSERT_EQ(t.j["rows"].size(), 1u);
-  EXPECT_EQ(t.j["rows"][0]["cells"],
-            json::array({"hello", "http://hello.default.example.com", "hello-00001", "hello-00001", "True", ""}));
+  EXPECT_EQ(t.j["rows"][0]["cells"], json::array({"hello", "http://hello.default.example.com", "hello-00001",
+                                                  "hello-00001", "True", ""}));
   EXPECT_EQ(t.j["rows"][0]["object"]["kind"], "PartialObjectMetadata");
   EXPECT_EQ(t.j["rows"][0]["object"]["metadata"]["name"], "hello");
   EXPECT_FALSE(t.j["rows"][0]["object"].contains("spec"));
@@ -934,15 +970,17 @@ TEST_F(ApiServerTest, TablesForListGetAndIncludeObject) {
   EXPECT_EQ(one.j["rows"].size(), 1u);
 
   storeCreate("Revision", "hello-00001",
-              {{"metadata", {{"labels", {{"serving.knative.dev/configuration", "hello"},
-                                         {"serving.knative.dev/configurationGeneration", "1"}}}}},
+              {{"metadata",
+                {{"labels",
+                  {{"serving.knative.dev/configuration", "hello"},
+                   {"serving.knative.dev/configurationGeneration", "1"}}}}},
                {"spec", {{"containers", json::array({{{"image", "x"}}})}}},
                {"status", {{"actualReplicas", 1}, {"desiredReplicas", 2}}}});
   Resp rt = request("GET", path("revisions"), "", "", kTable);
   cols.clear();
   for (const json& c : rt.j["columnDefinitions"]) cols.push_back(c["name"]);
-  EXPECT_EQ(cols, (std::vector<std::string>{"Name", "Config Name", "Generation", "Ready", "Reason", "Actual Replicas",
-                                            "Desired Replicas"}));
+  EXPECT_EQ(cols, (std::vector<std::string>{"Name", "Config Name", "Generation", "Ready", "Reason",
+                                            "Actual Replicas", "Desired Replicas"}));
   EXPECT_EQ(rt.j["rows"][0]["cells"], json::array({"hello-00001", "hello", "1", "", "", 1, 2}));
 }
 
@@ -952,18 +990,26 @@ TEST_F(ApiServerTest, DeleteCascadesThroughOwnerReferences) {
   Resp svc = create(helloService());
   ASSERT_EQ(svc.code, 201);
   auto owner = [](const json& o, const std::string& kind) {
-    return json::array({{{"apiVersion", "serving.knative.dev/v1"}, {"kind", kind}, {"name", o["metadata"]["name"]},
-                         {"uid", o["metadata"]["uid"]}, {"controller", true}, {"blockOwnerDeletion", true}}});
+    return json::array({{{"apiVersion", "serving.knative.dev/v1"},
+                         {"kind", kind},
+                         {"name", o["metadata"]["name"]},
+                         {"uid", o["metadata"]["uid"]},
+                         {"controller", true},
+                         {"blockOwnerDeletion", true}}});
   };
-  store::Object cfg = storeCreate("Configuration", "hello", {{"metadata", {{"ownerReferences", owner(svc.j, "Service")}}},
-                                                             {"spec", {{"template", svc.j["spec"]["template"]}}}});
-  storeCreate("Route", "hello", {{"metadata", {{"ownerReferences", owner(svc.j, "Service")}}}, {"spec", json::object()}});
-  storeCreate("Revision", "hello-00001", {{"metadata", {{"ownerReferences", owner(cfg.body, "Configuration")}}},
-                                          {"spec", json::object()}});
+  store::Object cfg = storeCreate("Configuration", "hello",
+                                  {{"metadata", {{"ownerReferences", owner(svc.j, "Service")}}},
+                                   {"spec", {{"template", svc.j["spec"]["template"]}}}});
+  storeCreate("Route", "hello",
+              {{"metadata", {{"ownerReferences", owner(svc.j, "Service")}}}, {"spec", json::object()}});
+  storeCreate(
+      "Revision", "hello-00001",
+      {{"metadata", {{"ownerReferences", owner(cfg.body, "Configuration")}}}, {"spec", json::object()}});
   storeCreate("Revision", "unrelated-00001", {{"metadata", json::object()}, {"spec", json::object()}});
 
   // dryRun in the body (kubectl delete --dry-run=server) deletes nothing.
-  Resp dry = request("DELETE", path("services", "hello"), R"({"propagationPolicy":"Background","dryRun":["All"]})");
+  Resp dry =
+      request("DELETE", path("services", "hello"), R"({"propagationPolicy":"Background","dryRun":["All"]})");
   EXPECT_EQ(dry.code, 200) << dry.body;
   EXPECT_EQ(request("GET", path("services", "hello")).code, 200);
   EXPECT_EQ(request("GET", path("revisions", "hello-00001")).code, 200);
@@ -986,10 +1032,14 @@ TEST_F(ApiServerTest, DeleteCascadesThroughOwnerReferences) {
 TEST_F(ApiServerTest, DeleteOrphanKeepsDependentsAndPreconditionsConflict) {
   Resp svc = create(helloService());
   ASSERT_EQ(svc.code, 201);
-  json refs = json::array({{{"apiVersion", "serving.knative.dev/v1"}, {"kind", "Service"}, {"name", "hello"},
-                            {"uid", svc.j["metadata"]["uid"]}, {"controller", true}}});
+  json refs = json::array({{{"apiVersion", "serving.knative.dev/v1"},
+                            {"kind", "Service"},
+                            {"name", "hello"},
+                            {"uid", svc.j["metadata"]["uid"]},
+                            {"controller", true}}});
   storeCreate("Route", "hello", {{"metadata", {{"ownerReferences", refs}}}, {"spec", json::object()}});
-  expectStatus(request("DELETE", path("services", "hello"), R"({"preconditions":{"uid":"wrong"}})"), 409, "Conflict");
+  expectStatus(request("DELETE", path("services", "hello"), R"({"preconditions":{"uid":"wrong"}})"), 409,
+               "Conflict");
   Resp del = request("DELETE", path("services", "hello"), R"({"propagationPolicy":"Orphan"})");
   ASSERT_EQ(del.code, 200) << del.body;
   Resp route = request("GET", path("routes", "hello"));
@@ -1020,7 +1070,9 @@ TEST_F(ApiServerTest, WatchReplaysFromResourceVersionThenStreamsLive) {
   std::string rv_after_a = rvOf(a.j);
   ASSERT_EQ(create(helloService("b")).code, 201);
   ASSERT_EQ(request("PATCH", path("services", "a"), R"({"metadata":{"labels":{"x":"1"}}})",
-                    "application/merge-patch+json").code, 200);
+                    "application/merge-patch+json")
+                .code,
+            200);
   RawConn conn(server_->tcpPort());
   ASSERT_TRUE(conn.send(watchRequest(path("services") + "?watch=true&resourceVersion=" + rv_after_a)));
   auto evs = conn.readEvents(2);
@@ -1057,9 +1109,13 @@ TEST_F(ApiServerTest, WatchWithoutResourceVersionStartsWithCurrentStateAndFilter
   EXPECT_EQ(evs[0]["type"], "ADDED");
   EXPECT_EQ(evs[0]["object"]["metadata"]["name"], "x");
   ASSERT_EQ(request("PATCH", path("services", "y"), R"({"metadata":{"labels":{"other":"1"}}})",
-                    "application/merge-patch+json").code, 200);
+                    "application/merge-patch+json")
+                .code,
+            200);
   ASSERT_EQ(request("PATCH", path("services", "x"), R"({"metadata":{"labels":{"other":"1"}}})",
-                    "application/merge-patch+json").code, 200);
+                    "application/merge-patch+json")
+                .code,
+            200);
   evs = conn.readEvents(2);
   ASSERT_EQ(evs.size(), 2u) << conn.data();
   EXPECT_EQ(evs[1]["type"], "MODIFIED");
@@ -1067,7 +1123,8 @@ TEST_F(ApiServerTest, WatchWithoutResourceVersionStartsWithCurrentStateAndFilter
 
   // A watch restricted by field selector (kubectl wait) in another namespace sees nothing of default.
   RawConn other(server_->tcpPort());
-  ASSERT_TRUE(other.send(watchRequest("/apis/serving.knative.dev/v1/namespaces/other/services?watch=true&timeoutSeconds=1")));
+  ASSERT_TRUE(other.send(
+      watchRequest("/apis/serving.knative.dev/v1/namespaces/other/services?watch=true&timeoutSeconds=1")));
   std::string all = other.readAll();
   EXPECT_TRUE(other.closed()) << "timeoutSeconds ends the stream";
   EXPECT_TRUE(other.events().empty()) << all;
@@ -1091,7 +1148,9 @@ TEST_F(ApiServerTest, WatchAsTableSendsOneRowTables) {
   ASSERT_TRUE(conn.send(watchRequest(path("services") + "?resourceVersion=" + rv + "&watch=true",
                                      "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")));
   ASSERT_EQ(request("PATCH", path("services", "a"), R"({"metadata":{"labels":{"x":"1"}}})",
-                    "application/merge-patch+json").code, 200);
+                    "application/merge-patch+json")
+                .code,
+            200);
   auto evs = conn.readEvents(1);
   ASSERT_EQ(evs.size(), 1u) << conn.data();
   EXPECT_EQ(evs[0]["type"], "MODIFIED");
@@ -1141,7 +1200,8 @@ TEST_F(ApiServerTest, ConcurrentWritersAndWatchersSeeEveryEventInOrder) {
         std::string name = "w" + std::to_string(t) + "-" + std::to_string(i);
         if (create(helloService(name)).code != 201) ++failures;
         if (request("PATCH", path("services", name), R"({"metadata":{"labels":{"n":"1"}}})",
-                    "application/merge-patch+json").code != 200)
+                    "application/merge-patch+json")
+                .code != 200)
           ++failures;
       }
     });
@@ -1205,7 +1265,8 @@ TEST_F(ApiServerTest, SelectorWatchSendsDeletedWhenAnObjectStopsMatchingAndAdded
   EXPECT_EQ(evs[3]["type"], "DELETED");
   // A watch resumed from a resourceVersion at which x matched sees it leave.
   RawConn resumed(server_->tcpPort());
-  ASSERT_TRUE(resumed.send(watchRequest(path("services") + "?watch=true&labelSelector=pick%3Dyes&resourceVersion=" + rv_in)));
+  ASSERT_TRUE(resumed.send(
+      watchRequest(path("services") + "?watch=true&labelSelector=pick%3Dyes&resourceVersion=" + rv_in)));
   evs = resumed.readEvents(1);
   ASSERT_EQ(evs.size(), 1u) << resumed.data();
   EXPECT_EQ(evs[0]["type"], "DELETED");
@@ -1213,7 +1274,9 @@ TEST_F(ApiServerTest, SelectorWatchSendsDeletedWhenAnObjectStopsMatchingAndAdded
   ASSERT_EQ(create(helloService("quiet")).code, 201);
   std::string rv_quiet = std::to_string(store_->currentResourceVersion());
   RawConn quiet(server_->tcpPort());
-  ASSERT_TRUE(quiet.send(watchRequest(path("services") + "?watch=true&timeoutSeconds=1&labelSelector=pick%3Dyes&resourceVersion=" + rv_quiet)));
+  ASSERT_TRUE(quiet.send(
+      watchRequest(path("services") +
+                   "?watch=true&timeoutSeconds=1&labelSelector=pick%3Dyes&resourceVersion=" + rv_quiet)));
   // The response headers come once the watch has read its history: only then is the relabel a change the
   // watch sees happen (with several API threads it could otherwise land first, and the watch, not knowing
   // whether the client had the object, would say DELETED).
@@ -1254,7 +1317,7 @@ TEST_F(ApiServerTest, ListPagesWithLimitAndContinue) {
   Resp sel = request("GET", path("services") + "?limit=2&labelSelector=third%3Dyes");
   ASSERT_EQ(sel.j["items"].size(), 2u);
   Resp sel2 = request("GET", path("services") + "?limit=2&labelSelector=third%3Dyes&continue=" +
-                               sel.j["metadata"]["continue"].get<std::string>());
+                                 sel.j["metadata"]["continue"].get<std::string>());
   ASSERT_EQ(sel2.j["items"].size(), 1u) << sel2.body;
   EXPECT_EQ(sel2.j["items"][0]["metadata"]["name"], "p6");
   EXPECT_FALSE(sel2.j["metadata"].contains("continue"));
@@ -1304,8 +1367,10 @@ TEST_F(ApiServerTest, PatchWithoutResourceVersionNeverConflictsWithAStatusWriter
         std::string label = "l" + std::to_string(p);
         std::string body = R"({"metadata":{"labels":{")" + label + R"(":")" + std::to_string(i) + R"("}}})";
         Resp r = request("PATCH", path("services", "busy"), body, "application/merge-patch+json");
-        if (r.code == 409) ++conflicts;
-        else if (r.code != 200) ++others;
+        if (r.code == 409)
+          ++conflicts;
+        else if (r.code != 200)
+          ++others;
       }
     });
   }
@@ -1315,11 +1380,13 @@ TEST_F(ApiServerTest, PatchWithoutResourceVersionNeverConflictsWithAStatusWriter
   EXPECT_EQ(conflicts.load(), 0);
   EXPECT_EQ(others.load(), 0);
   Resp got = request("GET", path("services", "busy"));
-  for (int p = 0; p < kPatchers; ++p) EXPECT_EQ(got.j["metadata"]["labels"]["l" + std::to_string(p)], std::to_string(kPatches - 1));
+  for (int p = 0; p < kPatchers; ++p)
+    EXPECT_EQ(got.j["metadata"]["labels"]["l" + std::to_string(p)], std::to_string(kPatches - 1));
   // A patch that names a stale resourceVersion still gets its 409.
-  expectStatus(request("PATCH", path("services", "busy"), R"({"metadata":{"resourceVersion":"1","labels":{"z":"1"}}})",
-                       "application/merge-patch+json"),
-               409, "Conflict");
+  expectStatus(
+      request("PATCH", path("services", "busy"), R"({"metadata":{"resourceVersion":"1","labels":{"z":"1"}}})",
+              "application/merge-patch+json"),
+      409, "Conflict");
 }
 
 TEST_F(ApiServerTest, DiscoveryAdvertisesOnlyAcceptedVerbs) {
@@ -1331,8 +1398,10 @@ TEST_F(ApiServerTest, DiscoveryAdvertisesOnlyAcceptedVerbs) {
     if (name == "services" || name == "configurations" || name == "routes") EXPECT_TRUE(has_create) << name;
   }
   Resp doc = request("GET", "/openapi/v3/apis/serving.knative.dev/v1");
-  EXPECT_FALSE(doc.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/revisions"].contains("post"));
-  EXPECT_TRUE(doc.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/services"].contains("post"));
+  EXPECT_FALSE(
+      doc.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/revisions"].contains("post"));
+  EXPECT_TRUE(
+      doc.j["paths"]["/apis/serving.knative.dev/v1/namespaces/{namespace}/services"].contains("post"));
 }
 
 TEST_F(ApiServerTest, EventsServedAsCoreV1AndEventsV1WithInvolvedObjectFieldSelectors) {
@@ -1349,8 +1418,10 @@ TEST_F(ApiServerTest, EventsServedAsCoreV1AndEventsV1WithInvolvedObjectFieldSele
   recorder.flush();
 
   // What kubectl describe ksvc/hello sends.
-  std::string sel = "involvedObject.name%3Dhello%2CinvolvedObject.namespace%3Ddefault%2CinvolvedObject.kind%3DService"
-                    "%2CinvolvedObject.uid%3D" + hello.uid;
+  std::string sel =
+      "involvedObject.name%3Dhello%2CinvolvedObject.namespace%3Ddefault%2CinvolvedObject.kind%3DService"
+      "%2CinvolvedObject.uid%3D" +
+      hello.uid;
   Resp list = request("GET", "/api/v1/namespaces/default/events?fieldSelector=" + sel + "&limit=500");
   ASSERT_EQ(list.code, 200) << list.body;
   EXPECT_EQ(list.j["kind"], "EventList");
@@ -1363,9 +1434,11 @@ TEST_F(ApiServerTest, EventsServedAsCoreV1AndEventsV1WithInvolvedObjectFieldSele
   EXPECT_EQ(ev["count"], 1);
   // All namespaces, every event; type and reason selectors.
   EXPECT_EQ(request("GET", "/api/v1/events").j["items"].size(), 3u);
-  EXPECT_EQ(request("GET", "/api/v1/namespaces/default/events?fieldSelector=type%3DWarning").j["items"].size(), 1u);
+  EXPECT_EQ(
+      request("GET", "/api/v1/namespaces/default/events?fieldSelector=type%3DWarning").j["items"].size(), 1u);
   EXPECT_EQ(request("GET", "/api/v1/namespaces/other/events").j["items"].size(), 0u);
-  expectStatus(request("GET", "/api/v1/namespaces/default/events?fieldSelector=spec.x%3D1"), 400, "BadRequest");
+  expectStatus(request("GET", "/api/v1/namespaces/default/events?fieldSelector=spec.x%3D1"), 400,
+               "BadRequest");
   // One event by name.
   std::string name = ev["metadata"]["name"];
   Resp one = request("GET", "/api/v1/namespaces/default/events/" + name);
@@ -1375,7 +1448,8 @@ TEST_F(ApiServerTest, EventsServedAsCoreV1AndEventsV1WithInvolvedObjectFieldSele
   expectStatus(request("DELETE", "/api/v1/namespaces/default/events/" + name), 405, "MethodNotAllowed");
 
   // events.k8s.io/v1: the same Events, in that group's shape and field labels.
-  Resp v1 = request("GET", "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=regarding.name%3Dhello-00001");
+  Resp v1 = request(
+      "GET", "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=regarding.name%3Dhello-00001");
   ASSERT_EQ(v1.code, 200) << v1.body;
   ASSERT_EQ(v1.j["items"].size(), 1u);
   EXPECT_EQ(v1.j["items"][0]["apiVersion"], "events.k8s.io/v1");
@@ -1451,8 +1525,9 @@ TEST_F(ApiServerTest, MalformedHttpClosesConnectionAndServerKeepsServing) {
   }
   {
     RawConn conn(server_->tcpPort());
-    ASSERT_TRUE(conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\n"
-                          "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"));
+    ASSERT_TRUE(
+        conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\n"
+                  "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"));
     conn.readAll();
     EXPECT_TRUE(conn.closed());
   }
@@ -1466,8 +1541,9 @@ TEST_F(ApiServerTest, MalformedHttpClosesConnectionAndServerKeepsServing) {
   {
     // A truncated request followed by close.
     RawConn conn(server_->tcpPort());
-    ASSERT_TRUE(conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\n"
-                          "Content-Length: 1000\r\n\r\n{\"apiVersion\""));
+    ASSERT_TRUE(
+        conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\n"
+                  "Content-Length: 1000\r\n\r\n{\"apiVersion\""));
   }
   EXPECT_EQ(store_->currentResourceVersion(), base_rv_);
   EXPECT_EQ(request("GET", "/version").code, 200);
@@ -1479,7 +1555,8 @@ TEST_F(ApiServerTest, SlowClientIsDisconnectedAfterReadTimeout) {
   opts.read_timeout = std::chrono::seconds(1);
   startServer(opts);
   RawConn conn(server_->tcpPort());
-  ASSERT_TRUE(conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\nContent-Le"));
+  ASSERT_TRUE(
+      conn.send("POST /apis/serving.knative.dev/v1/namespaces/default/services HTTP/1.1\r\nContent-Le"));
   conn.readAll();  // returns when the server closes (the client's own timeout is 5 s)
   EXPECT_TRUE(conn.closed());
   EXPECT_EQ(request("GET", "/version").code, 200);
@@ -1508,30 +1585,37 @@ TEST_F(ApiServerTest, NamespacesHoldTheirObjects) {
   EXPECT_EQ(names, (std::set<std::string>{"default", "kube-public", "kube-system"}));
   // A missing namespace: 404 with Kubernetes' message, nothing stored.
   int64_t rv = store_->currentResourceVersion();
-  json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "app"}}}, {"data", {{"a", "1"}}}};
+  json cm = {
+      {"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "app"}}}, {"data", {{"a", "1"}}}};
   Resp missing = request("POST", "/api/v1/namespaces/team-a/configmaps", cm.dump());
   expectStatus(missing, 404, "NotFound");
   EXPECT_EQ(missing.j["message"], "namespaces \"team-a\" not found");
   json svc = helloService();
   svc["metadata"].erase("namespace");
-  expectStatus(request("POST", "/apis/serving.knative.dev/v1/namespaces/team-a/services", svc.dump()), 404, "NotFound");
+  expectStatus(request("POST", "/apis/serving.knative.dev/v1/namespaces/team-a/services", svc.dump()), 404,
+               "NotFound");
   EXPECT_EQ(store_->currentResourceVersion(), rv);
   // Create it and fill it.
-  Resp created = request("POST", "/api/v1/namespaces",
-                         json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}}.dump());
+  Resp created =
+      request("POST", "/api/v1/namespaces",
+              json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}}.dump());
   ASSERT_EQ(created.code, 201) << created.body;
   EXPECT_EQ(created.j["apiVersion"], "v1");
   ASSERT_EQ(request("POST", "/api/v1/namespaces/team-a/configmaps", cm.dump()).code, 201);
-  json secret = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "db"}}}, {"stringData", {{"pw", "x"}}}};
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "db"}}},
+                 {"stringData", {{"pw", "x"}}}};
   ASSERT_EQ(request("POST", "/api/v1/namespaces/team-a/secrets", secret.dump()).code, 201);
   ASSERT_EQ(request("POST", "/apis/serving.knative.dev/v1/namespaces/team-a/services", svc.dump()).code, 201);
   ASSERT_TRUE(store_->create({"Event", "team-a", "hello.1"}, {{"reason", "Test"}}).isOk());
   ASSERT_TRUE(store_->create({"Route", "team-a", "r"}, {{"spec", json::object()}}).isOk());
   // The system namespaces cannot be deleted; a bad name is 422.
   expectStatus(request("DELETE", "/api/v1/namespaces/default"), 403, "Forbidden");
-  expectStatus(request("POST", "/api/v1/namespaces",
-                       json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "Team_A"}}}}.dump()),
-               422, "Invalid");
+  expectStatus(
+      request("POST", "/api/v1/namespaces",
+              json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "Team_A"}}}}.dump()),
+      422, "Invalid");
   expectStatus(request("DELETE", "/api/v1/namespaces"), 405, "MethodNotAllowed");
   // Deleting the namespace deletes everything in it, then the namespace.
   Resp del = request("DELETE", "/api/v1/namespaces/team-a");
@@ -1549,7 +1633,9 @@ TEST_F(ApiServerTest, NamespacesHoldTheirObjects) {
 // strategic merge patch as merge patch, and watch.
 TEST_F(ApiServerTest, SecretsAndConfigMapsRest) {
   const std::string base = "/api/v1/namespaces/default";
-  json secret = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "db"}}},
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "db"}}},
                  {"stringData", {{"password", "s3cr3t"}}}};
   Resp created = request("POST", base + "/secrets", secret.dump());
   ASSERT_EQ(created.code, 201) << created.body;
@@ -1565,15 +1651,18 @@ TEST_F(ApiServerTest, SecretsAndConfigMapsRest) {
   json wrong = secret;
   wrong["apiVersion"] = "serving.knative.dev/v1";
   expectStatus(request("POST", base + "/secrets", wrong.dump()), 400, "BadRequest");
-  json tls = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "web"}}}, {"type", "kubernetes.io/tls"},
+  json tls = {{"apiVersion", "v1"},
+              {"kind", "Secret"},
+              {"metadata", {{"name", "web"}}},
+              {"type", "kubernetes.io/tls"},
               {"stringData", {{"tls.crt", "c"}}}};
   Resp bad_tls = request("POST", base + "/secrets", tls.dump());
   expectStatus(bad_tls, 422, "Invalid");
   EXPECT_EQ(bad_tls.j["message"], "Secret \"web\" is invalid: data[tls.key]: Required value") << bad_tls.body;
   // Strategic merge patch (kubectl's default for core kinds) = merge patch.
-  Resp patched = request("PATCH", base + "/secrets/db",
-                         R"({"stringData":{"user":"admin"},"$setElementOrder/x":[]})",
-                         "application/strategic-merge-patch+json");
+  Resp patched =
+      request("PATCH", base + "/secrets/db", R"({"stringData":{"user":"admin"},"$setElementOrder/x":[]})",
+              "application/strategic-merge-patch+json");
   ASSERT_EQ(patched.code, 200) << patched.body;
   EXPECT_EQ(patched.j["data"].size(), 2u);
   // Type is immutable.
@@ -1585,8 +1674,11 @@ TEST_F(ApiServerTest, SecretsAndConfigMapsRest) {
   ASSERT_EQ(cms.code, 200);
   EXPECT_EQ(cms.j["kind"], "ConfigMapList");
   EXPECT_EQ(cms.j["apiVersion"], "v1");
-  json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "app"}}},
-             {"data", {{"a", "1"}}}, {"binaryData", {{"b", "AAE="}}}};
+  json cm = {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", {{"name", "app"}}},
+             {"data", {{"a", "1"}}},
+             {"binaryData", {{"b", "AAE="}}}};
   ASSERT_EQ(request("POST", base + "/configmaps", cm.dump()).code, 201);
   Resp watch = request("GET", base + "/configmaps?watch=true&timeoutSeconds=1&resourceVersion=" +
                                   cms.j["metadata"]["resourceVersion"].get<std::string>());
@@ -1622,7 +1714,9 @@ TEST_F(ApiServerTest, SecretsAndConfigMapsRest) {
 
 TEST_F(ApiServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   RawConn conn(server_->tcpPort());
-  ASSERT_TRUE(conn.send("GET /version HTTP/1.1\r\nHost: localhost\r\n\r\nGET /apis HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"));
+  ASSERT_TRUE(
+      conn.send("GET /version HTTP/1.1\r\nHost: localhost\r\n\r\nGET /apis HTTP/1.1\r\nHost: "
+                "localhost\r\nConnection: close\r\n\r\n"));
   std::string got = conn.readAll();
   EXPECT_NE(got.find("\"minor\":\"30\""), std::string::npos);
   EXPECT_NE(got.find("APIGroupList"), std::string::npos);
@@ -1667,7 +1761,8 @@ TEST_F(ApiServerTest, EffectiveAutoscalingView) {
   EXPECT_EQ(byKey["min-scale"]["source"], "annotation");
   ASSERT_TRUE(byKey.count("window"));
   EXPECT_NE(byKey["window"]["source"], "annotation");
-  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/nope/autoscaling"), 404, "NotFound");
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/nope/autoscaling"), 404,
+               "NotFound");
 }
 
 TEST(MetricsOfNamespace, KeepsOnlyTheNamespacesRevisionsAndTheirFamilyHeaders) {
@@ -1700,7 +1795,8 @@ TEST_F(ApiServerTest, ApiResponsesAreNeverCachedNorSniffed) {
   for (const std::string& target :
        {std::string("/version"), std::string("/apis/serving.knative.dev/v1/namespaces/default/services"),
         std::string("/apis/serving.knative.dev/v1/namespaces/default/services/missing"), std::string("/nope"),
-        std::string("/apis/serving.knative.dev/v1/namespaces/default/services?watch=true&timeoutSeconds=1")}) {
+        std::string(
+            "/apis/serving.knative.dev/v1/namespaces/default/services?watch=true&timeoutSeconds=1")}) {
     std::string h = head(raw(target));
     ASSERT_EQ(h.rfind("HTTP/1.1 ", 0), 0u) << target << "\n" << h;
     EXPECT_NE(h.find("Cache-Control: no-store\r\n"), std::string::npos) << target << "\n" << h;
@@ -1753,14 +1849,18 @@ TEST_F(ApiServerTest, RevisionLogViewServesTheTailOfEachPodsStreams) {
   fs::path dir = fs::path(::testing::TempDir()) / ("knap-api-logs-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "pods/pod-a");
-  std::ofstream(dir / "pods/pod-a/meta.json") << R"({"pod":"pod-a","namespace":"default","revision":"hello-00001","service":"hello"})";
+  std::ofstream(dir / "pods/pod-a/meta.json")
+      << R"({"pod":"pod-a","namespace":"default","revision":"hello-00001","service":"hello"})";
   std::ofstream(dir / "pods/pod-a/stdout.log") << "one\ntwo\nthree\n";
-  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log"), 404, "NotFound");
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log"), 404,
+               "NotFound");
   ApiServerOptions opts;
   opts.policy.pod_data_dir = dir.string();
   startServer(opts);
-  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log"), 404, "NotFound");
-  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log"), 404,
+               "NotFound");
+  storeCreate("Revision", "hello-00001",
+              {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
   Resp r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log");
   ASSERT_EQ(r.code, 200) << r.body;
   ASSERT_EQ(r.j["pods"].size(), 1u) << r.body;
@@ -1771,8 +1871,8 @@ TEST_F(ApiServerTest, RevisionLogViewServesTheTailOfEachPodsStreams) {
   r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=7");
   EXPECT_EQ(r.j["pods"][0]["streams"][0]["text"], "three\n");
   EXPECT_EQ(r.j["pods"][0]["streams"][0]["truncated"], true);
-  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=x"), 400,
-               "BadRequest");
+  expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=x"),
+               400, "BadRequest");
   EXPECT_EQ(request("DELETE", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log").code, 405);
   fs::remove_all(dir);
 }
@@ -1790,7 +1890,8 @@ TEST_F(ApiServerTest, RevisionRestartStartsARollingRestartOrSaysThereIsNothingTo
   startServer(opts);
   expectStatus(request("POST", url), 404, "NotFound");  // no such Revision
   EXPECT_TRUE(calls.empty());
-  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  storeCreate("Revision", "hello-00001",
+              {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
   Resp r = request("POST", url);
   ASSERT_EQ(r.code, 202) << r.body;
   EXPECT_EQ(r.j["kind"], "RevisionRestart");
@@ -1820,16 +1921,19 @@ TEST_F(ApiServerTest, RevisionLogViewIsBoundedAcrossPods) {
   for (size_t i = 0; i < pods; ++i) {
     fs::path pd = dir / "pods" / ("pod-" + std::to_string(100 + i));
     fs::create_directories(pd);
-    std::ofstream(pd / "meta.json") << R"({"pod":"pod-)" << 100 + i
-                                    << R"(","namespace":"default","revision":"hello-00001","service":"hello"})";
+    std::ofstream(pd / "meta.json")
+        << R"({"pod":"pod-)" << 100 + i
+        << R"(","namespace":"default","revision":"hello-00001","service":"hello"})";
     std::ofstream(pd / "stdout.log") << text;
     std::ofstream(pd / "stderr.log") << text;
   }
   ApiServerOptions opts;
   opts.policy.pod_data_dir = dir.string();
   startServer(opts);
-  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
-  Resp r = request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=1048576");
+  storeCreate("Revision", "hello-00001",
+              {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  Resp r =
+      request("GET", "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/log?limitBytes=1048576");
   ASSERT_EQ(r.code, 200) << r.body.substr(0, 300);
   ASSERT_EQ(r.j["pods"].size(), kLogViewMaxPods);
   EXPECT_EQ(r.j["podsOmitted"], 5);
@@ -1887,7 +1991,10 @@ class AccessTest : public ApiServerTest {
                    {"kind", "SelfSubjectAccessReview"},
                    {"spec",
                     {{"resourceAttributes",
-                      {{"namespace", ns}, {"verb", verb}, {"group", "serving.knative.dev"}, {"resource", "services"}}}}}};
+                      {{"namespace", ns},
+                       {"verb", verb},
+                       {"group", "serving.knative.dev"},
+                       {"resource", "services"}}}}}};
     return request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review.dump());
   }
 };
@@ -1896,7 +2003,8 @@ TEST_F(AccessTest, NoCredentialsIs401ExceptHealthAndVersion) {
   Resp r = request("GET", path("services"));
   expectStatus(r, 401, "Unauthorized");
   EXPECT_EQ(r.j["message"], "Unauthorized");
-  for (const char* open : {"/healthz", "/readyz", "/livez", "/version"}) EXPECT_EQ(request("GET", open).code, 200) << open;
+  for (const char* open : {"/healthz", "/readyz", "/livez", "/version"})
+    EXPECT_EQ(request("GET", open).code, 200) << open;
   expectStatus(request("GET", "/apis"), 401, "Unauthorized");
   expectStatus(request("POST", path("services"), helloService().dump()), 401, "Unauthorized");
   bearer_ = "wrong";
@@ -1931,18 +2039,21 @@ TEST_F(AccessTest, ViewerReadsButCannotWriteAndEditorWrites) {
   EXPECT_EQ(request("GET", "/apis/serving.knative.dev/v1").code, 200);  // discovery
   Resp denied = create(helloService());
   expectStatus(denied, 403, "Forbidden");
-  EXPECT_EQ(denied.j["message"],
-            "services.serving.knative.dev is forbidden: User \"viewer\" cannot create resource \"services\" in API "
-            "group \"serving.knative.dev\" in the namespace \"default\"");
+  EXPECT_EQ(
+      denied.j["message"],
+      "services.serving.knative.dev is forbidden: User \"viewer\" cannot create resource \"services\" in API "
+      "group \"serving.knative.dev\" in the namespace \"default\"");
   expectStatus(request("GET", "/apis/serving.knative.dev/v1/namespaces/other/services"), 403, "Forbidden");
   expectStatus(request("GET", "/apis/serving.knative.dev/v1/services"), 403, "Forbidden");  // -A
   RawConn watch(server_->tcpPort());
-  watch.send("GET " + path("services") + "?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+  watch.send("GET " + path("services") +
+             "?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
              "Authorization: Bearer view-tok\r\n\r\n");
   EXPECT_EQ(watch.readSome().rfind("HTTP/1.1 200", 0), 0u) << watch.data();
   RawConn other(server_->tcpPort());
-  other.send("GET /apis/serving.knative.dev/v1/namespaces/other/services?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-             "Authorization: Bearer view-tok\r\nConnection: close\r\n\r\n");
+  other.send(
+      "GET /apis/serving.knative.dev/v1/namespaces/other/services?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Authorization: Bearer view-tok\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(other.readAll().rfind("HTTP/1.1 403", 0), 0u) << other.data();
 
   bearer_ = "edit-tok";
@@ -1950,7 +2061,8 @@ TEST_F(AccessTest, ViewerReadsButCannotWriteAndEditorWrites) {
   ASSERT_EQ(made.code, 201) << made.body;
   EXPECT_EQ(made.j["metadata"]["annotations"]["serving.knative.dev/creator"], "dev");
   json st = {{"status", {{"observedGeneration", 1}}}};
-  Resp status = request("PATCH", path("services", "hello") + "/status", st.dump(), "application/merge-patch+json");
+  Resp status =
+      request("PATCH", path("services", "hello") + "/status", st.dump(), "application/merge-patch+json");
   expectStatus(status, 403, "Forbidden");
   EXPECT_NE(status.j["message"].get<std::string>().find("resource \"services/status\""), std::string::npos);
 }
@@ -1965,8 +2077,9 @@ TEST_F(AccessTest, ConsoleFilesAreOpenAndMetricsNeedARoleInTheNamespace) {
   access->bindings = {{"view", false, "viewer", "default"}};
   opts.policy.access = access;
   opts.policy.metrics_text = [] {
-    return std::string("knap_router_requests_total{revision=\"default/a-00001\",code=\"200\"} 3\n"
-                       "knap_router_requests_total{revision=\"other/b-00001\",code=\"200\"} 4\n");
+    return std::string(
+        "knap_router_requests_total{revision=\"default/a-00001\",code=\"200\"} 3\n"
+        "knap_router_requests_total{revision=\"other/b-00001\",code=\"200\"} 4\n");
   };
   startServer(opts);
   expectStatus(request("GET", "/apis/knap.dev/v1/namespaces/default/metrics"), 401, "Unauthorized");
@@ -1993,7 +2106,8 @@ TEST_F(AccessTest, RevisionRestartNeedsTheEditRole) {
     return PodRestart{{"p-1"}, 0};
   };
   startServer(opts);
-  storeCreate("Revision", "hello-00001", {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
+  storeCreate("Revision", "hello-00001",
+              {{"metadata", json::object()}, {"spec", {{"containers", json::array({{{"image", "x"}}})}}}});
   const std::string url = "/apis/knap.dev/v1/namespaces/default/revisions/hello-00001/restart";
   expectStatus(request("POST", url), 401, "Unauthorized");
   bearer_ = "view-tok";
@@ -2005,7 +2119,8 @@ TEST_F(AccessTest, RevisionRestartNeedsTheEditRole) {
   EXPECT_EQ(restarts, 0);
   bearer_ = "edit-tok";
   EXPECT_EQ(request("POST", url).code, 202);
-  expectStatus(request("POST", "/apis/knap.dev/v1/namespaces/other/revisions/hello-00001/restart"), 403, "Forbidden");
+  expectStatus(request("POST", "/apis/knap.dev/v1/namespaces/other/revisions/hello-00001/restart"), 403,
+               "Forbidden");
   EXPECT_EQ(restarts, 1);
 }
 
@@ -2054,8 +2169,10 @@ TEST_F(AccessTest, UnixSocketIsTheLocalAdmin) {
   std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   std::string body = helloService().dump();
-  std::string req = "POST " + path("services") + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
-                    "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::string req = "POST " + path("services") +
+                    " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                    "Content-Type: application/json\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
   std::string got;
   char buf[4096];
@@ -2145,10 +2262,12 @@ TEST_F(ApiServerTest, WatchesHoldNoWorkerThread) {
   std::vector<std::unique_ptr<RawConn>> watches;
   for (int i = 0; i < 16; ++i) {
     watches.push_back(std::make_unique<RawConn>(server_->tcpPort()));
-    ASSERT_TRUE(watches.back()->send("GET " + path("services") + "?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    ASSERT_TRUE(
+        watches.back()->send("GET " + path("services") + "?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
     EXPECT_EQ(watches.back()->readSome().rfind("HTTP/1.1 200", 0), 0u);
   }
-  // One thread, sixteen open watches: ordinary requests and writes are still served, and every watch sees the write.
+  // One thread, sixteen open watches: ordinary requests and writes are still served, and every watch sees the
+  // write.
   EXPECT_EQ(request("GET", "/readyz").code, 200);
   ASSERT_EQ(create(helloService()).code, 201);
   for (auto& w : watches) {

@@ -35,7 +35,8 @@ bool etagMatches(std::string_view header, std::string_view etag) {
   size_t pos = 0;
   while (pos < header.size()) {
     size_t comma = header.find(',', pos);
-    std::string_view item = header.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    std::string_view item =
+        header.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
     if (item.substr(0, 2) == "W/") item.remove_prefix(2);
@@ -79,7 +80,8 @@ std::optional<HttpResponse> consoleResponse(const HttpRequest& req) {
   std::string_view rest = path.substr(4);
   if (rest.empty() || rest == "index.html") return serve(req, *console::findAsset("index.html"), false);
   std::string_view bundle = console::bundleId();
-  if (rest.size() > bundle.size() + 1 && rest.substr(0, bundle.size()) == bundle && rest[bundle.size()] == '/') {
+  if (rest.size() > bundle.size() + 1 && rest.substr(0, bundle.size()) == bundle &&
+      rest[bundle.size()] == '/') {
     std::string_view name = rest.substr(bundle.size() + 1);
     const console::Asset* asset = name == "index.html" ? nullptr : console::findAsset(name);
     if (asset) return serve(req, *asset, true);

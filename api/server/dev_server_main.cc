@@ -22,10 +22,14 @@ int main(int argc, char** argv) {
   std::string socket;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--port") port = argv[i + 1];
-    else if (flag == "--db") db = argv[i + 1];
-    else if (flag == "--kubeconfig") kubeconfig = argv[i + 1];
-    else if (flag == "--socket") socket = argv[i + 1];
+    if (flag == "--port")
+      port = argv[i + 1];
+    else if (flag == "--db")
+      db = argv[i + 1];
+    else if (flag == "--kubeconfig")
+      kubeconfig = argv[i + 1];
+    else if (flag == "--socket")
+      socket = argv[i + 1];
     else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;

@@ -31,7 +31,9 @@ json groupVersionEntry() {
   return {{"groupVersion", std::string(kApiVersion)}, {"version", std::string(kVersion)}};
 }
 
-json gvk(const ResourceInfo& r) { return {{"group", r.group}, {"version", r.version}, {"kind", r.kind}}; }
+json gvk(const ResourceInfo& r) {
+  return {{"group", r.group}, {"version", r.version}, {"kind", r.kind}};
+}
 
 // The OpenAPI schema name prefix of a kind's group.
 std::string schemaPrefix(const ResourceInfo& r) {
@@ -53,8 +55,7 @@ json pathParam(const std::string& name) {
 
 json okResponse(const ResourceInfo& r, const std::string& suffix = "") {
   json schemaRef = {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind + suffix}};
-  return {{"200",
-           {{"description", "OK"}, {"content", {{"application/json", {{"schema", schemaRef}}}}}}}};
+  return {{"200", {{"description", "OK"}, {"content", {{"application/json", {{"schema", schemaRef}}}}}}}};
 }
 
 // The kind's structural schema from the one schema model (api/schema.cc), as
@@ -83,25 +84,27 @@ json resourceSchema(const ResourceInfo& r) {
 json itemOperations(const ResourceInfo& r, bool status) {
   std::string suffix = status ? "Status" : "";
   std::string base = (r.namespaced ? "Namespaced" : "") + r.kind + suffix;
-  json params = r.namespaced ? json::array({pathParam("name"), pathParam("namespace")}) : json::array({pathParam("name")});
+  json params = r.namespaced ? json::array({pathParam("name"), pathParam("namespace")})
+                             : json::array({pathParam("name")});
   json ops;
   ops["parameters"] = params;
   ops["get"] = {{"operationId", "read" + base},
                 {"responses", okResponse(r)},
                 {"x-kubernetes-action", "get"},
                 {"x-kubernetes-group-version-kind", gvk(r)}};
-  ops["put"] = {{"operationId", "replace" + base},
-                {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
-                                            queryParam("fieldManager", "Name of the actor."),
-                                            queryParam("fieldValidation",
-                                                       "Ignore, Warn or Strict handling of unknown fields.")})},
-                {"requestBody",
-                 {{"content",
-                   {{"application/json",
-                     {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
-                {"responses", okResponse(r)},
-                {"x-kubernetes-action", "put"},
-                {"x-kubernetes-group-version-kind", gvk(r)}};
+  ops["put"] = {
+      {"operationId", "replace" + base},
+      {"parameters",
+       json::array({queryParam("dryRun", "When present, do not persist."),
+                    queryParam("fieldManager", "Name of the actor."),
+                    queryParam("fieldValidation", "Ignore, Warn or Strict handling of unknown fields.")})},
+      {"requestBody",
+       {{"content",
+         {{"application/json",
+           {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
+      {"responses", okResponse(r)},
+      {"x-kubernetes-action", "put"},
+      {"x-kubernetes-group-version-kind", gvk(r)}};
   json patchSchema = {{"schema", {{"type", "object"}}}};
   // No application/strategic-merge-patch+json here: kubectl would then try to
   // compute strategic patches from the schema (KUBECTL-WIRE §5).
@@ -121,12 +124,13 @@ json itemOperations(const ResourceInfo& r, bool status) {
       {"x-kubernetes-action", "patch"},
       {"x-kubernetes-group-version-kind", gvk(r)}};
   if (!status) {
-    ops["delete"] = {{"operationId", "delete" + base},
-                     {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
-                                                 queryParam("propagationPolicy", "Orphan, Background or Foreground.")})},
-                     {"responses", {{"200", {{"description", "OK"}}}}},
-                     {"x-kubernetes-action", "delete"},
-                     {"x-kubernetes-group-version-kind", gvk(r)}};
+    ops["delete"] = {
+        {"operationId", "delete" + base},
+        {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
+                                    queryParam("propagationPolicy", "Orphan, Background or Foreground.")})},
+        {"responses", {{"200", {{"description", "OK"}}}}},
+        {"x-kubernetes-action", "delete"},
+        {"x-kubernetes-group-version-kind", gvk(r)}};
   }
   return ops;
 }
@@ -143,18 +147,19 @@ json collectionOperations(const ResourceInfo& r) {
                 {"x-kubernetes-action", "list"},
                 {"x-kubernetes-group-version-kind", gvk(r)}};
   if (!r.user_creatable) return ops;
-  ops["post"] = {{"operationId", "create" + r.kind},
-                 {"parameters", json::array({queryParam("dryRun", "When present, do not persist."),
-                                             queryParam("fieldManager", "Name of the actor."),
-                                             queryParam("fieldValidation",
-                                                        "Ignore, Warn or Strict handling of unknown fields.")})},
-                 {"requestBody",
-                  {{"content",
-                    {{"application/json",
-                      {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
-                 {"responses", okResponse(r)},
-                 {"x-kubernetes-action", "post"},
-                 {"x-kubernetes-group-version-kind", gvk(r)}};
+  ops["post"] = {
+      {"operationId", "create" + r.kind},
+      {"parameters",
+       json::array({queryParam("dryRun", "When present, do not persist."),
+                    queryParam("fieldManager", "Name of the actor."),
+                    queryParam("fieldValidation", "Ignore, Warn or Strict handling of unknown fields.")})},
+      {"requestBody",
+       {{"content",
+         {{"application/json",
+           {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
+      {"responses", okResponse(r)},
+      {"x-kubernetes-action", "post"},
+      {"x-kubernetes-group-version-kind", gvk(r)}};
   return ops;
 }
 
@@ -178,9 +183,10 @@ const json& apiGroupDocument() {
       {"kind", "APIGroup"},
       {"apiVersion", "v1"},
       {"name", std::string(kGroup)},
-      {"versions", json::array({groupVersionEntry(),
-                                {{"groupVersion", std::string(kGroup) + "/" + std::string(kDomainMappingVersion)},
-                                 {"version", std::string(kDomainMappingVersion)}}})},
+      {"versions",
+       json::array({groupVersionEntry(),
+                    {{"groupVersion", std::string(kGroup) + "/" + std::string(kDomainMappingVersion)},
+                     {"version", std::string(kDomainMappingVersion)}}})},
       {"preferredVersion", groupVersionEntry()}};
   return doc;
 }
@@ -242,13 +248,19 @@ const json& eventsGroupDocument() {
 const json* reviewGroupDocument(const std::string& group) {
   static const json authn = [] {
     json v = {{"groupVersion", "authentication.k8s.io/v1"}, {"version", "v1"}};
-    return json{{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", "authentication.k8s.io"},
-                {"versions", json::array({v})}, {"preferredVersion", v}};
+    return json{{"kind", "APIGroup"},
+                {"apiVersion", "v1"},
+                {"name", "authentication.k8s.io"},
+                {"versions", json::array({v})},
+                {"preferredVersion", v}};
   }();
   static const json authz = [] {
     json v = {{"groupVersion", "authorization.k8s.io/v1"}, {"version", "v1"}};
-    return json{{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", "authorization.k8s.io"},
-                {"versions", json::array({v})}, {"preferredVersion", v}};
+    return json{{"kind", "APIGroup"},
+                {"apiVersion", "v1"},
+                {"name", "authorization.k8s.io"},
+                {"versions", json::array({v})},
+                {"preferredVersion", v}};
   }();
   if (group == "authentication.k8s.io") return &authn;
   if (group == "authorization.k8s.io") return &authz;
@@ -257,13 +269,19 @@ const json* reviewGroupDocument(const std::string& group) {
 
 const json* reviewResourceListDocument(const std::string& group) {
   auto list = [](const std::string& gv, const std::string& plural, const std::string& kind) {
-    json r = {{"name", plural}, {"singularName", ""}, {"namespaced", false}, {"kind", kind},
+    json r = {{"name", plural},
+              {"singularName", ""},
+              {"namespaced", false},
+              {"kind", kind},
               {"verbs", json::array({"create"})}};
-    return json{{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", gv},
+    return json{{"kind", "APIResourceList"},
+                {"apiVersion", "v1"},
+                {"groupVersion", gv},
                 {"resources", json::array({r})}};
   };
   static const json authn = list("authentication.k8s.io/v1", "selfsubjectreviews", "SelfSubjectReview");
-  static const json authz = list("authorization.k8s.io/v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview");
+  static const json authz =
+      list("authorization.k8s.io/v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview");
   if (group == "authentication.k8s.io") return &authn;
   if (group == "authorization.k8s.io") return &authz;
   return nullptr;
@@ -300,7 +318,8 @@ json openApiDocument(const std::vector<ResourceInfo>& kinds, const std::string& 
   json paths = json::object();
   json schemas = json::object();
   for (const ResourceInfo& r : kinds) {
-    std::string base = r.namespaced ? prefix + "/namespaces/{namespace}/" + r.plural : prefix + "/" + r.plural;
+    std::string base =
+        r.namespaced ? prefix + "/namespaces/{namespace}/" + r.plural : prefix + "/" + r.plural;
     paths[base] = collectionOperations(r);
     paths[base + "/{name}"] = itemOperations(r, false);
     if (r.has_status) paths[base + "/{name}/status"] = itemOperations(r, true);
@@ -385,8 +404,12 @@ const DomainDocs* domainDocs(const std::string& group, const std::string& versio
       std::vector<ResourceInfo> kinds = domainKindsOf(r.group, r.version);
       json list = json::array();
       for (const ResourceInfo& k : kinds) {
-        json e = {{"name", k.plural},        {"singularName", k.singular}, {"namespaced", k.namespaced},
-                  {"kind", k.kind},          {"verbs", verbsOf(k)},        {"shortNames", k.short_names},
+        json e = {{"name", k.plural},
+                  {"singularName", k.singular},
+                  {"namespaced", k.namespaced},
+                  {"kind", k.kind},
+                  {"verbs", verbsOf(k)},
+                  {"shortNames", k.short_names},
                   {"categories", k.group == kGroup ? json::array({"all", "knative", "serving"})
                                                    : json::array({"knative-internal", "networking"})}};
         list.push_back(e);
@@ -399,8 +422,8 @@ const DomainDocs* domainDocs(const std::string& group, const std::string& versio
         }
       }
       DomainDocs d;
-      d.resource_list = {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", gv},
-                         {"resources", list}};
+      d.resource_list = {
+          {"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", gv}, {"resources", list}};
       d.openapi = openApiDocument(kinds, "/apis/" + gv);
       d.hash = hashOf(d.openapi);
       m.emplace(gv, std::move(d));
@@ -478,14 +501,14 @@ const std::string& openApiV3Hash() {
 
 const json& openApiV3RootDocument() {
   static const json doc = [] {
-    json paths = {
-        {"apis/" + std::string(kApiVersion),
-         {{"serverRelativeURL", "/openapi/v3/apis/" + std::string(kApiVersion) + "?hash=" + openApiV3Hash()}}},
-        {"api/v1", {{"serverRelativeURL", "/openapi/v3/api/v1?hash=" + openApiV3CoreHash()}}}};
+    json paths = {{"apis/" + std::string(kApiVersion),
+                   {{"serverRelativeURL",
+                     "/openapi/v3/apis/" + std::string(kApiVersion) + "?hash=" + openApiV3Hash()}}},
+                  {"api/v1", {{"serverRelativeURL", "/openapi/v3/api/v1?hash=" + openApiV3CoreHash()}}}};
     for (const ResourceInfo& r : domainResources()) {
       std::string gv = r.apiVersion();
-      paths["apis/" + gv] = {
-          {"serverRelativeURL", "/openapi/v3/apis/" + gv + "?hash=" + *openApiV3DomainHash(r.group, r.version)}};
+      paths["apis/" + gv] = {{"serverRelativeURL", "/openapi/v3/apis/" + gv +
+                                                       "?hash=" + *openApiV3DomainHash(r.group, r.version)}};
     }
     return json{{"paths", paths}};
   }();

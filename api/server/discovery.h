@@ -6,9 +6,8 @@
 // Pure functions (documents are built once and cached); thread-safe.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace knap::api {
 
@@ -16,16 +15,16 @@ inline constexpr const char* kServerMinorVersion = "30";
 inline constexpr const char* kServerGitVersion = "v1.30.0-knap";
 
 const nlohmann::json& versionDocument();
-const nlohmann::json& apiGroupListDocument();  // /apis
-const nlohmann::json& apiGroupDocument();      // /apis/serving.knative.dev
-const nlohmann::json& eventsGroupDocument();   // /apis/events.k8s.io
+const nlohmann::json& apiGroupListDocument();     // /apis
+const nlohmann::json& apiGroupDocument();         // /apis/serving.knative.dev
+const nlohmann::json& eventsGroupDocument();      // /apis/events.k8s.io
 const nlohmann::json& apiResourceListDocument();  // /apis/serving.knative.dev/v1
 // authorization.k8s.io and authentication.k8s.io (SelfSubjectAccessReview and
 // SelfSubjectReview only, for `kubectl auth can-i` and `kubectl auth whoami`):
 // the APIGroup of `group`, and its v1 APIResourceList; null for other groups.
 const nlohmann::json* reviewGroupDocument(const std::string& group);
 const nlohmann::json* reviewResourceListDocument(const std::string& group);
-const nlohmann::json& openApiV3RootDocument();    // /openapi/v3
+const nlohmann::json& openApiV3RootDocument();          // /openapi/v3
 const nlohmann::json& openApiV3GroupVersionDocument();  // /openapi/v3/apis/serving.knative.dev/v1
 // The content hash used in the v3 root's serverRelativeURL and as the GV document's ETag.
 const std::string& openApiV3Hash();
@@ -40,7 +39,8 @@ const std::string& openApiV3CoreHash();
 // without one; finding no schema for a kind, it applies with a JSON merge
 // patch and leaves validation to the server, as for a CRD without a schema.
 // The full schemas are in the v3 documents.
-inline constexpr const char* kOpenApiV2Protobuf = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+inline constexpr const char* kOpenApiV2Protobuf =
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
 const nlohmann::json& openApiV2Document();
 const std::string& openApiV2Protobuf();
 

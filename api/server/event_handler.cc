@@ -22,25 +22,32 @@ HttpResponse reply(int code, const json& body) {
   return r;
 }
 
-HttpResponse replyError(const ApiError& e) { return reply(e.code, e.body); }
+HttpResponse replyError(const ApiError& e) {
+  return reply(e.code, e.body);
+}
 
 json tableOf(const std::vector<json>& events, WallTime now, IncludeObject include, const std::string& rv) {
   auto col = [](const char* name, const char* description, int priority = 0) {
-    return json{{"name", name}, {"type", "string"}, {"format", ""}, {"description", description}, {"priority", priority}};
+    return json{{"name", name},
+                {"type", "string"},
+                {"format", ""},
+                {"description", description},
+                {"priority", priority}};
   };
-  json columns = json::array({col("Last Seen", "Time since the event was last seen"),
-                              col("Type", "Normal or Warning"), col("Reason", "Why the event happened"),
-                              col("Object", "The object the event is about"), col("Message", "What happened"),
-                              col("Source", "Who reported it", 1), col("Count", "How often it happened", 1),
-                              col("Name", "The event's name", 1)});
+  json columns =
+      json::array({col("Last Seen", "Time since the event was last seen"), col("Type", "Normal or Warning"),
+                   col("Reason", "Why the event happened"), col("Object", "The object the event is about"),
+                   col("Message", "What happened"), col("Source", "Who reported it", 1),
+                   col("Count", "How often it happened", 1), col("Name", "The event's name", 1)});
   json rows = json::array();
   for (const json& e : events) {
     std::string kind = stringAt(e, {"involvedObject", "kind"});
     for (char& c : kind) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     json row = {{"cells",
                  {humanDuration(now - events::lastSeen(e)), stringAt(e, "type"), stringAt(e, "reason"),
-                  kind + "/" + stringAt(e, {"involvedObject", "name"}), stringAt(e, "message"), stringAt(e, {"source", "component"}),
-                  std::to_string(e.value("count", 1)), stringAt(e, {"metadata", "name"})}}};
+                  kind + "/" + stringAt(e, {"involvedObject", "name"}), stringAt(e, "message"),
+                  stringAt(e, {"source", "component"}), std::to_string(e.value("count", 1)),
+                  stringAt(e, {"metadata", "name"})}}};
     if (include == IncludeObject::kObject) {
       row["object"] = e;
     } else if (include == IncludeObject::kMetadata) {
@@ -158,7 +165,8 @@ std::optional<HttpResponse> handleEventsRequest(store::Store& store, const TimeS
     std::vector<json> shown;
     for (json& e : items) shown.push_back(e);
     auto it = query.find("includeObject");
-    return reply(200, tableOf(shown, now, parseIncludeObject(it == query.end() ? "" : it->second), std::to_string(rv)));
+    return reply(200, tableOf(shown, now, parseIncludeObject(it == query.end() ? "" : it->second),
+                              std::to_string(rv)));
   }
   json list = {{"kind", "EventList"},
                {"apiVersion", v1_group ? "events.k8s.io/v1" : "v1"},

@@ -4,9 +4,8 @@ namespace knap::api {
 
 using nlohmann::json;
 
-ApiError makeApiError(int code, const std::string& reason, const std::string& message,
-                      json details) {
-  json body = {{"kind", "Status"},   {"apiVersion", "v1"}, {"metadata", json::object()},
+ApiError makeApiError(int code, const std::string& reason, const std::string& message, json details) {
+  json body = {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
                {"status", "Failure"}, {"message", message}, {"reason", reason},
                {"code", code}};
   if (!details.is_null()) body["details"] = std::move(details);
@@ -31,16 +30,15 @@ ApiError notFoundError(const ResourceInfo& info, const std::string& name) {
 }
 
 ApiError alreadyExistsError(const ResourceInfo& info, const std::string& name) {
-  return makeApiError(409, "AlreadyExists",
-                      qualifiedResource(info) + " \"" + name + "\" already exists",
+  return makeApiError(409, "AlreadyExists", qualifiedResource(info) + " \"" + name + "\" already exists",
                       details(info, name, info.plural));
 }
 
 ApiError conflictError(const ResourceInfo& info, const std::string& name, const std::string& why) {
-  return makeApiError(409, "Conflict",
-                      "Operation cannot be fulfilled on " + qualifiedResource(info) + " \"" + name +
-                          "\": " + why,
-                      details(info, name, info.plural));
+  return makeApiError(
+      409, "Conflict",
+      "Operation cannot be fulfilled on " + qualifiedResource(info) + " \"" + name + "\": " + why,
+      details(info, name, info.plural));
 }
 
 ApiError badRequestError(const std::string& message) {
@@ -61,8 +59,8 @@ ApiError invalidError(const ResourceInfo& info, const std::string& name, const S
   }
   json d = details(info, name, info.kind);
   d["causes"] = std::move(causes);
-  std::string message = (info.core() ? info.kind : info.kind + "." + info.group) + " \"" + name + "\" is invalid: " +
-                        (status.fieldErrors().size() > 1 ? "[" + summary + "]" : summary);
+  std::string message = (info.core() ? info.kind : info.kind + "." + info.group) + " \"" + name +
+                        "\" is invalid: " + (status.fieldErrors().size() > 1 ? "[" + summary + "]" : summary);
   return makeApiError(422, "Invalid", message, std::move(d));
 }
 

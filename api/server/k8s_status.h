@@ -3,9 +3,8 @@
 // Kubernetes reasons (KUBECTL-WIRE §10). Pure functions; thread-safe.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "api/resources.h"
 #include "common/status.h"

@@ -222,7 +222,8 @@ ApplyResult serverSideApply(const json& live, const json& applied, const std::st
       for (const FieldPath& owned : e.fields) {
         if (!overlaps(owned, p)) continue;
         bool known = false;
-        for (const ApplyConflict& c : r.conflicts) known = known || (c.manager == e.manager && c.path == owned);
+        for (const ApplyConflict& c : r.conflicts)
+          known = known || (c.manager == e.manager && c.path == owned);
         if (!known) r.conflicts.push_back({e.manager, owned});
         break;
       }
@@ -255,8 +256,10 @@ ApplyResult serverSideApply(const json& live, const json& applied, const std::st
   Entry& me = entryFor(entries, manager, "Apply", api_version);
   // With force, or for fields whose value changed, other managers lose them;
   // equal values stay shared.
-  if (force) takeAway(entries, &me, fields);
-  else takeAway(entries, &me, changed);
+  if (force)
+    takeAway(entries, &me, fields);
+  else
+    takeAway(entries, &me, changed);
   if (me.fields != fields || me.time.empty()) me.time = formatRfc3339(now);
   me.fields = fields;
   me.api_version = api_version;
@@ -294,7 +297,8 @@ json recordUpdate(const json& old, json next, const std::string& manager, const 
   }
   // Fields that no longer exist are owned by nobody.
   for (Entry& e : entries) {
-    for (auto it = e.fields.begin(); it != e.fields.end();) it = at(next, *it) ? std::next(it) : e.fields.erase(it);
+    for (auto it = e.fields.begin(); it != e.fields.end();)
+      it = at(next, *it) ? std::next(it) : e.fields.erase(it);
   }
   setManaged(next, entries);
   return next;

@@ -17,11 +17,10 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -44,14 +43,15 @@ struct ApplyConflict {
 };
 
 struct ApplyResult {
-  nlohmann::json object;                // live merged with the applied configuration; managedFields set
+  nlohmann::json object;                 // live merged with the applied configuration; managedFields set
   std::vector<ApplyConflict> conflicts;  // non-empty: refused (object is then meaningless)
 };
 
 // Applies `applied` (apiVersion/kind/metadata/spec...) for `manager` over
 // `live` (the stored object, with its managedFields; null for a create).
-ApplyResult serverSideApply(const nlohmann::json& live, const nlohmann::json& applied, const std::string& manager,
-                            bool force, const std::string& api_version, WallTime now);
+ApplyResult serverSideApply(const nlohmann::json& live, const nlohmann::json& applied,
+                            const std::string& manager, bool force, const std::string& api_version,
+                            WallTime now);
 
 // Returns `next` with managedFields updated for a non-apply write by
 // `manager` (old = the stored object, null for a create).

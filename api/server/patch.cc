@@ -33,8 +33,8 @@ StatusOr<json> applyJsonPatch(const json& doc, const json& patch, const DecodeLi
   if (!patch.is_array()) return invalidArgument("a JSON patch must be an array of operations");
   if (patch.size() > kMaxJsonPatchOperations)
     return Status(Code::kResourceExhausted, "the JSON patch has " + std::to_string(patch.size()) +
-                                                " operations; at most " + std::to_string(kMaxJsonPatchOperations) +
-                                                " are allowed");
+                                                " operations; at most " +
+                                                std::to_string(kMaxJsonPatchOperations) + " are allowed");
   for (size_t i = 0; i < patch.size(); ++i) {
     const json& op = patch[i];
     if (!op.is_object() || !op.contains("op") || !op["op"].is_string() || !op.contains("path") ||

@@ -3,9 +3,8 @@
 // a field named by a kubectl-style path. Pure functions; thread-safe.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "api/codec.h"
 #include "common/status.h"

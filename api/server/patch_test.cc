@@ -28,7 +28,8 @@ TEST(JsonPatchTest, Failures) {
   EXPECT_EQ(applyJsonPatch(doc, json::parse(R"([{"op":"remove","path":"/nope"}])")).status().code(),
             Code::kInvalidArgument);
   EXPECT_EQ(applyJsonPatch(doc, json::parse(R"({"op":"add"})")).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(applyJsonPatch(doc, json::parse(R"([{"path":"/a"}])")).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(applyJsonPatch(doc, json::parse(R"([{"path":"/a"}])")).status().code(),
+            Code::kFailedPrecondition);
   EXPECT_FALSE(applyJsonPatch(doc, json::parse(R"([{"op":"frobnicate","path":"/a"}])")).isOk());
 }
 
@@ -36,16 +37,18 @@ TEST(JsonPatchTest, Failures) {
 TEST(JsonPatchTest, SelfCopyingPatchStopsAtTheBudget) {
   json doc = {{"a", {{"x", std::string(10, 'x')}}}};
   json patch = json::array();
-  for (int i = 0; i < 40; ++i) patch.push_back({{"op", "copy"}, {"from", "/a"}, {"path", "/a/c" + std::to_string(i)}});
+  for (int i = 0; i < 40; ++i)
+    patch.push_back({{"op", "copy"}, {"from", "/a"}, {"path", "/a/c" + std::to_string(i)}});
   auto out = applyJsonPatch(doc, patch);
   ASSERT_EQ(out.status().code(), Code::kResourceExhausted) << out.status().toString();
   EXPECT_NE(out.status().message().find("would make the object larger than"), std::string::npos);
   DecodeLimits small;
   small.max_nodes = 10;
-  EXPECT_EQ(applyJsonPatch(doc, json::parse(R"([{"op":"add","path":"/b","value":[1,2,3,4,5,6,7,8,9]}])"), small)
-                .status()
-                .code(),
-            Code::kResourceExhausted);
+  EXPECT_EQ(
+      applyJsonPatch(doc, json::parse(R"([{"op":"add","path":"/b","value":[1,2,3,4,5,6,7,8,9]}])"), small)
+          .status()
+          .code(),
+      Code::kResourceExhausted);
   json many = json::array();
   for (int i = 0; i < 10001; ++i) many.push_back({{"op", "test"}, {"path", "/a"}, {"value", 1}});
   EXPECT_EQ(applyJsonPatch(doc, many).status().code(), Code::kResourceExhausted);

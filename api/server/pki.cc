@@ -2,9 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/err.h>
@@ -14,6 +11,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -71,7 +70,8 @@ Status writeFileAtomic(const std::string& path, const std::string& data, mode_t 
     }
     off += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) return unavailable("cannot write " + tmp + ": " + std::strerror(errno));
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    return unavailable("cannot write " + tmp + ": " + std::strerror(errno));
   if (::rename(tmp.c_str(), path.c_str()) != 0)
     return unavailable("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
   return Status::ok();
@@ -88,7 +88,8 @@ StatusOr<std::string> readFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string s = ss.str();
-  if (s.size() > 1024 * 1024) return invalidArgument(path + " is larger than 1 MiB: not a PEM certificate or key");
+  if (s.size() > 1024 * 1024)
+    return invalidArgument(path + " is larger than 1 MiB: not a PEM certificate or key");
   return s;
 }
 
@@ -136,7 +137,8 @@ Status addExt(X509* cert, X509* issuer, int nid, const std::string& value) {
   X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
   std::unique_ptr<X509_EXTENSION, Free> ext(X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str()));
   if (!ext || X509_add_ext(cert, ext.get(), -1) != 1)
-    return internalError("cannot add certificate extension " + std::string(OBJ_nid2sn(nid)) + "=" + value + ": " + sslError());
+    return internalError("cannot add certificate extension " + std::string(OBJ_nid2sn(nid)) + "=" + value +
+                         ": " + sslError());
   return Status::ok();
 }
 
@@ -154,7 +156,8 @@ StatusOr<Cert> issue(const CertSpec& spec, EVP_PKEY* key, X509* issuer, EVP_PKEY
   Cert c(X509_new());
   X509_set_version(c.get(), 2);
   unsigned char serial[16];
-  if (RAND_bytes(serial, sizeof serial) != 1) return internalError("no randomness for a serial number: " + sslError());
+  if (RAND_bytes(serial, sizeof serial) != 1)
+    return internalError("no randomness for a serial number: " + sslError());
   serial[0] &= 0x7f;
   std::unique_ptr<BIGNUM, Free> bn(BN_bin2bn(serial, sizeof serial, nullptr));
   BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(c.get()));
@@ -162,7 +165,8 @@ StatusOr<Cert> issue(const CertSpec& spec, EVP_PKEY* key, X509* issuer, EVP_PKEY
   X509_gmtime_adj(X509_getm_notAfter(c.get()), spec.days * 24 * 3600);
   X509_NAME* name = X509_get_subject_name(c.get());
   for (const auto& o : spec.organizations)
-    X509_NAME_add_entry_by_txt(name, "O", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(o.c_str()), -1, -1, 0);
+    X509_NAME_add_entry_by_txt(name, "O", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(o.c_str()),
+                               -1, -1, 0);
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
                              reinterpret_cast<const unsigned char*>(spec.common_name.c_str()), -1, -1, 0);
   X509* signer = issuer ? issuer : c.get();
@@ -170,7 +174,8 @@ StatusOr<Cert> issue(const CertSpec& spec, EVP_PKEY* key, X509* issuer, EVP_PKEY
   X509_set_pubkey(c.get(), key);
   if (spec.ca) {
     KNAP_RETURN_IF_ERROR(addExt(c.get(), signer, NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
-    KNAP_RETURN_IF_ERROR(addExt(c.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign,digitalSignature"));
+    KNAP_RETURN_IF_ERROR(
+        addExt(c.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign,digitalSignature"));
     KNAP_RETURN_IF_ERROR(addExt(c.get(), signer, NID_subject_key_identifier, "hash"));
   } else {
     KNAP_RETURN_IF_ERROR(addExt(c.get(), signer, NID_basic_constraints, "critical,CA:FALSE"));
@@ -201,8 +206,10 @@ std::set<std::string> sansOf(X509* cert) {
       const ASN1_OCTET_STRING* s = n->d.iPAddress;
       char buf[INET6_ADDRSTRLEN] = {0};
       int len = ASN1_STRING_length(s);
-      if (len == 4) inet_ntop(AF_INET, ASN1_STRING_get0_data(s), buf, sizeof buf);
-      else if (len == 16) inet_ntop(AF_INET6, ASN1_STRING_get0_data(s), buf, sizeof buf);
+      if (len == 4)
+        inet_ntop(AF_INET, ASN1_STRING_get0_data(s), buf, sizeof buf);
+      else if (len == 16)
+        inet_ntop(AF_INET6, ASN1_STRING_get0_data(s), buf, sizeof buf);
       out.insert("IP:" + std::string(buf));
     }
   }
@@ -280,7 +287,8 @@ StatusOr<PkiFiles> ensurePki(const std::string& dir, const std::vector<std::stri
     KNAP_ASSIGN_OR_RETURN(ca_key, parseKey(key_text, f.ca_key));
     if (X509_check_private_key(ca.get(), ca_key.get()) != 1) {
       ERR_clear_error();
-      return failedPrecondition(f.ca_key + " does not match " + f.ca_cert + "; remove " + dir + " to create a new CA");
+      return failedPrecondition(f.ca_key + " does not match " + f.ca_cert + "; remove " + dir +
+                                " to create a new CA");
     }
     if (expiresSoon(ca.get())) {
       LOG(WARNING) << "pki: the CA " << f.ca_cert << " expires within " << kRenewBeforeDays
@@ -297,7 +305,8 @@ StatusOr<PkiFiles> ensurePki(const std::string& dir, const std::vector<std::stri
 
   // A leaf: kept when it still fits, else issued anew.
   auto leaf = [&](const std::string& cert_path, const std::string& key_path, const CertSpec& spec,
-                  const std::set<std::string>* wanted_sans, std::string* cert_pem, std::string* key_pem) -> Status {
+                  const std::set<std::string>* wanted_sans, std::string* cert_pem,
+                  std::string* key_pem) -> Status {
     std::string why = "it does not exist";
     if (fileExists(cert_path) && fileExists(key_path)) {
       auto cert_text = readFile(cert_path);
@@ -307,7 +316,8 @@ StatusOr<PkiFiles> ensurePki(const std::string& dir, const std::vector<std::stri
         auto key = parseKey(*key_text, key_path);
         if (cert.isOk() && key.isOk()) {
           why = leafProblem(cert->get(), key->get(), ca_key.get());
-          if (why.empty() && wanted_sans && sansOf(cert->get()) != *wanted_sans) why = "its host names changed";
+          if (why.empty() && wanted_sans && sansOf(cert->get()) != *wanted_sans)
+            why = "its host names changed";
           if (why.empty()) {
             *cert_pem = *cert_text;
             *key_pem = *key_text;
@@ -334,7 +344,8 @@ StatusOr<PkiFiles> ensurePki(const std::string& dir, const std::vector<std::stri
   std::string san_text;
   for (const auto& s : sans) san_text += (san_text.empty() ? "" : ",") + s;
   CertSpec server{"knapd", {}, false, "serverAuth", san_text, kLeafDays};
-  KNAP_RETURN_IF_ERROR(leaf(f.server_cert, f.server_key, server, &sans, &f.server_cert_pem, &f.server_key_pem));
+  KNAP_RETURN_IF_ERROR(
+      leaf(f.server_cert, f.server_key, server, &sans, &f.server_cert_pem, &f.server_key_pem));
   CertSpec admin{"knap-admin", {"system:masters"}, false, "clientAuth", "", kLeafDays};
   KNAP_RETURN_IF_ERROR(leaf(f.admin_cert, f.admin_key, admin, nullptr, &f.admin_cert_pem, &f.admin_key_pem));
   f.ca_cert_pem = certPem(ca.get());
@@ -351,9 +362,12 @@ void subjectNames(X509* c, std::string* common_name, std::vector<std::string>* o
     X509_NAME_ENTRY* e = X509_NAME_get_entry(name, i);
     int nid = OBJ_obj2nid(X509_NAME_ENTRY_get_object(e));
     const ASN1_STRING* v = X509_NAME_ENTRY_get_data(e);
-    std::string text(reinterpret_cast<const char*>(ASN1_STRING_get0_data(v)), static_cast<size_t>(ASN1_STRING_length(v)));
-    if (nid == NID_commonName) *common_name = text;
-    else if (nid == NID_organizationName) organizations->push_back(text);
+    std::string text(reinterpret_cast<const char*>(ASN1_STRING_get0_data(v)),
+                     static_cast<size_t>(ASN1_STRING_length(v)));
+    if (nid == NID_commonName)
+      *common_name = text;
+    else if (nid == NID_organizationName)
+      organizations->push_back(text);
   }
 }
 
@@ -366,7 +380,8 @@ bool verifiedPeerNames(ssl_st* ssl, std::string* common_name, std::vector<std::s
   return !common_name->empty();
 }
 
-Status certificateNames(const std::string& pem, std::string* common_name, std::vector<std::string>* organizations) {
+Status certificateNames(const std::string& pem, std::string* common_name,
+                        std::vector<std::string>* organizations) {
   KNAP_ASSIGN_OR_RETURN(Cert c, parseCert(pem, "the certificate"));
   subjectNames(c.get(), common_name, organizations);
   return Status::ok();

@@ -42,6 +42,7 @@ StatusOr<PkiFiles> ensurePki(const std::string& dir, const std::vector<std::stri
 bool verifiedPeerNames(ssl_st* ssl, std::string* common_name, std::vector<std::string>* organizations);
 
 // The subject CN and O values of a PEM certificate (for tests and the CLI).
-Status certificateNames(const std::string& pem, std::string* common_name, std::vector<std::string>* organizations);
+Status certificateNames(const std::string& pem, std::string* common_name,
+                        std::vector<std::string>* organizations);
 
 }  // namespace knap::api

@@ -1,13 +1,12 @@
 #include "api/server/pki.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace knap::api {
 namespace {
@@ -44,15 +43,15 @@ TEST_F(PkiTest, CreatesCaServerAndAdminWithPrivateKeys) {
   ASSERT_TRUE(certificateNames(pki->server_cert_pem, &cn, &orgs).isOk());
   EXPECT_EQ(cn, "knapd");
   // openssl itself agrees the chain and the SANs are right.
-  std::string cmd = "openssl verify -CAfile " + pki->ca_cert + " " + pki->server_cert + " " + pki->admin_cert +
-                    " >/dev/null 2>&1";
+  std::string cmd = "openssl verify -CAfile " + pki->ca_cert + " " + pki->server_cert + " " +
+                    pki->admin_cert + " >/dev/null 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   std::string sans = root_ + "/sans.txt";
   std::system(("openssl x509 -noout -ext subjectAltName -in " + pki->server_cert + " > " + sans).c_str());
   std::ifstream in(sans);
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  for (const char* want : {"DNS:localhost", "IP Address:127.0.0.1", "IP Address:0:0:0:0:0:0:0:1", "DNS:knap.example",
-                           "IP Address:192.0.2.7"})
+  for (const char* want : {"DNS:localhost", "IP Address:127.0.0.1", "IP Address:0:0:0:0:0:0:0:1",
+                           "DNS:knap.example", "IP Address:192.0.2.7"})
     EXPECT_NE(text.find(want), std::string::npos) << want << " in " << text;
 }
 

@@ -30,8 +30,11 @@ json placeholderApiResources(const std::string& group, const std::string& versio
   json list = json::array();
   for (const PlaceholderKind& k : placeholderKinds()) {
     if (k.group != group || k.version != version) continue;
-    json e = {{"name", k.plural}, {"singularName", k.singular}, {"namespaced", k.namespaced},
-              {"kind", k.kind},   {"verbs", json::array({"get", "list"})}};
+    json e = {{"name", k.plural},
+              {"singularName", k.singular},
+              {"namespaced", k.namespaced},
+              {"kind", k.kind},
+              {"verbs", json::array({"get", "list"})}};
     if (!k.short_names.empty()) e["shortNames"] = k.short_names;
     list.push_back(e);
   }
@@ -52,7 +55,10 @@ const json* placeholderGroupDocument(const std::string& group) {
     std::map<std::string, json> m;
     for (const std::string& g : placeholderGroups()) {
       json v = {{"groupVersion", g + "/v1"}, {"version", "v1"}};
-      m[g] = {{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", g}, {"versions", json::array({v})},
+      m[g] = {{"kind", "APIGroup"},
+              {"apiVersion", "v1"},
+              {"name", g},
+              {"versions", json::array({v})},
               {"preferredVersion", v}};
     }
     return m;
@@ -61,7 +67,8 @@ const json* placeholderGroupDocument(const std::string& group) {
   return it == docs.end() ? nullptr : &it->second;
 }
 
-std::optional<HttpResponse> handlePlaceholderRequest(const std::string& method, const std::vector<std::string>& s,
+std::optional<HttpResponse> handlePlaceholderRequest(const std::string& method,
+                                                     const std::vector<std::string>& s,
                                                      int64_t resource_version) {
   // Split into group, version and the rest after it.
   std::string group, version;
@@ -92,8 +99,8 @@ std::optional<HttpResponse> handlePlaceholderRequest(const std::string& method, 
   if (method != "GET" && method != "HEAD") {
     r.code = 405;
     r.body = toJsonText(makeApiError(405, "MethodNotAllowed",
-                                     "the server does not allow this method on the requested resource (" + method +
-                                         "): knap keeps no " + kind->plural,
+                                     "the server does not allow this method on the requested resource (" +
+                                         method + "): knap keeps no " + kind->plural,
                                      json::object())
                             .body);
     return r;

@@ -11,11 +11,10 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "api/server/rest_handler.h"
 
@@ -44,7 +43,8 @@ std::vector<std::string> placeholderGroups();
 // Answers a request on a placeholder kind's path (/api/v1/[namespaces/NS/]PLURAL[/NAME]
 // or /apis/G/V/[namespaces/NS/]PLURAL[/NAME]); nullopt for any other path.
 // `resource_version` is the store's current one, for the empty lists.
-std::optional<HttpResponse> handlePlaceholderRequest(const std::string& method, const std::vector<std::string>& segs,
+std::optional<HttpResponse> handlePlaceholderRequest(const std::string& method,
+                                                     const std::vector<std::string>& segs,
                                                      int64_t resource_version);
 
 }  // namespace knap::api

@@ -18,12 +18,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "api/resources.h"
 #include "api/server/access.h"
@@ -41,8 +40,8 @@ struct HttpRequest {
   std::string content_type;
   std::string accept;
   std::string body;
-  std::string host;    // Host header ("" when absent)
-  std::string origin;  // Origin header ("" when absent)
+  std::string host;           // Host header ("" when absent)
+  std::string origin;         // Origin header ("" when absent)
   std::string authorization;  // Authorization header ("" when absent)
   std::string if_none_match;  // If-None-Match header ("" when absent; the console's files)
   // Set by the transport: the caller is the local admin (the root-only unix
@@ -55,7 +54,7 @@ struct HttpResponse {
   int code = 200;
   std::string body;  // JSON text
   std::string content_type = "application/json";
-  std::vector<std::string> warnings;  // Warning header values: 299 - "..."
+  std::vector<std::string> warnings;           // Warning header values: 299 - "..."
   std::map<std::string, std::string> headers;  // other headers (ETag)
 };
 
@@ -154,8 +153,8 @@ class RestHandler {
   static bool watchScope(const WatchRequest& w, const store::Object& obj);
   // One stream line: {"type":"ADDED","object":...}\n (a Table row object when
   // w.table). `first` adds the column definitions to a Table event.
-  static std::string watchEventLine(const WatchRequest& w, const char* type,
-                                    const nlohmann::json& obj, bool first);
+  static std::string watchEventLine(const WatchRequest& w, const char* type, const nlohmann::json& obj,
+                                    bool first);
   // A BOOKMARK event line at resourceVersion `rv` (objects carry only kind,
   // apiVersion and metadata.resourceVersion, as in Kubernetes).
   static std::string watchBookmarkLine(const WatchRequest& w, int64_t rv);
@@ -169,7 +168,8 @@ class RestHandler {
   struct WriteCtx;
 
   // The caller, or the 401/403 to answer instead.
-  std::optional<HttpResponse> checkAccess(const HttpRequest& req, const Target& t, bool watch, UserInfo* user);
+  std::optional<HttpResponse> checkAccess(const HttpRequest& req, const Target& t, bool watch,
+                                          UserInfo* user);
   HttpResponse selfSubjectAccessReview(const HttpRequest& req, const UserInfo& user);
   HttpResponse selfSubjectReview(const UserInfo& user);
 

@@ -16,7 +16,8 @@ StatusOr<std::vector<std::string>> splitTopLevel(const std::string& text) {
   for (char c : text) {
     if (c == '(') ++depth;
     if (c == ')') {
-      if (--depth < 0) return invalidArgument("unable to parse requirement: unbalanced ')' in \"" + text + "\"");
+      if (--depth < 0)
+        return invalidArgument("unable to parse requirement: unbalanced ')' in \"" + text + "\"");
     }
     if (c == ',' && depth == 0) {
       parts.push_back(cur);
@@ -90,7 +91,8 @@ StatusOr<LabelSelector> LabelSelector::parse(const std::string& text) {
       size_t start = 0;
       while (true) {
         size_t comma = inner.find(',', start);
-        std::string v(trimSpace(inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+        std::string v(
+            trimSpace(inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
         if (!validValue(v)) return badRequirement(part, "invalid label value \"" + v + "\"");
         r.values.push_back(v);
         if (comma == std::string::npos) break;
@@ -162,7 +164,8 @@ StatusOr<FieldSelector> FieldSelector::parse(const std::string& text,
   size_t start = 0;
   while (true) {
     size_t comma = text.find(',', start);
-    std::string part(trimSpace(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    std::string part(
+        trimSpace(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
     Term t;
     size_t p;
     if ((p = part.find("!=")) != std::string::npos) {
@@ -181,7 +184,8 @@ StatusOr<FieldSelector> FieldSelector::parse(const std::string& text,
       return invalidArgument("invalid field selector: \"" + part + "\": expected field=value");
     }
     auto extra = extra_fields.find(t.field);
-    if (extra != extra_fields.end()) t.field = extra->second;
+    if (extra != extra_fields.end())
+      t.field = extra->second;
     else if (t.field != "metadata.name" && t.field != "metadata.namespace")
       return invalidArgument("field label not supported: " + t.field);
     sel.terms_.push_back(std::move(t));

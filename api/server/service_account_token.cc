@@ -1,18 +1,16 @@
 #include "api/server/service_account_token.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "common/base64.h"
@@ -68,20 +66,23 @@ StatusOr<ServiceAccountTokens> ServiceAccountTokens::loadOrCreate(const std::str
   return t;
 }
 
-ServiceAccountTokens ServiceAccountTokens::withKey(std::string key) { return ServiceAccountTokens(std::move(key)); }
+ServiceAccountTokens ServiceAccountTokens::withKey(std::string key) {
+  return ServiceAccountTokens(std::move(key));
+}
 
 std::string ServiceAccountTokens::sign(const std::string& data) const {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), reinterpret_cast<const unsigned char*>(data.data()),
-       data.size(), mac, &len);
+  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &len);
   return std::string(reinterpret_cast<char*>(mac), len);
 }
 
 StatusOr<std::string> ServiceAccountTokens::issue(const std::string& ns, const std::string& service_account,
                                                   const std::string& audience, int64_t expiration_seconds,
                                                   int64_t now) const {
-  if (ns.empty() || service_account.empty()) return invalidArgument("service account token: namespace and name required");
+  if (ns.empty() || service_account.empty())
+    return invalidArgument("service account token: namespace and name required");
   if (expiration_seconds < kMinTokenSeconds || expiration_seconds > kMaxTokenSeconds) {
     return invalidArgument("serviceAccountToken.expirationSeconds: must be in [600, 4294967296], got " +
                            std::to_string(expiration_seconds));
@@ -101,7 +102,8 @@ StatusOr<std::string> ServiceAccountTokens::issue(const std::string& ns, const s
   return data + "." + base64UrlEncode(sign(data));
 }
 
-StatusOr<ServiceAccountIdentity> ServiceAccountTokens::verify(const std::string& token, const std::string& audience,
+StatusOr<ServiceAccountIdentity> ServiceAccountTokens::verify(const std::string& token,
+                                                              const std::string& audience,
                                                               int64_t now) const {
   if (token.size() > kMaxTokenBytes) return unauthenticated("token too long");
   size_t a = token.find('.');
@@ -116,13 +118,16 @@ StatusOr<ServiceAccountIdentity> ServiceAccountTokens::verify(const std::string&
     return unauthenticated("signature does not match knap's service account key");
   }
   std::string header_text, claims_text;
-  if (!base64UrlDecode(token.substr(0, a), &header_text) || !base64UrlDecode(token.substr(a + 1, b - a - 1), &claims_text)) {
+  if (!base64UrlDecode(token.substr(0, a), &header_text) ||
+      !base64UrlDecode(token.substr(a + 1, b - a - 1), &claims_text)) {
     return unauthenticated("bad JWT encoding");
   }
   json header = json::parse(header_text, nullptr, false);
   json claims = json::parse(claims_text, nullptr, false);
-  if (!header.is_object() || header.value("alg", "") != "HS256") return unauthenticated("unexpected JWT algorithm");
-  if (!claims.is_object() || claims.value("iss", "") != kTokenIssuer) return unauthenticated("not issued by knap");
+  if (!header.is_object() || header.value("alg", "") != "HS256")
+    return unauthenticated("unexpected JWT algorithm");
+  if (!claims.is_object() || claims.value("iss", "") != kTokenIssuer)
+    return unauthenticated("not issued by knap");
   auto num = [&](const char* k) -> std::optional<int64_t> {
     auto it = claims.find(k);
     if (it == claims.end() || !it->is_number_integer()) return std::nullopt;
@@ -145,7 +150,8 @@ StatusOr<ServiceAccountIdentity> ServiceAccountTokens::verify(const std::string&
   } catch (...) {
     return unauthenticated("token names no service account");
   }
-  if (claims.value("sub", "") != id.user()) return unauthenticated("token subject does not match its service account");
+  if (claims.value("sub", "") != id.user())
+    return unauthenticated("token subject does not match its service account");
   return id;
 }
 

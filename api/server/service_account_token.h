@@ -53,17 +53,17 @@ class ServiceAccountTokens {
   // A token for `ns`/`service_account` with `audience` ("" = kApiAudience),
   // valid for `expiration_seconds` (at least kMinTokenSeconds), at time `now`
   // (seconds since the epoch).
-  StatusOr<std::string> issue(const std::string& ns, const std::string& service_account, const std::string& audience,
-                              int64_t expiration_seconds, int64_t now) const;
+  StatusOr<std::string> issue(const std::string& ns, const std::string& service_account,
+                              const std::string& audience, int64_t expiration_seconds, int64_t now) const;
   // The service account of a valid token for `audience` at `now`, or an error
   // saying why not (kUnauthenticated).
-  StatusOr<ServiceAccountIdentity> verify(const std::string& token, const std::string& audience, int64_t now) const;
+  StatusOr<ServiceAccountIdentity> verify(const std::string& token, const std::string& audience,
+                                          int64_t now) const;
 
  private:
   explicit ServiceAccountTokens(std::string key) : key_(std::move(key)) {}
   std::string sign(const std::string& data) const;
   std::string key_;
 };
-
 
 }  // namespace knap::api

@@ -67,7 +67,8 @@ TEST(ServiceAccountTokenTest, RejectsForgedAndMalformed) {
   std::string tampered = *token;
   tampered[tampered.find('.') + 3] ^= 1;
   EXPECT_FALSE(kTokens.verify(tampered, "api", kNow).isOk());
-  for (const std::string& bad : std::vector<std::string>{"", "a.b", "a.b.c.d", "...", std::string(20000, 'a'), "!!.??.**"}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"", "a.b", "a.b.c.d", "...", std::string(20000, 'a'), "!!.??.**"}) {
     EXPECT_FALSE(kTokens.verify(bad, "api", kNow).isOk()) << bad.substr(0, 20);
   }
 }
@@ -78,7 +79,7 @@ TEST(ServiceAccountTokenTest, KeyFileIsCreatedOnceWith0600) {
   std::string path = dir + "/service-account.key";
   auto first = ServiceAccountTokens::loadOrCreate(path);
   ASSERT_TRUE(first.isOk()) << first.status().toString();
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(st.st_size, 32);

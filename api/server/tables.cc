@@ -14,14 +14,16 @@ IncludeObject parseIncludeObject(const std::string& value) {
   return IncludeObject::kMetadata;
 }
 
-bool acceptsTable(const std::string& accept) { return accept.find("as=Table") != std::string::npos; }
+bool acceptsTable(const std::string& accept) {
+  return accept.find("as=Table") != std::string::npos;
+}
 
 namespace {
 
 json column(const std::string& name, const std::string& type, const std::string& description,
             const std::string& format = "") {
-  json c = {{"name", name}, {"type", type}, {"format", format}, {"description", description},
-            {"priority", 0}};
+  json c = {
+      {"name", name}, {"type", type}, {"format", format}, {"description", description}, {"priority", 0}};
   return c;
 }
 
@@ -52,7 +54,9 @@ std::string condField(const json& obj, const char* field) {
   return (*c)[field].get<std::string>();
 }
 
-json cell(const json& obj, std::initializer_list<const char*> path) { return str(obj, path); }
+json cell(const json& obj, std::initializer_list<const char*> path) {
+  return str(obj, path);
+}
 
 // Number-valued cell; null when unset so kubectl prints <none>... printed blank instead.
 json intCell(const json& obj, std::initializer_list<const char*> path) {
@@ -93,7 +97,8 @@ json coreCells(const std::string& k, const json& obj) {
   cells.push_back(str(obj, {"metadata", "name"}));
   if (k == "Namespace") cells.push_back(str(obj, {"status", "phase"}));
   if (k == "Secret") cells.push_back(str(obj, {"type"}));
-  if (k != "Namespace") cells.push_back(static_cast<int64_t>(mapSize(obj, "data") + mapSize(obj, "binaryData")));
+  if (k != "Namespace")
+    cells.push_back(static_cast<int64_t>(mapSize(obj, "data") + mapSize(obj, "binaryData")));
   cells.push_back(age(obj));
   return cells;
 }

@@ -2,10 +2,9 @@
 // kn-like columns per kind. Pure functions; thread-safe.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "api/resources.h"
 

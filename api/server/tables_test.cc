@@ -18,7 +18,8 @@ TEST(TablesTest, RouteColumnsAndRows) {
   EXPECT_EQ(t["kind"], "Table");
   EXPECT_EQ(t["metadata"]["resourceVersion"], "7");
   ASSERT_EQ(t["columnDefinitions"].size(), 4u);
-  EXPECT_EQ(t["rows"][0]["cells"], json::array({"r", "http://r.default.example.com", "False", "RevisionMissing"}));
+  EXPECT_EQ(t["rows"][0]["cells"],
+            json::array({"r", "http://r.default.example.com", "False", "RevisionMissing"}));
   EXPECT_FALSE(t["rows"][0].contains("object"));
   json no_cols = makeTable(*route, {obj}, IncludeObject::kMetadata, "", false);
   EXPECT_TRUE(no_cols["columnDefinitions"].is_null());

@@ -79,9 +79,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
   }
   knap::log::setMinLevel(knap::log::Level::kWarning);
-  TestBackend pod(TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) {
-    resp.body() = "hello\n";
-  }));
+  TestBackend pod(
+      TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "hello\n"; }));
   RouterOptions o;
   o.address = "127.0.0.1";
   o.port = 0;
@@ -91,20 +90,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "router: %s\n", s.toString().c_str());
     return 1;
   }
-  RouteSpec hot{"bench", "hot", Visibility::kExternal, {"hot.bench.example.com"}, {}, {{"bench/hot-1", 100, ""}}, {}};
-  RouteSpec cold{"bench", "cold", Visibility::kExternal, {"cold.bench.example.com"}, {}, {{"bench/cold-1", 100, ""}}, {}};
+  RouteSpec hot{
+      "bench", "hot", Visibility::kExternal, {"hot.bench.example.com"}, {}, {{"bench/hot-1", 100, ""}}, {}};
+  RouteSpec cold{
+      "bench", "cold", Visibility::kExternal, {"cold.bench.example.com"}, {}, {{"bench/cold-1", 100, ""}},
+      {}};
   auto table = RoutingTable::build({hot, cold});
   router.setRoutingTable(*table);
   router.setEndpoints("bench/hot-1", {pod.endpoint()});
 
   const Result direct = load(pod.port(), "hot.bench.example.com", clients, seconds);
   const Result via = load(router.port(), "hot.bench.example.com", clients, seconds);
-  std::printf("clients=%d router_threads=%d seconds=%.1f (hardware threads: %u)\n", clients, threads,
-              seconds, std::thread::hardware_concurrency());
-  std::printf("direct_to_pod   rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d\n", direct.rps,
-              direct.p50_us, direct.p99_us, direct.errors);
-  std::printf("through_router  rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d\n", via.rps, via.p50_us,
-              via.p99_us, via.errors);
+  std::printf("clients=%d router_threads=%d seconds=%.1f (hardware threads: %u)\n", clients, threads, seconds,
+              std::thread::hardware_concurrency());
+  std::printf("direct_to_pod   rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d\n", direct.rps, direct.p50_us,
+              direct.p99_us, direct.errors);
+  std::printf("through_router  rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d\n", via.rps, via.p50_us, via.p99_us,
+              via.errors);
   std::printf("router_added_p50_us=%.0f\n", via.p50_us - direct.p50_us);
 
   // Activator release: a request queued at zero pods, answered once an
@@ -117,7 +119,8 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     router.setEndpoints("bench/cold-1", {pod.endpoint()});
     const int code = f.get().result_int();
-    if (code == 200) release_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (code == 200)
+      release_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
   std::sort(release_us.begin(), release_us.end());
   if (!release_us.empty()) {

@@ -16,11 +16,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -162,7 +161,8 @@ Result run(int port, const std::vector<std::string>& hosts, const std::string& m
 }
 
 void print(const std::string& label, const Result& r) {
-  std::printf("%-40s %9.0f/s (%ld in %.1f s, %ld errors)\n", label.c_str(), r.ok / r.secs, r.ok, r.secs, r.errors);
+  std::printf("%-40s %9.0f/s (%ld in %.1f s, %ld errors)\n", label.c_str(), r.ok / r.secs, r.ok, r.secs,
+              r.errors);
   std::fflush(stdout);
 }
 
@@ -191,8 +191,8 @@ int selfCerts(int n, int conns, double seconds, int rounds) {
     }
     return router::CertTable::build(std::move(entries));
   };
-  std::printf("TLS handshakes/s, knap router in-process (1 worker thread), %d client threads, %.0f s each\n", conns,
-              seconds);
+  std::printf("TLS handshakes/s, knap router in-process (1 worker thread), %d client threads, %.0f s each\n",
+              conns, seconds);
   std::vector<std::string> one_host, many_hosts;
   auto one = table(1, &one_host);
   auto many = table(n, &many_hosts);
@@ -227,14 +227,22 @@ int main(int argc, char** argv) {
   std::string sni, mode = "handshake", path = "/";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--port") port = std::stoi(v);
-    else if (k == "--sni") sni = v;
-    else if (k == "--seconds") seconds = std::stod(v);
-    else if (k == "--conns") conns = std::stoi(v);
-    else if (k == "--mode") mode = v;
-    else if (k == "--path") path = v;
-    else if (k == "--self-certs") self = std::stoi(v);
-    else if (k == "--rounds") rounds = std::max(1, std::stoi(v));
+    if (k == "--port")
+      port = std::stoi(v);
+    else if (k == "--sni")
+      sni = v;
+    else if (k == "--seconds")
+      seconds = std::stod(v);
+    else if (k == "--conns")
+      conns = std::stoi(v);
+    else if (k == "--mode")
+      mode = v;
+    else if (k == "--path")
+      path = v;
+    else if (k == "--self-certs")
+      self = std::stoi(v);
+    else if (k == "--rounds")
+      rounds = std::max(1, std::stoi(v));
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -242,8 +250,9 @@ int main(int argc, char** argv) {
   }
   if (self > 0) return selfCerts(self, conns, seconds, rounds);
   if (port <= 0 || sni.empty() || (mode != "handshake" && mode != "request")) {
-    std::fprintf(stderr, "usage: tls_bench --port P --sni HOST [--mode handshake|request] [--seconds S] "
-                         "[--conns C] [--path /] | --self-certs N\n");
+    std::fprintf(stderr,
+                 "usage: tls_bench --port P --sni HOST [--mode handshake|request] [--seconds S] "
+                 "[--conns C] [--path /] | --self-certs N\n");
     return 2;
   }
   print(mode == "handshake" ? "handshakes" : "requests", run(port, {sni}, mode, path, conns, seconds));

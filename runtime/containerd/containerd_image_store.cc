@@ -57,20 +57,20 @@ class ContainerdSession : public ImageStore::Session {
   Status putBlobFile(const Descriptor& desc, const std::string& path) override {
     auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
     if (!*file) return internalError("cannot read " + path);
-    return storeError(leased_.writeContent(
-        desc,
-        [file, path](uint64_t off, size_t n) -> StatusOr<std::string> {
-          file->clear();
-          file->seekg(static_cast<std::streamoff>(off));
-          std::string buf(n, '\0');
-          file->read(buf.data(), static_cast<std::streamsize>(n));
-          buf.resize(static_cast<size_t>(file->gcount()));
-          if (buf.empty() && n > 0) return internalError("short read of " + path);
-          return buf;
-        },
-        // A unique ingest ref (the default): a concurrent writer of the same
-        // blob in another process then finds it committed instead of locked.
-        {}));
+    return storeError(
+        leased_.writeContent(desc,
+                             [file, path](uint64_t off, size_t n) -> StatusOr<std::string> {
+                               file->clear();
+                               file->seekg(static_cast<std::streamoff>(off));
+                               std::string buf(n, '\0');
+                               file->read(buf.data(), static_cast<std::streamsize>(n));
+                               buf.resize(static_cast<size_t>(file->gcount()));
+                               if (buf.empty() && n > 0) return internalError("short read of " + path);
+                               return buf;
+                             },
+                             // A unique ingest ref (the default): a concurrent writer of the same
+                             // blob in another process then finds it committed instead of locked.
+                             {}));
   }
 
   Status putBlob(const Descriptor& desc, const std::string& data, const BlobLabels& labels) override {

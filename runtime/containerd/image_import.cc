@@ -45,7 +45,8 @@ Status putImageRecord(const ContainerdClient& client, const ImageRecord& record)
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, const std::vector<oci::Descriptor>& layers,
+StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client,
+                                                const std::vector<oci::Descriptor>& layers,
                                                 const std::vector<std::string>& diff_ids,
                                                 const std::string& config_digest) {
   if (layers.size() != diff_ids.size()) return invalidArgument("unpack: layer and diff_id counts differ");
@@ -95,7 +96,8 @@ StatusOr<ImageInfo> importImageArchive(const ContainerdClient& client, const std
   const std::string name = options.name.empty() ? img.name : options.name;
   if (name.empty()) return invalidArgument(op + ": the archive names no image; pass a name");
 
-  StatusOr<std::string> lease_or = client.createLease("", options.lease_expiry, {{"knap.dev/purpose", "import"}});
+  StatusOr<std::string> lease_or =
+      client.createLease("", options.lease_expiry, {{"knap.dev/purpose", "import"}});
   if (!lease_or.isOk()) return lease_or.status().annotate(op);
   LeaseGuard guard(client, *lease_or);
   const ContainerdClient leased = client.withLease(*lease_or);
@@ -139,19 +141,23 @@ StatusOr<ImageInfo> importImageArchive(const ContainerdClient& client, const std
   return info;
 }
 
-StatusOr<ImageInfo> getImage(const ContainerdClient& client, const std::string& name, const oci::Platform& platform) {
+StatusOr<ImageInfo> getImage(const ContainerdClient& client, const std::string& name,
+                             const oci::Platform& platform) {
   KNAP_ASSIGN_OR_RETURN(ImageRecord record, client.getImage(name));
   oci::Descriptor manifest = record.target;
   // Follow indexes down to the platform's manifest.
-  for (int depth = 0; manifest.media_type == oci::kMediaTypeOciIndex || manifest.media_type == oci::kMediaTypeDockerManifestList;
+  for (int depth = 0; manifest.media_type == oci::kMediaTypeOciIndex ||
+                      manifest.media_type == oci::kMediaTypeDockerManifestList;
        ++depth) {
     if (depth > 4) return invalidArgument("image " + name + ": indexes nested too deeply");
     KNAP_ASSIGN_OR_RETURN(std::string index_json, client.readContent(manifest.digest));
     KNAP_ASSIGN_OR_RETURN(std::vector<oci::IndexEntry> entries, oci::parseIndex(index_json));
     const oci::IndexEntry* pick = nullptr;
     for (const oci::IndexEntry& e : entries) {
-      if (e.has_platform && e.platform.os == platform.os && e.platform.architecture == platform.architecture &&
-          (platform.variant.empty() || e.platform.variant.empty() || e.platform.variant == platform.variant)) {
+      if (e.has_platform && e.platform.os == platform.os &&
+          e.platform.architecture == platform.architecture &&
+          (platform.variant.empty() || e.platform.variant.empty() ||
+           e.platform.variant == platform.variant)) {
         pick = &e;
         break;
       }
@@ -160,7 +166,8 @@ StatusOr<ImageInfo> getImage(const ContainerdClient& client, const std::string& 
     manifest = pick->descriptor;
   }
   KNAP_ASSIGN_OR_RETURN(std::string manifest_json, client.readContent(manifest.digest));
-  if (oci::sha256Digest(manifest_json) != manifest.digest) return internalError("image " + name + ": manifest digest mismatch");
+  if (oci::sha256Digest(manifest_json) != manifest.digest)
+    return internalError("image " + name + ": manifest digest mismatch");
   KNAP_ASSIGN_OR_RETURN(oci::Manifest m, oci::parseManifest(manifest_json));
   KNAP_ASSIGN_OR_RETURN(std::string config_json, client.readContent(m.config.digest));
   KNAP_ASSIGN_OR_RETURN(oci::ImageConfig config, oci::parseImageConfig(config_json));

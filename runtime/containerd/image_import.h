@@ -13,25 +13,25 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/containerd/containerd_client.h"
 #include "oci/oci_layout.h"
+#include "runtime/containerd/containerd_client.h"
 
 namespace knap::containerd {
 
 // What a pod runner needs to know about an image in containerd.
 struct ImageInfo {
-  std::string name;             // "registry/repo:tag"
+  std::string name;  // "registry/repo:tag"
   std::string manifest_digest;
   std::string config_digest;
   std::vector<std::string> chain_ids;  // bottom first; back() is the rootfs parent
-  std::string chain_id;         // chain_ids.back(): the snapshot to Prepare a rootfs from
-  bool unpacked = false;        // chain_id exists in the client's snapshotter
-  oci::ImageConfig config;           // Entrypoint, Cmd, Env, User, WorkingDir, ExposedPorts, json
+  std::string chain_id;                // chain_ids.back(): the snapshot to Prepare a rootfs from
+  bool unpacked = false;               // chain_id exists in the client's snapshotter
+  oci::ImageConfig config;             // Entrypoint, Cmd, Env, User, WorkingDir, ExposedPorts, json
 };
 
 struct ImportOptions {
-  oci::Platform platform;            // which manifest of an index to import (linux/amd64)
-  std::string name;             // overrides the archive's name annotation
+  oci::Platform platform;                         // which manifest of an index to import (linux/amd64)
+  std::string name;                               // overrides the archive's name annotation
   Duration lease_expiry = std::chrono::hours(1);  // safety net if knapd dies mid-import
 };
 
@@ -49,7 +49,8 @@ StatusOr<ImageInfo> importImageArchive(const ContainerdClient& client, const std
 // the registry pull path). `client` should carry a lease. Returns the chain
 // IDs; kFailedPrecondition if an applied layer's digest differs from its
 // diff_id.
-StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client, const std::vector<oci::Descriptor>& layers,
+StatusOr<std::vector<std::string>> unpackLayers(const ContainerdClient& client,
+                                                const std::vector<oci::Descriptor>& layers,
                                                 const std::vector<std::string>& diff_ids,
                                                 const std::string& config_digest);
 

@@ -368,8 +368,9 @@ StatusOr<std::vector<EnvVar>> containerEnv(const json& container, const PodSpecI
       if (!v->is_string()) return invalidArgument(path + ".value: must be a string");
       value = expandVars(v->get<std::string>(), defined);
     } else if (const json* vf = member(e, "valueFrom")) {
-      const char* ref_kind = member(*vf, "secretKeyRef") ? "secretKeyRef"
-                             : member(*vf, "configMapKeyRef") ? "configMapKeyRef" : nullptr;
+      const char* ref_kind = member(*vf, "secretKeyRef")      ? "secretKeyRef"
+                             : member(*vf, "configMapKeyRef") ? "configMapKeyRef"
+                                                              : nullptr;
       if (ref_kind) {
         auto it = in.env_refs.find(name->get<std::string>());
         if (it == in.env_refs.end()) {
@@ -430,7 +431,8 @@ StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSp
       bool climbs = sub_path[0] == '/';
       for (size_t start = 0; !climbs && start <= sub_path.size();) {
         size_t slash = sub_path.find('/', start);
-        if (sub_path.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..") climbs = true;
+        if (sub_path.substr(start, slash == std::string::npos ? std::string::npos : slash - start) == "..")
+          climbs = true;
         if (slash == std::string::npos) break;
         start = slash + 1;
       }
@@ -453,10 +455,12 @@ StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSp
     if (member(*volume, "secret") || member(*volume, "configMap") || member(*volume, "projected")) {
       auto dir = in.volume_dirs.find(name->get<std::string>());
       if (dir == in.volume_dirs.end())
-        return invalidArgument(vpath + ": the files of volume \"" + name->get<std::string>() + "\" were not resolved");
+        return invalidArgument(vpath + ": the files of volume \"" + name->get<std::string>() +
+                               "\" were not resolved");
       // subPath: that file or directory of the volume (as the kubelet does,
       // it is bound once and does not follow later updates of the volume).
-      out.push_back(mount(dest->get<std::string>(), "bind", sub_path.empty() ? dir->second : dir->second + "/" + sub_path,
+      out.push_back(mount(dest->get<std::string>(), "bind",
+                          sub_path.empty() ? dir->second : dir->second + "/" + sub_path,
                           {"rbind", "ro", "nosuid", "nodev"}));
       continue;
     }
@@ -467,10 +471,12 @@ StatusOr<json> volumeMounts(const json& spec, const json& container, const PodSp
     }
     const json* empty_dir = member(*volume, "emptyDir");
     if (empty_dir == nullptr) return invalidArgument(vpath + ": only emptyDir volumes are supported by knap");
-    if (!sub_path.empty()) return invalidArgument(path + ".subPath: not supported by knap for emptyDir volumes");
+    if (!sub_path.empty())
+      return invalidArgument(path + ".subPath: not supported by knap for emptyDir volumes");
     if (auto shared = in.empty_dir_dirs.find(name->get<std::string>()); shared != in.empty_dir_dirs.end()) {
       std::vector<std::string> options = {"rbind", "rprivate", "nosuid", "nodev"};
-      if (const json* ro = member(m, "readOnly"); ro && ro->is_boolean() && ro->get<bool>()) options.push_back("ro");
+      if (const json* ro = member(m, "readOnly"); ro && ro->is_boolean() && ro->get<bool>())
+        options.push_back("ro");
       out.push_back(mount(dest->get<std::string>(), "bind", shared->second, options));
       continue;
     }
@@ -740,7 +746,8 @@ StatusOr<std::vector<std::string>> processEnv(const Target& t, const PodSpecInpu
 }
 
 // command + args over the image's Entrypoint + Cmd.
-StatusOr<std::vector<std::string>> commandLine(const json& c, const ImageDefaults& image, const VarMapping& mapping) {
+StatusOr<std::vector<std::string>> commandLine(const json& c, const ImageDefaults& image,
+                                               const VarMapping& mapping) {
   KNAP_ASSIGN_OR_RETURN(auto command, stringList(member(c, "command"), "command"));
   KNAP_ASSIGN_OR_RETURN(auto args_in, stringList(member(c, "args"), "args"));
   const bool has_command = member(c, "command") != nullptr;

@@ -206,11 +206,13 @@ TEST(OciSpecTest, EnvFieldRefPodName) {
 // env (a valueFrom ref takes its value from env_refs; an optional one that
 // resolved to nothing is not defined), and $(VAR) sees both.
 TEST(OciSpecTest, EnvFromAndValueFromUseResolvedValues) {
-  json env = json::array({{{"name", "PW"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "pw"}}}}}},
-                          {{"name", "OPT"}, {"valueFrom", {{"configMapKeyRef",
-                                                             {{"name", "c"}, {"key", "x"}, {"optional", true}}}}}},
-                          {{"name", "GREETING"}, {"value", "hi $(CM_NAME)"}}});
-  PodSpecInput in = baseInput({{"env", env}, {"envFrom", json::array({{{"configMapRef", {{"name", "c"}}}}})}});
+  json env =
+      json::array({{{"name", "PW"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "pw"}}}}}},
+                   {{"name", "OPT"},
+                    {"valueFrom", {{"configMapKeyRef", {{"name", "c"}, {"key", "x"}, {"optional", true}}}}}},
+                   {{"name", "GREETING"}, {"value", "hi $(CM_NAME)"}}});
+  PodSpecInput in =
+      baseInput({{"env", env}, {"envFrom", json::array({{{"configMapRef", {{"name", "c"}}}}})}});
   in.env_from = {{"CM_NAME", "world"}, {"GREETING", "from-cm"}};
   in.env_refs = {{"PW", "s3cr3t"}};
   auto e = envOf(mustBuild(in));
@@ -223,7 +225,6 @@ TEST(OciSpecTest, EnvFromAndValueFromUseResolvedValues) {
   ASSERT_FALSE(bad.isOk());
   EXPECT_EQ(bad.status().message(), "envFrom[0]: needs secretRef or configMapRef");
 }
-
 
 // --- working directory ----------------------------------------------------
 
@@ -509,12 +510,14 @@ const json* findMount(const json& spec, const std::string& dest) {
 }
 
 TEST(OciSpecTest, ObjectVolumesAreReadOnlyBindMounts) {
-  PodSpecInput in = baseInput({{"volumeMounts", json::array({{{"name", "creds"}, {"mountPath", "/etc/creds"}},
-                                                             {{"name", "conf"}, {"mountPath", "/etc/conf"}}})}});
+  PodSpecInput in =
+      baseInput({{"volumeMounts", json::array({{{"name", "creds"}, {"mountPath", "/etc/creds"}},
+                                               {{"name", "conf"}, {"mountPath", "/etc/conf"}}})}});
   in.revision["spec"]["volumes"] =
       json::array({{{"name", "creds"}, {"secret", {{"secretName", "s"}}}},
                    {{"name", "conf"}, {"projected", {{"sources", json::array()}}}}});
-  in.volume_dirs = {{"creds", "/var/lib/knap/pods/p/volumes/creds"}, {"conf", "/var/lib/knap/pods/p/volumes/conf"}};
+  in.volume_dirs = {{"creds", "/var/lib/knap/pods/p/volumes/creds"},
+                    {"conf", "/var/lib/knap/pods/p/volumes/conf"}};
   json spec = mustBuild(in);
   const json* creds = findMount(spec, "/etc/creds");
   ASSERT_NE(creds, nullptr);
@@ -528,16 +531,24 @@ TEST(OciSpecTest, ObjectVolumesAreReadOnlyBindMounts) {
 
 TEST(OciSpecTest, ServingContainerIsTheOneWithPorts) {
   EXPECT_EQ(servingContainerIndex(json::array({{{"image", "a"}}})), 0);
-  EXPECT_EQ(servingContainerIndex(json::array({{{"image", "a"}}, {{"image", "b"}, {"ports", {{{"containerPort", 1}}}}}})), 1);
-  EXPECT_EQ(servingContainerIndex(json::array({{{"image", "a"}, {"ports", json::array()}}, {{"image", "b"}}})), 0);
+  EXPECT_EQ(servingContainerIndex(
+                json::array({{{"image", "a"}}, {{"image", "b"}, {"ports", {{{"containerPort", 1}}}}}})),
+            1);
+  EXPECT_EQ(
+      servingContainerIndex(json::array({{{"image", "a"}, {"ports", json::array()}}, {{"image", "b"}}})), 0);
   EXPECT_EQ(servingContainerIndex(json::object()), 0);
   EXPECT_EQ(servingContainerIndex(json::array({"x", 3})), 0);
 }
 
 TEST(OciSpecTest, EachContainerGetsItsOwnSpecInThePodsNetns) {
-  PodSpecInput in = baseInput({{"name", "side"}, {"args", {"--side"}}, {"env", {{{"name", "A"}, {"value", "side"}}}}});
-  json serving = {{"name", "main"}, {"image", "example.com/main:1"}, {"ports", {{{"containerPort", 8881}}}},
-                  {"env", {{{"name", "A"}, {"value", "main"}}, {{"name", "S"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "k"}}}}}}}}};
+  PodSpecInput in =
+      baseInput({{"name", "side"}, {"args", {"--side"}}, {"env", {{{"name", "A"}, {"value", "side"}}}}});
+  json serving = {{"name", "main"},
+                  {"image", "example.com/main:1"},
+                  {"ports", {{{"containerPort", 8881}}}},
+                  {"env",
+                   {{{"name", "A"}, {"value", "main"}},
+                    {{"name", "S"}, {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "k"}}}}}}}}};
   in.revision["spec"]["containers"].push_back(serving);
   // Default (-1): the serving container, index 1 here.
   in.env_refs = {{"S", "secret"}};
@@ -569,9 +580,12 @@ TEST(OciSpecTest, EachContainerGetsItsOwnSpecInThePodsNetns) {
 }
 
 TEST(OciSpecTest, SubPathBindsThatFileOfTheVolume) {
-  PodSpecInput in = baseInput({{"volumeMounts", json::array({{{"name", "tok"}, {"mountPath", "/hello/token"},
-                                                              {"subPath", "token"}, {"readOnly", true}}})}});
-  in.revision["spec"]["volumes"] = json::array({{{"name", "tok"}, {"projected", {{"sources", json::array()}}}}});
+  PodSpecInput in = baseInput(
+      {{"volumeMounts",
+        json::array(
+            {{{"name", "tok"}, {"mountPath", "/hello/token"}, {"subPath", "token"}, {"readOnly", true}}})}});
+  in.revision["spec"]["volumes"] =
+      json::array({{{"name", "tok"}, {"projected", {{"sources", json::array()}}}}});
   in.volume_dirs = {{"tok", "/var/lib/knap/pods/p/volumes/tok"}};
   json spec = mustBuild(in);
   const json* m = findMount(spec, "/hello/token");
@@ -588,15 +602,18 @@ TEST(OciSpecTest, TmpDirIsBoundInsteadOfATmpfs) {
   json spec = mustBuild(in);
   const json* tmp = findMount(spec, "/tmp");
   ASSERT_NE(tmp, nullptr);
-  EXPECT_EQ(*tmp, json({{"destination", "/tmp"}, {"type", "bind"}, {"source", "/var/lib/knap/pods/p/tmp"},
+  EXPECT_EQ(*tmp, json({{"destination", "/tmp"},
+                        {"type", "bind"},
+                        {"source", "/var/lib/knap/pods/p/tmp"},
                         {"options", {"rbind", "rprivate", "nosuid", "nodev"}}}));
   in.tmp_dir = "relative";
   EXPECT_FALSE(buildOciSpec(in).isOk());
 }
 
 TEST(OciSpecTest, SharedEmptyDirIsBoundFromTheHost) {
-  PodSpecInput in = baseInput({{"volumeMounts", json::array({{{"name", "shared"}, {"mountPath", "/shared"}},
-                                                             {{"name", "shared"}, {"mountPath", "/ro"}, {"readOnly", true}}})}});
+  PodSpecInput in = baseInput(
+      {{"volumeMounts", json::array({{{"name", "shared"}, {"mountPath", "/shared"}},
+                                     {{"name", "shared"}, {"mountPath", "/ro"}, {"readOnly", true}}})}});
   in.revision["spec"]["volumes"] = json::array({{{"name", "shared"}, {"emptyDir", {{"sizeLimit", "1Mi"}}}}});
   in.empty_dir_dirs = {{"shared", "/var/lib/knap/pods/p/emptydir/shared"}};
   json spec = mustBuild(in);
@@ -604,7 +621,9 @@ TEST(OciSpecTest, SharedEmptyDirIsBoundFromTheHost) {
   const json* ro = findMount(spec, "/ro");
   ASSERT_NE(rw, nullptr);
   ASSERT_NE(ro, nullptr);
-  EXPECT_EQ(*rw, json({{"destination", "/shared"}, {"type", "bind"}, {"source", "/var/lib/knap/pods/p/emptydir/shared"},
+  EXPECT_EQ(*rw, json({{"destination", "/shared"},
+                       {"type", "bind"},
+                       {"source", "/var/lib/knap/pods/p/emptydir/shared"},
                        {"options", {"rbind", "rprivate", "nosuid", "nodev"}}}));
   EXPECT_EQ((*ro)["options"], json({"rbind", "rprivate", "nosuid", "nodev", "ro"}));
 }

@@ -269,7 +269,8 @@ StatusOr<ProbeSpec> parseProbeSpec(const nlohmann::json& probe, ProbeKind kind) 
 }
 
 Duration attemptTimeout(const ProbeSpec& spec) {
-  if (spec.period_seconds == 0 && spec.handler != ProbeHandler::kExec) return ProbeState::kAggressiveAttemptTimeout;
+  if (spec.period_seconds == 0 && spec.handler != ProbeHandler::kExec)
+    return ProbeState::kAggressiveAttemptTimeout;
   return std::chrono::seconds(std::max(1, spec.timeout_seconds));
 }
 
@@ -292,8 +293,10 @@ ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_
       StatusOr<ExecOutcome> r = exec(spec.command, timeout);
       if (!r.isOk()) {
         if (r.status().code() == Code::kDeadlineExceeded) {
-          return {false, what + ": timed out after " + std::to_string(
-                             std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) + " ms"};
+          return {false,
+                  what + ": timed out after " +
+                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
+                      " ms"};
         }
         return {false, what + ": " + r.status().toString()};
       }
@@ -301,11 +304,13 @@ ProbeResult probeOnce(const ProbeSpec& spec, const std::string& ip, int default_
         std::string out = r->output;
         while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
         if (out.size() > 256) out = out.substr(0, 256) + "...";
-        return {false, what + ": exit code " + std::to_string(r->exit_code) + (out.empty() ? "" : ": " + out)};
+        return {false,
+                what + ": exit code " + std::to_string(r->exit_code) + (out.empty() ? "" : ": " + out)};
       }
       if (spec.exec_needs_port) {
         Socket s;
-        std::string err = connectTo(s, ip, port, std::max(deadline, time.monotonic() + ProbeState::kAggressiveAttemptTimeout), time);
+        std::string err = connectTo(
+            s, ip, port, std::max(deadline, time.monotonic() + ProbeState::kAggressiveAttemptTimeout), time);
         if (!err.empty()) return {false, what + ": exit code 0, but tcp " + hostPort(ip, port) + ": " + err};
       }
       return {true, what + ": exit code 0"};
@@ -342,8 +347,9 @@ void ProbeState::record(bool success, MonoTime started, MonoTime now) {
   if (success) {
     failing_since_.reset();
     if (successes_ >= spec_.success_threshold) healthy_ = true;
-    next_ = now + (healthy_ ? kAggressiveRecheck
-                            : spec_.handler == ProbeHandler::kExec ? kAggressiveExecInterval : kAggressiveInterval);
+    next_ = now + (healthy_                               ? kAggressiveRecheck
+                   : spec_.handler == ProbeHandler::kExec ? kAggressiveExecInterval
+                                                          : kAggressiveInterval);
     return;
   }
   if (healthy_) {

@@ -56,7 +56,7 @@ struct ProbeSpec {
   std::vector<std::pair<std::string, std::string>> headers;  // httpGet httpHeaders
   std::vector<std::string> command;                          // exec
   bool exec_needs_port = false;  // exec: success also needs a TCP connect to the port (readiness)
-  int period_seconds = 0;                                    // 0: aggressive (readiness only)
+  int period_seconds = 0;        // 0: aggressive (readiness only)
   int timeout_seconds = 1;
   int success_threshold = 1;
   int failure_threshold = 3;

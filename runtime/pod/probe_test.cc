@@ -470,7 +470,9 @@ TEST(ProbeOnceTest, ReadinessExecAlsoNeedsTheServingPort) {
   auto live = parseProbeSpec(json::parse(R"({"exec": {"command": ["true"]}})"), ProbeKind::kLiveness);
   ASSERT_TRUE(live.isOk());
   EXPECT_FALSE(live->exec_needs_port);
-  auto exec_ok = [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> { return ExecOutcome{}; };
+  auto exec_ok = [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> {
+    return ExecOutcome{};
+  };
   auto& t = RealTimeSource::instance();
   RefusingPort closed;
   ProbeResult r = probeOnce(*p, "127.0.0.1", closed.port(), seconds(1), t, exec_ok);
@@ -540,7 +542,9 @@ TEST(ProberTest, LivenessFailureStopsWaiting) {
   liveness.period_seconds = 1;
   liveness.failure_threshold = 2;
   Prober prober(time, "127.0.0.1", port.port(), readiness, liveness,
-                [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> { return ExecOutcome{1, ""}; });
+                [](const std::vector<std::string>&, Duration) -> StatusOr<ExecOutcome> {
+                  return ExecOutcome{1, ""};
+                });
   EXPECT_TRUE(prober.live());
   Status s = prober.waitUntilReady(time.monotonic() + seconds(30), [&](Duration d) { time.advance(d); });
   EXPECT_EQ(s.code(), Code::kUnavailable);

@@ -35,7 +35,9 @@ Status checkPath(const std::string& p) {
   return Status::ok();
 }
 
-Status sysError(const std::string& what) { return internalError(what + ": " + std::strerror(errno)); }
+Status sysError(const std::string& what) {
+  return internalError(what + ": " + std::strerror(errno));
+}
 
 Status writeFile(const std::string& path, const std::string& data, int mode) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -70,7 +72,9 @@ std::string versionName() {
   return std::string(buf) + std::to_string(rng() % 1000000000);
 }
 
-std::string topLevel(const std::string& p) { return p.substr(0, p.find('/')); }
+std::string topLevel(const std::string& p) {
+  return p.substr(0, p.find('/'));
+}
 
 }  // namespace
 
@@ -78,7 +82,8 @@ Status writeVolumeAtomically(const std::string& dir, const std::vector<VolumeFil
   std::set<std::string> paths;
   for (const VolumeFile& f : files) {
     if (Status s = checkPath(f.path); !s.isOk()) return s;
-    if (!paths.insert(f.path).second) return invalidArgument("volume file path \"" + f.path + "\" given twice");
+    if (!paths.insert(f.path).second)
+      return invalidArgument("volume file path \"" + f.path + "\" given twice");
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

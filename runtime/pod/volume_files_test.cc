@@ -77,7 +77,8 @@ TEST_F(VolumeFilesTest, RefusesPathsThatLeaveTheVolume) {
     Status s = writeVolumeAtomically(dir(), {{bad, "x", 0644}});
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
   }
-  EXPECT_EQ(writeVolumeAtomically(dir(), {{"a", "1", 0644}, {"a", "2", 0644}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(writeVolumeAtomically(dir(), {{"a", "1", 0644}, {"a", "2", 0644}}).code(),
+            Code::kInvalidArgument);
   EXPECT_FALSE(fs::exists(root_ + "/etc"));
 }
 

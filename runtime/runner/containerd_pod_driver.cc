@@ -1,15 +1,14 @@
 #include "runtime/runner/containerd_pod_driver.h"
 
-#include <cctype>
-#include <cerrno>
-#include <cstring>
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -99,10 +98,13 @@ void unmountPodTmpfs(const std::string& pod_dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(pod_dir + "/emptydir", ec)) unmountIfMounted(e.path().string());
   unmountIfMounted(pod_dir + "/tmp");
-  for (const auto& e : fs::directory_iterator(pod_dir + "/containers", ec)) unmountIfMounted(e.path().string() + "/tmp");
+  for (const auto& e : fs::directory_iterator(pod_dir + "/containers", ec))
+    unmountIfMounted(e.path().string() + "/tmp");
 }
 
-bool okOrNotFound(const Status& s) { return s.isOk() || s.code() == Code::kNotFound; }
+bool okOrNotFound(const Status& s) {
+  return s.isOk() || s.code() == Code::kNotFound;
+}
 
 // The layer directories of a snapshot's mounts, topmost first: the
 // upper/lower directories of an overlay mount or the source of a bind mount.
@@ -198,13 +200,15 @@ StatusOr<std::optional<std::string>> readLayerFile(const std::string& root, cons
   Fd f(::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
   if (f.get() < 0) {
     if (errno == ENOENT) return std::optional<std::string>();
-    if (errno == ELOOP) return failedPrecondition(what + " is not a regular file (symlinks are not followed)");
+    if (errno == ELOOP)
+      return failedPrecondition(what + " is not a regular file (symlinks are not followed)");
     return internalError("open " + what + ": " + std::strerror(errno));
   }
   if (::fstat(f.get(), &st) != 0) return internalError("stat " + what + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return failedPrecondition(what + " is not a regular file");
   auto too_big = [&] {
-    return Status(Code::kResourceExhausted, what + " is larger than the limit of " + std::to_string(max_bytes) +
+    return Status(Code::kResourceExhausted, what + " is larger than the limit of " +
+                                                std::to_string(max_bytes) +
                                                 " bytes for an image's user database file");
   };
   if (st.st_size > max_bytes) return too_big();
@@ -241,8 +245,7 @@ StatusOr<std::optional<std::string>> readFromLayers(const std::vector<std::strin
   return std::optional<std::string>();
 }
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 std::string fileTail(const std::string& path, int lines) {
   std::ifstream f(path, std::ios::binary);
@@ -290,7 +293,8 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     return Status(image.status().code(), "image " + req.image + ": " + image.status().message());
   }
   if (!image->unpacked) {
-    return failedPrecondition("image " + req.image + " is not unpacked: import it again with `knap image import FILE`");
+    return failedPrecondition("image " + req.image +
+                              " is not unpacked: import it again with `knap image import FILE`");
   }
   PodHandle h;
   h.pod_id = req.pod_id;
@@ -329,7 +333,8 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
         return Status(si.status().code(), "image " + sp.image + ": " + si.status().message());
       }
       if (!si->unpacked) {
-        return failedPrecondition("image " + sp.image + " is not unpacked: import it again with `knap image import FILE`");
+        return failedPrecondition("image " + sp.image +
+                                  " is not unpacked: import it again with `knap image import FILE`");
       }
       sp.info = std::move(si).value();
       plan.push_back(std::move(sp));
@@ -389,7 +394,8 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     if (name.empty() || name.find('/') != std::string::npos || name[0] == '.')
       return fail(invalidArgument("volume name \"" + name + "\" cannot name a directory"));
     std::string vdir = dir + "/volumes/" + name;
-    if (Status s = runtime::writeVolumeAtomically(vdir, files); !s.isOk()) return fail(s.annotate("volume " + name));
+    if (Status s = runtime::writeVolumeAtomically(vdir, files); !s.isOk())
+      return fail(s.annotate("volume " + name));
     volume_dirs[name] = vdir;
   }
   // With sidecars, emptyDir volumes are shared by the containers that mount
@@ -414,7 +420,8 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
       fs::create_directories(edir, ec);
       if (ec) return fail(internalError("mkdir " + edir + ": " + ec.message()));
       if (::mount("tmpfs", edir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
-        return fail(internalError("mount a tmpfs for emptyDir " + name + " at " + edir + ": " + std::strerror(errno)));
+        return fail(internalError("mount a tmpfs for emptyDir " + name + " at " + edir + ": " +
+                                  std::strerror(errno)));
       }
       empty_dir_dirs[name] = edir;
     }
@@ -427,7 +434,8 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   runtime::PodSpecInput in;
   in.revision = req.revision;
   in.image_config = json::parse(image->config.json, nullptr, false);
-  if (in.image_config.is_discarded()) return fail(internalError("image config of " + req.image + " is not JSON"));
+  if (in.image_config.is_discarded())
+    return fail(internalError("image config of " + req.image + " is not JSON"));
   in.service_name = label(req.revision, "serving.knative.dev/service");
   in.configuration_name = label(req.revision, "serving.knative.dev/configuration");
   in.revision_name = req.revision_name;
@@ -507,16 +515,23 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
   if (Status s = leased.createContainer(rec); !s.isOk()) return fail(s);
   container = true;
 
-  json meta = {{"pod", req.pod_id},     {"namespace", req.ns},        {"revision", req.revision_name},
-               {"service", in.service_name}, {"configuration", in.configuration_name},
-               {"ip", h.ip},            {"port", h.port},             {"image", req.image},
-               {"imageDigest", h.image_digest}, {"created", formatRfc3339(time_.now())}};
+  json meta = {{"pod", req.pod_id},
+               {"namespace", req.ns},
+               {"revision", req.revision_name},
+               {"service", in.service_name},
+               {"configuration", in.configuration_name},
+               {"ip", h.ip},
+               {"port", h.port},
+               {"image", req.image},
+               {"imageDigest", h.image_digest},
+               {"created", formatRfc3339(time_.now())}};
   {
     // The serving container's name; sidecars log under containers/<name>/ (knap logs -c).
     const json& spec = req.revision.contains("spec") ? req.revision["spec"] : req.revision;
     const json containers = spec.is_object() ? spec.value("containers", json::array()) : json::array();
     const int serving = runtime::servingContainerIndex(containers);
-    if (containers.is_array() && static_cast<size_t>(serving) < containers.size() && containers[serving].is_object()) {
+    if (containers.is_array() && static_cast<size_t>(serving) < containers.size() &&
+        containers[serving].is_object()) {
       meta["container"] = containers[serving].value("name", "");
     }
   }
@@ -553,12 +568,15 @@ StatusOr<PodHandle> ContainerdPodDriver::create(const PodRequest& req) {
     runtime::PodSpecInput sin = in;
     sin.container_index = sp.index;
     sin.image_config = json::parse(sp.info.config.json, nullptr, false);
-    if (sin.image_config.is_discarded()) return fail(internalError("image config of " + sp.image + " is not JSON"));
+    if (sin.image_config.is_discarded())
+      return fail(internalError("image config of " + sp.image + " is not JSON"));
     {
       auto passwd = readFromMounts(*smounts, "etc/passwd");
-      if (!passwd.isOk()) return fail(passwd.status().annotate("image " + sp.image + " (container " + sp.name + ")"));
+      if (!passwd.isOk())
+        return fail(passwd.status().annotate("image " + sp.image + " (container " + sp.name + ")"));
       auto group = readFromMounts(*smounts, "etc/group");
-      if (!group.isOk()) return fail(group.status().annotate("image " + sp.image + " (container " + sp.name + ")"));
+      if (!group.isOk())
+        return fail(group.status().annotate("image " + sp.image + " (container " + sp.name + ")"));
       sin.etc_passwd = *passwd;
       sin.etc_group = *group;
     }
@@ -636,8 +654,8 @@ std::vector<ContainerdPodDriver::Sidecar> ContainerdPodDriver::sidecars(const st
   return out;
 }
 
-Status ContainerdPodDriver::updateVolumes(const PodHandle& pod,
-                                          const std::map<std::string, std::vector<runtime::VolumeFile>>& volumes) {
+Status ContainerdPodDriver::updateVolumes(
+    const PodHandle& pod, const std::map<std::string, std::vector<runtime::VolumeFile>>& volumes) {
   for (const auto& [name, files] : volumes) {
     if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') continue;
     std::string vdir = podDir(pod.pod_id) + "/volumes/" + name;
@@ -704,7 +722,8 @@ StatusOr<PodExit> ContainerdPodDriver::wait(const PodHandle& pod) {
   try {
     threads.reserve(side.size() + 1);
     threads.emplace_back(run, pod.pod_id, "", "");
-    for (const auto& sc : side) threads.emplace_back(run, sc.id, sc.name, podDir(pod.pod_id) + "/containers/" + sc.name);
+    for (const auto& sc : side)
+      threads.emplace_back(run, sc.id, sc.name, podDir(pod.pod_id) + "/containers/" + sc.name);
   } catch (const std::exception& e) {
     end_waits();
     {
@@ -842,7 +861,8 @@ Status ContainerdPodDriver::stop(const PodHandle& pod, Duration grace) {
     Status s = client_.killTask(id, SIGKILL, true);
     if (!okOrNotFound(s)) return s;
     if (!waitExited(id, std::chrono::seconds(10))) {
-      return Status(Code::kDeadlineExceeded, "pod " + pod.pod_id + " (" + id + ") did not exit after SIGKILL");
+      return Status(Code::kDeadlineExceeded,
+                    "pod " + pod.pod_id + " (" + id + ") did not exit after SIGKILL");
     }
   }
   return Status::ok();
@@ -910,7 +930,8 @@ Status ContainerdPodDriver::destroy(const PodHandle& pod) {
   return first;
 }
 
-std::string ContainerdPodDriver::logDriverUri(const std::string& driver, const std::string& dir, int64_t max_bytes) {
+std::string ContainerdPodDriver::logDriverUri(const std::string& driver, const std::string& dir,
+                                              int64_t max_bytes) {
   // Query values are percent-decoded by the shim (Go url.ParseQuery, where '+' is a space).
   auto escape = [](const std::string& v) {
     static const char* hex = "0123456789ABCDEF";
@@ -1118,7 +1139,8 @@ Status ContainerdPodDriver::freezeCgroup(const std::string& id) {
     std::optional<std::string> state = readControl(file);
     if (!state) return notFound("no cgroup for " + id + " (" + file + ")");
     if (*state == "FROZEN") return Status::ok();
-    if (*state != "FREEZING") return internalError(file + ": unexpected state \"" + *state + "\" while freezing");
+    if (*state != "FREEZING")
+      return internalError(file + ": unexpected state \"" + *state + "\" while freezing");
   }
   (void)writeControl(file, "THAWED");
   return internalError("cgroup of " + id + " stuck in FREEZING; thawed again");

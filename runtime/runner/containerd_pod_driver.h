@@ -73,7 +73,7 @@ inline constexpr char kImageDigestsLabel[] = "knap.dev/image-digests";  // every
 struct ContainerdPodDriverOptions {
   std::string data_dir = "/var/lib/knap";  // pod files under <data_dir>/pods/<pod id>/
   std::string host_resolv_conf = "/etc/resolv.conf";
-  std::string cgroup_parent = "knap";      // cgroupsPath /<parent>/<pod id>
+  std::string cgroup_parent = "knap";  // cgroupsPath /<parent>/<pod id>
   // Absolute path of knap-logdrain (runtime/logdrain): the shim runs it for
   // each pod (stdio "binary://..."), so output is drained even when the disk
   // is full or knapd is down, and it rotates at log_rotate_bytes. Empty: the
@@ -115,8 +115,8 @@ StatusOr<std::optional<std::string>> readFromLayers(const std::vector<std::strin
 class ContainerdPodDriver final : public PodDriver {
  public:
   // `client` carries knap's namespace; `network` must outlive the driver.
-  ContainerdPodDriver(containerd::ContainerdClient client, runtime::CniNetwork& network, const TimeSource& time,
-                      ContainerdPodDriverOptions options = {});
+  ContainerdPodDriver(containerd::ContainerdClient client, runtime::CniNetwork& network,
+                      const TimeSource& time, ContainerdPodDriverOptions options = {});
 
   StatusOr<PodHandle> create(const PodRequest& request) override;
   StatusOr<uint32_t> start(const PodHandle& pod) override;
@@ -180,12 +180,12 @@ class ContainerdPodDriver final : public PodDriver {
   std::mutex mu_;
   std::condition_variable exit_cv_;
   std::map<std::string, std::shared_ptr<containerd::CallCanceller>> cancellers_;
-  std::set<std::string> exited_;                 // wait() returned for these pods
-  std::map<std::string, MonoTime> log_checked_;  // last rotation check
-  std::map<std::string, nlohmann::json> process_specs_;  // processSpec() cache
-  uint64_t exec_counter_ = 0;                           // exec ids
+  std::set<std::string> exited_;                          // wait() returned for these pods
+  std::map<std::string, MonoTime> log_checked_;           // last rotation check
+  std::map<std::string, nlohmann::json> process_specs_;   // processSpec() cache
+  uint64_t exec_counter_ = 0;                             // exec ids
   std::map<std::string, std::vector<Sidecar>> sidecars_;  // by pod id
-  std::map<std::string, bool> pod_waits_;  // multi-container wait() running: abandoned?
+  std::map<std::string, bool> pod_waits_;                 // multi-container wait() running: abandoned?
 };
 
 }  // namespace knap::runner

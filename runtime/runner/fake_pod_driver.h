@@ -31,7 +31,7 @@ class FakePodDriver final : public PodDriver {
     int pauses = 0, resumes = 0;
     PodExit exit;
     int probes = 0;
-    PodObjectValues objects;  // as created
+    PodObjectValues objects;                                          // as created
     std::map<std::string, std::vector<runtime::VolumeFile>> volumes;  // as last created/updated
   };
 
@@ -52,8 +52,14 @@ class FakePodDriver final : public PodDriver {
                        const std::map<std::string, std::vector<runtime::VolumeFile>>& volumes) override;
 
   // --- test controls ---
-  void setMissingImage(const std::string& image) { std::lock_guard<std::mutex> l(mu_); missing_.insert(image); }
-  void clearMissingImage(const std::string& image) { std::lock_guard<std::mutex> l(mu_); missing_.erase(image); }
+  void setMissingImage(const std::string& image) {
+    std::lock_guard<std::mutex> l(mu_);
+    missing_.insert(image);
+  }
+  void clearMissingImage(const std::string& image) {
+    std::lock_guard<std::mutex> l(mu_);
+    missing_.erase(image);
+  }
   // Probe outcome per pod (default: success).
   void setProbe(std::function<bool(const FakePod&, const runtime::ProbeSpec&)> fn) {
     std::lock_guard<std::mutex> l(mu_);
@@ -67,19 +73,40 @@ class FakePodDriver final : public PodDriver {
     memory_started_ = started;
   }
   // Makes the next pause()/resume() calls fail with kInternal.
-  void setPauseFails(bool fail) { std::lock_guard<std::mutex> l(mu_); pause_fails_ = fail; }
+  void setPauseFails(bool fail) {
+    std::lock_guard<std::mutex> l(mu_);
+    pause_fails_ = fail;
+  }
   // Every driver call in order, as "<op> <pod id>" (create, start, pause, resume, stop, destroy).
-  std::vector<std::string> calls() { std::lock_guard<std::mutex> l(mu_); return calls_; }
+  std::vector<std::string> calls() {
+    std::lock_guard<std::mutex> l(mu_);
+    return calls_;
+  }
   // Makes the pod's process exit (its wait() returns).
   void exitPod(const std::string& pod_id, PodExit exit);
   // Pods created and not destroyed.
   std::vector<std::string> livePods();
   std::vector<std::string> createdPods();
-  int createCount() { std::lock_guard<std::mutex> l(mu_); return creates_; }
-  int stopCount() { std::lock_guard<std::mutex> l(mu_); return stops_; }
-  std::set<std::string> lastCleanupLive() { std::lock_guard<std::mutex> l(mu_); return cleanup_live_; }
-  std::vector<std::string> destroyed() { std::lock_guard<std::mutex> l(mu_); return destroyed_; }
-  FakePod pod(const std::string& id) { std::lock_guard<std::mutex> l(mu_); return pods_.at(id); }
+  int createCount() {
+    std::lock_guard<std::mutex> l(mu_);
+    return creates_;
+  }
+  int stopCount() {
+    std::lock_guard<std::mutex> l(mu_);
+    return stops_;
+  }
+  std::set<std::string> lastCleanupLive() {
+    std::lock_guard<std::mutex> l(mu_);
+    return cleanup_live_;
+  }
+  std::vector<std::string> destroyed() {
+    std::lock_guard<std::mutex> l(mu_);
+    return destroyed_;
+  }
+  FakePod pod(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu_);
+    return pods_.at(id);
+  }
 
  private:
   std::mutex mu_;

@@ -35,12 +35,15 @@ std::string formatRfc3339Nano(WallTime t) {
 
 namespace {
 
-std::string keyOf(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+std::string keyOf(const std::string& ns, const std::string& name) {
+  return ns + "/" + name;
+}
 
 const json* firstContainer(const json& rev) {
   if (!rev.contains("spec") || !rev["spec"].is_object()) return nullptr;
   const json& spec = rev["spec"];
-  if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty()) return nullptr;
+  if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty())
+    return nullptr;
   return &spec["containers"][0];
 }
 
@@ -81,7 +84,8 @@ bool wasReady(const json& rev) {
 }
 
 // The Revision as the pods should see it: the pinned images and when they became present.
-json forInner(const json& object, const std::vector<std::string>& refs, WallTime ready_at, const json& previous) {
+json forInner(const json& object, const std::vector<std::string>& refs, WallTime ready_at,
+              const json& previous) {
   json out = object;
   if (out.contains("spec") && out["spec"].contains("containers") && out["spec"]["containers"].is_array()) {
     json& containers = out["spec"]["containers"];
@@ -176,7 +180,8 @@ void ImageGate::sync(const std::string& key) {
             : st.phase == images::ImagePhase::kFailed ? "Failed"
                                                       : "Pending";
     for (size_t i = 0; i < pinned.size() && i < refs.size(); ++i) {
-      if (pinned[i].empty()) pinned[i] = images_.status(requesterOf(key, i), r.images[i], r.pinned[i]).digest_ref;
+      if (pinned[i].empty())
+        pinned[i] = images_.status(requesterOf(key, i), r.images[i], r.pinned[i]).digest_ref;
     }
     if (st.phase == images::ImagePhase::kReady) {
       // A Revision adopted after a restart ran from an image that was already
@@ -203,16 +208,18 @@ void ImageGate::sync(const std::string& key) {
     if (!phase.empty() && phase != cur.event_phase) {
       cur.event_phase = phase;
       ObjectRef ref = objectRefOf(cur.object);
-      const std::string image = "image \"" + (which < cur.images.size() ? cur.images[which] : cur.image) + "\"";
+      const std::string image =
+          "image \"" + (which < cur.images.size() ? cur.images[which] : cur.image) + "\"";
       if (phase == "Pending") {
         cur.pulling_seen = true;
         events_.record(ref, EventType::kNormal, "Pulling", "Pulling " + image, "knap-images");
       } else if (phase == "Ready" && cur.pulling_seen) {
         events_.record(ref, EventType::kNormal, "Pulled",
-                       "Successfully pulled " + image + (st.ref.empty() ? "" : " as " + st.ref), "knap-images");
-      } else if (phase == "Ready" && !r.early) {
-        events_.record(ref, EventType::kNormal, "Pulled", "Container " + image + " already present on machine",
+                       "Successfully pulled " + image + (st.ref.empty() ? "" : " as " + st.ref),
                        "knap-images");
+      } else if (phase == "Ready" && !r.early) {
+        events_.record(ref, EventType::kNormal, "Pulled",
+                       "Container " + image + " already present on machine", "knap-images");
       } else if (phase == "Failed") {
         events_.record(ref, EventType::kWarning, "Failed",
                        "Failed to pull " + image + ": " + st.reason + ": " + st.message, "knap-images");
@@ -225,7 +232,8 @@ void ImageGate::sync(const std::string& key) {
     }
   }
   if (forward) {
-    if (!r.forwarded) LOG(INFO) << "image gate: " << key << " runs " << stringAt(*firstContainer(obj), {"image"});
+    if (!r.forwarded)
+      LOG(INFO) << "image gate: " << key << " runs " << stringAt(*firstContainer(obj), {"image"});
     inner_.ensure(obj);
   }
 }
@@ -241,7 +249,8 @@ images::ImageStatus ImageGate::statusOf(const std::string& key, const Rev& r, si
   refs->assign(r.images.size(), "");
   for (size_t i = 0; i < r.images.size(); ++i) {
     if (r.images[i].empty()) continue;
-    images::ImageStatus st = images_.status(requesterOf(key, i), r.images[i], i < r.pinned.size() ? r.pinned[i] : "");
+    images::ImageStatus st =
+        images_.status(requesterOf(key, i), r.images[i], i < r.pinned.size() ? r.pinned[i] : "");
     (*refs)[i] = st.ref;
     if (i == 0) out.digest_ref = st.digest_ref;
     if (st.phase == images::ImagePhase::kFailed) {
@@ -334,7 +343,8 @@ controller::RevisionHealth ImageGate::health(const std::string& ns, const std::s
     std::vector<std::string> digests;
     for (size_t i = 0; i < r.images.size(); ++i) {
       std::string d = i < r.pinned.size() ? r.pinned[i] : "";
-      if (d.empty() && !r.images[i].empty()) d = images_.status(requesterOf(key, i), r.images[i], "").digest_ref;
+      if (d.empty() && !r.images[i].empty())
+        d = images_.status(requesterOf(key, i), r.images[i], "").digest_ref;
       digests.push_back(d);
     }
     if (std::none_of(digests.begin(), digests.end(), [](const std::string& d) { return d.empty(); })) {

@@ -39,11 +39,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/event_recorder.h"
@@ -82,12 +81,12 @@ class ImageGate final : public controller::RevisionBackend {
  private:
   struct Rev {
     std::string ns, name;
-    nlohmann::json object;  // as the controller ensured it
-    std::string image;      // containers[0].image as written
+    nlohmann::json object;            // as the controller ensured it
+    std::string image;                // containers[0].image as written
     std::vector<std::string> images;  // every container's image as written, in order
     std::vector<std::string> pinned;  // per container: digest ref from status or from the ImageSource
-    bool ungated = false;   // no image to gate on: the inner backend reports
-    bool early = false;     // was Ready before a restart: forward before the image check
+    bool ungated = false;             // no image to gate on: the inner backend reports
+    bool early = false;               // was Ready before a restart: forward before the image check
     bool forwarded = false;
     nlohmann::json last_forwarded;
     std::string event_phase;  // the image phase last reported as an Event
@@ -98,7 +97,8 @@ class ImageGate final : public controller::RevisionBackend {
   // The combined image status of every container of `r` (the first failed,
   // else the first pending, else Ready); *which: the container it is about;
   // *refs: each container's ref to run ("" until resolved).
-  images::ImageStatus statusOf(const std::string& key, const Rev& r, size_t* which, std::vector<std::string>* refs);
+  images::ImageStatus statusOf(const std::string& key, const Rev& r, size_t* which,
+                               std::vector<std::string>* refs);
   void onImageChange(const std::string& key);
   void notify(const std::string& ns, const std::string& name);
 

@@ -6,8 +6,8 @@
 
 #include "images/fake_puller.h"
 #include "runtime/runner/pod_runner.h"
-#include "tests/fakes/fake_revision_backend.h"
 #include "tests/fakes/fake_event_recorder.h"
+#include "tests/fakes/fake_revision_backend.h"
 
 namespace knap::runner {
 namespace {
@@ -18,8 +18,10 @@ using nlohmann::json;
 using std::chrono::seconds;
 
 constexpr char kTag[] = "127.0.0.1:5000/app:v1";
-constexpr char kD1[] = "127.0.0.1:5000/app@sha256:1111111111111111111111111111111111111111111111111111111111111111";
-constexpr char kD2[] = "127.0.0.1:5000/app@sha256:2222222222222222222222222222222222222222222222222222222222222222";
+constexpr char kD1[] =
+    "127.0.0.1:5000/app@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+constexpr char kD2[] =
+    "127.0.0.1:5000/app@sha256:2222222222222222222222222222222222222222222222222222222222222222";
 
 json revision(const std::string& name, const std::string& image) {
   return json{{"apiVersion", "serving.knative.dev/v1"},
@@ -107,7 +109,8 @@ TEST_F(ImageGateTest, APullIsReportedAsPullingThenPulledOnTheRevision) {
   EXPECT_EQ(pulled[0].object.name, "app-00001");
   EXPECT_EQ(pulled[0].type, EventType::kNormal);
   EXPECT_EQ(pulled[0].component, "knap-images");
-  EXPECT_NE(pulled[0].message.find(std::string("image \"") + kTag + "\""), std::string::npos) << pulled[0].message;
+  EXPECT_NE(pulled[0].message.find(std::string("image \"") + kTag + "\""), std::string::npos)
+      << pulled[0].message;
   // Later syncs of the same phase report nothing new.
   gate_->ensure(revision("app-00001", kTag));
   settle();
@@ -184,7 +187,8 @@ TEST_F(ImageGateTest, EveryContainersImageIsPinnedAndPulled) {
   EXPECT_FALSE(gate_->forwarded("default", "app-00001")) << "the sidecar's image is not there";
   EXPECT_EQ(h.container_healthy.status, "False");
   EXPECT_EQ(h.container_healthy.reason, "Unauthorized");
-  EXPECT_NE(h.container_healthy.message.find("container 1"), std::string::npos) << h.container_healthy.message;
+  EXPECT_NE(h.container_healthy.message.find("container 1"), std::string::npos)
+      << h.container_healthy.message;
   EXPECT_EQ(h.image_digests, std::vector<std::string>({kD1, side_digest}));
 
   puller_.pull_error.clear();
@@ -201,7 +205,8 @@ TEST_F(ImageGateTest, EveryContainersImageIsPinnedAndPulled) {
 }
 
 TEST_F(ImageGateTest, APullFailureIsAConditionAndTheBackoffRetryRecovers) {
-  puller_.pull_error[kD1] = unauthenticated("pulling from 127.0.0.1:5000: 401 Unauthorized: check registry-auth-file");
+  puller_.pull_error[kD1] =
+      unauthenticated("pulling from 127.0.0.1:5000: 401 Unauthorized: check registry-auth-file");
   gate_->ensure(revision("app-00001", kTag));
   settle();
   RevisionHealth h = gate_->health("default", "app-00001");
@@ -209,7 +214,8 @@ TEST_F(ImageGateTest, APullFailureIsAConditionAndTheBackoffRetryRecovers) {
   EXPECT_EQ(h.container_healthy.reason, "Unauthorized");
   EXPECT_EQ(ready(h).status, "False");
   EXPECT_EQ(ready(h).reason, "Unauthorized");
-  EXPECT_NE(h.container_healthy.message.find("127.0.0.1:5000"), std::string::npos) << h.container_healthy.message;
+  EXPECT_NE(h.container_healthy.message.find("127.0.0.1:5000"), std::string::npos)
+      << h.container_healthy.message;
   EXPECT_EQ(h.image_digest, kD1);  // pinned even though the pull failed
   EXPECT_FALSE(gate_->forwarded("default", "app-00001"));
 

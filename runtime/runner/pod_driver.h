@@ -13,11 +13,10 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -53,11 +52,11 @@ struct PodRequest {
   nlohmann::json revision;  // the full defaulted Revision object
   std::string ns;           // revision namespace
   std::string revision_name;
-  std::string image;        // the serving container's image (runtime::servingContainerIndex)
+  std::string image;  // the serving container's image (runtime::servingContainerIndex)
   // spec.containers[i].image of every container, in order (pinned by the
   // ImageGate); empty: a single container running `image`.
   std::vector<std::string> images;
-  std::string pod_id;       // unique container id, e.g. "<ns>_<rev>-<random>"
+  std::string pod_id;                         // unique container id, e.g. "<ns>_<rev>-<random>"
   std::map<std::string, std::string> labels;  // added to the knap labels
   PodObjectValues objects;
 };
@@ -75,7 +74,7 @@ struct PodHandle {
 };
 
 struct PodExit {
-  int exit_code = 0;      // 128+signal when killed by a signal
+  int exit_code = 0;  // 128+signal when killed by a signal
   bool oom_killed = false;
   std::string log_tail;   // the last lines of stdout/stderr, for status messages
   std::string container;  // a sidecar's name when a sidecar exited; "" for the serving container

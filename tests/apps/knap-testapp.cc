@@ -50,7 +50,7 @@ extern char** environ;
 
 namespace {
 
-std::atomic<int> g_inflight{0};      // read .. response fully sent (drain waits on it)
+std::atomic<int> g_inflight{0};  // read .. response fully sent (drain waits on it)
 // max_inflight counts a request from its read until its response is about to
 // be completed, not after: once the last byte is sent the client (the router)
 // may send the next request before this thread gets to count the old one out,
@@ -63,8 +63,8 @@ thread_local long t_conn = 0;        // this connection's serial number
 thread_local long t_seq = 0;         // requests seen on this connection
 std::atomic<long> g_requests{0};
 std::atomic<bool> g_healthy{true};
-std::atomic<bool> g_ready{true};          // /healthz/readiness, /start-failing
-std::atomic<long> g_liveness_checks{0};   // /healthz/liveness calls while ready
+std::atomic<bool> g_ready{true};           // /healthz/readiness, /start-failing
+std::atomic<long> g_liveness_checks{0};    // /healthz/liveness calls while ready
 std::atomic<bool> g_single_locked{false};  // /single
 constexpr char kHelloWorld[] = "Hello World! How about some tasty noodles?";
 std::atomic<bool> g_stopping{false};
@@ -96,11 +96,21 @@ std::string jsonEscape(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -181,21 +191,29 @@ bool sendAll(int fd, const std::string& data) {
 
 const char* reason(int code) {
   switch (code) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 413: return "Payload Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 413:
+      return "Payload Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
   }
 }
 
 bool respond(int fd, int code, const std::string& body, bool keep_alive,
              const std::string& content_type = "application/json") {
   std::string head = "HTTP/1.1 " + std::to_string(code) + " " + reason(code) + "\r\n" +
-                     "Content-Type: " + content_type + "\r\n" + "Content-Length: " + std::to_string(body.size()) +
-                     "\r\n" + (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
+                     "Content-Type: " + content_type + "\r\n" +
+                     "Content-Length: " + std::to_string(body.size()) + "\r\n" +
+                     (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
   doneHandling();  // the whole response goes in this one write
   return sendAll(fd, head + body);
 }
@@ -270,7 +288,8 @@ int readRequest(Conn& c, Request* r) {
       size_t amp = qs.find('&', start);
       std::string kv = qs.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
       size_t eq = kv.find('=');
-      if (!kv.empty()) r->query[urlDecode(kv.substr(0, eq))] = eq == std::string::npos ? "" : urlDecode(kv.substr(eq + 1));
+      if (!kv.empty())
+        r->query[urlDecode(kv.substr(0, eq))] = eq == std::string::npos ? "" : urlDecode(kv.substr(eq + 1));
       if (amp == std::string::npos) break;
       start = amp + 1;
     }
@@ -395,7 +414,9 @@ std::string writableProbe(const std::vector<std::string>& candidates, const std:
 }
 
 std::string stdinProbe() {
-  struct pollfd p {0, POLLIN, 0};
+  struct pollfd p {
+    0, POLLIN, 0
+  };
   int r = poll(&p, 1, 100);
   if (r == 0) return "\"blocked\"";
   if (r < 0) return jsonEscape(std::string("error: ") + strerror(errno));
@@ -416,10 +437,12 @@ std::string info() {
   int ng = getgroups(64, gs);
   for (int i = 0; i < ng; ++i) groups.push_back(std::to_string(gs[i]));
   Obj files;
-  for (const char* p : {"/tmp", "/var/log", "/dev/fd", "/dev/full", "/dev/null", "/dev/ptmx", "/dev/random",
-                        "/dev/urandom", "/dev/zero", "/dev/tty", "/dev/stdin", "/dev/stdout", "/dev/stderr",
-                        "/proc/self/fd/0", "/proc/self/fd/1", "/proc/self/fd/2", "/dev/console", "/dev/shm",
-                        "/etc/resolv.conf", "/etc/hosts", "/etc/hostname", "/proc/sys", "/sys/fs/cgroup"}) {
+  for (const char* p : {"/tmp",          "/var/log",        "/dev/fd",          "/dev/full",
+                        "/dev/null",     "/dev/ptmx",       "/dev/random",      "/dev/urandom",
+                        "/dev/zero",     "/dev/tty",        "/dev/stdin",       "/dev/stdout",
+                        "/dev/stderr",   "/proc/self/fd/0", "/proc/self/fd/1",  "/proc/self/fd/2",
+                        "/dev/console",  "/dev/shm",        "/etc/resolv.conf", "/etc/hosts",
+                        "/etc/hostname", "/proc/sys",       "/sys/fs/cgroup"}) {
     files.raw(p, fileInfo(p));
   }
   std::vector<std::string> dev;
@@ -440,7 +463,8 @@ std::string info() {
   cg2.raw("memory.max", fileOrNull("/sys/fs/cgroup/memory.max"))
       .raw("cpu.max", fileOrNull("/sys/fs/cgroup/cpu.max"))
       .raw("cpu.weight", fileOrNull("/sys/fs/cgroup/cpu.weight"));
-  auto uptime = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - g_start);
+  auto uptime =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - g_start);
   return Obj()
       .str("cwd", cwd)
       .raw("argv", strArray(g_argv))
@@ -460,10 +484,12 @@ std::string info() {
       .raw("etc_hostname", fileOrNull("/etc/hostname"))
       .raw("cgroup_v1", cg1.done())
       .raw("cgroup_v2", cg2.done())
-      .raw("cgroup_fs", writableProbe({"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/cpu/cpu.shares",
-                                       "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/memory.max"},
-                                      "/sys/fs/cgroup"))
-      .raw("proc_sys", writableProbe({"/proc/sys/kernel/hostname", "/proc/sys/vm/overcommit_memory"}, "/proc/sys"))
+      .raw("cgroup_fs",
+           writableProbe({"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/cpu/cpu.shares",
+                          "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/memory.max"},
+                         "/sys/fs/cgroup"))
+      .raw("proc_sys",
+           writableProbe({"/proc/sys/kernel/hostname", "/proc/sys/vm/overcommit_memory"}, "/proc/sys"))
       .num("uptime_ms", uptime.count())
       .done();
 }
@@ -567,7 +593,9 @@ int handleConformance(int fd, const Request& r, bool keep_alive) {
     int f = open("/tmp/sick", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (f >= 0) close(f);
     return respond(fd, f >= 0 ? 200 : 500, f >= 0 ? "/tmp/sick created" : strerror(errno), keep_alive,
-                   "text/plain") ? 1 : 0;
+                   "text/plain")
+               ? 1
+               : 0;
   }
   if (p == "/hello") return respond(fd, 200, kHelloWorld, keep_alive, "text/plain") ? 1 : 0;
   if (p == "/text") {
@@ -623,7 +651,9 @@ int handleConformance(int fd, const Request& r, bool keep_alive) {
     f.close();
     bool ok = static_cast<bool>(f);
     return respond(fd, ok ? 200 : 500, ok ? "written" : std::string("cannot write ") + path, keep_alive,
-                   "text/plain") ? 1 : 0;
+                   "text/plain")
+               ? 1
+               : 0;
   }
   if (p == "/mounts") {
     // Mount points with their options (read-only checks of volumes).
@@ -635,9 +665,15 @@ int handleConformance(int fd, const Request& r, bool keep_alive) {
       std::string id, parent, dev, root, mp, opts;
       in >> id >> parent >> dev >> root >> mp >> opts;
       std::string field, type, source, super_opts;
-      while (in >> field && field != "-") {}  // optional fields end at "-"
+      while (in >> field && field != "-") {
+      }  // optional fields end at "-"
       in >> type >> source >> super_opts;
-      o.raw(mp, Obj().str("options", opts).str("type", type).str("source", source).str("super_options", super_opts).done());
+      o.raw(mp, Obj()
+                    .str("options", opts)
+                    .str("type", type)
+                    .str("source", source)
+                    .str("super_options", super_opts)
+                    .done());
     }
     return respond(fd, 200, o.done(), keep_alive) ? 1 : 0;
   }
@@ -662,9 +698,15 @@ std::string whoami(const Request& r) {
   for (unsigned char c : r.body) h = (h ^ c) * 1099511628211ull;
   char digest[17];
   snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(h));
-  return Obj().str("id", r.header("X-Request-Id")).str("method", r.method).str("target", r.target)
-      .num("body_len", static_cast<long long>(r.body.size())).str("body_fnv", digest)
-      .num("conn", t_conn).num("seq", t_seq).done();
+  return Obj()
+      .str("id", r.header("X-Request-Id"))
+      .str("method", r.method)
+      .str("target", r.target)
+      .num("body_len", static_cast<long long>(r.body.size()))
+      .str("body_fnv", digest)
+      .num("conn", t_conn)
+      .num("seq", t_seq)
+      .done();
 }
 
 // Responses framed the way some real servers write them, for the router's
@@ -691,15 +733,21 @@ bool rawHead(int fd, const Request& r, bool keep_alive) {
 // Returns false when the connection must close.
 bool handle(int fd, const Request& r, bool keep_alive) {
   const std::string& p = r.path;
-  auto env = [](const char* k) { const char* v = getenv(k); return std::string(v ? v : ""); };
+  auto env = [](const char* k) {
+    const char* v = getenv(k);
+    return std::string(v ? v : "");
+  };
   if (p == "/") {
     std::string rev = env("K_REVISION");
-    return respond(fd, 200, Obj().str("message", "Hello from knap-testapp! revision=" + rev)
-                                .str("revision", rev)
-                                .str("configuration", env("K_CONFIGURATION"))
-                                .str("service", env("K_SERVICE"))
-                                .num("pid", getpid())
-                                .done(), keep_alive);
+    return respond(fd, 200,
+                   Obj()
+                       .str("message", "Hello from knap-testapp! revision=" + rev)
+                       .str("revision", rev)
+                       .str("configuration", env("K_CONFIGURATION"))
+                       .str("service", env("K_SERVICE"))
+                       .num("pid", getpid())
+                       .done(),
+                   keep_alive);
   }
   if (p == "/env") return respond(fd, 200, envJson(), keep_alive);
   if (p == "/headers") {
@@ -716,17 +764,29 @@ bool handle(int fd, const Request& r, bool keep_alive) {
     }
     Obj h;
     for (const auto& k : order) h.str(k, merged[k]);
-    return respond(fd, 200, Obj().str("method", r.method).str("path", r.path).str("target", r.target)
-                                .str("protocol", r.protocol).str("host", r.header("Host")).raw("headers", h.done())
-                                .done(), keep_alive);
+    return respond(fd, 200,
+                   Obj()
+                       .str("method", r.method)
+                       .str("path", r.path)
+                       .str("target", r.target)
+                       .str("protocol", r.protocol)
+                       .str("host", r.header("Host"))
+                       .raw("headers", h.done())
+                       .done(),
+                   keep_alive);
   }
   if (p == "/info") return respond(fd, 200, info(), keep_alive);
   if (p == "/sleep") {
     long ms = queryNum(r, "ms", 1000);
     int now = g_inflight.load();
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    return respond(fd, 200, Obj().num("slept_ms", ms).num("inflight_at_start", now)
-                                .num("max_inflight", g_max_inflight.load()).done(), keep_alive);
+    return respond(fd, 200,
+                   Obj()
+                       .num("slept_ms", ms)
+                       .num("inflight_at_start", now)
+                       .num("max_inflight", g_max_inflight.load())
+                       .done(),
+                   keep_alive);
   }
   if (p == "/stream") {
     long chunks = queryNum(r, "chunks", 5), ms = queryNum(r, "ms", 100);
@@ -753,7 +813,8 @@ bool handle(int fd, const Request& r, bool keep_alive) {
     }
     for (long i = 0; i < mb; ++i) {
       std::unique_ptr<char[]> block(new char[1 << 20]);
-      for (size_t off = 0; off < (1u << 20); off += 4096) block[off] = static_cast<char>(off);  // touch every page
+      for (size_t off = 0; off < (1u << 20); off += 4096)
+        block[off] = static_cast<char>(off);  // touch every page
       g_allocs.push_back(std::move(block));
       ++g_alloc_mb;
     }
@@ -800,7 +861,8 @@ void serveConnection(int fd) {
     int now = ++g_handling;
     t_handling = true;
     int prev = g_max_inflight.load();
-    while (now > prev && !g_max_inflight.compare_exchange_weak(prev, now)) {}
+    while (now > prev && !g_max_inflight.compare_exchange_weak(prev, now)) {
+    }
     ++g_requests;
     ++t_seq;
     logLine(r.method + " " + r.target + " " + r.protocol);
@@ -936,7 +998,8 @@ int main(int argc, char** argv) {
     std::thread(serveConnection, fd).detach();
   }
   close(lfd);
-  logLine("knap-testapp: SIGTERM received, draining " + std::to_string(g_inflight.load()) + " in-flight request(s)");
+  logLine("knap-testapp: SIGTERM received, draining " + std::to_string(g_inflight.load()) +
+          " in-flight request(s)");
   {
     std::unique_lock<std::mutex> l(g_mu);
     g_cv.wait(l, [] { return g_inflight.load() == 0; });

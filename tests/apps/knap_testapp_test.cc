@@ -2,18 +2,17 @@
 // every endpoint and flag other suites rely on.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,7 +77,8 @@ Response rawExchange(int port, const std::string& raw) {
 }
 
 Response get(int port, const std::string& path, const std::string& extra_headers = "") {
-  return rawExchange(port, "GET " + path + " HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n" + extra_headers + "\r\n");
+  return rawExchange(
+      port, "GET " + path + " HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n" + extra_headers + "\r\n");
 }
 
 std::string dechunk(const std::string& body) {
@@ -181,7 +181,8 @@ TEST_F(TestAppTest, RootEnvAndHeaders) {
   EXPECT_EQ(env["PORT"], std::to_string(app.port()));
   EXPECT_EQ(env["EXTRA"], "1");
 
-  json h = json::parse(get(app.port(), "/headers?a=b", "X-Multi: one\r\nX-Multi: two\r\ntraceparent: 00-abc-01\r\n").body);
+  json h = json::parse(
+      get(app.port(), "/headers?a=b", "X-Multi: one\r\nX-Multi: two\r\ntraceparent: 00-abc-01\r\n").body);
   EXPECT_EQ(h["method"], "GET");
   EXPECT_EQ(h["protocol"], "HTTP/1.1");
   EXPECT_EQ(h["host"], "app.test");
@@ -195,13 +196,17 @@ TEST_F(TestAppTest, EchoWithLengthAndChunkedBodies) {
   App app({});
   ASSERT_TRUE(app.ready());
   std::string big(200000, 'b');
-  Response r = rawExchange(app.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: text/x-test\r\n"
-                                    "Content-Length: " + std::to_string(big.size()) + "\r\n\r\n" + big);
+  Response r =
+      rawExchange(app.port(),
+                  "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: text/x-test\r\n"
+                  "Content-Length: " +
+                      std::to_string(big.size()) + "\r\n\r\n" + big);
   ASSERT_EQ(r.status, 200);
   EXPECT_TRUE(r.body == big);
   EXPECT_NE(r.head.find("Content-Type: text/x-test"), std::string::npos);
-  r = rawExchange(app.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
-                           "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  r = rawExchange(app.port(),
+                  "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   EXPECT_EQ(r.body, "hello world");
 }
 
@@ -210,7 +215,9 @@ TEST_F(TestAppTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   ASSERT_TRUE(app.ready());
   int fd = connectTo(app.port());
   ASSERT_GE(fd, 0);
-  std::string two = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /inflight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  std::string two =
+      "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /inflight HTTP/1.1\r\nHost: x\r\nConnection: "
+      "close\r\n\r\n";
   send(fd, two.data(), two.size(), MSG_NOSIGNAL);
   std::string all;
   char buf[4096];
@@ -227,14 +234,16 @@ TEST_F(TestAppTest, WhoamiReportsTheRequestItSaw) {
   App app({});
   ASSERT_TRUE(app.ready());
   // FNV-1a-64 of "hello world".
-  Response r = rawExchange(app.port(), "POST /whoami HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Request-Id: r-1\r\n"
-                                    "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  Response r = rawExchange(app.port(),
+                           "POST /whoami HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Request-Id: r-1\r\n"
+                           "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   ASSERT_EQ(r.status, 200);
   EXPECT_NE(r.body.find("\"id\":\"r-1\""), std::string::npos) << r.body;
   EXPECT_NE(r.body.find("\"body_len\":11"), std::string::npos) << r.body;
   EXPECT_NE(r.body.find("\"body_fnv\":\"779a65e7023cd2e7\""), std::string::npos) << r.body;
   EXPECT_NE(r.body.find("\"seq\":1"), std::string::npos) << r.body;
-  r = rawExchange(app.port(), "GET /rawhead?mode=connection-cl HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  r = rawExchange(app.port(),
+                  "GET /rawhead?mode=connection-cl HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.body, "raw connection-cl\n");
 }
 
@@ -252,7 +261,8 @@ TEST_F(TestAppTest, ConcurrencyIsCounted) {
   App app({});
   ASSERT_TRUE(app.ready());
   std::vector<std::future<Response>> calls;
-  for (int i = 0; i < 5; ++i) calls.push_back(std::async(std::launch::async, [&] { return get(app.port(), "/sleep?ms=400"); }));
+  for (int i = 0; i < 5; ++i)
+    calls.push_back(std::async(std::launch::async, [&] { return get(app.port(), "/sleep?ms=400"); }));
   for (auto& c : calls) EXPECT_EQ(c.get().status, 200);
   json inflight = json::parse(get(app.port(), "/inflight").body);
   EXPECT_EQ(inflight["max_inflight"], 5);

@@ -38,7 +38,8 @@ void FakeRevisionBackend::setHealth(const std::string& ns, const std::string& na
   if (cb) cb(ns, name);
 }
 
-void FakeRevisionBackend::setReady(const std::string& ns, const std::string& name, const std::string& digest) {
+void FakeRevisionBackend::setReady(const std::string& ns, const std::string& name,
+                                   const std::string& digest) {
   setHealth(ns, name, readyHealth(digest));
 }
 

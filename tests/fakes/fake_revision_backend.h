@@ -9,10 +9,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "controller/revision_backend.h"
 
@@ -38,8 +37,8 @@ class FakeRevisionBackend final : public controller::RevisionBackend {
   static controller::RevisionHealth readyHealth(const std::string& digest = "");
 
   // Calls seen so far.
-  std::vector<std::string> ensured() const;   // "ns/name" per ensure() call, in order
-  std::vector<std::string> removed() const;   // "ns/name" per remove() call, in order
+  std::vector<std::string> ensured() const;  // "ns/name" per ensure() call, in order
+  std::vector<std::string> removed() const;  // "ns/name" per remove() call, in order
   nlohmann::json lastEnsured(const std::string& ns, const std::string& name) const;  // null if never
 
  private:

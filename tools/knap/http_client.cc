@@ -1,8 +1,5 @@
 #include "tools/knap/http_client.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <openssl/ssl.h>
 
 #include <boost/asio/connect.hpp>
@@ -11,6 +8,8 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <fstream>
+#include <sstream>
 
 #include "api/codec.h"
 #include "common/base64.h"
@@ -72,18 +71,21 @@ Status withConnection(const std::string& server, const Credentials& creds, Fn&& 
   if (ep.is_unix) {
     asio::local::stream_protocol::socket sock(ioc);
     sock.connect(asio::local::stream_protocol::endpoint(ep.path), ec);
-    if (ec) return unavailable("cannot reach knapd at " + server + ": " + ec.message() + " (is knapd running? are you root?)");
+    if (ec)
+      return unavailable("cannot reach knapd at " + server + ": " + ec.message() +
+                         " (is knapd running? are you root?)");
     return fn(sock, std::string("localhost"));
   }
   asio::ip::tcp::resolver resolver(ioc);
   auto results = resolver.resolve(ep.host, ep.port, ec);
   if (ec) return unavailable("cannot resolve " + server + ": " + ec.message());
-  std::string host_header = ep.host.find(':') != std::string::npos ? "[" + ep.host + "]:" + ep.port
-                                                                    : ep.host + ":" + ep.port;
+  std::string host_header =
+      ep.host.find(':') != std::string::npos ? "[" + ep.host + "]:" + ep.port : ep.host + ":" + ep.port;
   if (!ep.tls) {
     asio::ip::tcp::socket sock(ioc);
     asio::connect(sock, results, ec);
-    if (ec) return unavailable("cannot reach knapd at " + server + ": " + ec.message() + " (is knapd running?)");
+    if (ec)
+      return unavailable("cannot reach knapd at " + server + ": " + ec.message() + " (is knapd running?)");
     return fn(sock, host_header);
   }
   ssl::context ctx(ssl::context::tls_client);
@@ -104,16 +106,17 @@ Status withConnection(const std::string& server, const Credentials& creds, Fn&& 
   ssl::stream<asio::ip::tcp::socket> stream(ioc, ctx);
   SSL_set_tlsext_host_name(stream.native_handle(), ep.host.c_str());
   asio::connect(stream.next_layer(), results, ec);
-  if (ec) return unavailable("cannot reach knapd at " + server + ": " + ec.message() + " (is knapd running?)");
+  if (ec)
+    return unavailable("cannot reach knapd at " + server + ": " + ec.message() + " (is knapd running?)");
   stream.handshake(ssl::stream_base::client, ec);
   if (ec) return unavailable("TLS handshake with " + server + " failed: " + ec.message());
   return fn(stream, host_header);
 }
 
 template <typename Stream>
-Status sendRequest(Stream& stream, const std::string& host, const Credentials& creds, const std::string& method,
-                   const std::string& target, const std::string& body, const std::string& content_type,
-                   const std::string& accept) {
+Status sendRequest(Stream& stream, const std::string& host, const Credentials& creds,
+                   const std::string& method, const std::string& target, const std::string& body,
+                   const std::string& content_type, const std::string& accept) {
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
   req.set(http::field::host, host);
   req.set(http::field::user_agent, "knap-cli/0.1");
@@ -149,7 +152,8 @@ Status loadKubeconfig(const std::string& path, std::string* server, Credentials*
     auto it = k.find(list);
     if (it == k.end() || !it->is_array()) return json::object();
     for (const json& e : *it) {
-      if (e.is_object() && str(e, "name") == name && e.contains(inner) && e[inner].is_object()) return e[inner];
+      if (e.is_object() && str(e, "name") == name && e.contains(inner) && e[inner].is_object())
+        return e[inner];
     }
     return json::object();
   };
@@ -158,12 +162,14 @@ Status loadKubeconfig(const std::string& path, std::string* server, Credentials*
   json cluster = named("clusters", str(context, "cluster"), "cluster");
   json user = named("users", str(context, "user"), "user");
   *server = str(cluster, "server");
-  if (server->empty()) return invalidArgument("kubeconfig " + path + ": the current context has no cluster server");
+  if (server->empty())
+    return invalidArgument("kubeconfig " + path + ": the current context has no cluster server");
   // "X-data" (base64) or "X" (a file path).
   auto material = [&](const json& o, const std::string& key, std::string* out) -> Status {
     std::string data = str(o, (key + "-data").c_str());
     if (!data.empty()) {
-      if (!base64Decode(data, out)) return invalidArgument("kubeconfig " + path + ": " + key + "-data is not base64");
+      if (!base64Decode(data, out))
+        return invalidArgument("kubeconfig " + path + ": " + key + "-data is not base64");
       return Status::ok();
     }
     std::string file = str(o, key.c_str());
@@ -180,7 +186,8 @@ Status loadKubeconfig(const std::string& path, std::string* server, Credentials*
     std::string file = str(user, "tokenFile");
     if (file[0] != '/') file = dir + "/" + file;
     KNAP_ASSIGN_OR_RETURN(std::string token, readFile(file));
-    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
+      token.pop_back();
     creds->token = token;
   }
   return Status::ok();

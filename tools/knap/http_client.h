@@ -24,7 +24,7 @@ struct Credentials {
   std::string ca_pem;           // trusted for https (empty: the system's CAs)
   std::string client_cert_pem;  // client certificate (with client_key_pem)
   std::string client_key_pem;
-  std::string token;            // sent as "Authorization: Bearer TOKEN"
+  std::string token;  // sent as "Authorization: Bearer TOKEN"
 };
 
 // The server and credentials of a kubeconfig's current context

@@ -62,12 +62,14 @@ const char* kUsage =
     "  knap revision restart NAME [-n NS]   new pods replace the running ones, each once a new one is ready\n"
     "  knap logs SERVICE|REVISION [-f] [-n NS] [-c CONTAINER | --all-containers] [--data-dir DIR]\n"
     "  knap image import FILE [--name NAME] [--containerd-socket PATH]\n"
-    "  knap image pull IMAGE [--config FILE] [--platform os/arch] [--containerd-socket PATH] [--namespace NS]\n"
+    "  knap image pull IMAGE [--config FILE] [--platform os/arch] [--containerd-socket PATH] [--namespace "
+    "NS]\n"
     "\n"
     "Global flags:\n"
     "  --kubeconfig FILE  server and credentials (default /var/lib/knap/kubeconfig when readable,\n"
     "                 else the unix socket /var/lib/knap/knapd.sock)\n"
-    "  --server URL   knapd API (unix:///var/lib/knap/knapd.sock or https://127.0.0.1:6443); env KNAP_SERVER\n"
+    "  --server URL   knapd API (unix:///var/lib/knap/knapd.sock or https://127.0.0.1:6443); env "
+    "KNAP_SERVER\n"
     "  --token TOKEN  bearer token (a line of knapd's knap.api-token-file)\n"
     "  -n, --namespace NS (default \"default\")\n";
 
@@ -143,7 +145,8 @@ std::string age(const json& obj) {
   WallTime created;
   std::string ts = obj["metadata"].value("creationTimestamp", "");
   if (!parseRfc3339(ts, &created)) return "";
-  auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now() - created).count();
+  auto secs =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now() - created).count();
   if (secs < 0) secs = 0;
   if (secs < 120) return std::to_string(secs) + "s";
   if (secs < 7200) return std::to_string(secs / 60) + "m";
@@ -178,7 +181,8 @@ void printList(const api::ResourceInfo& r, const std::vector<json>& items, bool 
   } else if (r.kind == "Configuration") {
     for (auto h : {"NAME", "LATEST CREATED", "LATEST READY", "AGE", "READY", "REASON"}) head.push_back(h);
   } else if (r.kind == "Revision") {
-    for (auto h : {"NAME", "SERVICE", "TRAFFIC", "TAGS", "GENERATION", "AGE", "CONDITIONS", "READY", "REASON"})
+    for (auto h :
+         {"NAME", "SERVICE", "TRAFFIC", "TAGS", "GENERATION", "AGE", "CONDITIONS", "READY", "REASON"})
       head.push_back(h);
   } else {
     for (auto h : {"NAME", "URL", "AGE", "CONDITIONS", "READY", "REASON"}) head.push_back(h);
@@ -189,16 +193,18 @@ void printList(const api::ResourceInfo& r, const std::vector<json>& items, bool 
     if (all_ns) row.push_back(str(o, {"metadata", "namespace"}));
     row.push_back(str(o, {"metadata", "name"}));
     if (r.kind == "Service") {
-      row.insert(row.end(), {str(o, {"status", "url"}), str(o, {"status", "latestReadyRevisionName"}), age(o),
-                             conditionsSummary(o), condition(o, "Ready", "status"), condition(o, "Ready", "reason")});
+      row.insert(row.end(),
+                 {str(o, {"status", "url"}), str(o, {"status", "latestReadyRevisionName"}), age(o),
+                  conditionsSummary(o), condition(o, "Ready", "status"), condition(o, "Ready", "reason")});
     } else if (r.kind == "Configuration") {
       row.insert(row.end(), {str(o, {"status", "latestCreatedRevisionName"}),
-                             str(o, {"status", "latestReadyRevisionName"}), age(o), condition(o, "Ready", "status"),
-                             condition(o, "Ready", "reason")});
+                             str(o, {"status", "latestReadyRevisionName"}), age(o),
+                             condition(o, "Ready", "status"), condition(o, "Ready", "reason")});
     } else if (r.kind == "Revision") {
-      row.insert(row.end(), {str(o, {"metadata", "labels", api::labels::kService}), "", "",
-                             str(o, {"metadata", "labels", api::labels::kConfigurationGeneration}), age(o),
-                             conditionsSummary(o), condition(o, "Ready", "status"), condition(o, "Ready", "reason")});
+      row.insert(row.end(),
+                 {str(o, {"metadata", "labels", api::labels::kService}), "", "",
+                  str(o, {"metadata", "labels", api::labels::kConfigurationGeneration}), age(o),
+                  conditionsSummary(o), condition(o, "Ready", "status"), condition(o, "Ready", "reason")});
     } else {
       row.insert(row.end(), {str(o, {"status", "url"}), age(o), conditionsSummary(o),
                              condition(o, "Ready", "status"), condition(o, "Ready", "reason")});
@@ -264,8 +270,10 @@ int cmdGet(HttpClient& client, const Options& opt) {
     return 2;
   }
   std::vector<json> items;
-  if (opt.args.size() >= 2) items.push_back(body);
-  else for (const auto& i : body.value("items", json::array())) items.push_back(i);
+  if (opt.args.size() >= 2)
+    items.push_back(body);
+  else
+    for (const auto& i : body.value("items", json::array())) items.push_back(i);
   if (items.empty()) {
     std::cout << "No " << r->plural << " found.\n";
     return 0;
@@ -275,16 +283,18 @@ int cmdGet(HttpClient& client, const Options& opt) {
     Table t;
     std::vector<std::string> head;
     if (opt.all_namespaces) head.push_back("NAMESPACE");
-    for (auto h : {"NAME", "SERVICE", "TRAFFIC", "TAGS", "GENERATION", "AGE", "CONDITIONS", "READY", "REASON"})
+    for (auto h :
+         {"NAME", "SERVICE", "TRAFFIC", "TAGS", "GENERATION", "AGE", "CONDITIONS", "READY", "REASON"})
       head.push_back(h);
     t.header(head);
     for (const auto& o : items) {
       std::vector<std::string> row;
       if (opt.all_namespaces) row.push_back(str(o, {"metadata", "namespace"}));
-      row.insert(row.end(), {str(o, {"metadata", "name"}), str(o, {"metadata", "labels", api::labels::kService}),
-                             o.value("__traffic", ""), o.value("__tags", ""),
-                             str(o, {"metadata", "labels", api::labels::kConfigurationGeneration}), age(o),
-                             conditionsSummary(o), condition(o, "Ready", "status"), condition(o, "Ready", "reason")});
+      row.insert(row.end(),
+                 {str(o, {"metadata", "name"}), str(o, {"metadata", "labels", api::labels::kService}),
+                  o.value("__traffic", ""), o.value("__tags", ""),
+                  str(o, {"metadata", "labels", api::labels::kConfigurationGeneration}), age(o),
+                  conditionsSummary(o), condition(o, "Ready", "status"), condition(o, "Ready", "reason")});
       t.row(row);
     }
     std::cout << t.render();
@@ -308,7 +318,9 @@ StatusOr<std::string> readInput(const std::string& file) {
 
 bool isReady(const json& obj) {
   if (!obj.contains("status")) return false;
-  if (obj["status"].value("observedGeneration", int64_t{-1}) != obj["metadata"].value("generation", int64_t{0})) return false;
+  if (obj["status"].value("observedGeneration", int64_t{-1}) !=
+      obj["metadata"].value("generation", int64_t{0}))
+    return false;
   return condition(obj, "Ready", "status") == "True";
 }
 
@@ -355,8 +367,8 @@ int cmdApply(HttpClient& client, const Options& opt) {
       }
       const api::ResourceInfo* r = findServingKind(doc.value("kind", ""));
       if (!r || doc.value("apiVersion", "") != r->apiVersion()) {
-        std::cerr << "Error: " << file << ": unsupported apiVersion/kind \"" << doc.value("apiVersion", "") << "/"
-                  << doc.value("kind", "")
+        std::cerr << "Error: " << file << ": unsupported apiVersion/kind \"" << doc.value("apiVersion", "")
+                  << "/" << doc.value("kind", "")
                   << "\" (knap applies serving.knative.dev/v1 Service, Configuration, Route and "
                      "serving.knative.dev/v1beta1 DomainMapping)\n";
         return 1;
@@ -371,18 +383,19 @@ int cmdApply(HttpClient& client, const Options& opt) {
       auto before = client.request("GET", path);
       if (!before.isOk()) return reportStatus(before.status());
       std::string old_rv;
-      if (before->status == 200) old_rv = str(json::parse(before->body, nullptr, false), {"metadata", "resourceVersion"});
-      auto res = client.request("PATCH", path + "?fieldManager=knap&fieldValidation=Strict&force=true", doc.dump(),
-                                "application/apply-patch+yaml");
+      if (before->status == 200)
+        old_rv = str(json::parse(before->body, nullptr, false), {"metadata", "resourceVersion"});
+      auto res = client.request("PATCH", path + "?fieldManager=knap&fieldValidation=Strict&force=true",
+                                doc.dump(), "application/apply-patch+yaml");
       if (!res.isOk()) return reportStatus(res.status());
       if (res->status >= 300) {
         rc = reportHttpError(*res, "apply " + r->kind + " \"" + name + "\"");
         continue;
       }
       json obj = json::parse(res->body, nullptr, false);
-      std::string verb = before->status == 404 ? "created"
+      std::string verb = before->status == 404                                 ? "created"
                          : str(obj, {"metadata", "resourceVersion"}) == old_rv ? "unchanged"
-                                                                                : "configured";
+                                                                               : "configured";
       std::cout << r->kind << " '" << name << "' " << verb << " in namespace '" << ns << "'.\n";
       if (opt.wait && r->kind != "Revision") {
         int w = waitReady(client, path, r->kind + " '" + name + "'", opt.wait_seconds);
@@ -412,7 +425,8 @@ int cmdDelete(HttpClient& client, const Options& opt) {
       rc = reportHttpError(*res, "delete " + r->singular + " \"" + opt.args[i] + "\"");
       continue;
     }
-    std::cout << r->kind << " '" << opt.args[i] << "' successfully deleted in namespace '" << opt.ns << "'.\n";
+    std::cout << r->kind << " '" << opt.args[i] << "' successfully deleted in namespace '" << opt.ns
+              << "'.\n";
   }
   return rc;
 }
@@ -428,7 +442,8 @@ int cmdRestart(HttpClient& client, const Options& opt) {
   int rc = 0;
   for (size_t i = 1; i < opt.args.size(); ++i) {
     const std::string& name = opt.args[i];
-    auto res = client.request("POST", "/apis/knap.dev/v1/namespaces/" + opt.ns + "/revisions/" + name + "/restart");
+    auto res =
+        client.request("POST", "/apis/knap.dev/v1/namespaces/" + opt.ns + "/revisions/" + name + "/restart");
     if (!res.isOk()) return reportStatus(res.status());
     if (res->status >= 300) {
       rc = reportHttpError(*res, "restart revision \"" + name + "\"");
@@ -512,26 +527,32 @@ int cmdDescribe(HttpClient& client, const Options& opt) {
   std::cout << "Name:       " << name << "\n";
   std::cout << "Namespace:  " << opt.ns << "\n";
   std::cout << "Age:        " << age(obj) << "\n";
-  if (!str(obj, {"status", "url"}).empty()) std::cout << "URL:        " << str(obj, {"status", "url"}) << "\n";
+  if (!str(obj, {"status", "url"}).empty())
+    std::cout << "URL:        " << str(obj, {"status", "url"}) << "\n";
   if (!str(obj, {"status", "address", "url"}).empty())
     std::cout << "Address:    " << str(obj, {"status", "address", "url"}) << "\n";
   const json* tmpl = nullptr;
   if (obj.contains("spec") && obj["spec"].contains("template")) tmpl = &obj["spec"]["template"];
   if (tmpl && tmpl->contains("spec") && (*tmpl)["spec"].contains("containers")) {
-    for (const auto& c : (*tmpl)["spec"]["containers"]) std::cout << "Image:      " << c.value("image", "") << "\n";
+    for (const auto& c : (*tmpl)["spec"]["containers"])
+      std::cout << "Image:      " << c.value("image", "") << "\n";
   }
   if (r->kind == "Revision" && obj.contains("spec") && obj["spec"].contains("containers") &&
       obj["spec"]["containers"].is_array()) {
-    for (const auto& c : obj["spec"]["containers"]) std::cout << "Image:      " << c.value("image", "") << "\n";
+    for (const auto& c : obj["spec"]["containers"])
+      std::cout << "Image:      " << c.value("image", "") << "\n";
     // The digest the image was pinned to (resolved once, when the Revision was created).
-    const json& cs = obj.contains("status") ? obj["status"].value("containerStatuses", json::array()) : json::array();
+    const json& cs =
+        obj.contains("status") ? obj["status"].value("containerStatuses", json::array()) : json::array();
     if (cs.is_array() && !cs.empty() && cs[0].is_object() && !cs[0].value("imageDigest", "").empty())
       std::cout << "Digest:     " << cs[0].value("imageDigest", "") << "\n";
   }
   // Revisions of this service (or configuration), with their traffic share.
   std::string selector;
-  if (r->kind == "Service") selector = std::string(api::labels::kService) + "%3D" + name;
-  else if (r->kind == "Configuration") selector = std::string(api::labels::kConfiguration) + "%3D" + name;
+  if (r->kind == "Service")
+    selector = std::string(api::labels::kService) + "%3D" + name;
+  else if (r->kind == "Configuration")
+    selector = std::string(api::labels::kConfiguration) + "%3D" + name;
   if (obj.contains("status") && obj["status"].contains("traffic")) {
     std::cout << "\nTraffic:\n";
     for (const auto& tt : obj["status"]["traffic"]) {
@@ -543,8 +564,8 @@ int cmdDescribe(HttpClient& client, const Options& opt) {
   }
   std::string latest;
   if (!selector.empty()) {
-    auto revs = client.request("GET", collectionPath(*api::findResource("revisions"), opt.ns, false) +
-                                          "?labelSelector=" + selector);
+    auto revs = client.request(
+        "GET", collectionPath(*api::findResource("revisions"), opt.ns, false) + "?labelSelector=" + selector);
     if (revs.isOk() && revs->status == 200) {
       json list = json::parse(revs->body, nullptr, false);
       if (list.is_object() && !list.value("items", json::array()).empty()) {
@@ -553,10 +574,12 @@ int cmdDescribe(HttpClient& client, const Options& opt) {
         t.header({"NAME", "GENERATION", "AGE", "READY", "REASON", "IMAGE"});
         for (const auto& rev : list["items"]) {
           std::string img;
-          if (rev.contains("spec") && rev["spec"].contains("containers") && !rev["spec"]["containers"].empty())
+          if (rev.contains("spec") && rev["spec"].contains("containers") &&
+              !rev["spec"]["containers"].empty())
             img = rev["spec"]["containers"][0].value("image", "");
-          t.row({str(rev, {"metadata", "name"}), str(rev, {"metadata", "labels", api::labels::kConfigurationGeneration}),
-                 age(rev), condition(rev, "Ready", "status"), condition(rev, "Ready", "reason"), img});
+          t.row({str(rev, {"metadata", "name"}),
+                 str(rev, {"metadata", "labels", api::labels::kConfigurationGeneration}), age(rev),
+                 condition(rev, "Ready", "status"), condition(rev, "Ready", "reason"), img});
         }
         std::istringstream lines(t.render());
         for (std::string line; std::getline(lines, line);) std::cout << "  " << line << "\n";
@@ -568,7 +591,8 @@ int cmdDescribe(HttpClient& client, const Options& opt) {
     latest = name;
   }
   if (!latest.empty()) {
-    auto eff = client.request("GET", "/apis/knap.dev/v1/namespaces/" + opt.ns + "/revisions/" + latest + "/autoscaling");
+    auto eff = client.request(
+        "GET", "/apis/knap.dev/v1/namespaces/" + opt.ns + "/revisions/" + latest + "/autoscaling");
     if (eff.isOk() && eff->status == 200) {
       json e = json::parse(eff->body, nullptr, false);
       if (e.is_object()) {
@@ -598,7 +622,8 @@ int run(int argc, char** argv) {
   {
     // `knap [--server URL] image pull ...` (--server is irrelevant to a pull).
     size_t i = 0;
-    while (i + 1 < raw.size() && (raw[i] == "--server" || raw[i] == "--kubeconfig" || raw[i] == "--token")) i += 2;
+    while (i + 1 < raw.size() && (raw[i] == "--server" || raw[i] == "--kubeconfig" || raw[i] == "--token"))
+      i += 2;
     if (i + 1 < raw.size() && raw[i] == "image" && raw[i + 1] == "pull") {
       return cmdImagePull({raw.begin() + static_cast<long>(i) + 2, raw.end()});
     }
@@ -617,21 +642,33 @@ int run(int argc, char** argv) {
     if (a == "-h" || a == "--help" || a == "help") {
       std::cout << kUsage;
       return 0;
-    } else if (a == "--server") opt.server = next("--server");
-    else if (a == "--kubeconfig") opt.kubeconfig = next("--kubeconfig");
-    else if (a == "--token") opt.token = next("--token");
-    else if (a == "-n" || a == "--namespace") opt.ns = next("--namespace");
-    else if (a == "-A" || a == "--all-namespaces") opt.all_namespaces = true;
-    else if (a == "-o" || a == "--output") opt.output = next("--output");
-    else if (a.rfind("-o", 0) == 0 && a.size() > 2) opt.output = a.substr(2);
-    else if (a == "-f" || a == "--filename") opt.files.push_back(next("-f"));
-    else if (a == "--wait") opt.wait = true;
-    else if (a == "--timeout") opt.wait_seconds = std::atoi(next("--timeout").c_str());
+    } else if (a == "--server")
+      opt.server = next("--server");
+    else if (a == "--kubeconfig")
+      opt.kubeconfig = next("--kubeconfig");
+    else if (a == "--token")
+      opt.token = next("--token");
+    else if (a == "-n" || a == "--namespace")
+      opt.ns = next("--namespace");
+    else if (a == "-A" || a == "--all-namespaces")
+      opt.all_namespaces = true;
+    else if (a == "-o" || a == "--output")
+      opt.output = next("--output");
+    else if (a.rfind("-o", 0) == 0 && a.size() > 2)
+      opt.output = a.substr(2);
+    else if (a == "-f" || a == "--filename")
+      opt.files.push_back(next("-f"));
+    else if (a == "--wait")
+      opt.wait = true;
+    else if (a == "--timeout")
+      opt.wait_seconds = std::atoi(next("--timeout").c_str());
     else if (!a.empty() && a[0] == '-') {
       std::cerr << "Error: unknown flag " << a << "\n\n" << kUsage;
       return 2;
-    } else if (command.empty()) command = a;
-    else opt.args.push_back(a);
+    } else if (command.empty())
+      command = a;
+    else
+      opt.args.push_back(a);
   }
   if (command.empty()) {
     std::cerr << kUsage;
@@ -654,8 +691,9 @@ int run(int argc, char** argv) {
     if (verb == "delete") return cmdDelete(client, opt);
     if (verb == "restart" && findServingKind(command)->kind == "Revision") return cmdRestart(client, opt);
     if (verb == "restart") {
-      std::cerr << "Error: only revisions restart (knap revision restart NAME); to redeploy a service, change its "
-                   "template (a new Revision)\n";
+      std::cerr
+          << "Error: only revisions restart (knap revision restart NAME); to redeploy a service, change its "
+             "template (a new Revision)\n";
       return 2;
     }
   }
@@ -665,4 +703,6 @@ int run(int argc, char** argv) {
 
 }  // namespace knap::cli
 
-int main(int argc, char** argv) { return knap::cli::run(argc, argv); }
+int main(int argc, char** argv) {
+  return knap::cli::run(argc, argv);
+}

@@ -38,11 +38,12 @@ std::vector<std::string> splitList(const std::string& s, char sep = ',') {
 }
 
 int usage(const char* msg) {
-  std::cerr << "knap-mkimage: " << msg << "\n"
-            << "usage: knap-mkimage --out IMG.tar --name NAME:TAG --file SRC:DEST[:MODE]... [--entrypoint a,b]\n"
-            << "         [--cmd a,b] [--env K=V]... [--user U] [--workdir D] [--expose PORT]...\n"
-            << "         [--platform os/arch] [--no-base-files] [--mtime SECONDS] [--gzip]\n"
-            << "       knap-mkimage --out IMG.tar --name NAME:TAG --index-of A.tar,B.tar\n";
+  std::cerr
+      << "knap-mkimage: " << msg << "\n"
+      << "usage: knap-mkimage --out IMG.tar --name NAME:TAG --file SRC:DEST[:MODE]... [--entrypoint a,b]\n"
+      << "         [--cmd a,b] [--env K=V]... [--user U] [--workdir D] [--expose PORT]...\n"
+      << "         [--platform os/arch] [--no-base-files] [--mtime SECONDS] [--gzip]\n"
+      << "       knap-mkimage --out IMG.tar --name NAME:TAG --index-of A.tar,B.tar\n";
   return 2;
 }
 
