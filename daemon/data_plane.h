@@ -152,6 +152,7 @@ class DataPlane {
   std::map<std::string, std::string> known_revisions_;  // "ns/name" -> fingerprint of applied settings
   // Sync loop only:
   MonoTime next_file_poll_{};
+  MonoTime next_sync_{};          // the next sync waits until then (syncStep's hold-off)
   bool routes_listed_ = false;    // routes_ holds every Route (false: the next sync lists)
   bool mappings_listed_ = false;  // mappings_ holds every DomainMapping
   // Routes changed since the router last got a table (all of them: after a full list).

@@ -859,28 +859,33 @@ StatusOr<std::vector<Object>> SqliteStore::list(const std::string& kind, const s
   return TxnImpl::parseRows(cipher.get(), std::move(rows));
 }
 
-StatusOr<std::vector<Store::RawObject>> SqliteStore::listRaw(const std::string& kind, const std::string& ns) {
-  return listRawWhere(kind, ns, nullptr, {});
+StatusOr<std::vector<Store::RawObject>> SqliteStore::listRaw(const std::string& kind, const std::string& ns,
+                                                             bool with_labels) {
+  return listRawWhere(kind, ns, nullptr, {}, with_labels);
 }
 
 StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWithLabel(
     const std::string& kind, const std::string& ns, const std::string& label_key,
     const std::vector<std::string>& values) {
-  return listRawWhere(kind, ns, &label_key, values);
+  return listRawWhere(kind, ns, &label_key, values, /*with_labels=*/true);
 }
 
 StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWhere(const std::string& kind,
                                                                   const std::string& ns,
                                                                   const std::string* label_key,
-                                                                  const std::vector<std::string>& values) {
+                                                                  const std::vector<std::string>& values,
+                                                                  bool with_labels) {
   // SQLite's JSON reader extracts the labels (sealed bodies are opened and
   // parsed here instead): no JSON tree per object. ?1 kind, ?2 namespace,
   // ?3 label key, ?4... label values.
   const std::string sealed = "substr(o.body, 1, " + std::to_string(kSealedPrefix.size()) + ") = '" +
                              std::string(kSealedPrefix) + "'";
-  std::string sql = "SELECT o.namespace, o.name, o.resource_version, o.body, CASE WHEN " + sealed +
-                    " THEN NULL ELSE json_extract(o.body, '$.metadata.labels') END, CASE WHEN " + sealed +
-                    " THEN 1 ELSE 0 END FROM ";
+  // Without labels, column 4 is NULL: json_extract parses the whole body.
+  std::string sql =
+      "SELECT o.namespace, o.name, o.resource_version, o.body, " +
+      (with_labels ? "CASE WHEN " + sealed + " THEN NULL ELSE json_extract(o.body, '$.metadata.labels') END"
+                   : std::string("NULL")) +
+      ", CASE WHEN " + sealed + " THEN 1 ELSE 0 END FROM ";
   // More values than this read the key's rows, any value (a superset): the
   // statement cache keeps one statement per shape.
   constexpr size_t kMaxIndexedValues = 16;
@@ -930,7 +935,9 @@ StatusOr<std::vector<Store::RawObject>> SqliteStore::listRawWhere(const std::str
     KNAP_ASSIGN_OR_RETURN(nlohmann::json body, parseStoredBody(cipher.get(), r.key, std::move(r.json)));
     r.json = dumpJson(body);
     const nlohmann::json* meta = body.contains("metadata") ? &body["metadata"] : nullptr;
-    r.labels = meta && meta->is_object() && meta->contains("labels") ? dumpJson((*meta)["labels"]) : "";
+    r.labels = with_labels && meta && meta->is_object() && meta->contains("labels")
+                   ? dumpJson((*meta)["labels"])
+                   : "";
   }
   return out;
 }

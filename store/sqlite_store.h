@@ -81,7 +81,8 @@ class SqliteStore final : public Store {
   SqliteStore& operator=(const SqliteStore&) = delete;
 
   StatusOr<Object> get(const Key& key) override;
-  StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns) override;
+  StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns,
+                                           bool with_labels = true) override;
   StatusOr<std::vector<RawObject>> listRawWithLabel(const std::string& kind, const std::string& ns,
                                                     const std::string& label_key,
                                                     const std::vector<std::string>& values) override;
@@ -128,10 +129,10 @@ class SqliteStore final : public Store {
   // Delivers queued event batches to listeners unless another thread already is.
   void deliver();
   static StatusOr<std::unique_ptr<Conn>> openConn(const std::string& path);
-  // listRaw, and listRawWithLabel when `label_key` is set.
+  // listRaw, and listRawWithLabel when `label_key` is set (labels always read then).
   StatusOr<std::vector<RawObject>> listRawWhere(const std::string& kind, const std::string& ns,
                                                 const std::string* label_key,
-                                                const std::vector<std::string>& values);
+                                                const std::vector<std::string>& values, bool with_labels);
   static Status readEventsSince(Conn& conn, int64_t since_rv, const std::string& kind,
                                 std::vector<Event>* out);
 

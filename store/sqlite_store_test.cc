@@ -820,6 +820,15 @@ TEST(SqliteStoreListRaw, SameObjectsAsListWithTheirLabels) {
     EXPECT_EQ((*raw)[i].json, (*listed)[i].body.dump());  // compact, keys sorted: the API sends it as is
   }
   EXPECT_EQ(json::parse((*raw)[1].labels), json({{"app", "x"}, {"tier", "web"}}));
+  // Without labels (a list with no selector): the same objects and text, no labels read.
+  auto bare = store->listRaw("Service", "default", /*with_labels=*/false);
+  ASSERT_TRUE(bare.isOk());
+  ASSERT_EQ(bare->size(), 2u);
+  for (size_t i = 0; i < bare->size(); ++i) {
+    EXPECT_EQ((*bare)[i].key.name, (*raw)[i].key.name);
+    EXPECT_EQ((*bare)[i].json, (*raw)[i].json);
+    EXPECT_EQ((*bare)[i].labels, "");
+  }
   json unlabelled = serviceBody("img");
   unlabelled["metadata"].erase("labels");
   ASSERT_TRUE(store->update(svc("a"), unlabelled, 0).isOk());

@@ -14,13 +14,14 @@ const char* eventTypeName(EventType t) {
   return "ERROR";
 }
 
-StatusOr<std::vector<Store::RawObject>> Store::listRaw(const std::string& kind, const std::string& ns) {
+StatusOr<std::vector<Store::RawObject>> Store::listRaw(const std::string& kind, const std::string& ns,
+                                                       bool with_labels) {
   KNAP_ASSIGN_OR_RETURN(std::vector<Object> objects, list(kind, ns));
   std::vector<RawObject> out;
   out.reserve(objects.size());
   for (const Object& o : objects) {
     std::string labels;
-    if (o.body.contains("metadata") && o.body["metadata"].is_object() &&
+    if (with_labels && o.body.contains("metadata") && o.body["metadata"].is_object() &&
         o.body["metadata"].contains("labels"))
       labels = o.body["metadata"]["labels"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     out.push_back({o.key, o.resource_version,

@@ -82,14 +82,18 @@ class Store {
   // The same list as stored text: each object's compact JSON (keys sorted, as
   // nlohmann::json dumps them) and its metadata.labels as JSON text ("" when
   // it has none), without building a JSON tree per object. The API's list
-  // answers with it. The default implementation dumps list().
+  // answers with it. The default implementation dumps list(). With
+  // `with_labels` false, `labels` is left empty: a list without a selector
+  // does not need them, and extracting them costs SqliteStore a pass of
+  // SQLite's JSON reader over every body.
   struct RawObject {
     Key key;
     int64_t resource_version = 0;
     std::string json;
     std::string labels;
   };
-  virtual StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns);
+  virtual StatusOr<std::vector<RawObject>> listRaw(const std::string& kind, const std::string& ns,
+                                                   bool with_labels = true);
   // A label-selector list's candidates: listRaw restricted to the objects
   // whose metadata.labels has `label_key` with one of `values` (with any
   // string value when `values` is empty), in the same order. It may return

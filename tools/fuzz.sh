@@ -6,6 +6,11 @@
 #   tools/fuzz.sh [SECONDS_PER_TARGET]      default 60
 #   FUZZ_JOBS=2 tools/fuzz.sh 600           parallel workers per target
 #   FUZZ_TARGETS="fuzz_patch fuzz_admission" tools/fuzz.sh 600   only these
+#   FUZZ_FAST=1 tools/fuzz.sh 600           coverage-guided, no ASan/UBSan, in
+#                                           build-fuzz-fast/ (several times the
+#                                           executions a second; crashes, hangs and
+#                                           -rss_limit_mb still count, leaks and
+#                                           silent memory errors do not)
 #
 # Seed inputs live in tests/fuzz/corpus/<target without fuzz_>/ (the router's
 # in its own folder, see tests/fuzz/meson.build); inputs a run discovers go to
@@ -16,11 +21,17 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 jobs=${FUZZ_JOBS:-1}
-build="$here/build-fuzz"
+if [ -n "${FUZZ_FAST:-}" ]; then
+  build="$here/build-fuzz-fast"
+  sanitize=none
+else
+  build="$here/build-fuzz"
+  sanitize=address,undefined
+fi
 export CCACHE_BASEDIR="$here" CCACHE_NOHASHDIR=1
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ meson setup "$build" "$here" --buildtype=debugoptimized -Dfuzz=true \
-    -Dcontainerd=disabled -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+    -Dcontainerd=disabled -Db_sanitize=$sanitize -Db_lundef=false >/dev/null
 fi
 # ninja names an executable by its path under the build dir (tests/fuzz/fuzz_patch).
 paths=$(meson introspect --targets "$build" | python3 -c '

@@ -802,7 +802,7 @@ HttpResponse listRawObjects(store::Store& store, const ResourceInfo& info, const
   for (int attempt = 0; attempt < 5; ++attempt) {  // as in listObjects: RV stable around the list
     rv = store.currentResourceVersion();
     auto listed = narrow ? store.listRawWithLabel(info.kind, ns, narrow->key, narrow->values)
-                         : store.listRaw(info.kind, ns);
+                         : store.listRaw(info.kind, ns, /*with_labels=*/!labels.empty());
     if (!listed.isOk()) return errorResponse(errorFromStatus(listed.status(), nullptr, ""));
     objs = std::move(*listed);
     if (store.currentResourceVersion() == rv) break;

@@ -175,6 +175,13 @@ def main():
             print(f"{name:32} {len(v):6d} {pct(v, 50) * 1e3:9.2f} {pct(v, 99) * 1e3:9.2f} {statistics.mean(v) * 1e3:9.2f}"
                   f" {cpu[name] / len(v) * 1e3:16.2f}")
         print(f"load average at the end: {os.getloadavg()[0]:.1f} (the figures are only comparable on an idle machine)")
+        # Issue 9's targets, judged on this run's own figures.
+        list_name = f"list {args.count} services"
+        checks = [("create p99 <= 5 ms", pct(results["create service"], 99) * 1e3, 5.0),
+                  (f"{list_name} p99 <= 50 ms", pct(results[list_name], 99) * 1e3, 50.0),
+                  (f"knapd RSS with {args.count} Services <= 64 MiB", rss_full / 1024, 64.0)]
+        for what, value, limit in checks:
+            print(f"target {what}: {value:.2f} -> {'met' if value <= limit else 'NOT met'}")
         print(f"list response size: {size / 1024:.0f} KiB")
         print(f"knapd RSS: {rss_start / 1024:.1f} MiB at start, {rss_full / 1024:.1f} MiB with {args.count} Services "
               f"(+ {args.count} Configurations, Routes, Revisions), {rss_end / 1024:.1f} MiB after deleting them")
