@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -225,47 +227,6 @@ TEST_F(ControllerTest, FirstRevisionAndFullConvergence) {
   EXPECT_EQ(s["status"]["traffic"], r["status"]["traffic"]);
   EXPECT_EQ(s["status"]["latestReadyRevisionName"], "hello-00001");
   EXPECT_EQ(s["status"]["latestCreatedRevisionName"], "hello-00001");
-}
-
-// With a certificate source (the built-in ACME client), the Route's
-// CertificateProvisioned (and Ready) follow the external host's state.
-TEST_F(ControllerTest, CertificateProvisionedFollowsTheCertificateSource) {
-  struct FakeCerts : CertificateStatus {
-    std::optional<CertificateCondition> state;
-    std::optional<CertificateCondition> certificateFor(const std::string& host) const override {
-      return host == "hello.default.example.com" ? state : std::nullopt;
-    }
-  } certs;
-  config_.network.other["external-domain-tls"] = "Enabled";
-  makeController();
-  ctl_->setCertificateStatus(&certs);
-  certs.state = CertificateCondition{CertificateCondition::State::kPending, ""};
-  createReadyService("hello");
-  json r = get("Route", "hello");
-  EXPECT_EQ(r["status"]["url"], "https://hello.default.example.com");
-  EXPECT_EQ(cond(r, "CertificateProvisioned").status, "Unknown");
-  EXPECT_EQ(cond(r, "CertificateProvisioned").reason, "CertificateNotReady");
-  EXPECT_EQ(ready(r), "Unknown");
-
-  certs.state = CertificateCondition{CertificateCondition::State::kFailed,
-                                     "urn:ietf:params:acme:error:connection: refused"};
-  ctl_->enqueue(Key{"Route", kNs, "hello"});
-  settle();
-  r = get("Route", "hello");
-  EXPECT_EQ(cond(r, "CertificateProvisioned").status, "False");
-  EXPECT_EQ(cond(r, "CertificateProvisioned").reason, "CertificateProvisionFailed");
-  EXPECT_NE(cond(r, "CertificateProvisioned")
-                .message.find("hello.default.example.com: urn:ietf:params:acme:error:connection"),
-            std::string::npos);
-  EXPECT_EQ(ready(r), "False");
-
-  certs.state = CertificateCondition{CertificateCondition::State::kIssued, ""};
-  ctl_->enqueue(Key{"Route", kNs, "hello"});
-  settle();
-  r = get("Route", "hello");
-  EXPECT_EQ(cond(r, "CertificateProvisioned").status, "True");
-  EXPECT_EQ(ready(r), "True");
-  EXPECT_EQ(ready(get("Service", "hello")), "True");
 }
 
 json domainMappingBody(const std::string& domain, const std::string& ns, const std::string& target);  // below
@@ -1366,11 +1327,12 @@ TEST_F(ControllerTest, WithoutAutocreateADomainMappingNeedsAClaim) {
       store_->get(Key{"ClusterDomainClaim", "", "app.example.org"}).isOk());  // the operator's to delete
 }
 
+// ------------------------------------------------------------ Certificates
+
 // With external-domain-tls Enabled and a certificate source (the built-in
-// ACME client), a DomainMapping's url is https:// and its
-// CertificateProvisioned (and Ready) follow its host's certificate, as a
-// Route's do; spec.tls (the user's own Secret) needs none.
-TEST_F(ControllerTest, DomainMappingCertificateProvisionedFollowsTheCertificateSource) {
+// ACME client): the hosts' certificate states the source reports.
+class CertificateSourceTest : public ControllerTest {
+ protected:
   struct FakeCerts : CertificateStatus {
     std::map<std::string, CertificateCondition> states;
     std::optional<CertificateCondition> certificateFor(const std::string& host) const override {
@@ -1378,66 +1340,98 @@ TEST_F(ControllerTest, DomainMappingCertificateProvisionedFollowsTheCertificateS
       if (it == states.end()) return std::nullopt;
       return it->second;
     }
-  } certs;
-  config_.network.other["external-domain-tls"] = "Enabled";
-  makeController();
-  ctl_->setCertificateStatus(&certs);
-  certs.states["hello.default.example.com"] = {CertificateCondition::State::kIssued, ""};
-  certs.states["app.example.org"] = {CertificateCondition::State::kPending, ""};
+  };
+  void SetUp() override {
+    ControllerTest::SetUp();
+    config_.network.other["external-domain-tls"] = "Enabled";
+    makeController();
+    ctl_->setCertificateStatus(&certs_);
+  }
+  void createDomainMapping(const std::string& domain) {
+    ASSERT_TRUE(
+        store_->create(Key{"DomainMapping", kNs, domain}, domainMappingBody(domain, kNs, "hello")).isOk());
+  }
+  FakeCerts certs_;
+};
+
+// An object whose one external host has a certificate: a Route, or a
+// DomainMapping (whose target Route's own certificate is issued).
+struct CertifiedKind {
+  std::string kind, name, host, address_url;
+};
+
+class CertificateProvisionedTest : public CertificateSourceTest,
+                                   public ::testing::WithParamInterface<CertifiedKind> {};
+
+// The object's url is https:// and its CertificateProvisioned (and Ready)
+// follow its host's certificate: pending, failed, issued.
+TEST_P(CertificateProvisionedTest, FollowsTheCertificateSource) {
+  const CertifiedKind& k = GetParam();
+  const bool mapping = k.kind == "DomainMapping";
+  certs_.states["hello.default.example.com"] = {CertificateCondition::State::kIssued, ""};
+  certs_.states[k.host] = {CertificateCondition::State::kPending, ""};
   createReadyService("hello");
-  ASSERT_TRUE(store_
-                  ->create(Key{"DomainMapping", kNs, "app.example.org"},
-                           domainMappingBody("app.example.org", kNs, "hello"))
-                  .isOk());
+  if (mapping) createDomainMapping(k.host);
   settle();
-  json dm = get("DomainMapping", "app.example.org");
-  EXPECT_EQ(dm["status"]["url"], "https://app.example.org");
-  EXPECT_EQ(dm["status"]["address"]["url"], "https://app.example.org");
-  EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "Unknown");
-  EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateNotReady");
-  EXPECT_NE(cond(dm, "CertificateProvisioned").message.find("app.example.org"), std::string::npos);
-  EXPECT_EQ(ready(dm), "Unknown");
+  json o = get(k.kind, k.name);
+  EXPECT_EQ(o["status"]["url"], "https://" + k.host);
+  EXPECT_EQ(o["status"]["address"]["url"], k.address_url);
+  EXPECT_EQ(cond(o, "CertificateProvisioned").status, "Unknown");
+  EXPECT_EQ(cond(o, "CertificateProvisioned").reason, "CertificateNotReady");
+  EXPECT_NE(cond(o, "CertificateProvisioned").message.find(k.host), std::string::npos);
+  EXPECT_EQ(ready(o), "Unknown");
 
-  certs.states["app.example.org"] = {CertificateCondition::State::kFailed,
-                                     "urn:ietf:params:acme:error:connection: refused"};
-  ctl_->enqueue(Key{"DomainMapping", kNs, "app.example.org"});
+  certs_.states[k.host] = {CertificateCondition::State::kFailed,
+                           "urn:ietf:params:acme:error:connection: refused"};
+  ctl_->enqueue(Key{k.kind, kNs, k.name});
   settle();
-  dm = get("DomainMapping", "app.example.org");
-  EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "False");
-  EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateProvisionFailed");
-  EXPECT_NE(cond(dm, "CertificateProvisioned")
-                .message.find("app.example.org: urn:ietf:params:acme:error:connection"),
-            std::string::npos);
-  EXPECT_EQ(ready(dm), "False");
-  EXPECT_EQ(cond(dm, "IngressReady").status, "True");  // the host is served meanwhile (for HTTP-01 too)
-  EXPECT_EQ(ready(get("Route", "hello")), "True");     // the target's own certificate is unaffected
+  o = get(k.kind, k.name);
+  EXPECT_EQ(cond(o, "CertificateProvisioned").status, "False");
+  EXPECT_EQ(cond(o, "CertificateProvisioned").reason, "CertificateProvisionFailed");
+  EXPECT_NE(
+      cond(o, "CertificateProvisioned").message.find(k.host + ": urn:ietf:params:acme:error:connection"),
+      std::string::npos);
+  EXPECT_EQ(ready(o), "False");
+  if (mapping) {
+    EXPECT_EQ(cond(o, "IngressReady").status, "True");  // the host is served meanwhile (for HTTP-01 too)
+    EXPECT_EQ(ready(get("Route", "hello")), "True");    // the target's own certificate is unaffected
+  }
 
-  certs.states["app.example.org"] = {CertificateCondition::State::kIssued, ""};
-  ctl_->enqueue(Key{"DomainMapping", kNs, "app.example.org"});
+  certs_.states[k.host] = {CertificateCondition::State::kIssued, ""};
+  ctl_->enqueue(Key{k.kind, kNs, k.name});
   settle();
-  dm = get("DomainMapping", "app.example.org");
-  EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "True");
-  EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateProvisioned");
-  EXPECT_EQ(ready(dm), "True");
+  o = get(k.kind, k.name);
+  EXPECT_EQ(cond(o, "CertificateProvisioned").status, "True");
+  EXPECT_EQ(cond(o, "CertificateProvisioned").reason, "CertificateProvisioned");
+  EXPECT_EQ(ready(o), "True");
+  EXPECT_EQ(ready(get("Service", "hello")), "True");
+}
 
-  // spec.tls: the user's certificate; the source is not asked.
+INSTANTIATE_TEST_SUITE_P(RouteAndDomainMapping, CertificateProvisionedTest,
+                         ::testing::Values(CertifiedKind{"Route", "hello", "hello.default.example.com",
+                                                         "http://hello.default.svc.cluster.local"},
+                                           CertifiedKind{"DomainMapping", "app.example.org",
+                                                         "app.example.org", "https://app.example.org"}),
+                         [](const ::testing::TestParamInfo<CertifiedKind>& info) { return info.param.kind; });
+
+// A DomainMapping with spec.tls (the user's own Secret) needs no certificate
+// from the source; a host the source has not been handed yet (the router
+// does not serve it yet) is pending, not True.
+TEST_F(CertificateSourceTest, DomainMappingWithItsOwnSecretOrANewHost) {
+  certs_.states["hello.default.example.com"] = {CertificateCondition::State::kIssued, ""};
+  createReadyService("hello");
   json own = domainMappingBody("own.example.org", kNs, "hello");
   own["spec"]["tls"] = {{"secretName", "own-tls"}};
-  certs.states["own.example.org"] = {CertificateCondition::State::kFailed, "not asked"};
+  certs_.states["own.example.org"] = {CertificateCondition::State::kFailed, "not asked"};
   ASSERT_TRUE(store_->create(Key{"DomainMapping", kNs, "own.example.org"}, own).isOk());
   settle();
-  dm = get("DomainMapping", "own.example.org");
+  json dm = get("DomainMapping", "own.example.org");
   EXPECT_EQ(dm["status"]["url"], "https://own.example.org");
   EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "True");
   EXPECT_EQ(cond(dm, "CertificateProvisioned").reason, "CertificateNotRequired");
   EXPECT_EQ(ready(dm), "True");
 
-  // A host the source has not been handed yet (the router does not serve
-  // it yet): pending, not True.
-  ASSERT_TRUE(store_
-                  ->create(Key{"DomainMapping", kNs, "new.example.org"},
-                           domainMappingBody("new.example.org", kNs, "hello"))
-                  .isOk());
+  createDomainMapping("new.example.org");
   settle();
   dm = get("DomainMapping", "new.example.org");
   EXPECT_EQ(cond(dm, "CertificateProvisioned").status, "Unknown");

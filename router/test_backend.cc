@@ -4,6 +4,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
+#include <stdexcept>
+
 namespace knap::router::testing {
 
 namespace {
@@ -41,17 +43,40 @@ TestCert selfSignedCert(const std::vector<std::string>& sans, const std::string&
   }
   X509_sign(x, key, EVP_sha256());
   TestCert out;
+  out.cert = certificatePem(x);
   BIO* b = BIO_new(BIO_s_mem());
-  PEM_write_bio_X509(b, x);
-  out.cert = bioText(b);
-  BIO_free(b);
-  b = BIO_new(BIO_s_mem());
   PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr);
   out.key = bioText(b);
   BIO_free(b);
   X509_free(x);
   EVP_PKEY_free(key);
   return out;
+}
+
+std::string certificatePem(X509* x) {
+  BIO* b = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(b, x);
+  std::string out = bioText(b);
+  BIO_free(b);
+  return out;
+}
+
+std::shared_ptr<const CertTable> tableOf(const std::vector<TestCert>& certs) {
+  std::vector<CertEntry> entries;
+  for (size_t i = 0; i < certs.size(); ++i) {
+    auto c = tls::loadServerCertificate(certs[i].cert, certs[i].key, "cert " + std::to_string(i));
+    if (!c.isOk()) throw std::runtime_error(c.status().message());
+    for (const std::string& n : c->names) entries.push_back({n, c->ctx, "cert " + std::to_string(i)});
+  }
+  return CertTable::build(std::move(entries));
+}
+
+beast::error_code tlsConnect(TlsStream& s, int port, const std::string& sni) {
+  if (!sni.empty()) SSL_set_tlsext_host_name(s.native_handle(), sni.c_str());
+  beast::error_code ec;
+  s.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec);
+  if (!ec) s.handshake(asio::ssl::stream_base::client, ec);
+  return ec;
 }
 
 TestBackend::TestBackend(ConnHandler handler)

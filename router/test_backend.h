@@ -1,10 +1,13 @@
-// Test helpers for router_test: a blocking loopback "pod" server (a thread
-// per connection) and a blocking HTTP client. Test-only; not part of
-// knap_router.
+// Test helpers for the router's tests: a blocking loopback "pod" server (a
+// thread per connection), a blocking HTTP client, and the TLS pieces the
+// HTTPS tests share (self-signed certificates, their CertTable, a client
+// TLS connection). Test-only; not part of knap_router.
 //
 // Thread safety: TestBackend's handler runs on one thread per connection;
 // the destructor shuts every connection down and joins the threads.
 #pragma once
+
+#include <openssl/x509.h>
 
 #include <atomic>
 #include <functional>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -90,6 +94,20 @@ struct TestCert {
   std::string cert, key;
 };
 TestCert selfSignedCert(const std::vector<std::string>& sans, const std::string& cn = "test");
+// The CertTable serving `certs` (each loaded as "cert <index>"). Throws
+// std::runtime_error naming a certificate that does not load (gtest reports
+// it as the test's failure; this file is built into the benches too, without
+// gtest).
+std::shared_ptr<const CertTable> tableOf(const std::vector<TestCert>& certs);
+// `x` as PEM.
+std::string certificatePem(X509* x);
+
+// A client TLS stream; its context is the caller's (versions, verification,
+// ALPN on the stream's SSL before tlsConnect).
+using TlsStream = asio::ssl::stream<tcp::socket>;
+// Connects `s` to 127.0.0.1:port and runs the client handshake, sending
+// `sni` as SNI unless it is empty.
+beast::error_code tlsConnect(TlsStream& s, int port, const std::string& sni);
 
 // One-shot GET on a fresh connection.
 StringResponse get(int port, const std::string& host, const std::string& target = "/",

@@ -32,16 +32,6 @@ struct HttpsResult {
   std::string version;    // negotiated protocol, "TLSv1.3"
 };
 
-std::string certPem(X509* x) {
-  BIO* b = BIO_new(BIO_s_mem());
-  PEM_write_bio_X509(b, x);
-  char* data = nullptr;
-  const long n = BIO_get_mem_data(b, &data);
-  std::string out(data, static_cast<size_t>(n));
-  BIO_free(b);
-  return out;
-}
-
 // One HTTPS request on a fresh connection, verifying the server against
 // `trust` (PEM) for host `sni` (empty: no SNI sent, no verification).
 HttpsResult httpsRequest(int port, const std::string& sni, const std::string& trust, StringRequest req,
@@ -60,17 +50,15 @@ HttpsResult httpsRequest(int port, const std::string& sni, const std::string& tr
     ctx.set_verify_mode(ssl::verify_peer);
     ctx.set_verify_callback(ssl::host_name_verification(sni));
   }
-  ssl::stream<tcp::socket> s(ioc, ctx);
-  if (!sni.empty()) SSL_set_tlsext_host_name(s.native_handle(), sni.c_str());
-  s.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec);
-  if (!ec) s.handshake(ssl::stream_base::client, ec);
+  TlsStream s(ioc, ctx);
+  ec = tlsConnect(s, port, sni);
   if (ec) {
     out.error = "handshake: " + ec.message();
     return out;
   }
   out.version = SSL_get_version(s.native_handle());
   if (X509* peer = SSL_get1_peer_certificate(s.native_handle())) {
-    out.peer_cert = certPem(peer);
+    out.peer_cert = certificatePem(peer);
     X509_free(peer);
   }
   req.version(11);
@@ -93,17 +81,6 @@ std::string echoHeaders(const StringRequest& req) {
   std::string out;
   for (const auto& f : req) out += std::string(f.name_string()) + ": " + std::string(f.value()) + "\n";
   return out;
-}
-
-std::shared_ptr<const CertTable> tableOf(const std::vector<TestCert>& certs) {
-  std::vector<CertEntry> entries;
-  for (size_t i = 0; i < certs.size(); ++i) {
-    auto c = tls::loadServerCertificate(certs[i].cert, certs[i].key, "cert " + std::to_string(i));
-    EXPECT_TRUE(c.isOk()) << c.status().message();
-    if (!c.isOk()) continue;
-    for (const std::string& n : c->names) entries.push_back({n, c->ctx, "cert " + std::to_string(i)});
-  }
-  return CertTable::build(std::move(entries));
 }
 
 class TlsRouterTest : public ::testing::Test {
@@ -281,13 +258,8 @@ TEST_F(TlsRouterTest, UpgradeIsTunnelledOverTls) {
 
   asio::io_context ioc;
   ssl::context ctx(ssl::context::tls_client);
-  ssl::stream<tcp::socket> s(ioc, ctx);
-  SSL_set_tlsext_host_name(s.native_handle(), kHost);
-  beast::error_code ec;
-  s.next_layer().connect(
-      tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(router_->tlsPort())), ec);
-  ASSERT_FALSE(ec) << ec.message();
-  s.handshake(ssl::stream_base::client, ec);
+  TlsStream s(ioc, ctx);
+  beast::error_code ec = tlsConnect(s, router_->tlsPort(), kHost);
   ASSERT_FALSE(ec) << ec.message();
   asio::write(s,
               asio::buffer("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +

@@ -81,6 +81,23 @@ json resourceSchema(const ResourceInfo& r) {
   return s;
 }
 
+// A PUT (replace) or POST (create) of the whole object: its body is the kind.
+json writeOperation(const ResourceInfo& r, const std::string& operation_id, const std::string& action) {
+  return {
+      {"operationId", operation_id},
+      {"parameters",
+       json::array({queryParam("dryRun", "When present, do not persist."),
+                    queryParam("fieldManager", "Name of the actor."),
+                    queryParam("fieldValidation", "Ignore, Warn or Strict handling of unknown fields.")})},
+      {"requestBody",
+       {{"content",
+         {{"application/json",
+           {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
+      {"responses", okResponse(r)},
+      {"x-kubernetes-action", action},
+      {"x-kubernetes-group-version-kind", gvk(r)}};
+}
+
 json itemOperations(const ResourceInfo& r, bool status) {
   std::string suffix = status ? "Status" : "";
   std::string base = (r.namespaced ? "Namespaced" : "") + r.kind + suffix;
@@ -92,19 +109,7 @@ json itemOperations(const ResourceInfo& r, bool status) {
                 {"responses", okResponse(r)},
                 {"x-kubernetes-action", "get"},
                 {"x-kubernetes-group-version-kind", gvk(r)}};
-  ops["put"] = {
-      {"operationId", "replace" + base},
-      {"parameters",
-       json::array({queryParam("dryRun", "When present, do not persist."),
-                    queryParam("fieldManager", "Name of the actor."),
-                    queryParam("fieldValidation", "Ignore, Warn or Strict handling of unknown fields.")})},
-      {"requestBody",
-       {{"content",
-         {{"application/json",
-           {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
-      {"responses", okResponse(r)},
-      {"x-kubernetes-action", "put"},
-      {"x-kubernetes-group-version-kind", gvk(r)}};
+  ops["put"] = writeOperation(r, "replace" + base, "put");
   json patchSchema = {{"schema", {{"type", "object"}}}};
   // No application/strategic-merge-patch+json here: kubectl would then try to
   // compute strategic patches from the schema (KUBECTL-WIRE §5).
@@ -147,19 +152,7 @@ json collectionOperations(const ResourceInfo& r) {
                 {"x-kubernetes-action", "list"},
                 {"x-kubernetes-group-version-kind", gvk(r)}};
   if (!r.user_creatable) return ops;
-  ops["post"] = {
-      {"operationId", "create" + r.kind},
-      {"parameters",
-       json::array({queryParam("dryRun", "When present, do not persist."),
-                    queryParam("fieldManager", "Name of the actor."),
-                    queryParam("fieldValidation", "Ignore, Warn or Strict handling of unknown fields.")})},
-      {"requestBody",
-       {{"content",
-         {{"application/json",
-           {{"schema", {{"$ref", "#/components/schemas/" + schemaPrefix(r) + r.kind}}}}}}}}},
-      {"responses", okResponse(r)},
-      {"x-kubernetes-action", "post"},
-      {"x-kubernetes-group-version-kind", gvk(r)}};
+  ops["post"] = writeOperation(r, "create" + r.kind, "post");
   return ops;
 }
 
@@ -191,16 +184,18 @@ const json& apiGroupDocument() {
   return doc;
 }
 
+json singleVersionGroupDocument(const std::string& group, const std::string& version) {
+  json v = {{"groupVersion", group + "/" + version}, {"version", version}};
+  return json{{"kind", "APIGroup"},
+              {"apiVersion", "v1"},
+              {"name", group},
+              {"versions", json::array({v})},
+              {"preferredVersion", v}};
+}
+
 const json& networkingGroupDocument() {
-  static const json doc = [] {
-    json v = {{"groupVersion", std::string(kNetworkingGroup) + "/" + std::string(kNetworkingVersion)},
-              {"version", std::string(kNetworkingVersion)}};
-    return json{{"kind", "APIGroup"},
-                {"apiVersion", "v1"},
-                {"name", std::string(kNetworkingGroup)},
-                {"versions", json::array({v})},
-                {"preferredVersion", v}};
-  }();
+  static const json doc =
+      singleVersionGroupDocument(std::string(kNetworkingGroup), std::string(kNetworkingVersion));
   return doc;
 }
 
@@ -234,34 +229,13 @@ const json& apiGroupListDocument() {
 }
 
 const json& eventsGroupDocument() {
-  static const json doc = [] {
-    json v = {{"groupVersion", "events.k8s.io/v1"}, {"version", "v1"}};
-    return json{{"kind", "APIGroup"},
-                {"apiVersion", "v1"},
-                {"name", "events.k8s.io"},
-                {"versions", json::array({v})},
-                {"preferredVersion", v}};
-  }();
+  static const json doc = singleVersionGroupDocument("events.k8s.io", "v1");
   return doc;
 }
 
 const json* reviewGroupDocument(const std::string& group) {
-  static const json authn = [] {
-    json v = {{"groupVersion", "authentication.k8s.io/v1"}, {"version", "v1"}};
-    return json{{"kind", "APIGroup"},
-                {"apiVersion", "v1"},
-                {"name", "authentication.k8s.io"},
-                {"versions", json::array({v})},
-                {"preferredVersion", v}};
-  }();
-  static const json authz = [] {
-    json v = {{"groupVersion", "authorization.k8s.io/v1"}, {"version", "v1"}};
-    return json{{"kind", "APIGroup"},
-                {"apiVersion", "v1"},
-                {"name", "authorization.k8s.io"},
-                {"versions", json::array({v})},
-                {"preferredVersion", v}};
-  }();
+  static const json authn = singleVersionGroupDocument("authentication.k8s.io", "v1");
+  static const json authz = singleVersionGroupDocument("authorization.k8s.io", "v1");
   if (group == "authentication.k8s.io") return &authn;
   if (group == "authorization.k8s.io") return &authz;
   return nullptr;

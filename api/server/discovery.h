@@ -16,6 +16,8 @@ inline constexpr const char* kServerMinorVersion = "30";
 inline constexpr const char* kServerGitVersion = "v1.30.0-knap";
 
 const nlohmann::json& versionDocument();
+// The APIGroup document of a group served at one version.
+nlohmann::json singleVersionGroupDocument(const std::string& group, const std::string& version);
 const nlohmann::json& apiGroupListDocument();     // /apis
 const nlohmann::json& apiGroupDocument();         // /apis/serving.knative.dev
 const nlohmann::json& eventsGroupDocument();      // /apis/events.k8s.io

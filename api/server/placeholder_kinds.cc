@@ -1,6 +1,7 @@
 #include "api/server/placeholder_kinds.h"
 
 #include "api/codec.h"
+#include "api/server/discovery.h"
 #include "api/server/k8s_status.h"
 
 namespace knap::api {
@@ -53,14 +54,7 @@ std::vector<std::string> placeholderGroups() {
 const json* placeholderGroupDocument(const std::string& group) {
   static const std::map<std::string, json> docs = [] {
     std::map<std::string, json> m;
-    for (const std::string& g : placeholderGroups()) {
-      json v = {{"groupVersion", g + "/v1"}, {"version", "v1"}};
-      m[g] = {{"kind", "APIGroup"},
-              {"apiVersion", "v1"},
-              {"name", g},
-              {"versions", json::array({v})},
-              {"preferredVersion", v}};
-    }
+    for (const std::string& g : placeholderGroups()) m[g] = singleVersionGroupDocument(g, "v1");
     return m;
   }();
   auto it = docs.find(group);

@@ -34,6 +34,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "e2e"))
 from ports import free_port  # noqa: E402
+from pods import frozen, require_containerd  # noqa: E402
 
 API = "/apis/serving.knative.dev/v1/namespaces/default/services"
 IMAGE = "dev.local/knap-soak:v1"
@@ -103,19 +104,6 @@ class Soak:
             time.sleep(0.2)
         raise SystemExit(f"timed out: {what}\n" + open(self.log.name).read()[-3000:])
 
-    @staticmethod
-    def frozen(pod_id):
-        """True when the pod's cgroup freezer (v1 freezer.state, v2 cgroup.freeze) says frozen: knapd freezes
-        a warm pod there, so containerd still shows its task RUNNING (as tests/e2e/test_warm_pool.py)."""
-        for path, want in ((f"/sys/fs/cgroup/freezer/knap/{pod_id}/freezer.state", ("FROZEN", "FREEZING")),
-                           (f"/sys/fs/cgroup/knap/{pod_id}/cgroup.freeze", ("1",))):
-            try:
-                with open(path) as f:
-                    return f.read().strip() in want
-            except OSError:
-                continue
-        return False
-
     def tasks(self, status=None):
         """The namespace's tasks (all, or those in `status`, e.g. RUNNING: a warm-pool pod is PAUSED, or
         RUNNING in a frozen cgroup, which counts as PAUSED here)."""
@@ -123,7 +111,7 @@ class Soak:
         for r in [line.split() for line in sh("ctr", "-n", self.ns, "tasks", "ls").splitlines()[1:]]:
             if not r:
                 continue
-            st = "PAUSED" if r[-1] == "RUNNING" and self.frozen(r[0]) else r[-1]
+            st = "PAUSED" if r[-1] == "RUNNING" and frozen(r[0]) else r[-1]
             if status is None or st == status:
                 n += 1
         return n
@@ -242,6 +230,7 @@ def main(argv=None):
     ap.add_argument("--duration", type=float, default=1800)
     ap.add_argument("--report-every", type=float, default=300, help="seconds between RSS/fd reports")
     args = ap.parse_args(argv)
+    require_containerd()
     s = Soak(args.build, (os.getpid() + 11) % 150 + 60)
     print(f"soak: load {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f} at start",
           flush=True)

@@ -41,6 +41,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import conftest  # noqa: E402  (the e2e harness starts and drives knapd)
+from pods import require_containerd  # noqa: E402
 
 IMAGE = "dev.local/knap-bench-cold:v1"
 NS = "knap-bench-cold"
@@ -87,6 +88,7 @@ def main():
     ap.add_argument("--cases", default="nopool,created,frozen,pulled", help="comma-separated subset of the cases")
     ap.add_argument("--hold-on-failure", type=int, default=0, help="seconds to keep knapd up after a failure")
     args = ap.parse_args()
+    require_containerd()
     global CASES
     want_pulled = "pulled" in args.cases.split(",")
     CASES = [c for c in CASES if c[0] in args.cases.split(",")]

@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import conftest  # noqa: E402  (the e2e harness starts and drives knapd)
+from pods import require_containerd  # noqa: E402
 
 IMAGE = "dev.local/knap-bench:v1"
 
@@ -76,6 +77,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-cold", action="store_true", help="skip the cold-start part")
     args = ap.parse_args()
+    require_containerd()
     build = os.path.abspath(args.build)
     conftest.BUILD, conftest.KNAPD, conftest.KNAP = build, f"{build}/daemon/knapd", f"{build}/tools/knap"
     work = tempfile.mkdtemp(prefix="knap-bench-serving-")

@@ -30,6 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import conftest  # noqa: E402  (the e2e harness starts and drives knapd)
+from pods import require_containerd  # noqa: E402
 import bench_serving  # noqa: E402  (same folder: the pod address lookup)
 
 IMAGE = "dev.local/knap-bench:v1"
@@ -69,6 +70,7 @@ def main():
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--streams", type=int, default=10)
     args = ap.parse_args()
+    require_containerd()
     build = os.path.abspath(args.build)
     conftest.BUILD, conftest.KNAPD, conftest.KNAP = build, f"{build}/daemon/knapd", f"{build}/tools/knap"
     work = tempfile.mkdtemp(prefix="knap-bench-tls-")

@@ -25,6 +25,7 @@ import uuid
 import pytest
 
 from conftest import BUILD, KNAP, Knapd
+from pods import containerd_ok
 
 TESTAPP = os.path.join(BUILD, "tests", "apps", "knap-testapp")
 MKIMAGE = os.path.join(BUILD, "tools", "mkimage", "knap-mkimage")
@@ -44,11 +45,6 @@ IMAGES = {
 }
 
 API = "/apis/serving.knative.dev/v1/namespaces/default"
-
-
-def containerd_ok():
-    return os.geteuid() == 0 and shutil.which("ctr") is not None and subprocess.run(
-        ["ctr", "version"], capture_output=True).returncode == 0
 
 
 skip_without_pods = pytest.mark.skipif(

@@ -41,6 +41,7 @@ import uuid
 
 import pytest
 
+from pods import containerd_ok
 from ports import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -593,11 +594,6 @@ def teardown_knapd_pods(k, ns, bridge, timeout=30):
         k.stop()
     cleanup_namespace(ns)
     subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-
-def containerd_ok():
-    return os.geteuid() == 0 and shutil.which("ctr") is not None and subprocess.run(
-        ["ctr", "version"], capture_output=True).returncode == 0
-
 
 # --------------------------------------------------------------------------
 # The CLI

@@ -9,13 +9,13 @@ import concurrent.futures
 import http.client
 import json
 import os
-import shutil
 import subprocess
 import time
 
 import pytest
 
 from conftest import BUILD, KNAP, Knapd
+from pods import containerd_ok  # also imported from here by the other real-pod tests
 
 TESTAPP = os.path.join(BUILD, "tests", "apps", "knap-testapp")
 MKIMAGE = os.path.join(BUILD, "tools", "mkimage", "knap-mkimage")
@@ -29,11 +29,6 @@ def import_testapp(workdir, ns):
                     "--entrypoint", "/app/knap-testapp", "--user", "app", "--workdir", "/app", "--expose", "8080"],
                    check=True, capture_output=True)
     subprocess.run([KNAP, "image", "import", tar, "--namespace", ns], check=True, capture_output=True)
-
-
-def containerd_ok():
-    return os.geteuid() == 0 and shutil.which("ctr") and subprocess.run(
-        ["ctr", "version"], capture_output=True).returncode == 0
 
 
 pytestmark = pytest.mark.skipif(

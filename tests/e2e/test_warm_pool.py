@@ -21,6 +21,7 @@ import urllib.request
 import pytest
 
 from conftest import Knapd, free_port
+from pods import frozen
 from test_serving import import_testapp, IMAGE, KNAP, MKIMAGE, TESTAPP, apply, containerd_ok, service
 
 pytestmark = pytest.mark.skipif(
@@ -58,18 +59,6 @@ def warm(workdir):
     time.sleep(3)
     k.stop()
     subprocess.run(["ctr", "-n", ns, "images", "rm", IMAGE], capture_output=True)
-
-
-def frozen(pod_id):
-    """True when the pod's cgroup freezer (v1 freezer.state, v2 cgroup.freeze) says frozen."""
-    for path, want in ((f"/sys/fs/cgroup/freezer/knap/{pod_id}/freezer.state", ("FROZEN", "FREEZING")),
-                       (f"/sys/fs/cgroup/knap/{pod_id}/cgroup.freeze", ("1",))):
-        try:
-            with open(path) as f:
-                return f.read().strip() in want
-        except OSError:
-            continue
-    return False
 
 
 def tasks(k, revision):
