@@ -793,6 +793,7 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path
     }
   }
   if (path != ":memory:") {
+    KNAP_RETURN_IF_ERROR(store->startCheckpointer(path).annotate("opening database " + path));
     store->wal_path_ = path + "-wal";
     // Migrations, pruning and the WAL file's own directory entry: on disk before anyone is answered.
     KNAP_RETURN_IF_ERROR(store->syncWal().annotate("opening database " + path));
@@ -819,7 +820,65 @@ Status SqliteStore::createAtSchemaVersionForTest(const std::string& path, int ve
 SqliteStore::SqliteStore(std::unique_ptr<Conn> conn, TimeSource& clock, int64_t watch_history_events)
     : clock_(clock), watch_history_events_(watch_history_events), conn_(std::move(conn)) {}
 
-SqliteStore::~SqliteStore() = default;
+SqliteStore::~SqliteStore() {
+  if (!checkpointer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mu_);
+    checkpoint_stop_ = true;
+  }
+  checkpoint_cv_.notify_all();
+  checkpointer_.join();
+}
+
+Status SqliteStore::startCheckpointer(const std::string& path) {
+  KNAP_ASSIGN_OR_RETURN(std::unique_ptr<Conn> ckpt, openConn(path));
+  // The writers' connection no longer checkpoints in COMMIT; it tells the checkpointer.
+  sqlite3_wal_hook(conn_->db(), &SqliteStore::onWalCommit, this);
+  checkpointer_ = std::thread([this, c = std::move(ckpt)]() mutable { checkpointLoop(std::move(c)); });
+  return Status::ok();
+}
+
+int SqliteStore::onWalCommit(void* self, sqlite3*, const char*, int pages) {
+  auto* store = static_cast<SqliteStore*>(self);
+  store->wal_pages_ = pages;
+  if (pages < store->checkpoint_pages_.load()) return SQLITE_OK;
+  {
+    std::lock_guard<std::mutex> lock(store->checkpoint_mu_);
+    store->checkpoint_due_ = true;
+  }
+  store->checkpoint_cv_.notify_one();
+  return SQLITE_OK;
+}
+
+void SqliteStore::checkpointLoop(std::unique_ptr<Conn> conn) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(checkpoint_mu_);
+      checkpoint_cv_.wait(lock, [this] { return checkpoint_due_ || checkpoint_stop_; });
+      if (checkpoint_stop_) return;
+      checkpoint_due_ = false;
+    }
+    int log_pages = 0, done_pages = 0;
+    int rc =
+        sqlite3_wal_checkpoint_v2(conn->db(), nullptr, SQLITE_CHECKPOINT_PASSIVE, &log_pages, &done_pages);
+    // Writers that never pause keep a passive checkpoint from ever finishing,
+    // and the WAL restarts only after one that did. Past four marks, a
+    // RESTART checkpoint makes the writers wait (what SQLite's own
+    // checkpoint always did) so that the WAL starts over.
+    if (rc == SQLITE_OK && log_pages >= 4 * checkpoint_pages_.load()) {
+      rc = sqlite3_wal_checkpoint_v2(conn->db(), nullptr, SQLITE_CHECKPOINT_RESTART, &log_pages, &done_pages);
+    }
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
+      LOG(WARNING) << "store: " << sqliteError(conn->db(), rc, "checkpointing the WAL").toString();
+    }
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    ++sync_stats_.checkpoints;
+  }
+}
+
+void SqliteStore::setCheckpointPagesForTest(int pages) {
+  checkpoint_pages_ = pages;
+}
 
 SqliteStore::MemoryUse SqliteStore::memoryUse() {
   MemoryUse m;
@@ -1055,7 +1114,9 @@ Status SqliteStore::syncWal() {
 
 SqliteStore::SyncStats SqliteStore::syncStats() {
   std::lock_guard<std::mutex> lock(sync_mu_);
-  return sync_stats_;
+  SyncStats s = sync_stats_;
+  s.wal_pages = wal_pages_.load();
+  return s;
 }
 
 void SqliteStore::setSyncForTest(std::function<Status()> sync) {

@@ -14,6 +14,15 @@
 // (kUnavailable naming the file: committed, but maybe not on disk); their
 // events are still delivered, because the database holds them.
 //
+// Checkpoints (copying the WAL back into the database file) run on a thread
+// of the store's own, on a second connection, once the WAL holds
+// checkpointPages() pages: SQLite's automatic checkpoint would run inside
+// the COMMIT of whichever writer crossed the mark, with the connection held,
+// and make that write (and every one queued behind it) wait for writing
+// back a thousand pages and two fsyncs. A PASSIVE checkpoint does not block
+// writers; SQLite restarts the WAL from its start at the next commit after a
+// complete one, so the file stays about that size.
+//
 // Layout (schema version kLatestSchemaVersion, migrated forward on open):
 //   schema_version(version)            one row: the applied migration step
 //   meta(key, value)                   'resource_version' (the global RV counter),
@@ -135,12 +144,19 @@ class SqliteStore final : public Store {
   struct SyncStats {
     int64_t commits = 0;
     int64_t syncs = 0;
+    int64_t checkpoints = 0;  // background checkpoints run
+    int64_t wal_pages = 0;    // pages in the WAL after the last commit
   };
   SyncStats syncStats();
 
   // Tests: replaces the fdatasync of the WAL (it still runs one at a time,
   // outside the connection's mutex), to block it or make it fail.
   void setSyncForTest(std::function<Status()> sync);
+
+  // WAL pages that start a background checkpoint (SQLite's own default mark).
+  static constexpr int kCheckpointPages = 1000;
+  // Tests: a smaller mark, to see checkpoints without writing megabytes.
+  void setCheckpointPagesForTest(int pages);
 
  private:
   class Conn;     // the SQLite connection plus its prepared statements
@@ -170,6 +186,11 @@ class SqliteStore final : public Store {
   Status awaitDurable(const std::shared_ptr<SyncRound>& round);
   // fdatasync of the WAL file (a no-op for ":memory:").
   Status syncWal();
+  // Starts the checkpointer thread on its own connection to `path`.
+  Status startCheckpointer(const std::string& path);
+  void checkpointLoop(std::unique_ptr<Conn> conn);
+  // sqlite3_wal_hook: called in a committing writer, with the WAL's size in pages.
+  static int onWalCommit(void* self, sqlite3* db, const char* name, int pages);
 
   TimeSource& clock_;
   const int64_t watch_history_events_;
@@ -184,6 +205,14 @@ class SqliteStore final : public Store {
   int next_listener_id_ = 1;
 
   std::string wal_path_;  // "" for ":memory:"
+
+  std::mutex checkpoint_mu_;  // guards checkpoint_due_, checkpoint_stop_
+  std::condition_variable checkpoint_cv_;
+  bool checkpoint_due_ = false;
+  bool checkpoint_stop_ = false;
+  std::atomic<int> checkpoint_pages_{kCheckpointPages};
+  std::atomic<int> wal_pages_{0};
+  std::thread checkpointer_;
 
   std::mutex sync_mu_;  // guards open_round_, syncing_, sync_for_test_, sync_stats_
   std::condition_variable sync_cv_;
