@@ -1,5 +1,10 @@
 #include "controller/controller.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "common/guard.h"
@@ -9,6 +14,9 @@
 namespace knap::controller {
 
 namespace {
+// The worker thread's nice value (0 is the API's and the router's).
+constexpr int kWorkerNice = 5;
+
 constexpr const char* kKinds[] = {"Service", "Configuration", "Revision",
                                   "Route",   "DomainMapping", "ClusterDomainClaim"};
 
@@ -49,7 +57,16 @@ void Controller::start() {
   std::lock_guard<std::mutex> l(mu_);
   if (worker_.joinable()) return;
   stopping_ = false;
-  worker_ = std::thread([this] { runRestarting("controller worker", [this] { workerLoop(); }); });
+  worker_ = std::thread([this] {
+    // Reconciling is background work: when the CPUs are busy, the API's
+    // requests (and the router) go first, so a client's create is not held
+    // up by the controllers reacting to the previous one. Linux's nice
+    // applies per thread.
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWorkerNice) != 0) {
+      LOG(WARNING) << "controller: cannot lower the worker's priority: " << std::strerror(errno);
+    }
+    runRestarting("controller worker", [this] { workerLoop(); });
+  });
 }
 
 void Controller::stop() {

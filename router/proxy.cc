@@ -341,7 +341,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
   } pod_exchange{client};
   for (int attempt = 0;; ++attempt) {
     beast::error_code ec;
-    up = attempt == 0 ? w.pool.take(endpoint) : nullptr;
+    up = attempt == 0 ? w.pool.take(endpoint, /*can_retry=*/!has_body) : nullptr;
     client.podExchange(up.get());
     const bool reused = up != nullptr;
     if (!up) {

@@ -24,16 +24,25 @@ UpstreamPool::~UpstreamPool() {
   *alive_ = false;
 }
 
-std::unique_ptr<UpstreamPool::Stream> UpstreamPool::take(const std::string& endpoint) {
+std::unique_ptr<UpstreamPool::Stream> UpstreamPool::take(const std::string& endpoint, bool can_retry) {
   auto it = upstreams_.find(endpoint);
   if (it == upstreams_.end()) return nullptr;
   auto& idle = it->second.idle();
+  const MonoTime now = time_.monotonic();
   while (!idle.empty()) {
-    std::unique_ptr<Stream> s = std::move(idle.back().stream);
+    Upstream::Idle last = std::move(idle.back());
     idle.pop_back();
-    boost::system::error_code ignored;
-    s->socket().cancel(ignored);  // the watch; its handler finds the id gone
-    if (idleConnectionAlive(s->socket())) return s;
+    if (last.watched) {
+      boost::system::error_code ignored;
+      last.stream->socket().cancel(ignored);  // the watch; its handler finds the id gone
+    }
+    // A pod closes an idle keep-alive connection (or answers it with a 408)
+    // after seconds of idleness. A request that can be retried on a fresh
+    // connection trusts one parked moments ago without a syscall; any other
+    // is first checked for EOF or unasked bytes.
+    if ((can_retry && now - last.since < kCheckAfterIdle) || idleConnectionAlive(last.stream->socket())) {
+      return std::move(last.stream);
+    }
   }
   upstreams_.erase(it);
   return nullptr;
@@ -43,9 +52,7 @@ void UpstreamPool::put(const std::string& endpoint, std::unique_ptr<Stream> stre
   auto& idle = upstreams_[endpoint].idle();
   if (idle.size() >= max_idle_) return;  // closed by the unique_ptr
   stream->expires_never();
-  const uint64_t id = next_id_++;
-  watch(endpoint, *stream, id);
-  idle.push_back(Upstream::Idle{std::move(stream), time_.monotonic(), id});
+  idle.push_back(Upstream::Idle{std::move(stream), time_.monotonic(), next_id_++, false});
 }
 
 void UpstreamPool::watch(const std::string& endpoint, Stream& stream, uint64_t id) {
@@ -78,6 +85,12 @@ void UpstreamPool::sweep() {
   for (auto it = upstreams_.begin(); it != upstreams_.end();) {
     auto& idle = it->second.idle();
     while (!idle.empty() && idle.front().since <= cutoff) idle.pop_front();
+    // Connections still idle since the last sweep are watched from now on.
+    for (Upstream::Idle& i : idle) {
+      if (i.watched) continue;
+      watch(it->first, *i.stream, i.id);
+      i.watched = true;
+    }
     it = idle.empty() ? upstreams_.erase(it) : std::next(it);
   }
 }

@@ -2,11 +2,15 @@
 // router worker.
 //
 // A connection enters the pool only after a complete, in-sync exchange
-// (the proxy decides that; see proxy.cc). While idle it is watched: the
-// moment the pod closes it (or sends anything unasked) it is closed here,
-// so no idle connection lingers in CLOSE-WAIT. Idle connections older than
-// the idle timeout are closed by sweep(), and drop() closes every idle
-// connection of a pod the moment it leaves the endpoints.
+// (the proxy decides that; see proxy.cc). A connection still idle at the
+// next sweep() is watched from then on: the moment the pod closes it (or
+// sends anything unasked) it is closed here, so no idle connection lingers
+// in CLOSE-WAIT longer than one sweep period. A connection reused before
+// that costs no syscall to park or take (a watch costs an epoll_ctl with
+// Asio's reactor, a check a recv): that is the keep-alive fast path.
+// Idle connections older than the idle timeout are closed by sweep(), and
+// drop() closes every idle connection of a pod the moment it leaves the
+// endpoints.
 //
 // Thread safety: an UpstreamPool belongs to one worker and is touched only
 // on that worker's io_context thread.
@@ -35,6 +39,7 @@ class Upstream {
     std::unique_ptr<Stream> stream;
     MonoTime since;
     uint64_t id;
+    bool watched;  // a watch is armed (sweep() arms it)
   };
   std::deque<Idle>& idle() { return idle_; }
   const std::deque<Idle>& idle() const { return idle_; }
@@ -52,8 +57,13 @@ class UpstreamPool {
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
-  // An idle connection to `endpoint` that still looks usable, or null.
-  std::unique_ptr<Stream> take(const std::string& endpoint);
+  // An idle connection to `endpoint` that still looks usable, or null: the
+  // most recently parked one. It is first checked for EOF or unasked bytes
+  // (a MSG_PEEK) unless `can_retry` (the caller sends the request again on
+  // a fresh connection if this one turns out dead: no body was consumed)
+  // and it was parked less than kCheckAfterIdle ago.
+  std::unique_ptr<Stream> take(const std::string& endpoint, bool can_retry);
+  static constexpr Duration kCheckAfterIdle = std::chrono::milliseconds(500);
   // Parks a connection after a complete exchange (closed when the pool is full).
   void put(const std::string& endpoint, std::unique_ptr<Stream> stream);
   // Closes every idle connection to `endpoint` (the pod left the endpoints).

@@ -738,7 +738,8 @@ StatusOr<std::unique_ptr<SqliteStore::Conn>> SqliteStore::openConn(const std::st
   auto conn = std::make_unique<SqliteStore::Conn>(db);
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, 5000);
-  // WAL + synchronous=FULL: a commit is on disk (WAL fsynced) before it returns.
+  // WAL + synchronous=NORMAL: COMMIT writes the WAL without syncing it; the
+  // store's group commit (awaitDurable) syncs it before a writer is answered.
   // Switching a fresh file to WAL needs an exclusive lock and SQLite does not
   // wait for it through the busy handler, so retry while another opener holds it.
   std::string mode;
@@ -757,7 +758,7 @@ StatusOr<std::unique_ptr<SqliteStore::Conn>> SqliteStore::openConn(const std::st
   if (path != ":memory:" && mode != "wal") {
     LOG(WARNING) << "store: " << path << " runs in journal mode " << mode << ", not WAL";
   }
-  KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA synchronous = FULL").annotate("opening database " + path));
+  KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA synchronous = NORMAL").annotate("opening database " + path));
   KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA foreign_keys = ON").annotate("opening database " + path));
   // Deleted and overwritten content (a Secret resealed at start) is zeroed, not left in free pages.
   KNAP_RETURN_IF_ERROR(conn->exec("PRAGMA secure_delete = ON").annotate("opening database " + path));
@@ -791,6 +792,19 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path
       return s.annotate("pruning watch history");
     }
   }
+  if (path != ":memory:") {
+    KNAP_RETURN_IF_ERROR(store->startCheckpointer(path).annotate("opening database " + path));
+    store->wal_path_ = path + "-wal";
+    // Migrations, pruning and the WAL file's own directory entry: on disk before anyone is answered.
+    KNAP_RETURN_IF_ERROR(store->syncWal().annotate("opening database " + path));
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+  }
   LOG(INFO) << "store: opened " << path << " at resourceVersion " << rv;
   return store;
 }
@@ -806,7 +820,65 @@ Status SqliteStore::createAtSchemaVersionForTest(const std::string& path, int ve
 SqliteStore::SqliteStore(std::unique_ptr<Conn> conn, TimeSource& clock, int64_t watch_history_events)
     : clock_(clock), watch_history_events_(watch_history_events), conn_(std::move(conn)) {}
 
-SqliteStore::~SqliteStore() = default;
+SqliteStore::~SqliteStore() {
+  if (!checkpointer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(checkpoint_mu_);
+    checkpoint_stop_ = true;
+  }
+  checkpoint_cv_.notify_all();
+  checkpointer_.join();
+}
+
+Status SqliteStore::startCheckpointer(const std::string& path) {
+  KNAP_ASSIGN_OR_RETURN(std::unique_ptr<Conn> ckpt, openConn(path));
+  // The writers' connection no longer checkpoints in COMMIT; it tells the checkpointer.
+  sqlite3_wal_hook(conn_->db(), &SqliteStore::onWalCommit, this);
+  checkpointer_ = std::thread([this, c = std::move(ckpt)]() mutable { checkpointLoop(std::move(c)); });
+  return Status::ok();
+}
+
+int SqliteStore::onWalCommit(void* self, sqlite3*, const char*, int pages) {
+  auto* store = static_cast<SqliteStore*>(self);
+  store->wal_pages_ = pages;
+  if (pages < store->checkpoint_pages_.load()) return SQLITE_OK;
+  {
+    std::lock_guard<std::mutex> lock(store->checkpoint_mu_);
+    store->checkpoint_due_ = true;
+  }
+  store->checkpoint_cv_.notify_one();
+  return SQLITE_OK;
+}
+
+void SqliteStore::checkpointLoop(std::unique_ptr<Conn> conn) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(checkpoint_mu_);
+      checkpoint_cv_.wait(lock, [this] { return checkpoint_due_ || checkpoint_stop_; });
+      if (checkpoint_stop_) return;
+      checkpoint_due_ = false;
+    }
+    int log_pages = 0, done_pages = 0;
+    int rc =
+        sqlite3_wal_checkpoint_v2(conn->db(), nullptr, SQLITE_CHECKPOINT_PASSIVE, &log_pages, &done_pages);
+    // Writers that never pause keep a passive checkpoint from ever finishing,
+    // and the WAL restarts only after one that did. Past four marks, a
+    // RESTART checkpoint makes the writers wait (what SQLite's own
+    // checkpoint always did) so that the WAL starts over.
+    if (rc == SQLITE_OK && log_pages >= 4 * checkpoint_pages_.load()) {
+      rc = sqlite3_wal_checkpoint_v2(conn->db(), nullptr, SQLITE_CHECKPOINT_RESTART, &log_pages, &done_pages);
+    }
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
+      LOG(WARNING) << "store: " << sqliteError(conn->db(), rc, "checkpointing the WAL").toString();
+    }
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    ++sync_stats_.checkpoints;
+  }
+}
+
+void SqliteStore::setCheckpointPagesForTest(int pages) {
+  checkpoint_pages_ = pages;
+}
 
 SqliteStore::MemoryUse SqliteStore::memoryUse() {
   MemoryUse m;
@@ -956,7 +1028,7 @@ StatusOr<int> SqliteStore::schemaVersion() {
 }
 
 Status SqliteStore::transact(const std::function<Status(Txn&)>& fn) {
-  bool committed_events = false;
+  std::shared_ptr<SyncRound> round;  // set when the transaction committed changes
   Status result = withConnection([&](Conn& conn) -> Status {
     KNAP_RETURN_IF_ERROR(conn.exec("BEGIN IMMEDIATE"));
     // Read the counter under SQLite's write lock, so writers in other processes cannot reuse an RV.
@@ -984,14 +1056,72 @@ Status SqliteStore::transact(const std::function<Status(Txn&)>& fn) {
     }
     if (txn.events().empty()) return Status::ok();
     current_rv_ = txn.rv();
+    round = joinRound();
     // Queue while still holding the connection so batches are queued in commit order.
     std::lock_guard<std::mutex> lock(delivery_mu_);
-    pending_.push_back(std::move(txn.events()));
-    committed_events = true;
+    pending_.push_back(PendingBatch{round, std::move(txn.events())});
     return Status::ok();
   });
-  if (committed_events) deliver();
+  if (!round) return result;
+  result = awaitDurable(round);
+  deliver();
   return result;
+}
+
+std::shared_ptr<SqliteStore::SyncRound> SqliteStore::joinRound() {
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  ++sync_stats_.commits;
+  return open_round_;
+}
+
+Status SqliteStore::awaitDurable(const std::shared_ptr<SyncRound>& round) {
+  std::unique_lock<std::mutex> lock(sync_mu_);
+  while (!round->done) {
+    if (syncing_) {
+      sync_cv_.wait(lock);
+      continue;
+    }
+    // Lead: close the open round (ours, or a later one that also holds ours' successors) and sync it.
+    std::shared_ptr<SyncRound> closing = std::move(open_round_);
+    open_round_ = std::make_shared<SyncRound>();
+    syncing_ = true;
+    ++sync_stats_.syncs;
+    std::function<Status()> sync = sync_for_test_;
+    lock.unlock();
+    Status st = sync ? sync() : syncWal();
+    if (!st.isOk()) LOG(ERROR) << "store: " << st.toString();
+    lock.lock();
+    closing->status = std::move(st);
+    closing->done = true;
+    syncing_ = false;
+    sync_cv_.notify_all();
+  }
+  return round->status;
+}
+
+Status SqliteStore::syncWal() {
+  if (wal_path_.empty()) return Status::ok();
+  auto failed = [this](const char* what) {
+    return Status(Code::kUnavailable, std::string(what) + " " + wal_path_ + ": " + std::strerror(errno) +
+                                          " (the change is committed but may not be on disk)");
+  };
+  int fd = ::open(wal_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return failed("opening");
+  Status st = ::fdatasync(fd) == 0 ? Status::ok() : failed("fdatasync of");
+  ::close(fd);
+  return st;
+}
+
+SqliteStore::SyncStats SqliteStore::syncStats() {
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  SyncStats s = sync_stats_;
+  s.wal_pages = wal_pages_.load();
+  return s;
+}
+
+void SqliteStore::setSyncForTest(std::function<Status()> sync) {
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  sync_for_test_ = std::move(sync);
 }
 
 void SqliteStore::deliver() {
@@ -1004,11 +1134,13 @@ void SqliteStore::deliver() {
     std::vector<Event> batch;
     {
       std::lock_guard<std::mutex> lock(delivery_mu_);
-      if (pending_.empty()) {
+      // Rounds finish in commit order, so the synced batches are a prefix; the writer
+      // of the first unsynced one delivers it (and what follows) after its sync.
+      if (pending_.empty() || !pending_.front().round->done) {
         delivering_ = false;
         return;
       }
-      batch = std::move(pending_.front());
+      batch = std::move(pending_.front().events);
       pending_.pop_front();
     }
     std::vector<std::shared_ptr<std::function<void(const Event&)>>> listeners;

@@ -1,8 +1,27 @@
 // SqliteStore: the Store (store/store.h) kept in one SQLite database file.
 //
-// Durability: the database runs in WAL mode with synchronous=FULL, so a write
-// whose transact()/create()/update()/remove() returned OK survives SIGKILL of
-// knapd and (as far as SQLite and the file system allow) power loss.
+// Durability: a write whose transact()/create()/update()/remove() returned OK
+// is on disk: it survives SIGKILL of knapd and (as far as SQLite and the file
+// system allow) power loss, and listeners hear of it only then. The database
+// runs in WAL mode with synchronous=NORMAL plus a group commit: COMMIT writes
+// the transaction's WAL frames and releases the connection; the writer then
+// waits for an fdatasync of the WAL that covers its commit. One fdatasync at a
+// time runs, outside the connection's mutex, and covers every commit made
+// before it started, so writers that commit while a sync runs share the next
+// one, and readers and writers never wait for the disk behind another
+// writer's sync. Another reader may see a change up to one fdatasync before its
+// writer is told it is durable. A failed fdatasync fails the writes it covered
+// (kUnavailable naming the file: committed, but maybe not on disk); their
+// events are still delivered, because the database holds them.
+//
+// Checkpoints (copying the WAL back into the database file) run on a thread
+// of the store's own, on a second connection, once the WAL holds
+// checkpointPages() pages: SQLite's automatic checkpoint would run inside
+// the COMMIT of whichever writer crossed the mark, with the connection held,
+// and make that write (and every one queued behind it) wait for writing
+// back a thousand pages and two fsyncs. A PASSIVE checkpoint does not block
+// writers; SQLite restarts the WAL from its start at the next commit after a
+// complete one, so the file stays about that size.
 //
 // Layout (schema version kLatestSchemaVersion, migrated forward on open):
 //   schema_version(version)            one row: the applied migration step
@@ -25,7 +44,7 @@
 // called from any thread. transact() holds the connection for the whole of fn,
 // so fn must be short and must not call this store's own methods (use the Txn;
 // calling the Store from inside fn returns kFailedPrecondition instead of
-// deadlocking). Listeners get events in commit order, after commit, with no
+// deadlocking). Listeners get events in commit order, once the commit is on disk, with no
 // store lock held; a listener may write to the store. Delivery happens on a
 // writer's thread: when two writers commit at once, the second writer's events
 // may be delivered by the first writer's thread (so order is kept), and a
@@ -39,6 +58,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -119,6 +139,25 @@ class SqliteStore final : public Store {
   };
   MemoryUse memoryUse();
 
+  // Group commit counters: write transactions committed, and fdatasyncs of the
+  // WAL that made them durable (syncs <= commits; fewer when writers overlap).
+  struct SyncStats {
+    int64_t commits = 0;
+    int64_t syncs = 0;
+    int64_t checkpoints = 0;  // background checkpoints run
+    int64_t wal_pages = 0;    // pages in the WAL after the last commit
+  };
+  SyncStats syncStats();
+
+  // Tests: replaces the fdatasync of the WAL (it still runs one at a time,
+  // outside the connection's mutex), to block it or make it fail.
+  void setSyncForTest(std::function<Status()> sync);
+
+  // WAL pages that start a background checkpoint (SQLite's own default mark).
+  static constexpr int kCheckpointPages = 1000;
+  // Tests: a smaller mark, to see checkpoints without writing megabytes.
+  void setCheckpointPagesForTest(int pages);
+
  private:
   class Conn;     // the SQLite connection plus its prepared statements
   class TxnImpl;  // Txn bound to one open write transaction
@@ -136,6 +175,23 @@ class SqliteStore final : public Store {
   static Status readEventsSince(Conn& conn, int64_t since_rv, const std::string& kind,
                                 std::vector<Event>* out);
 
+  // The commits one fdatasync covers: every commit made while it was open.
+  struct SyncRound {
+    std::atomic<bool> done{false};
+    Status status;  // written before done is set
+  };
+  // The round that will cover a commit made now (call after COMMIT, before releasing the connection).
+  std::shared_ptr<SyncRound> joinRound();
+  // Returns once `round` is synced (leading the fdatasync when none runs): its status.
+  Status awaitDurable(const std::shared_ptr<SyncRound>& round);
+  // fdatasync of the WAL file (a no-op for ":memory:").
+  Status syncWal();
+  // Starts the checkpointer thread on its own connection to `path`.
+  Status startCheckpointer(const std::string& path);
+  void checkpointLoop(std::unique_ptr<Conn> conn);
+  // sqlite3_wal_hook: called in a committing writer, with the WAL's size in pages.
+  static int onWalCommit(void* self, sqlite3* db, const char* name, int pages);
+
   TimeSource& clock_;
   const int64_t watch_history_events_;
 
@@ -148,8 +204,30 @@ class SqliteStore final : public Store {
   std::map<int, std::shared_ptr<std::function<void(const Event&)>>> listeners_;
   int next_listener_id_ = 1;
 
+  std::string wal_path_;  // "" for ":memory:"
+
+  std::mutex checkpoint_mu_;  // guards checkpoint_due_, checkpoint_stop_
+  std::condition_variable checkpoint_cv_;
+  bool checkpoint_due_ = false;
+  bool checkpoint_stop_ = false;
+  std::atomic<int> checkpoint_pages_{kCheckpointPages};
+  std::atomic<int> wal_pages_{0};
+  std::thread checkpointer_;
+
+  std::mutex sync_mu_;  // guards open_round_, syncing_, sync_for_test_, sync_stats_
+  std::condition_variable sync_cv_;
+  std::shared_ptr<SyncRound> open_round_ = std::make_shared<SyncRound>();
+  bool syncing_ = false;
+  std::function<Status()> sync_for_test_;
+  SyncStats sync_stats_;
+
+  // Committed batches in commit order, each delivered once its round is synced.
+  struct PendingBatch {
+    std::shared_ptr<SyncRound> round;
+    std::vector<Event> events;
+  };
   std::mutex delivery_mu_;  // guards pending_, delivering_
-  std::deque<std::vector<Event>> pending_;
+  std::deque<PendingBatch> pending_;
   bool delivering_ = false;
 };
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -560,14 +561,157 @@ TEST(SqliteStoreOpen, RejectsBadHistoryAndUnopenablePath) {
   EXPECT_NE(bad.status().message().find("/nonexistent-dir/x/knap.db"), std::string::npos);
 }
 
-TEST(SqliteStoreOpen, UsesWalAndFullSync) {
+TEST(SqliteStoreOpen, UsesWalAndSyncsEveryAcknowledgedCommit) {
   TempDir dir;
   SimulatedTimeSource clock;
   std::string path = dir.file("knap.db");
   auto store = mustOpen(path, clock);
   EXPECT_EQ(rawQuery(path, "PRAGMA journal_mode"), "wal");
-  ASSERT_TRUE(store->create(svc("a"), json::object()).isOk());
+  // One writer at a time: each commit waits for an fdatasync of its own.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store->create(svc("a" + std::to_string(i)), json::object()).isOk());
   EXPECT_TRUE(std::filesystem::exists(path + "-wal"));
+  SqliteStore::SyncStats stats = store->syncStats();
+  EXPECT_EQ(stats.commits, 5);
+  EXPECT_EQ(stats.syncs, 5);
+  // A transaction that changes nothing has nothing to sync.
+  ASSERT_TRUE(store->transact([](Txn& t) { return t.get(svc("a0")).status(); }).isOk());
+  EXPECT_EQ(store->syncStats().syncs, 5);
+}
+
+TEST(SqliteStoreOpen, CheckpointsRunInTheBackgroundAndKeepTheWalBounded) {
+  TempDir dir;
+  SimulatedTimeSource clock;
+  std::string path = dir.file("knap.db");
+  auto store = mustOpen(path, clock);
+  ASSERT_NE(store, nullptr);
+  store->setCheckpointPagesForTest(50);
+  json body = {{"spec", {{"pad", std::string(3000, 'x')}}}};  // about a page per write
+  auto writeSome = [&](int from, int n) {
+    for (int i = from; i < from + n; ++i)
+      ASSERT_TRUE(store->create(svc("s" + std::to_string(i)), body).isOk());
+  };
+  writeSome(0, 200);
+  // The checkpointer runs on its own thread: wait for it (generously, for a loaded machine).
+  for (int i = 0; i < 3000 && store->syncStats().checkpoints == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_GT(store->syncStats().checkpoints, 0);
+  for (int round = 1; round <= 5; ++round) writeSome(round * 200, 200);
+  // Once the writers pause, the checkpointer catches up and the next commit
+  // starts the WAL over: it then holds that commit's frames, not the
+  // thousands written before.
+  int64_t pages = -1;
+  for (int i = 0; i < 300; ++i) {
+    writeSome(10000 + i, 1);
+    pages = store->syncStats().wal_pages;
+    if (pages < 50) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_LT(pages, 50) << "the WAL never started over";
+  // Everything is there after a reopen.
+  store.reset();
+  store = mustOpen(path, clock);
+  ASSERT_NE(store, nullptr);
+  auto all = store->list("Service", "default");
+  ASSERT_TRUE(all.isOk());
+  EXPECT_GE(all->size(), 1201u);
+  EXPECT_EQ(rawQuery(path, "PRAGMA integrity_check"), "ok");
+}
+
+// --- group commit -------------------------------------------------------------
+
+// A sync that blocks until released, counting its calls.
+struct GatedSync {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  int calls = 0;
+  Status result = Status::ok();
+  Status operator()() {
+    std::unique_lock<std::mutex> lock(mu);
+    ++calls;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+    return result;
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  bool waitForCalls(int n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, 30s, [&] { return calls >= n; });
+  }
+};
+
+// Polls until `key` is readable (its writer committed), for up to 30 s.
+bool waitVisible(Store& store, const Key& key) {
+  for (int i = 0; i < 3000; ++i) {
+    if (store.get(key).isOk()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+TEST_F(SqliteStoreTest, WritersThatCommitDuringASyncShareTheNextAndAreToldOnlyAfterIt) {
+  auto gate = std::make_shared<GatedSync>();
+  store_->setSyncForTest([gate] { return (*gate)(); });
+  std::mutex mu;
+  std::vector<std::string> heard;
+  store_->addListener([&](const Event& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    heard.push_back(e.object.key.name);
+  });
+  std::atomic<int> answered{0};
+  auto create = [&](const std::string& name) {
+    return std::thread([&, name] {
+      EXPECT_TRUE(store_->create(svc(name), json::object()).isOk()) << name;
+      ++answered;
+    });
+  };
+  std::thread a = create("a");
+  ASSERT_TRUE(gate->waitForCalls(1));  // a committed and leads a sync, which blocks
+  std::thread b = create("b");
+  std::thread c = create("c");
+  // b and c commit (readers see them) while a's sync runs, but nobody is answered or told.
+  ASSERT_TRUE(waitVisible(*store_, svc("b")));
+  ASSERT_TRUE(waitVisible(*store_, svc("c")));
+  EXPECT_EQ(answered.load(), 0);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(heard.empty());
+  }
+  gate->release();
+  a.join();
+  b.join();
+  c.join();
+  EXPECT_EQ(answered.load(), 3);
+  SqliteStore::SyncStats stats = store_->syncStats();
+  EXPECT_EQ(stats.commits, 3);
+  EXPECT_EQ(stats.syncs, 2);  // a's own, then one for both b and c
+  EXPECT_EQ(gate->calls, 2);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(heard.size(), 3u);
+  EXPECT_EQ(heard[0], "a");  // commit order
+}
+
+TEST_F(SqliteStoreTest, AFailedSyncFailsItsWritersButKeepsTheStoreAndWatchersConsistent) {
+  auto gate = std::make_shared<GatedSync>();
+  gate->result = Status(Code::kUnavailable, "fdatasync of /x/knap.db-wal: Input/output error");
+  gate->release();
+  store_->setSyncForTest([gate] { return (*gate)(); });
+  std::vector<std::string> heard;
+  store_->addListener([&](const Event& e) { heard.push_back(e.object.key.name); });
+  auto r = store_->create(svc("a"), json::object());
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), Code::kUnavailable);
+  EXPECT_NE(r.status().message().find("knap.db-wal"), std::string::npos) << r.status().toString();
+  // Committed all the same: readers and watchers agree on what the database holds.
+  EXPECT_TRUE(store_->get(svc("a")).isOk());
+  EXPECT_EQ(heard, std::vector<std::string>{"a"});
+  // The next sync that works acknowledges the next write.
+  gate->result = Status::ok();
+  EXPECT_TRUE(store_->create(svc("b"), json::object()).isOk());
+  EXPECT_EQ(heard, (std::vector<std::string>{"a", "b"}));
 }
 
 // --- persistence ------------------------------------------------------------------

@@ -41,6 +41,16 @@ def first_pod_ip(data_dir):
             pods.append(json.load(f))
     return next(p.get("ip") for p in pods if p.get("ip"))
 
+def cpu_seconds(pids):
+    """User + system CPU time of these processes (all their threads), in seconds."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
@@ -52,6 +62,7 @@ def wrk(url, host, duration, conns=32):
         cmd[1:1] = ["-H", f"Host: {host}"]
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    wrk.last_requests = int(re.search(r"(\d+) requests in", out).group(1))
 
     def lat(label):
         m = re.search(rf"{label}%\s+([\d.]+)(us|ms|s)", out)
@@ -114,25 +125,34 @@ http {{ access_log off; upstream pod {{ server {pod_ip}:8080; keepalive 64; }}
         nginx = subprocess.Popen(["nginx", "-c", conf, "-p", work], stderr=subprocess.DEVNULL)
         time.sleep(0.5)
         host = "bench.default.localhost"
-        paths = (("direct to pod", f"http://{pod_ip}:8080/", None),
-                 ("nginx reverse proxy", f"http://127.0.0.1:{nport}/", host),
-                 ("knap router", f"http://127.0.0.1:{k.router_port}/", host))
-        runs = {name: {"c32": [], "c1": []} for name, _, _ in paths}
+        nginx_pids = [nginx.pid] + [int(p) for p in subprocess.run(
+            ["pgrep", "-P", str(nginx.pid)], capture_output=True, text=True).stdout.split()]
+        paths = (("direct to pod", f"http://{pod_ip}:8080/", None, []),
+                 ("nginx reverse proxy", f"http://127.0.0.1:{nport}/", host, nginx_pids),
+                 ("knap router", f"http://127.0.0.1:{k.router_port}/", host, [k.proc.pid]))
+        runs = {name: {"c32": [], "c1": [], "cpu": []} for name, _, _, _ in paths}
         for _ in range(args.rounds):
-            for name, url, h in paths:
+            for name, url, h, pids in paths:
+                c0 = cpu_seconds(pids)
                 runs[name]["c32"].append(wrk(url, h, args.duration, 32))
+                # The proxy's CPU per request: what the machine's load changes least.
+                runs[name]["cpu"].append((cpu_seconds(pids) - c0) / wrk.last_requests * 1e6)
                 runs[name]["c1"].append(wrk(url, h, args.duration, 1))
 
         def med(name, conns, i):
             return pct([r[i] for r in runs[name][conns]], 50)
         print(f"serving benchmark: knap-testapp, wrk -t1 -d{args.duration}s, median of {args.rounds} rounds, "
               "same run, same pod")
-        print(f"{'path':22} {'c32 req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'c1 p50 ms':>10} {'c1 added ms':>12}")
+        print(f"{'path':22} {'c32 req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'c1 p50 ms':>10} {'c1 added ms':>12}"
+              f" {'proxy CPU us/req':>17}")
         direct_c1 = med("direct to pod", "c1", 1)
-        for name, _, _ in paths:
+        for name, _, _, pids in paths:
             c1 = med(name, "c1", 1)
+            cpu = f"{pct(runs[name]['cpu'], 50):17.1f}" if pids else f"{'-':>17}"
             print(f"{name:22} {med(name, 'c32', 0):10.0f} {med(name, 'c32', 1):8.2f} {med(name, 'c32', 2):8.2f} "
-                  f"{c1:10.3f} {c1 - direct_c1:12.3f}")
+                  f"{c1:10.3f} {c1 - direct_c1:12.3f} {cpu}")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f} (req/s and latency are comparable only on an "
+              "idle machine; CPU per request much less depends on it)")
         if args.no_cold:
             return
 
