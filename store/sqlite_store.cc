@@ -1258,7 +1258,10 @@ Status SqliteStore::setCipher(std::shared_ptr<BodyCipher> cipher) {
       conn.rollbackIfOpen();
       return st.annotate("sealing stored bodies");
     }
-    if (resealed > 0) LOG(INFO) << "store: sealed " << resealed << " stored bodies with the current key";
+    if (resealed == 0) return Status::ok();
+    // On disk before the store is used, like any acknowledged write (the group commit is for transact()).
+    KNAP_RETURN_IF_ERROR(syncWal().annotate("sealing stored bodies"));
+    LOG(INFO) << "store: sealed " << resealed << " stored bodies with the current key";
     return Status::ok();
   });
 }
