@@ -51,10 +51,9 @@ void UpstreamPool::put(const std::string& endpoint, std::unique_ptr<Stream> stre
 void UpstreamPool::watch(const std::string& endpoint, Stream& stream, uint64_t id) {
   // A 1-byte MSG_PEEK receive, not async_wait(wait_read): Asio starts a
   // wait without trying it first and so re-arms the descriptor with
-  // epoll_ctl (and, its EPOLLOUT re-armed too, takes a spurious wake-up)
-  // on every park, one syscall per proxied request. A receive is queued
-  // on the registration the socket already has (the last read of the
-  // exchange drained it, so Asio does not even try it first), and it
+  // epoll_ctl(MOD) on every park, EPOLLOUT included, whose edge then wakes
+  // the loop for nothing. A receive is tried once (EAGAIN: nothing came)
+  // and queued on the registration the socket already has, and it
   // completes on the same readiness: EOF (eof), a reset (its error) or
   // unasked bytes (left unread; the connection is closed anyway).
   static thread_local char peeked;  // written by the kernel, never read
