@@ -62,7 +62,7 @@ bool isUpgradeRequest(const http::fields& req) {
   return false;
 }
 
-void removeHopByHop(http::fields& fields, bool keep_upgrade) {
+void removeHopByHop(http::fields& fields, bool keep_upgrade, bool drop_length) {
   // Headers named by Connection are hop-by-hop too (RFC 7230 §6.1).
   if (fields.find(http::field::connection) != fields.end()) {
     // Copied: erasing a named header may erase the Connection header itself.
@@ -86,6 +86,13 @@ void removeHopByHop(http::fields& fields, bool keep_upgrade) {
       case http::field::proxy_authenticate:
       case http::field::proxy_authorization:
         it = fields.erase(it);
+        break;
+      case http::field::content_length:
+        if (drop_length) {
+          it = fields.erase(it);
+        } else {
+          ++it;
+        }
         break;
       case http::field::upgrade:
         if (keep_upgrade) {
@@ -138,7 +145,7 @@ std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std:
 
 void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::string_view proto,
                            bool is_upgrade) {
-  removeHopByHop(req, is_upgrade);
+  removeHopByHop(req, is_upgrade, true);
   // One pass over the fields (on the hot path: each lookup or set() by name
   // walks the set with case-insensitive compares, and set() also hashes the
   // name): Expect (answered by the router itself, see proxy.cc), the
@@ -198,7 +205,7 @@ void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::s
 }
 
 void rewriteResponseHeaders(http::fields& resp, bool switching_protocols) {
-  removeHopByHop(resp, switching_protocols);
+  removeHopByHop(resp, switching_protocols, true);
 }
 
 }  // namespace knap::router

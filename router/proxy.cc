@@ -307,9 +307,6 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
       head.framing == Framing::kNone && head.fields.find(http::field::content_length) != head.fields.end();
   rewriteRequestHeaders(head.fields, client_ip,
                         client.tls() ? std::string_view("https") : opts.forwarded_proto, is_upgrade);
-  // (Transfer-Encoding went with the hop-by-hop headers; a request's
-  // Content-Length, at most one, is there exactly when these say so.)
-  if (head.framing == Framing::kLength || zero_length) head.fields.erase(http::field::content_length);
   const std::string pod_head = podRequestHead(head, zero_length);
   if (head.expect_continue && has_body) {
     // We answer Expect ourselves, now that a pod slot is ours.
@@ -418,7 +415,6 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     co_return co_await writeLocal(client, http::status::bad_gateway, msg, false);
   }
   rewriteResponseHeaders(rh.fields, switching);
-  rh.fields.erase(http::field::content_length);  // (Transfer-Encoding is hop-by-hop: gone)
   ProxiedResponse resp;
   resp.code = code;
   resp.reason = rh.reason;
