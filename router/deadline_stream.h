@@ -1,7 +1,8 @@
 // DeadlineStream: a TCP socket with one deadline for its reads, writes and
 // connect, for the router's client and pod connections. It replaces
 // beast::tcp_stream there, with the same calls (expires_at/after/never,
-// async_read_some/write_some/connect, socket(), close(), release_socket())
+// async_read_some/write_some/connect, socket(), close(), release_socket(),
+// and write_some_now: a write attempted at once, without waiting)
 // and the same result on expiry: the pending operations end with
 // beast::error::timeout, as does any operation started past the deadline.
 //
@@ -91,6 +92,32 @@ class DeadlineStream {
           socket_.async_write_some(bufs, Done<decltype(handler)>{state_, std::move(handler)});
         },
         token, b);
+  }
+  // Writes what the socket takes at once, without waiting (the socket is
+  // put in non-blocking mode; asynchronous operations are unaffected), and
+  // returns the bytes written; the rest is for async_write_some. A small
+  // write to a socket with room completes here without a coroutine
+  // suspension, a posted completion and the event-loop turn (epoll_wait)
+  // that costs. Like an operation started past the deadline, it fails with
+  // timeout then.
+  template <class ConstBuffers>
+  std::size_t write_some_now(const ConstBuffers& b, boost::system::error_code& ec) {
+    State& st = *state_;
+    if (st.timed_out || (st.deadline != clock::time_point::max() && st.deadline <= clock::now())) {
+      st.timed_out = true;
+      ec = boost::beast::error::timeout;
+      return 0;
+    }
+    if (!socket_.non_blocking()) {
+      socket_.non_blocking(true, ec);
+      if (ec) return 0;
+    }
+    const std::size_t n = socket_.write_some(b, ec);
+    if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) {
+      ec = {};
+      return 0;
+    }
+    return ec ? 0 : n;
   }
   template <class Token>
   auto async_connect(const boost::asio::ip::tcp::endpoint& ep, Token&& token) {

@@ -21,22 +21,29 @@ bool iequals(std::string_view a, std::string_view b) {
   return boost::beast::iequals(bsv(a), bsv(b));
 }
 
-// Comma-separated tokens of every instance of header `name`: views into the
-// fields (valid while those are not modified), a few on the stack.
 using Tokens = boost::container::small_vector<std::string_view, 4>;
+
+// The non-empty comma-separated tokens of one header value (OWS trimmed).
+Tokens splitTokens(std::string_view v) {
+  Tokens out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t comma = v.find(',', start);
+    if (comma == std::string_view::npos) comma = v.size();
+    std::string_view tok = trimOws(v.substr(start, comma - start));
+    if (!tok.empty()) out.emplace_back(tok);
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Tokens of every instance of header `name`: views into the fields (valid
+// while those are not modified), a few on the stack.
 Tokens tokens(const http::fields& fields, std::string_view name) {
   Tokens out;
   auto range = fields.equal_range(bsv(name));
   for (auto it = range.first; it != range.second; ++it) {
-    std::string_view v(it->value().data(), it->value().size());
-    size_t start = 0;
-    while (start <= v.size()) {
-      size_t comma = v.find(',', start);
-      if (comma == std::string_view::npos) comma = v.size();
-      std::string_view tok = trimOws(v.substr(start, comma - start));
-      if (!tok.empty()) out.emplace_back(tok);
-      start = comma + 1;
-    }
+    for (std::string_view t : splitTokens({it->value().data(), it->value().size()})) out.push_back(t);
   }
   return out;
 }
@@ -55,7 +62,7 @@ bool isUpgradeRequest(const http::fields& req) {
   return false;
 }
 
-void removeHopByHop(http::fields& fields, bool keep_upgrade) {
+void removeHopByHop(http::fields& fields, bool keep_upgrade, bool drop_length) {
   // Headers named by Connection are hop-by-hop too (RFC 7230 §6.1).
   if (fields.find(http::field::connection) != fields.end()) {
     // Copied: erasing a named header may erase the Connection header itself.
@@ -79,6 +86,13 @@ void removeHopByHop(http::fields& fields, bool keep_upgrade) {
       case http::field::proxy_authenticate:
       case http::field::proxy_authorization:
         it = fields.erase(it);
+        break;
+      case http::field::content_length:
+        if (drop_length) {
+          it = fields.erase(it);
+        } else {
+          ++it;
+        }
         break;
       case http::field::upgrade:
         if (keep_upgrade) {
@@ -131,40 +145,67 @@ std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std:
 
 void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::string_view proto,
                            bool is_upgrade) {
-  removeHopByHop(req, is_upgrade);
-  // Expect: 100-continue is answered by the router itself (see proxy.cc).
-  req.erase(http::field::expect);
-  req.erase(boost::beast::string_view(kRevisionHeader.data(), kRevisionHeader.size()));
-  req.erase(boost::beast::string_view(kNamespaceHeader.data(), kNamespaceHeader.size()));
-  req.erase(boost::beast::string_view(kHashHeader.data(), kHashHeader.size()));
-
-  // X-Forwarded-For: the client's list plus the peer we saw, one header.
-  std::string xff;
-  for (std::string_view t : tokens(req, "X-Forwarded-For")) {
-    if (!xff.empty()) xff += ", ";
-    xff += t;
+  removeHopByHop(req, is_upgrade, true);
+  // One pass over the fields (on the hot path: each lookup or set() by name
+  // walks the set with case-insensitive compares, and set() also hashes the
+  // name): Expect (answered by the router itself, see proxy.cc), the
+  // Knative headers a client must not forge, X-Forwarded-For and
+  // X-Forwarded-Proto (rewritten below) go; Host, X-Forwarded-Host and
+  // Forwarded are noted.
+  std::string xff;  // the client's X-Forwarded-For list, one header
+  std::string_view host, xfh;
+  bool has_host = false, has_xfh = false, has_forwarded = false;
+  for (auto it = req.begin(); it != req.end();) {
+    const http::field f = it->name();
+    if (f == http::field::expect) {
+      it = req.erase(it);
+      continue;
+    }
+    if (f == http::field::host) {
+      if (!has_host) host = view(it->value());
+      has_host = true;
+    } else if (f == http::field::forwarded) {
+      has_forwarded = true;
+    } else if (f == http::field::unknown) {
+      const std::string_view name = view(it->name_string());
+      if (iequals(name, "X-Forwarded-For")) {
+        for (std::string_view t : splitTokens(view(it->value()))) {
+          if (!xff.empty()) xff += ", ";
+          xff += t;
+        }
+        it = req.erase(it);
+        continue;
+      }
+      if (iequals(name, "X-Forwarded-Host")) {
+        if (!has_xfh) xfh = view(it->value());
+        has_xfh = true;
+      } else if (iequals(name, "X-Forwarded-Proto") || iequals(name, kRevisionHeader) ||
+                 iequals(name, kNamespaceHeader) || iequals(name, kHashHeader)) {
+        it = req.erase(it);
+        continue;
+      }
+    }
+    ++it;
   }
+
+  // X-Forwarded-For: the client's list plus the peer we saw.
   if (!client_ip.empty()) {
     if (!xff.empty()) xff += ", ";
     xff += client_ip;
   }
-  req.erase("X-Forwarded-For");
-  if (!xff.empty()) req.set("X-Forwarded-For", xff);
-  req.set("X-Forwarded-Proto", bsv(proto));
-  if (req.find("X-Forwarded-Host") == req.end()) {
-    auto host = req.find(http::field::host);
-    if (host != req.end() && !host->value().empty()) req.set("X-Forwarded-Host", host->value());
+  if (!xff.empty()) req.insert(http::field::unknown, "X-Forwarded-For", xff);
+  req.insert(http::field::unknown, "X-Forwarded-Proto", bsv(proto));
+  if (!has_xfh && !host.empty()) {
+    req.insert(http::field::unknown, "X-Forwarded-Host", bsv(host));
+    xfh = host;
   }
-  if (req.find(http::field::forwarded) == req.end() && !xff.empty()) {
-    auto xfh = req.find("X-Forwarded-Host");
-    const std::string fwd =
-        synthesizeForwarded(xff, xfh == req.end() ? std::string_view() : view(xfh->value()), proto);
-    req.set(http::field::forwarded, fwd);
+  if (!has_forwarded && !xff.empty()) {
+    req.insert(http::field::forwarded, synthesizeForwarded(xff, xfh, proto));
   }
 }
 
 void rewriteResponseHeaders(http::fields& resp, bool switching_protocols) {
-  removeHopByHop(resp, switching_protocols);
+  removeHopByHop(resp, switching_protocols, true);
 }
 
 }  // namespace knap::router

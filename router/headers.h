@@ -27,7 +27,9 @@ bool isUpgradeRequest(const http::fields& req);
 // Removes hop-by-hop headers (Connection, Keep-Alive, Proxy-*, TE, Trailer,
 // Transfer-Encoding, Upgrade, and every header the Connection header names).
 // With `keep_upgrade`, `Upgrade` survives and Connection becomes "Upgrade".
-void removeHopByHop(http::fields& fields, bool keep_upgrade);
+// With `drop_length`, Content-Length goes in the same pass (the proxy writes
+// the framing it derived itself).
+void removeHopByHop(http::fields& fields, bool keep_upgrade, bool drop_length = false);
 
 // The Forwarded value Knative's queue-proxy synthesises from X-Forwarded-*:
 // "for=<xff[0]>[;host=<xfh>][;proto=<xfp>], for=<xff[1]>, ...". IPv6 nodes are
@@ -38,13 +40,15 @@ std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std:
 // removal (Upgrade kept for upgrades), X-Forwarded-For gets `client_ip`
 // appended, X-Forwarded-Proto set to `proto`, X-Forwarded-Host set to the
 // Host when absent, Forwarded synthesised when absent, internal routing
-// headers (Knative-Serving-Revision/-Namespace, K-Network-Hash) removed.
-// Host, traceparent and every other end-to-end header pass unchanged.
+// headers (Knative-Serving-Revision/-Namespace, K-Network-Hash) and
+// Content-Length (the proxy writes the framing it derived) removed. Host,
+// traceparent and every other end-to-end header pass unchanged.
 void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::string_view proto,
                            bool is_upgrade);
 
 // Rewrites a pod's response header for the client: hop-by-hop removal
-// (Upgrade kept on a 101 answer to an upgrade).
+// (Upgrade kept on a 101 answer to an upgrade) and Content-Length removed
+// (the client side writes the framing it derived).
 void rewriteResponseHeaders(http::fields& resp, bool switching_protocols);
 
 }  // namespace knap::router

@@ -74,11 +74,6 @@ Elements listElements(const http::fields& fields, http::field name) {
   return out;
 }
 
-size_t countOf(const http::fields& fields, http::field name) {
-  auto range = fields.equal_range(name);
-  return static_cast<size_t>(std::distance(range.first, range.second));
-}
-
 bool allDigits(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
@@ -206,6 +201,10 @@ Parse parseRequestHead(std::string_view data, RequestHead* out) {
   out->target = std::string(target);
   pos = next;
 
+  size_t hosts = 0, lengths = 0;
+  std::string_view host, length;  // the first Host and Content-Length values
+  bool has_te = false, has_connection = false, has_expect = false;
+
   for (;;) {
     const Line l = nextLine(data, pos, false, &line, &next);
     if (l == Line::kIncomplete) return Parse::kIncomplete;
@@ -219,23 +218,42 @@ Parse parseRequestHead(std::string_view data, RequestHead* out) {
     if (!validFieldLine(line, &name, &value)) {
       return fail(out, 400, "malformed header line");
     }
-    out->fields.insert(bsv(name), bsv(value));
+    // The framing fields are tallied here, while the name is known (a
+    // lookup in `fields` afterwards walks its set by name, each time).
+    const http::field known = http::string_to_field(bsv(name));
+    switch (known) {
+      case http::field::host:
+        if (hosts++ == 0) host = value;
+        break;
+      case http::field::content_length:
+        if (lengths++ == 0) length = value;
+        break;
+      case http::field::transfer_encoding:
+        has_te = true;
+        break;
+      case http::field::connection:
+        has_connection = true;
+        break;
+      case http::field::expect:
+        has_expect = true;
+        break;
+      default:
+        break;
+    }
+    out->fields.insert(known, bsv(name), bsv(value));
   }
   out->head_bytes = pos;
 
   http::fields& f = out->fields;
-  const size_t hosts = countOf(f, http::field::host);
   if (hosts > 1) return fail(out, 400, "more than one Host header");
   if (hosts == 1) {
-    out->host = std::string(f[http::field::host]);
+    out->host = std::string(host);
     if (out->host.empty() || !validHost(out->host)) return fail(out, 400, "invalid Host header");
   } else if (out->version == 11) {
     return fail(out, 400, "missing Host header");
   }
 
-  const size_t lengths = countOf(f, http::field::content_length);
   if (lengths > 1) return fail(out, 400, "more than one Content-Length header");
-  const bool has_te = f.find(http::field::transfer_encoding) != f.end();
   if (has_te) {
     if (out->version == 10) return fail(out, 400, "Transfer-Encoding in an HTTP/1.0 request");
     if (lengths > 0) return fail(out, 400, "both Content-Length and Transfer-Encoding");
@@ -249,22 +267,26 @@ Parse parseRequestHead(std::string_view data, RequestHead* out) {
     }
     out->framing = Framing::kChunked;
   } else if (lengths == 1) {
-    if (!parseLength(view(f[http::field::content_length]), &out->content_length)) {
+    if (!parseLength(length, &out->content_length)) {
       return fail(out, 400, "invalid Content-Length");
     }
     out->framing = out->content_length > 0 ? Framing::kLength : Framing::kNone;
   }
 
   out->keep_alive = out->version == 11;
-  for (std::string_view t : listElements(f, http::field::connection)) {
-    if (iequals(t, "close")) {
-      out->keep_alive = false;
-      break;
+  if (has_connection) {
+    for (std::string_view t : listElements(f, http::field::connection)) {
+      if (iequals(t, "close")) {
+        out->keep_alive = false;
+        break;
+      }
+      if (iequals(t, "keep-alive")) out->keep_alive = true;
     }
-    if (iequals(t, "keep-alive")) out->keep_alive = true;
   }
-  if (auto e = f.find(http::field::expect); e != f.end()) {
-    out->expect_continue = iequals(trimOws(view(e->value())), "100-continue");
+  if (has_expect) {
+    if (auto e = f.find(http::field::expect); e != f.end()) {
+      out->expect_continue = iequals(trimOws(view(e->value())), "100-continue");
+    }
   }
   return Parse::kDone;
 }
@@ -323,30 +345,38 @@ Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* 
     lines.push_back(FieldLine{name, value, {}, false});
   }
   out->head_bytes = pos;
-  for (const FieldLine& fl : lines)
-    out->fields.insert(bsv(fl.name), bsv(fl.is_folded ? fl.folded : fl.value));
+  // (The framing fields tallied while the names are known, as for requests.)
+  bool has_cl = false, has_connection = false, has_te = false;
+  for (const FieldLine& fl : lines) {
+    const http::field known = http::string_to_field(bsv(fl.name));
+    has_cl = has_cl || known == http::field::content_length;
+    has_connection = has_connection || known == http::field::connection;
+    has_te = has_te || known == http::field::transfer_encoding;
+    out->fields.insert(known, bsv(fl.name), bsv(fl.is_folded ? fl.folded : fl.value));
+  }
   http::fields& f = out->fields;
 
   // Content-Length: every value (lines and list elements) must agree.
   bool any_length = false;
-  for (std::string_view v : listElements(f, http::field::content_length)) {
-    uint64_t n = 0;
-    if (!parseLength(v, &n)) return fail(out, "invalid Content-Length from the pod");
-    if (any_length && n != out->content_length) return fail(out, "conflicting Content-Length from the pod");
-    out->content_length = n;
-    any_length = true;
-  }
-  if (!any_length && f.find(http::field::content_length) != f.end()) {
-    return fail(out, "invalid Content-Length from the pod");
+  if (has_cl) {
+    for (std::string_view v : listElements(f, http::field::content_length)) {
+      uint64_t n = 0;
+      if (!parseLength(v, &n)) return fail(out, "invalid Content-Length from the pod");
+      if (any_length && n != out->content_length) return fail(out, "conflicting Content-Length from the pod");
+      out->content_length = n;
+      any_length = true;
+    }
+    if (!any_length) return fail(out, "invalid Content-Length from the pod");
   }
   out->has_content_length = any_length;
 
   out->keep_alive = out->version == 11;
-  for (std::string_view t : listElements(f, http::field::connection)) {
-    if (iequals(t, "close")) out->keep_alive = false;
+  if (has_connection) {
+    for (std::string_view t : listElements(f, http::field::connection)) {
+      if (iequals(t, "close")) out->keep_alive = false;
+    }
   }
 
-  const bool has_te = f.find(http::field::transfer_encoding) != f.end();
   const int s = out->status;
   if (head_request || (s >= 100 && s < 200) || s == 204 || s == 304) {
     out->framing = Framing::kNone;

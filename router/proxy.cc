@@ -299,12 +299,6 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     }
   }
   const std::string endpoint = guard->endpoint;
-  tcp::endpoint pod_addr;
-  if (!parseEndpointKey(endpoint, &pod_addr)) {
-    guard->code = 502;
-    const std::string msg = "bad pod endpoint " + endpoint;
-    co_return co_await writeLocal(client, http::status::bad_gateway, msg, reusable());
-  }
 
   // 2. The head for the pod, framing re-derived.
   const bool is_upgrade = isUpgradeRequest(head.fields);
@@ -313,8 +307,6 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
       head.framing == Framing::kNone && head.fields.find(http::field::content_length) != head.fields.end();
   rewriteRequestHeaders(head.fields, client_ip,
                         client.tls() ? std::string_view("https") : opts.forwarded_proto, is_upgrade);
-  head.fields.erase(http::field::content_length);
-  head.fields.erase(http::field::transfer_encoding);
   const std::string pod_head = podRequestHead(head, zero_length);
   if (head.expect_continue && has_body) {
     // We answer Expect ourselves, now that a pod slot is ours.
@@ -345,6 +337,13 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     client.podExchange(up.get());
     const bool reused = up != nullptr;
     if (!up) {
+      // (Parsed only to connect: a pooled connection's endpoint was parsed before.)
+      tcp::endpoint pod_addr;
+      if (!parseEndpointKey(endpoint, &pod_addr)) {
+        guard->code = 502;
+        const std::string msg = "bad pod endpoint " + endpoint;
+        co_return co_await writeLocal(client, http::status::bad_gateway, msg, reusable());
+      }
       up = std::make_unique<DeadlineStream>(w.ioc);
       client.podExchange(up.get());
       up->expires_at(std::min(time.monotonic() + opts.upstream_connect_timeout, first_byte_deadline));
@@ -416,8 +415,6 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     co_return co_await writeLocal(client, http::status::bad_gateway, msg, false);
   }
   rewriteResponseHeaders(rh.fields, switching);
-  rh.fields.erase(http::field::content_length);
-  rh.fields.erase(http::field::transfer_encoding);
   ProxiedResponse resp;
   resp.code = code;
   resp.reason = rh.reason;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <boost/container/small_vector.hpp>
@@ -117,7 +118,20 @@ awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, cons
       if constexpr (kIsBodyPipe<To>) {
         co_await to.write(out, ec);
       } else {
-        co_await asio::async_write(to, out, tok(ec));
+        // To a plain socket: what it takes at once first (usually all of
+        // it), then the rest asynchronously. TLS writes stay asynchronous
+        // (the TLS engine owns the record once SSL_write took it).
+        size_t now = 0;
+        if constexpr (std::is_same_v<To, DeadlineStream>) {
+          now = to.write_some_now(out, ec);
+        } else if constexpr (std::is_same_v<To, ClientStream>) {
+          if (!to.isTls()) now = to.tcpStream().write_some_now(out, ec);
+        }
+        if (!ec && now < asio::buffer_size(out)) {
+          beast::buffers_suffix<RelayBuffers> rest(out);
+          rest.consume(now);
+          co_await asio::async_write(to, rest, tok(ec));
+        }
       }
       if (ec) co_return RelayEnd::kWriteFailed;
       prefix_sent = true;

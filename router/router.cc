@@ -162,6 +162,21 @@ std::shared_ptr<RevisionState> Router::Impl::findRevision(const std::string& rev
   return it == revisions.end() ? nullptr : it->second;
 }
 
+Counter* RevisionState::requestsCounter(RouterMetrics& m, const std::string& revision, int code) {
+  std::lock_guard<std::mutex> lock(cells_mu);
+  for (const auto& [c, cell] : by_code) {
+    if (c == code) return cell.get();
+  }
+  by_code.emplace_back(code, m.requests_total.with({revision, std::to_string(code)}));
+  return by_code.back().second.get();
+}
+
+Histogram* RevisionState::durationHistogram(RouterMetrics& m, const std::string& revision) {
+  std::lock_guard<std::mutex> lock(cells_mu);
+  if (!duration) duration = m.request_duration.with({revision});
+  return duration.get();
+}
+
 ClientConn::ClientConn(Router::Impl* i, Listener* l, Worker* w) : impl(i), listener(l), worker(w) {
   worker->conns.insert(this);
 }

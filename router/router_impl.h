@@ -75,6 +75,18 @@ struct RevisionState {
   WakeInfo wake;                       // under mu: how it last woke from zero
   ActivatorQueue queue;
   scaler::RequestStats stats;
+  // The cells of requests_total{revision,code} and request_duration{revision}
+  // of this revision, looked up in their families once rather than per
+  // request (a family lookup builds its label vector and takes its mutex).
+  // Valid while the state lives (removeRevision drops the state with its
+  // series; requests_total keeps its counters, see RouterMetrics).
+  Counter* requestsCounter(RouterMetrics& m, const std::string& revision, int code);
+  Histogram* durationHistogram(RouterMetrics& m, const std::string& revision);
+
+ private:
+  std::mutex cells_mu;
+  std::vector<std::pair<int, std::shared_ptr<Counter>>> by_code;  // under cells_mu; a few codes
+  std::shared_ptr<Histogram> duration;                            // under cells_mu
 };
 
 // The client side of a connection: plain TCP, or TLS over it (the HTTPS
@@ -219,8 +231,8 @@ struct Router::Impl {
       const MonoTime now = impl->time.monotonic();
       if (!endpoint.empty()) state->queue.release(endpoint);
       state->stats.requestOut(now);
-      impl->metrics.requests_total.with({revision, std::to_string(code == 0 ? 499 : code)})->inc();
-      impl->metrics.request_duration.with({revision})->observe(seconds(now - start));
+      state->requestsCounter(impl->metrics, revision, code == 0 ? 499 : code)->inc();
+      state->durationHistogram(impl->metrics, revision)->observe(seconds(now - start));
     }
     Impl* impl;
     std::shared_ptr<RevisionState> state;

@@ -32,10 +32,21 @@ struct HttpsResult {
   std::string version;    // negotiated protocol, "TLSv1.3"
 };
 
+// Counts TLS application-data records the client receives (an SSL msg
+// callback; `arg` is an int*).
+void countAppRecords(int write_p, int, int content_type, const void* buf, size_t len, SSL*, void* arg) {
+  if (write_p == 0 && content_type == SSL3_RT_HEADER && len > 0 &&
+      static_cast<const unsigned char*>(buf)[0] == SSL3_RT_APPLICATION_DATA) {
+    ++*static_cast<int*>(arg);
+  }
+}
+
 // One HTTPS request on a fresh connection, verifying the server against
 // `trust` (PEM) for host `sni` (empty: no SNI sent, no verification).
+// `app_records`: set to the application-data records received after the
+// handshake (meaningful under TLS 1.2, where nothing else comes in them).
 HttpsResult httpsRequest(int port, const std::string& sni, const std::string& trust, StringRequest req,
-                         int max_version = 0) {
+                         int max_version = 0, int* app_records = nullptr) {
   HttpsResult out;
   asio::io_context ioc;
   ssl::context ctx(ssl::context::tls_client);
@@ -60,6 +71,11 @@ HttpsResult httpsRequest(int port, const std::string& sni, const std::string& tr
   if (X509* peer = SSL_get1_peer_certificate(s.native_handle())) {
     out.peer_cert = certificatePem(peer);
     X509_free(peer);
+  }
+  if (app_records != nullptr) {
+    *app_records = 0;
+    SSL_set_msg_callback(s.native_handle(), countAppRecords);
+    SSL_set_msg_callback_arg(s.native_handle(), app_records);
   }
   req.version(11);
   req.prepare_payload();
@@ -114,6 +130,24 @@ class TlsRouterTest : public ::testing::Test {
   }
   std::unique_ptr<Router> router_;
 };
+
+// A response that fits one TLS record (16 KiB) goes out in one: head and
+// body in one SSL_write, as nginx does, not a record (and a send) each.
+TEST_F(TlsRouterTest, ASmallResponseGoesOutInOneTlsRecord) {
+  TestBackend pod(TestBackend::httpHandler(
+      [](const StringRequest&, StringResponse& resp) { resp.body() = std::string(3000, 'x'); }));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert cert = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({cert}));
+  int records = -1;
+  HttpsResult r =
+      httpsRequest(router_->tlsPort(), kHost, cert.cert, getRequest(kHost), TLS1_2_VERSION, &records);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.resp.result_int(), 200);
+  EXPECT_EQ(r.resp.body(), std::string(3000, 'x'));
+  EXPECT_EQ(records, 1) << "the response head and its 3,000-byte body in " << records << " TLS records";
+}
 
 TEST_F(TlsRouterTest, ServesTheSniCertificateAndProxiesWithHttpsProto) {
   TestBackend pod(TestBackend::httpHandler(

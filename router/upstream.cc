@@ -56,11 +56,21 @@ void UpstreamPool::put(const std::string& endpoint, std::unique_ptr<Stream> stre
 }
 
 void UpstreamPool::watch(const std::string& endpoint, Stream& stream, uint64_t id) {
-  stream.socket().async_wait(boost::asio::ip::tcp::socket::wait_read,
-                             [this, alive = alive_, endpoint, id](const boost::system::error_code& ec) {
-                               if (ec || !*alive) return;  // cancelled: taken, dropped or shutting down
-                               closeId(endpoint, id);      // EOF or unasked bytes: the connection is finished
-                             });
+  // A 1-byte MSG_PEEK receive, not async_wait(wait_read): Asio starts a
+  // wait without trying it first and so re-arms the descriptor with
+  // epoll_ctl(MOD) on every park, EPOLLOUT included, whose edge then wakes
+  // the loop for nothing. A receive is tried once (EAGAIN: nothing came)
+  // and queued on the registration the socket already has, and it
+  // completes on the same readiness: EOF (eof), a reset (its error) or
+  // unasked bytes (left unread; the connection is closed anyway).
+  static thread_local char peeked;  // written by the kernel, never read
+  stream.socket().async_receive(
+      boost::asio::buffer(&peeked, 1), MSG_PEEK,
+      [this, alive = alive_, endpoint, id](const boost::system::error_code& ec, std::size_t) {
+        if (ec == boost::asio::error::operation_aborted || !*alive)
+          return;               // taken, dropped or shutting down
+        closeId(endpoint, id);  // EOF, an error or unasked bytes: the connection is finished
+      });
 }
 
 void UpstreamPool::closeId(const std::string& endpoint, uint64_t id) {

@@ -6,8 +6,8 @@
 // next sweep() is watched from then on: the moment the pod closes it (or
 // sends anything unasked) it is closed here, so no idle connection lingers
 // in CLOSE-WAIT longer than one sweep period. A connection reused before
-// that costs no syscall to park or take (a watch costs an epoll_ctl with
-// Asio's reactor, a check a recv): that is the keep-alive fast path.
+// that costs no syscall to park or take (arming a watch costs a recv, and
+// so does a check): that is the keep-alive fast path.
 // Idle connections older than the idle timeout are closed by sweep(), and
 // drop() closes every idle connection of a pod the moment it leaves the
 // endpoints.

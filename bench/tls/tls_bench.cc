@@ -7,6 +7,11 @@
 //     starts knap's Router in this process (one worker thread, HTTPS on loopback) and measures
 //     handshakes/s with 1 certificate and then with N certificates (each its own key and context;
 //     the client asks for a different host each handshake), side by side.
+//   tls_bench --serve-pod PORT [--seconds 60] [--sni HOST]
+//     starts knap's Router in this process (one worker thread, HTTPS on loopback, a self-signed
+//     certificate for HOST) routing HOST to the HTTP server on 127.0.0.1:PORT, prints
+//     "serving https on port <p>" and serves for --seconds: a router to strace, perf or compare
+//     with nginx in front of the same server, without containerd (docs/benchmarks.md).
 //
 // Prints one line per measurement: "<label> <count>/s (<n> in <secs> s, <errors> errors)".
 #include <netinet/in.h>
@@ -218,11 +223,50 @@ int selfCerts(int n, int conns, double seconds, int rounds) {
   return 0;
 }
 
+int servePod(int pod_port, const std::string& sni, double seconds) {
+  using namespace knap;
+  router::RouterOptions o;
+  o.address = "127.0.0.1";
+  o.port = -1;
+  o.tls_address = "127.0.0.1";
+  o.tls_port = 0;
+  o.threads = 1;
+  router::Router r(o, RealTimeSource::instance());
+  if (Status st = r.start(); !st.isOk()) {
+    std::fprintf(stderr, "router: %s\n", st.message().c_str());
+    return 1;
+  }
+  router::RouteSpec route;
+  route.namespace_name = "default";
+  route.name = "bench";
+  route.hosts = {sni};
+  route.traffic = {{"bench-00001", 100, ""}};
+  auto table = router::RoutingTable::build({route}, "bench");
+  if (!table.isOk()) {
+    std::fprintf(stderr, "routing table: %s\n", table.status().message().c_str());
+    return 1;
+  }
+  r.setRoutingTable(*table);
+  r.setEndpoints("bench-00001", {router::Endpoint{"127.0.0.1", static_cast<uint16_t>(pod_port)}});
+  auto pem = router::testing::selfSignedCert({sni});
+  auto c = tls::loadServerCertificate(pem.cert, pem.key, sni);
+  if (!c.isOk()) {
+    std::fprintf(stderr, "certificate: %s\n", c.status().message().c_str());
+    return 1;
+  }
+  r.setCertificates(router::CertTable::build({{sni, c->ctx, sni}}));
+  std::printf("serving https on port %d\n", r.tlsPort());
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  r.stop();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);  // a server that closed first is an error count, not the end
-  int port = 0, conns = 4, self = 0, rounds = 3;
+  int port = 0, conns = 4, self = 0, rounds = 3, serve_pod = 0;
   double seconds = 5;
   std::string sni, mode = "handshake", path = "/";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -241,6 +285,8 @@ int main(int argc, char** argv) {
       path = v;
     else if (k == "--self-certs")
       self = std::stoi(v);
+    else if (k == "--serve-pod")
+      serve_pod = std::stoi(v);
     else if (k == "--rounds")
       rounds = std::max(1, std::stoi(v));
     else {
@@ -249,6 +295,7 @@ int main(int argc, char** argv) {
     }
   }
   if (self > 0) return selfCerts(self, conns, seconds, rounds);
+  if (serve_pod > 0) return servePod(serve_pod, sni.empty() ? "bench.example.com" : sni, seconds);
   if (port <= 0 || sni.empty() || (mode != "handshake" && mode != "request")) {
     std::fprintf(stderr,
                  "usage: tls_bench --port P --sni HOST [--mode handshake|request] [--seconds S] "
