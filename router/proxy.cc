@@ -441,8 +441,10 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
   if (!sent.complete) co_return false;  // pod failed or went idle mid-stream, client gone, or a tunnel
 
   // In sync: the pod framed its answer, keeps the connection, and sent
-  // nothing past the end of it.
-  if (rh.keep_alive && rh.reusable_framing && rh.framing != Framing::kUntilClose && ubuf.size() == 0) {
+  // nothing past the end of it. And the pod is still an endpoint: a drop()
+  // of it may have run while this exchange was in flight.
+  if (rh.keep_alive && rh.reusable_framing && rh.framing != Framing::kUntilClose && ubuf.size() == 0 &&
+      state->hasEndpoint(endpoint)) {
     client.podExchange(nullptr);
     w.pool.put(endpoint, std::move(up));
   }

@@ -809,7 +809,7 @@ void Router::removeRevision(const std::string& revision) {
   std::vector<std::string> gone;
   {
     std::lock_guard<std::mutex> lock(st->mu);
-    gone = st->endpoints;
+    gone.swap(st->endpoints);  // before the drops: no connection is parked after them
   }
   impl_->forEachPool([gone](UpstreamPool& pool) {
     for (const std::string& g : gone) pool.drop(g);

@@ -5,6 +5,7 @@
 // Not part of the router's interface: include only from router/*.cc.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -67,6 +68,14 @@ struct RevisionState {
   RevisionConfig config() const {
     std::lock_guard<std::mutex> lock(mu);
     return config_;
+  }
+  // Whether `key` is still one of the revision's endpoints: a pod connection
+  // goes back to the pool only then. setEndpoints and removeRevision update
+  // `endpoints` before they post the pools' drop(), so a connection parked
+  // after that check is dropped by it, and one checked later is not parked.
+  bool hasEndpoint(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::find(endpoints.begin(), endpoints.end(), key) != endpoints.end();
   }
   mutable std::mutex mu;
   RevisionConfig config_;
