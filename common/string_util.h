@@ -26,6 +26,20 @@ inline std::string_view trimOws(std::string_view s) {
   return s;
 }
 
+// Calls fn(element) for each non-empty element of an HTTP comma-separated
+// list value (RFC 9110 §5.6.1), OWS trimmed, in order. Views into `v`.
+template <typename Fn>
+void forEachListElement(std::string_view v, Fn&& fn) {
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t comma = v.find(',', start);
+    if (comma == std::string_view::npos) comma = v.size();
+    std::string_view element = trimOws(v.substr(start, comma - start));
+    if (!element.empty()) fn(element);
+    start = comma + 1;
+  }
+}
+
 // Without leading and trailing ASCII whitespace (space, \t, \n, \v, \f, \r):
 // lines of files and command output.
 inline std::string_view trimSpace(std::string_view s) {

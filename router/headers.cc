@@ -26,14 +26,7 @@ using Tokens = boost::container::small_vector<std::string_view, 4>;
 // The non-empty comma-separated tokens of one header value (OWS trimmed).
 Tokens splitTokens(std::string_view v) {
   Tokens out;
-  size_t start = 0;
-  while (start <= v.size()) {
-    size_t comma = v.find(',', start);
-    if (comma == std::string_view::npos) comma = v.size();
-    std::string_view tok = trimOws(v.substr(start, comma - start));
-    if (!tok.empty()) out.emplace_back(tok);
-    start = comma + 1;
-  }
+  forEachListElement(v, [&](std::string_view tok) { out.emplace_back(tok); });
   return out;
 }
 
@@ -109,15 +102,7 @@ void removeHopByHop(http::fields& fields, bool keep_upgrade, bool drop_length) {
 }
 
 std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std::string_view xfp) {
-  boost::container::small_vector<std::string_view, 4> nodes;
-  size_t start = 0;
-  while (start <= xff.size()) {
-    size_t comma = xff.find(',', start);
-    if (comma == std::string_view::npos) comma = xff.size();
-    std::string_view node = trimOws(xff.substr(start, comma - start));
-    if (!node.empty()) nodes.push_back(node);
-    start = comma + 1;
-  }
+  const Tokens nodes = splitTokens(xff);
   std::string out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (i > 0) out += ", ";

@@ -61,15 +61,7 @@ Elements listElements(const http::fields& fields, http::field name) {
   Elements out;
   auto range = fields.equal_range(name);
   for (auto it = range.first; it != range.second; ++it) {
-    std::string_view v = view(it->value());
-    size_t start = 0;
-    while (start <= v.size()) {
-      size_t comma = v.find(',', start);
-      if (comma == std::string_view::npos) comma = v.size();
-      std::string_view e = trimOws(v.substr(start, comma - start));
-      if (!e.empty()) out.push_back(e);
-      start = comma + 1;
-    }
+    forEachListElement(view(it->value()), [&](std::string_view e) { out.push_back(e); });
   }
   return out;
 }

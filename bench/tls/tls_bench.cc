@@ -27,6 +27,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -171,7 +172,9 @@ void print(const std::string& label, const Result& r) {
   std::fflush(stdout);
 }
 
-int selfCerts(int n, int conns, double seconds, int rounds) {
+// An in-process router with only its HTTPS listener (loopback, an
+// ephemeral port) and one worker thread; null (reported) if it cannot start.
+std::unique_ptr<knap::router::Router> startTlsRouter() {
   using namespace knap;
   router::RouterOptions o;
   o.address = "127.0.0.1";
@@ -179,11 +182,19 @@ int selfCerts(int n, int conns, double seconds, int rounds) {
   o.tls_address = "127.0.0.1";
   o.tls_port = 0;
   o.threads = 1;
-  router::Router r(o, RealTimeSource::instance());
-  if (Status st = r.start(); !st.isOk()) {
+  auto r = std::make_unique<router::Router>(o, RealTimeSource::instance());
+  if (Status st = r->start(); !st.isOk()) {
     std::fprintf(stderr, "router: %s\n", st.message().c_str());
-    return 1;
+    return nullptr;
   }
+  return r;
+}
+
+int selfCerts(int n, int conns, double seconds, int rounds) {
+  using namespace knap;
+  std::unique_ptr<router::Router> router = startTlsRouter();
+  if (!router) return 1;
+  router::Router& r = *router;
   auto table = [](int count, std::vector<std::string>* hosts) {
     std::vector<router::CertEntry> entries;
     for (int i = 0; i < count; ++i) {
@@ -225,17 +236,9 @@ int selfCerts(int n, int conns, double seconds, int rounds) {
 
 int servePod(int pod_port, const std::string& sni, double seconds) {
   using namespace knap;
-  router::RouterOptions o;
-  o.address = "127.0.0.1";
-  o.port = -1;
-  o.tls_address = "127.0.0.1";
-  o.tls_port = 0;
-  o.threads = 1;
-  router::Router r(o, RealTimeSource::instance());
-  if (Status st = r.start(); !st.isOk()) {
-    std::fprintf(stderr, "router: %s\n", st.message().c_str());
-    return 1;
-  }
+  std::unique_ptr<router::Router> router = startTlsRouter();
+  if (!router) return 1;
+  router::Router& r = *router;
   router::RouteSpec route;
   route.namespace_name = "default";
   route.name = "bench";
