@@ -66,18 +66,27 @@ void ActivatorQueue::dispatchLocked() {
   }
 }
 
+bool ActivatorQueue::grantLocked(std::string* endpoint) {
+  // FIFO: a newcomer may not overtake requests already waiting.
+  if (!waiters_.empty()) return false;
+  std::string picked = pickLocked();
+  if (picked.empty()) return false;
+  ++slots_[picked].in_flight;
+  *endpoint = std::move(picked);
+  return true;
+}
+
+bool ActivatorQueue::tryAcquire(std::string* endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return grantLocked(endpoint);
+}
+
 ActivatorQueue::Acquired ActivatorQueue::acquire(MonoTime now, MonoTime request_deadline, Callback cb) {
   std::lock_guard<std::mutex> lock(mu_);
   Acquired out;
-  // FIFO: a newcomer may not overtake requests already waiting.
-  if (waiters_.empty()) {
-    std::string endpoint = pickLocked();
-    if (!endpoint.empty()) {
-      ++slots_[endpoint].in_flight;
-      out.outcome = Outcome::kGranted;
-      out.endpoint = std::move(endpoint);
-      return out;
-    }
+  if (grantLocked(&out.endpoint)) {
+    out.outcome = Outcome::kGranted;
+    return out;
   }
   if (waiters_.size() >= limits_.max_depth) {
     out.outcome = Outcome::kRejected;

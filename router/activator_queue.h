@@ -66,6 +66,9 @@ class ActivatorQueue {
   // Takes a slot now or queues `cb`. `request_deadline` is when the request
   // itself times out; the waiter's deadline is min(now + max_wait, it).
   Acquired acquire(MonoTime now, MonoTime request_deadline, Callback cb);
+  // acquire()'s first case only: a slot now (true, `endpoint` set) or
+  // nothing changed. The proxy's fast path, before it builds a wait state.
+  bool tryAcquire(std::string* endpoint);
   // Returns a slot taken by acquire() or granted to a callback; the next
   // waiter (FIFO) gets a slot if one is free.
   void release(const std::string& endpoint);
@@ -98,6 +101,7 @@ class ActivatorQueue {
 
   // The ready endpoint with a free slot and the fewest in flight; "" if none.
   std::string pickLocked();
+  bool grantLocked(std::string* endpoint);  // acquire()'s grant, under mu_
   void dispatchLocked();
 
   mutable std::mutex mu_;

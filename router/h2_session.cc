@@ -587,7 +587,7 @@ int H2Session::onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint
     st->head.content_length = len;
   }
   if (n == "expect" && iequals(v, "100-continue")) st->head.expect_continue = true;
-  st->head.fields.insert(beast::string_view(n.data(), n.size()), beast::string_view(v.data(), v.size()));
+  st->head.fields.insert(n, v);
   return 0;
 }
 

@@ -30,41 +30,34 @@ Tokens splitTokens(std::string_view v) {
   return out;
 }
 
-// Tokens of every instance of header `name`: views into the fields (valid
-// while those are not modified), a few on the stack.
-Tokens tokens(const http::fields& fields, std::string_view name) {
+// Tokens of every instance of field `id`: views into the fields (valid
+// until they are cleared), a few on the stack.
+Tokens tokens(const Fields& fields, http::field id) {
   Tokens out;
-  auto range = fields.equal_range(bsv(name));
-  for (auto it = range.first; it != range.second; ++it) {
-    for (std::string_view t : splitTokens({it->value().data(), it->value().size()})) out.push_back(t);
+  for (const Fields::Field& f : fields) {
+    if (f.name() == id) forEachListElement(f.value(), [&](std::string_view t) { out.push_back(t); });
   }
   return out;
 }
 
-std::string_view view(boost::beast::string_view s) {
-  return {s.data(), s.size()};
-}
-
 }  // namespace
 
-bool isUpgradeRequest(const http::fields& req) {
+bool isUpgradeRequest(const Fields& req) {
   if (req.find(http::field::upgrade) == req.end()) return false;
-  for (std::string_view t : tokens(req, "Connection")) {
+  for (std::string_view t : tokens(req, http::field::connection)) {
     if (iequals(t, "upgrade")) return true;
   }
   return false;
 }
 
-void removeHopByHop(http::fields& fields, bool keep_upgrade, bool drop_length) {
+void removeHopByHop(Fields& fields, bool keep_upgrade, bool drop_length) {
   // Headers named by Connection are hop-by-hop too (RFC 7230 §6.1).
   if (fields.find(http::field::connection) != fields.end()) {
-    // Copied: erasing a named header may erase the Connection header itself.
-    const Tokens views = tokens(fields, "Connection");
-    const std::vector<std::string> named(views.begin(), views.end());
-    for (const std::string& t : named) {
+    // (The views stay valid while fields are erased: the bytes stay until clear().)
+    for (std::string_view t : tokens(fields, http::field::connection)) {
       if (keep_upgrade && iequals(t, "upgrade")) continue;
       if (iequals(t, "close") || iequals(t, "keep-alive") || iequals(t, "host")) continue;
-      fields.erase(boost::beast::string_view(t.data(), t.size()));
+      fields.erase(t);
     }
   }
   // One pass over the fields (on the hot path: a lookup per name costs more).
@@ -128,7 +121,7 @@ std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std:
   return out;
 }
 
-void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::string_view proto,
+void rewriteRequestHeaders(Fields& req, std::string_view client_ip, std::string_view proto,
                            bool is_upgrade) {
   removeHopByHop(req, is_upgrade, true);
   // One pass over the fields (on the hot path: each lookup or set() by name
@@ -147,14 +140,14 @@ void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::s
       continue;
     }
     if (f == http::field::host) {
-      if (!has_host) host = view(it->value());
+      if (!has_host) host = it->value();
       has_host = true;
     } else if (f == http::field::forwarded) {
       has_forwarded = true;
     } else if (f == http::field::unknown) {
-      const std::string_view name = view(it->name_string());
+      const std::string_view name = it->name_string();
       if (iequals(name, "X-Forwarded-For")) {
-        for (std::string_view t : splitTokens(view(it->value()))) {
+        for (std::string_view t : splitTokens(it->value())) {
           if (!xff.empty()) xff += ", ";
           xff += t;
         }
@@ -162,7 +155,7 @@ void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::s
         continue;
       }
       if (iequals(name, "X-Forwarded-Host")) {
-        if (!has_xfh) xfh = view(it->value());
+        if (!has_xfh) xfh = it->value();
         has_xfh = true;
       } else if (iequals(name, "X-Forwarded-Proto") || iequals(name, kRevisionHeader) ||
                  iequals(name, kNamespaceHeader) || iequals(name, kHashHeader)) {
@@ -179,9 +172,9 @@ void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::s
     xff += client_ip;
   }
   if (!xff.empty()) req.insert(http::field::unknown, "X-Forwarded-For", xff);
-  req.insert(http::field::unknown, "X-Forwarded-Proto", bsv(proto));
+  req.insert(http::field::unknown, "X-Forwarded-Proto", proto);
   if (!has_xfh && !host.empty()) {
-    req.insert(http::field::unknown, "X-Forwarded-Host", bsv(host));
+    req.insert(http::field::unknown, "X-Forwarded-Host", host);
     xfh = host;
   }
   if (!has_forwarded && !xff.empty()) {
@@ -189,7 +182,7 @@ void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::s
   }
 }
 
-void rewriteResponseHeaders(http::fields& resp, bool switching_protocols) {
+void rewriteResponseHeaders(Fields& resp, bool switching_protocols) {
   removeHopByHop(resp, switching_protocols, true);
 }
 

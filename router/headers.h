@@ -8,12 +8,9 @@
 #include <string>
 #include <string_view>
 
-#include <boost/beast/http/fields.hpp>
-#include <boost/beast/http/message.hpp>
+#include "router/fields.h"
 
 namespace knap::router {
-
-namespace http = boost::beast::http;
 
 inline constexpr std::string_view kProbeHeader = "K-Network-Probe";
 inline constexpr std::string_view kHashHeader = "K-Network-Hash";
@@ -22,14 +19,14 @@ inline constexpr std::string_view kNamespaceHeader = "Knative-Serving-Namespace"
 
 // True when the request asks for a protocol switch (Connection: upgrade and
 // an Upgrade header), e.g. WebSocket.
-bool isUpgradeRequest(const http::fields& req);
+bool isUpgradeRequest(const Fields& req);
 
 // Removes hop-by-hop headers (Connection, Keep-Alive, Proxy-*, TE, Trailer,
 // Transfer-Encoding, Upgrade, and every header the Connection header names).
 // With `keep_upgrade`, `Upgrade` survives and Connection becomes "Upgrade".
 // With `drop_length`, Content-Length goes in the same pass (the proxy writes
 // the framing it derived itself).
-void removeHopByHop(http::fields& fields, bool keep_upgrade, bool drop_length = false);
+void removeHopByHop(Fields& fields, bool keep_upgrade, bool drop_length = false);
 
 // The Forwarded value Knative's queue-proxy synthesises from X-Forwarded-*:
 // "for=<xff[0]>[;host=<xfh>][;proto=<xfp>], for=<xff[1]>, ...". IPv6 nodes are
@@ -43,12 +40,12 @@ std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std:
 // headers (Knative-Serving-Revision/-Namespace, K-Network-Hash) and
 // Content-Length (the proxy writes the framing it derived) removed. Host,
 // traceparent and every other end-to-end header pass unchanged.
-void rewriteRequestHeaders(http::fields& req, std::string_view client_ip, std::string_view proto,
+void rewriteRequestHeaders(Fields& req, std::string_view client_ip, std::string_view proto,
                            bool is_upgrade);
 
 // Rewrites a pod's response header for the client: hop-by-hop removal
 // (Upgrade kept on a 101 answer to an upgrade) and Content-Length removed
 // (the client side writes the framing it derived).
-void rewriteResponseHeaders(http::fields& resp, bool switching_protocols);
+void rewriteResponseHeaders(Fields& resp, bool switching_protocols);
 
 }  // namespace knap::router

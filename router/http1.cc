@@ -12,9 +12,6 @@ namespace {
 boost::beast::string_view bsv(std::string_view s) {
   return {s.data(), s.size()};
 }
-std::string_view view(boost::beast::string_view s) {
-  return {s.data(), s.size()};
-}
 
 bool iequals(std::string_view a, std::string_view b) {
   return boost::beast::iequals(bsv(a), bsv(b));
@@ -57,11 +54,10 @@ Line nextLine(std::string_view data, size_t pos, bool lenient, std::string_view*
 // (A few elements on the stack: no allocation per message.)
 using Elements = boost::container::small_vector<std::string_view, 4>;
 
-Elements listElements(const http::fields& fields, http::field name) {
+Elements listElements(const Fields& fields, http::field name) {
   Elements out;
-  auto range = fields.equal_range(name);
-  for (auto it = range.first; it != range.second; ++it) {
-    forEachListElement(view(it->value()), [&](std::string_view e) { out.push_back(e); });
+  for (const Fields::Field& f : fields) {
+    if (f.name() == name) forEachListElement(f.value(), [&](std::string_view e) { out.push_back(e); });
   }
   return out;
 }
@@ -232,11 +228,11 @@ Parse parseRequestHead(std::string_view data, RequestHead* out) {
       default:
         break;
     }
-    out->fields.insert(known, bsv(name), bsv(value));
+    out->fields.insert(known, name, value);
   }
   out->head_bytes = pos;
 
-  http::fields& f = out->fields;
+  const Fields& f = out->fields;
   if (hosts > 1) return fail(out, 400, "more than one Host header");
   if (hosts == 1) {
     out->host = std::string(host);
@@ -277,7 +273,7 @@ Parse parseRequestHead(std::string_view data, RequestHead* out) {
   }
   if (has_expect) {
     if (auto e = f.find(http::field::expect); e != f.end()) {
-      out->expect_continue = iequals(trimOws(view(e->value())), "100-continue");
+      out->expect_continue = iequals(trimOws(e->value()), "100-continue");
     }
   }
   return Parse::kDone;
@@ -344,9 +340,9 @@ Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* 
     has_cl = has_cl || known == http::field::content_length;
     has_connection = has_connection || known == http::field::connection;
     has_te = has_te || known == http::field::transfer_encoding;
-    out->fields.insert(known, bsv(fl.name), bsv(fl.is_folded ? fl.folded : fl.value));
+    out->fields.insert(known, fl.name, fl.is_folded ? std::string_view(fl.folded) : fl.value);
   }
-  http::fields& f = out->fields;
+  const Fields& f = out->fields;
 
   // Content-Length: every value (lines and list elements) must agree.
   bool any_length = false;
@@ -552,11 +548,11 @@ std::string chunkSizeLine(size_t n) {
   return std::string(buf + p, sizeof buf - static_cast<size_t>(p));
 }
 
-void appendFields(const http::fields& fields, std::string* out) {
-  for (const auto& f : fields) {
-    out->append(f.name_string().data(), f.name_string().size());
+void appendFields(const Fields& fields, std::string* out) {
+  for (const Fields::Field& f : fields) {
+    out->append(f.name_string());
     out->append(": ");
-    out->append(f.value().data(), f.value().size());
+    out->append(f.value());
     out->append("\r\n");
   }
 }

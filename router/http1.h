@@ -26,12 +26,11 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/beast/http/fields.hpp>
 #include <boost/container/small_vector.hpp>
 
-namespace knap::router::http1 {
+#include "router/fields.h"
 
-namespace http = boost::beast::http;
+namespace knap::router::http1 {
 
 // How a message body is delimited.
 enum class Framing {
@@ -47,7 +46,7 @@ struct RequestHead {
   std::string method;
   std::string target;
   unsigned version = 11;  // 10 or 11
-  http::fields fields;    // as received, framing headers included
+  Fields fields;          // as received, framing headers included
   std::string host;       // the one Host value ("" for HTTP/1.0 without Host)
   Framing framing = Framing::kNone;
   uint64_t content_length = 0;   // kLength only
@@ -63,7 +62,7 @@ struct ResponseHead {
   int status = 0;
   unsigned version = 11;
   std::string reason;
-  http::fields fields;  // as received (obs-fold joined)
+  Fields fields;        // as received (obs-fold joined)
   Framing framing = Framing::kNone;
   uint64_t content_length = 0;  // kLength; for HEAD/304 the declared length, if any
   bool has_content_length = false;
@@ -123,7 +122,7 @@ class ChunkedDecoder {
 std::string chunkSizeLine(size_t n);
 
 // Appends "Name: value\r\n" for every field to `out`.
-void appendFields(const http::fields& fields, std::string* out);
+void appendFields(const Fields& fields, std::string* out);
 
 // True for tchar (RFC 9110 §5.6.2).
 bool isTokenChar(unsigned char c);

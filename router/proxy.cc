@@ -60,6 +60,32 @@ std::string podRequestHead(const http1::RequestHead& head, bool send_zero_length
   return out;
 }
 
+// A pod response buffer borrowed from the worker's spares for one exchange
+// and given back after it (emptied) unless it grew past a head-sized one.
+class SpareBuffer {
+ public:
+  explicit SpareBuffer(Worker& w) : w_(w) {
+    if (!w.spare_buffers.empty()) {
+      buf_ = std::move(w.spare_buffers.back());
+      w.spare_buffers.pop_back();
+    }
+  }
+  ~SpareBuffer() {
+    if (w_.spare_buffers.size() < kMaxSpares && buf_.capacity() <= kHeadReadBytes) {
+      buf_.clear();
+      w_.spare_buffers.push_back(std::move(buf_));
+    }
+  }
+  SpareBuffer(const SpareBuffer&) = delete;
+  SpareBuffer& operator=(const SpareBuffer&) = delete;
+  beast::flat_buffer& get() { return buf_; }
+
+ private:
+  static constexpr size_t kMaxSpares = 64;  // per worker: at most 1 MiB kept
+  Worker& w_;
+  beast::flat_buffer buf_;
+};
+
 // The TCP layer of either side of a tunnel.
 tcp::socket& socketOf(tcp::socket& s) {
   return s;
@@ -179,12 +205,12 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
   auto reusable = [&] { return client_keep && !has_body; };
   const ListenerKind lk = kind == Kind::kInternal ? ListenerKind::kInternal : ListenerKind::kExternal;
 
-  const std::string host = head.host;
+  const std::string& host = head.host;
   if (host.empty()) {
     co_return co_await writeLocal(client, http::status::bad_request, "missing Host header", false);
   }
   std::shared_ptr<const RoutingTable> tbl = snapshot();
-  auto probe = head.fields.find(beast::string_view(kProbeHeader.data(), kProbeHeader.size()));
+  auto probe = head.fields.find(kProbeHeader);
   if (probe != head.fields.end()) {
     std::string value(probe->value());
     std::string nhost = normalizeHost(host);
@@ -223,19 +249,20 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
                             "\" is served over HTTPS only (config-network http-protocol: Disabled)";
     co_return co_await writeLocal(client, http::status::not_found, msg, reusable());
   }
-  const std::string revision = route->pick();
+  const std::string& revision = route->pick();  // (the table snapshot `tbl` holds it)
   std::shared_ptr<RevisionState> state = revisionState(revision);
   const RevisionConfig cfg = state->config();
   const MonoTime deadline = start + cfg.timeout;
   const MonoTime first_byte_deadline = cfg.response_start_timeout > Duration::zero()
                                            ? std::min(deadline, start + cfg.response_start_timeout)
                                            : deadline;
-  auto guard = std::make_unique<RequestGuard>(this, state, revision, start);
+  auto guard = std::make_unique<RequestGuard>(this, state, start);
 
   // 1. A slot on a pod: now, or after waiting in the activator queue.
   bool cold_start = false;
   WallTime arrived{};
-  {
+  if (!state->queue.tryAcquire(&guard->endpoint)) {
+    // No free slot now: wait in the queue (a wait state only then).
     auto ws = std::make_shared<WaitState>(w.ioc.get_executor());
     ActivatorQueue::Acquired acq = state->queue.acquire(
         start, first_byte_deadline, [ws](StatusOr<std::string> g) { ws->deliver(std::move(g)); });
@@ -315,7 +342,8 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
 
   // 3. Send the request (streaming its body) and read the response head.
   std::unique_ptr<DeadlineStream> up;
-  beast::flat_buffer ubuf;
+  SpareBuffer spare(w);
+  beast::flat_buffer& ubuf = spare.get();
   http1::ResponseHead rh;
   Relay req_relay;
   req_relay.framing = head.framing;

@@ -152,7 +152,7 @@ std::string Endpoint::key() const {
 std::shared_ptr<RevisionState> Router::Impl::revisionState(const std::string& revision) {
   std::lock_guard<std::mutex> lock(rev_mu);
   auto& slot = revisions[revision];
-  if (!slot) slot = std::make_shared<RevisionState>(opts.queue, time.monotonic());
+  if (!slot) slot = std::make_shared<RevisionState>(revision, opts.queue, time.monotonic());
   return slot;
 }
 
@@ -492,7 +492,7 @@ awaitable<bool> Router::Impl::handleProbe(ClientSide& client, const http1::Reque
   }
   if (value == "probe") {
     countProbe("probe");
-    auto h = head.fields.find(beast::string_view(kHashHeader.data(), kHashHeader.size()));
+    auto h = head.fields.find(kHashHeader);
     const std::string hash = h == head.fields.end() ? "" : std::string(h->value());
     if (hash.empty()) {
       co_return co_await writeLocal(client, http::status::bad_request,

@@ -64,7 +64,8 @@ inline std::string_view bufView(const beast::flat_buffer& b) {
 enum class Kind { kExternal, kInternal, kAdmin };
 
 struct RevisionState {
-  RevisionState(QueueLimits limits, MonoTime now) : queue(limits), stats(now) {}
+  RevisionState(std::string revision, QueueLimits limits, MonoTime now)
+      : name(std::move(revision)), queue(limits), stats(now) {}
   RevisionConfig config() const {
     std::lock_guard<std::mutex> lock(mu);
     return config_;
@@ -77,6 +78,7 @@ struct RevisionState {
     std::lock_guard<std::mutex> lock(mu);
     return std::find(endpoints.begin(), endpoints.end(), key) != endpoints.end();
   }
+  const std::string name;  // the revision's (the metric series' label)
   mutable std::mutex mu;
   RevisionConfig config_;
   std::vector<std::string> endpoints;  // under mu
@@ -161,6 +163,10 @@ struct Worker {
   // thread. Declared before `ioc` so it outlives the coroutine frames the
   // io_context destroys.
   std::set<ClientConn*> conns;
+  // Pod response buffers kept between exchanges (SpareBuffer in proxy.cc:
+  // no allocation per request); this worker's thread only. Declared before
+  // `ioc` for the same reason as `conns`.
+  std::vector<beast::flat_buffer> spare_buffers;
   asio::io_context ioc{1};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread thread;
@@ -232,20 +238,18 @@ struct Router::Impl {
   // Everything a request holds for a revision; released when it is
   // destroyed (end of the response, or end of an upgraded tunnel).
   struct RequestGuard {
-    RequestGuard(Impl* i, std::shared_ptr<RevisionState> r, std::string rev, MonoTime s)
-        : impl(i), state(std::move(r)), revision(std::move(rev)), start(s) {
+    RequestGuard(Impl* i, std::shared_ptr<RevisionState> r, MonoTime s) : impl(i), state(std::move(r)), start(s) {
       state->stats.requestIn(start);
     }
     ~RequestGuard() {
       const MonoTime now = impl->time.monotonic();
       if (!endpoint.empty()) state->queue.release(endpoint);
       state->stats.requestOut(now);
-      state->requestsCounter(impl->metrics, revision, code == 0 ? 499 : code)->inc();
-      state->durationHistogram(impl->metrics, revision)->observe(seconds(now - start));
+      state->requestsCounter(impl->metrics, state->name, code == 0 ? 499 : code)->inc();
+      state->durationHistogram(impl->metrics, state->name)->observe(seconds(now - start));
     }
     Impl* impl;
     std::shared_ptr<RevisionState> state;
-    std::string revision;
     MonoTime start;
     std::string endpoint;  // slot held
     int code = 0;          // status sent to the client (0: none)

@@ -1,7 +1,6 @@
 #include "router/routing_table.h"
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 
 #include "router/weighted_chooser.h"
@@ -13,7 +12,10 @@ const std::string& HostRoute::pick() const {
   return splits[chooseSplit(splits, total_percent, ticket)].revision;
 }
 
-std::string normalizeHost(std::string_view host) {
+namespace {
+
+// The part of `host` normalizeHost keeps, before lowercasing.
+std::string_view hostCore(std::string_view host) {
   // Trim surrounding whitespace (tolerated in Host values).
   while (!host.empty() && (host.front() == ' ' || host.front() == '\t')) host.remove_prefix(1);
   while (!host.empty() && (host.back() == ' ' || host.back() == '\t')) host.remove_suffix(1);
@@ -26,8 +28,18 @@ std::string normalizeHost(std::string_view host) {
     if (colon != std::string_view::npos && host.find(':') == colon) host = host.substr(0, colon);
   }
   if (!host.empty() && host.back() == '.') host.remove_suffix(1);
-  std::string out(host);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return host;
+}
+
+char asciiLower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+}  // namespace
+
+std::string normalizeHost(std::string_view host) {
+  std::string out(hostCore(host));
+  for (char& c : out) c = asciiLower(c);
   return out;
 }
 
@@ -126,7 +138,19 @@ std::shared_ptr<const RoutingTable> RoutingTable::empty() {
 }
 
 const HostRoute* RoutingTable::lookup(std::string_view host, ListenerKind listener) const {
-  auto it = hosts_.find(normalizeHost(host));
+  // (Normalised on the stack: no allocation per request for a usual host.)
+  const std::string_view core = hostCore(host);
+  char buf[256];
+  std::string spill;
+  std::string_view key;
+  if (core.size() <= sizeof buf) {
+    for (size_t i = 0; i < core.size(); ++i) buf[i] = asciiLower(core[i]);
+    key = std::string_view(buf, core.size());
+  } else {
+    spill = normalizeHost(host);
+    key = spill;
+  }
+  auto it = hosts_.find(key);
   if (it == hosts_.end()) return nullptr;
   const HostRoute* route = it->second.get();
   if (route->visibility == Visibility::kClusterLocal && listener != ListenerKind::kInternal) {

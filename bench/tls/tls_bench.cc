@@ -10,7 +10,8 @@
 //   tls_bench --serve-pod PORT [--seconds 60] [--sni HOST]
 //     starts knap's Router in this process (one worker thread, HTTPS on loopback, a self-signed
 //     certificate for HOST) routing HOST to the HTTP server on 127.0.0.1:PORT, prints
-//     "serving https on port <p>" and serves for --seconds: a router to strace, perf or compare
+//     "serving https on port <p>" (and "serving http on port <q>": the same route over plain
+//     HTTP) and serves for --seconds: a router to strace, callgrind or compare
 //     with nginx in front of the same server, without containerd (docs/benchmarks.md).
 //
 // Prints one line per measurement: "<label> <count>/s (<n> in <secs> s, <errors> errors)".
@@ -172,13 +173,14 @@ void print(const std::string& label, const Result& r) {
   std::fflush(stdout);
 }
 
-// An in-process router with only its HTTPS listener (loopback, an
-// ephemeral port) and one worker thread; null (reported) if it cannot start.
-std::unique_ptr<knap::router::Router> startTlsRouter() {
+// An in-process router with its HTTPS listener (loopback, an ephemeral
+// port), with `plain` its HTTP listener too, and one worker thread; null
+// (reported) if it cannot start.
+std::unique_ptr<knap::router::Router> startTlsRouter(bool plain = false) {
   using namespace knap;
   router::RouterOptions o;
   o.address = "127.0.0.1";
-  o.port = -1;
+  o.port = plain ? 0 : -1;
   o.tls_address = "127.0.0.1";
   o.tls_port = 0;
   o.threads = 1;
@@ -236,7 +238,7 @@ int selfCerts(int n, int conns, double seconds, int rounds) {
 
 int servePod(int pod_port, const std::string& sni, double seconds) {
   using namespace knap;
-  std::unique_ptr<router::Router> router = startTlsRouter();
+  std::unique_ptr<router::Router> router = startTlsRouter(/*plain=*/true);
   if (!router) return 1;
   router::Router& r = *router;
   router::RouteSpec route;
@@ -259,6 +261,7 @@ int servePod(int pod_port, const std::string& sni, double seconds) {
   }
   r.setCertificates(router::CertTable::build({{sni, c->ctx, sni}}));
   std::printf("serving https on port %d\n", r.tlsPort());
+  std::printf("serving http on port %d\n", r.port());
   std::fflush(stdout);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   r.stop();
