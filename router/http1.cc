@@ -1,5 +1,7 @@
 #include "router/http1.h"
 
+#include <array>
+
 #include <boost/beast/core/string.hpp>
 #include <boost/container/small_vector.hpp>
 
@@ -8,6 +10,27 @@
 namespace knap::router::http1 {
 
 namespace {
+
+// Character classes, one table lookup per byte on the parsers' hot loops.
+enum : uint8_t { kTokenChar = 1, kFieldValue = 2, kHostChar = 4 };
+
+constexpr std::array<uint8_t, 256> makeCharClass() {
+  std::array<uint8_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    // tchar (RFC 9110 §5.6.2)
+    bool token = alnum;
+    for (char x : std::string_view("!#$%&'*+-.^_`|~")) token = token || c == x;
+    // field-value characters: HTAB, SP, VCHAR, obs-text
+    const bool value = c == '\t' || (c >= 0x20 && c != 0x7f);
+    // uri-host [ ":" port ] characters
+    bool host = alnum;
+    for (char x : std::string_view("-._~:[]%!$&'()*+;=")) host = host || c == x;
+    t[c] = static_cast<uint8_t>((token ? kTokenChar : 0) | (value ? kFieldValue : 0) | (host ? kHostChar : 0));
+  }
+  return t;
+}
+constexpr std::array<uint8_t, 256> kCharClass = makeCharClass();
 
 boost::beast::string_view bsv(std::string_view s) {
   return {s.data(), s.size()};
@@ -20,7 +43,7 @@ bool iequals(std::string_view a, std::string_view b) {
 bool isToken(std::string_view s) {
   if (s.empty()) return false;
   for (unsigned char c : s) {
-    if (!isTokenChar(c)) return false;
+    if (!(kCharClass[c] & kTokenChar)) return false;
   }
   return true;
 }
@@ -112,8 +135,7 @@ bool validFieldLine(std::string_view line, std::string_view* name, std::string_v
 // field-value characters: HTAB, SP, VCHAR, obs-text.
 bool isFieldValue(std::string_view s) {
   for (unsigned char c : s) {
-    if (c == '\t') continue;
-    if (c < 0x20 || c == 0x7f) return false;
+    if (!(kCharClass[c] & kFieldValue)) return false;
   }
   return true;
 }
@@ -121,37 +143,13 @@ bool isFieldValue(std::string_view s) {
 // Host = uri-host [ ":" port ]: no whitespace, commas, slashes or userinfo.
 bool validHost(std::string_view h) {
   for (unsigned char c : h) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '.' || c == '_' || c == '~' || c == ':' || c == '[' || c == ']' || c == '%' ||
-                    c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' || c == '*' ||
-                    c == '+' || c == ';' || c == '=';
-    if (!ok) return false;
+    if (!(kCharClass[c] & kHostChar)) return false;
   }
   return true;
 }
 
 bool isTokenChar(unsigned char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  switch (c) {
-    case '!':
-    case '#':
-    case '$':
-    case '%':
-    case '&':
-    case '\'':
-    case '*':
-    case '+':
-    case '-':
-    case '.':
-    case '^':
-    case '_':
-    case '`':
-    case '|':
-    case '~':
-      return true;
-    default:
-      return false;
-  }
+  return kCharClass[c] & kTokenChar;
 }
 
 Parse parseRequestHead(std::string_view data, RequestHead* out) {
