@@ -80,8 +80,24 @@ class Fields {
   // Replaces every field with this id by one field.
   void set(http::field id, std::string_view value);
 
-  // Removes one field; returns the position of the next.
+  // Removes one field; returns the position of the next. Moves every later
+  // field: to remove many, use erase_if (one pass), not this in a loop.
   iterator erase(iterator it) { return entries_.erase(it); }
+  // Removes every field for which pred(const Field&) is true, in one pass;
+  // pred sees each field once, in order (it may note what it sees: views
+  // into names and values stay valid). Returns how many were removed.
+  template <class Pred>
+  size_t erase_if(Pred pred) {
+    auto out = entries_.begin();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (pred(static_cast<const Field&>(*it))) continue;
+      if (out != it) *out = *it;
+      ++out;
+    }
+    const size_t removed = static_cast<size_t>(entries_.end() - out);
+    entries_.erase(out, entries_.end());
+    return removed;
+  }
   // Removes every field called `name`; returns how many.
   size_t erase(std::string_view name);
   // Removes everything; earlier views are no longer valid.

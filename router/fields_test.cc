@@ -84,5 +84,32 @@ TEST(FieldsTest, CopiesOwnTheirBytes) {
   EXPECT_EQ(joined(b), "Name=value;");
 }
 
+// erase_if: one pass, the predicate sees every field once and in order,
+// the survivors keep their order, and views taken meanwhile stay valid.
+TEST(FieldsTest, EraseIfOnePassInOrder) {
+  Fields f;
+  const std::string big(Fields::kInlineBytes, 'b');
+  for (int i = 0; i < 40; ++i) f.insert("F" + std::to_string(i), i % 10 == 0 ? big : std::to_string(i));
+  std::string seen;
+  std::string_view kept_view;
+  const size_t removed = f.erase_if([&](const Fields::Field& x) {
+    seen += std::string(x.name_string()) + ",";
+    if (x.name_string() == "F30") kept_view = x.value();
+    return x.name_string().size() == 2;  // F0..F9
+  });
+  EXPECT_EQ(removed, 10u);
+  std::string want_seen, want_left;
+  for (int i = 0; i < 40; ++i) want_seen += "F" + std::to_string(i) + ",";
+  for (int i = 10; i < 40; ++i) want_left += "F" + std::to_string(i) + ";";
+  EXPECT_EQ(seen, want_seen);
+  std::string left;
+  for (const Fields::Field& x : f) left += std::string(x.name_string()) + ";";
+  EXPECT_EQ(left, want_left);
+  EXPECT_EQ(kept_view, big);
+  EXPECT_EQ(f["F31"], "31");
+  EXPECT_EQ(f.erase_if([](const Fields::Field&) { return false; }), 0u);
+  EXPECT_EQ(f.size(), 30u);
+}
+
 }  // namespace
 }  // namespace knap::router

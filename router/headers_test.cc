@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
+#include <string>
 
 namespace knap::router {
 namespace {
@@ -130,6 +130,74 @@ TEST(RewriteResponseHeadersTest, HopByHopRemoved) {
   EXPECT_EQ(get(resp, "Transfer-Encoding"), "<absent>");
   EXPECT_EQ(get(resp, "Keep-Alive"), "<absent>");
   EXPECT_EQ(get(resp, "Content-Type"), "text/plain");
+}
+
+// A hostile head of thousands of tiny hop-by-hop fields ("TE:\r\n" is 5
+// bytes: ~6500 of them in the default 32 KiB head limit). Erasing them one
+// by one from the flat vector moves every later field each time:
+// quadratic (16384 fields: half a second; one pass, Fields::erase_if: a few
+// ms; bench/router/bench_instructions.sh measures, this checks the result).
+TEST(RewriteRequestHeadersTest, ThousandsOfHopByHopFieldsRemoved) {
+  Fields req;
+  req.insert(http::field::host, "Host", "h");
+  constexpr int kFields = 16384;
+  for (int i = 0; i < kFields; ++i) {
+    req.insert(http::field::te, "TE", "");
+    req.insert(http::field::expect, "Expect", "");
+    req.insert(http::field::unknown, "X-Forwarded-For", "");
+  }
+  rewriteRequestHeaders(req, "10.0.0.1", "http", false);
+  EXPECT_EQ(get(req, "TE"), "<absent>");
+  EXPECT_EQ(get(req, "Expect"), "<absent>");
+  EXPECT_EQ(get(req, "Host"), "h");
+  EXPECT_EQ(get(req, "X-Forwarded-For"), "10.0.0.1");
+}
+
+// A long Connection list against many fields: erasing by name once per
+// listed token is tokens x fields compares (beast's set made each one a
+// tree lookup). ~8000 tokens and ~4000 fields fit a 32 KiB head.
+TEST(RewriteRequestHeadersTest, LongConnectionListNamesRemoved) {
+  Fields req;
+  req.insert(http::field::host, "Host", "h");
+  constexpr int kTokens = 16384, kFields = 16384;
+  std::string list;
+  for (int i = 0; i < kTokens; ++i) {
+    if (i > 0) list += ',';
+    list += "x-hop-" + std::to_string(100000 + i);
+  }
+  req.insert(http::field::connection, "Connection", list);
+  for (int i = 0; i < kFields; ++i) req.insert("x-end-" + std::to_string(100000 + i), "v");
+  req.insert("X-HOP-100007", "gone");
+  rewriteRequestHeaders(req, "10.0.0.1", "http", false);
+  EXPECT_EQ(get(req, "x-hop-100007"), "<absent>");
+  EXPECT_EQ(get(req, "x-end-100007"), "v");
+  EXPECT_EQ(get(req, "Connection"), "<absent>");
+}
+
+// Every field the Connection header names goes, whatever its case and
+// however often it occurs; close / keep-alive / host never name a field to
+// remove, and an upgrade keeps Upgrade; the order of the rest is kept.
+TEST(RemoveHopByHopTest, NamedFieldsEveryInstanceAnyCase) {
+  Fields f;
+  f.insert(http::field::host, "Host", "h");
+  f.insert(http::field::connection, "Connection", "X-One, upgrade, close");
+  f.insert("x-one", "1");
+  f.insert("A", "a");
+  f.insert(http::field::connection, "Connection", "HOST,content-length, x-TWO");
+  f.insert("X-ONE", "2");
+  f.insert(http::field::content_length, "Content-Length", "3");
+  f.insert("X-Two", "t");
+  f.insert(http::field::upgrade, "Upgrade", "websocket");
+  f.insert("B", "b");
+  Fields g = f;
+  removeHopByHop(f, /*keep_upgrade=*/true, /*drop_length=*/false);
+  std::string order;
+  for (const Fields::Field& x : f) order += std::string(x.name_string()) + "=" + std::string(x.value()) + ";";
+  EXPECT_EQ(order, "Host=h;A=a;Upgrade=websocket;B=b;Connection=Upgrade;");
+  removeHopByHop(g, /*keep_upgrade=*/false, /*drop_length=*/false);
+  order.clear();
+  for (const Fields::Field& x : g) order += std::string(x.name_string()) + "=" + std::string(x.value()) + ";";
+  EXPECT_EQ(order, "Host=h;A=a;B=b;");
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "router/headers.h"
+
 namespace knap::router::http1 {
 namespace {
 
@@ -231,6 +233,28 @@ TEST(Http1Chunked, SizeLine) {
   EXPECT_EQ(chunkSizeLine(0), "0\r\n");
   EXPECT_EQ(chunkSizeLine(255), "ff\r\n");
   EXPECT_EQ(chunkSizeLine(65536), "10000\r\n");
+}
+
+// A hostile head at the default 32 KiB limit (RouterOptions::max_header_bytes)
+// made of the tiniest fields the rewrite removes, and one whose Connection
+// list names thousands of fields: parsed and rewritten for the pod (in one
+// pass over the fields, see router/headers.cc).
+TEST(Http1Request, HeadOfThousandsOfTinyFieldsRewritten) {
+  constexpr size_t kLimit = 32 * 1024;
+  std::string tiny = "GET / HTTP/1.1\r\nHost: h\r\n";
+  while (tiny.size() + 7 < kLimit) tiny += "TE:\r\n";
+  tiny += "\r\n";
+  std::string named = "GET / HTTP/1.1\r\nHost: h\r\nConnection: ";
+  while (named.size() < kLimit / 2) named += "a,";
+  named += "a\r\n";
+  while (named.size() + 6 < kLimit) named += "b:\r\n";
+  named += "\r\n";
+  for (const std::string* head : {&tiny, &named}) {
+    RequestHead h = req(*head);
+    rewriteRequestHeaders(h.fields, "10.0.0.1", "http", false);
+    EXPECT_EQ(h.fields.find(http::field::te), h.fields.end());
+    EXPECT_EQ(h.fields["Host"], "h");
+  }
 }
 
 }  // namespace

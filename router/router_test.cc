@@ -1478,5 +1478,66 @@ TEST_F(RouterTest, AnInheritedFdThatIsNotAListenerIsRefused) {
   ::close(p[1]);
 }
 
+// The pod response buffer is a worker's spare, reused across exchanges
+// (SpareBuffer in proxy.cc): bytes a pod sent past its response, and bytes
+// it sent right after a 101 (the tunnel's), must never reach the next
+// exchange on the same worker; and the tunnel still gets its early bytes.
+TEST_F(RouterTest, SparePodBufferCarriesNothingIntoTheNextExchange) {
+  TestBackend pod([](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    if (boost::beast::iequals(req[http::field::upgrade], "websocket")) {
+      asio::write(sock,
+                  asio::buffer(std::string("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                           "Connection: Upgrade\r\n\r\nearly-bytes")),
+                  ec);
+    } else {
+      // A whole response, then what looks like another one nobody asked for.
+      asio::write(sock,
+                  asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                                           "HTTP/1.1 203 Junk\r\nContent-Length: 4\r\n\r\nJUNK")),
+                  ec);
+    }
+    char data[256];
+    while (!ec) sock.read_some(asio::buffer(data), ec);
+  });
+  RouterOptions o = defaultOptions();
+  o.threads = 1;  // every exchange on the one worker, the one set of spares
+  startRouter(o);
+  setRoutes({helloRoute()});
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  for (int i = 0; i < 3; ++i) {
+    auto resp = get(router_->port(), kHost, "/");
+    ASSERT_EQ(resp.result_int(), 200) << i << " " << resp.body();
+    EXPECT_EQ(resp.body(), "ok") << i;
+  }
+  {
+    TestClient c(router_->port());
+    c.writeRaw("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
+               "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    http::response_parser<http::empty_body> p;
+    beast::error_code ec;
+    http::read_header(c.socket(), c.buffer(), p, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(p.get().result_int(), 101);
+    std::string got(static_cast<const char*>(c.buffer().data().data()), c.buffer().size());
+    char data[256];
+    while (got.size() < 11) {
+      const size_t n = c.socket().read_some(asio::buffer(data), ec);
+      ASSERT_FALSE(ec) << ec.message();
+      got.append(data, n);
+    }
+    EXPECT_EQ(got, "early-bytes");
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto resp = get(router_->port(), kHost, "/");
+    ASSERT_EQ(resp.result_int(), 200) << i << " " << resp.body();
+    EXPECT_EQ(resp.body(), "ok") << i;
+  }
+}
+
 }  // namespace
 }  // namespace knap::router

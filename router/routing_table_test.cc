@@ -162,5 +162,38 @@ TEST(RoutingTableTest, PickFollowsSplit) {
   EXPECT_NEAR(first, 800, 10);
 }
 
+// lookup() lowercases short hosts on the stack and long ones (over its
+// 256-byte buffer) on the heap: both must find what normalizeHost keys,
+// at and around the boundary, with a port, a trailing dot, spaces and
+// mixed case.
+TEST(RoutingTableTest, LookupOfLongHostsMatchesNormalizeHost) {
+  for (size_t len : {1u, 200u, 254u, 255u, 256u, 257u, 258u, 300u, 1000u, 5000u}) {
+    std::string host(len, 'a');
+    for (size_t i = 0; i < len; i += 3) host[i] = 'B';
+    if (len > 2) host[len / 2] = '.';
+    if (len > 3) host[1] = '\xC9';  // a byte >= 0x80 (Latin-1 'É'): no case
+    RouteSpec r = helloRoute();
+    r.hosts = {host};
+    r.internal_hosts.clear();
+    r.tags.clear();
+    auto t = RoutingTable::build({r});
+    ASSERT_TRUE(t.isOk()) << t.status().toString();
+    for (const std::string& asked : {host, host + ".", host + ":8080", host + ".:80", " " + host + "\t"}) {
+      std::string upper = asked;
+      for (char& c : upper) c = c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c;
+      for (const std::string& q : {asked, upper}) {
+        const HostRoute* found = (*t)->lookup(q, ListenerKind::kExternal);
+        ASSERT_NE(found, nullptr) << "len " << len << " asked " << q.size();
+        EXPECT_EQ(found->host, normalizeHost(q));
+      }
+    }
+    // One byte more or less is another host.
+    EXPECT_EQ((*t)->lookup(host + "a", ListenerKind::kExternal), nullptr) << len;
+    if (len > 1) {
+      EXPECT_EQ((*t)->lookup(host.substr(1), ListenerKind::kExternal), nullptr) << len;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace knap::router
