@@ -1,5 +1,6 @@
 #include "common/tls.h"
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -7,11 +8,38 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <ctime>
 
 #include "common/string_util.h"
 
 namespace knap::tls {
+
+namespace {
+
+// OpenSSL's own CRYPTO_malloc / CRYPTO_realloc / CRYPTO_free semantics
+// (0 bytes: null; realloc of null: malloc; realloc to 0: free), without
+// a call into the allocator for a null free.
+void* opensslMalloc(size_t n, const char*, int) {
+  return n == 0 ? nullptr : std::malloc(n);
+}
+void opensslFree(void* p, const char*, int) {
+  if (p != nullptr) std::free(p);
+}
+void* opensslRealloc(void* p, size_t n, const char* file, int line) {
+  if (p == nullptr) return opensslMalloc(n, file, line);
+  if (n == 0) {
+    opensslFree(p, file, line);
+    return nullptr;
+  }
+  return std::realloc(p, n);
+}
+
+}  // namespace
+
+bool installOpenSslAllocator() {
+  return CRYPTO_set_mem_functions(opensslMalloc, opensslRealloc, opensslFree) == 1;
+}
 
 namespace {
 

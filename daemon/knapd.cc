@@ -24,6 +24,7 @@
 #include "common/listen_fds.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
+#include "common/tls.h"
 #include "controller/controller.h"
 #include "controller/immediate_revision_backend.h"
 #include "daemon/data_plane.h"
@@ -402,5 +403,7 @@ int run(int argc, char** argv) {
 }  // namespace knap::daemon
 
 int main(int argc, char** argv) {
+  // Before anything touches OpenSSL (common/tls.h says why).
+  knap::tls::installOpenSslAllocator();
   return knap::daemon::run(argc, argv);
 }
