@@ -49,11 +49,12 @@ StatusOr<ServerCertificate> loadServerCertificate(const std::string& chain_pem, 
 // Gives OpenSSL knap's allocator hooks: the process's malloc/realloc/free,
 // with free(NULL) answered before it reaches the allocator. OpenSSL 3's
 // ERR_clear_error, which Asio's TLS engine calls before every SSL_read and
-// SSL_write, frees 32 null pointers each time; through tcmalloc's free that
-// was about 3,500 instructions per proxied HTTPS request
-// (bench/router/bench_instructions.sh). Call first thing in main(), before
-// anything uses OpenSSL: once OpenSSL has allocated, the hooks cannot be
-// changed (returns false, and OpenSSL's own functions stay).
+// SSL_write, frees 32 null pointers each time: cheap in glibc's free, but
+// about 3,500 instructions per proxied HTTPS request through tcmalloc's
+// (meson -Dtcmalloc=enabled; bench/router/bench_instructions.sh). Call
+// first thing in main(), before anything uses OpenSSL: once OpenSSL has
+// allocated, the hooks cannot be changed (returns false, and OpenSSL's own
+// functions stay).
 bool installOpenSslAllocator();
 
 // Whether `name` (a certificate DNS name, possibly "*.parent") covers the
