@@ -27,8 +27,8 @@ namespace knap::router {
 // headers are gone from `fields`; the side derives its own framing.
 struct ProxiedResponse {
   int code = 0;
-  std::string_view reason;         // the pod's reason phrase ("": the standard one)
-  Fields* fields = nullptr;        // end-to-end fields
+  std::string_view reason;   // the pod's reason phrase ("": the standard one)
+  Fields* fields = nullptr;  // end-to-end fields
   http1::Framing framing = http1::Framing::kNone;
   uint64_t content_length = 0;  // kLength; for HEAD/304 the declared length
   bool has_content_length = false;

@@ -70,8 +70,9 @@ void Fields::insert(http::field id, std::string_view value) {
 void Fields::set(http::field id, std::string_view value) {
   // (The value may view a field about to go: stored before the erase.)
   const std::string_view kept = store(value);
-  entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [id](const Field& f) { return f.id_ == id; }),
-                 entries_.end());
+  entries_.erase(
+      std::remove_if(entries_.begin(), entries_.end(), [id](const Field& f) { return f.id_ == id; }),
+      entries_.end());
   const auto name = http::to_string(id);
   Field f;
   f.id_ = id;
@@ -87,10 +88,12 @@ Fields::const_iterator Fields::find(http::field id) const {
   return std::find_if(entries_.begin(), entries_.end(), [id](const Field& f) { return f.id_ == id; });
 }
 Fields::iterator Fields::find(std::string_view name) {
-  return std::find_if(entries_.begin(), entries_.end(), [name](const Field& f) { return iequals(f.name_, name); });
+  return std::find_if(entries_.begin(), entries_.end(),
+                      [name](const Field& f) { return iequals(f.name_, name); });
 }
 Fields::const_iterator Fields::find(std::string_view name) const {
-  return std::find_if(entries_.begin(), entries_.end(), [name](const Field& f) { return iequals(f.name_, name); });
+  return std::find_if(entries_.begin(), entries_.end(),
+                      [name](const Field& f) { return iequals(f.name_, name); });
 }
 
 std::string_view Fields::operator[](std::string_view name) const {

@@ -135,8 +135,7 @@ std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std:
   return out;
 }
 
-void rewriteRequestHeaders(Fields& req, std::string_view client_ip, std::string_view proto,
-                           bool is_upgrade) {
+void rewriteRequestHeaders(Fields& req, std::string_view client_ip, std::string_view proto, bool is_upgrade) {
   removeHopByHop(req, is_upgrade, true);
   // One pass over the fields (on the hot path: each lookup or set() by name
   // walks the set with case-insensitive compares, and set() also hashes the

@@ -40,8 +40,7 @@ std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std:
 // headers (Knative-Serving-Revision/-Namespace, K-Network-Hash) and
 // Content-Length (the proxy writes the framing it derived) removed. Host,
 // traceparent and every other end-to-end header pass unchanged.
-void rewriteRequestHeaders(Fields& req, std::string_view client_ip, std::string_view proto,
-                           bool is_upgrade);
+void rewriteRequestHeaders(Fields& req, std::string_view client_ip, std::string_view proto, bool is_upgrade);
 
 // Rewrites a pod's response header for the client: hop-by-hop removal
 // (Upgrade kept on a 101 answer to an upgrade) and Content-Length removed

@@ -35,8 +35,7 @@ TEST(RewriteRequestHeadersTest, AppendsXffAndSynthesizesForwarded) {
   EXPECT_EQ(get(req, "X-Forwarded-For"), "9.9.9.9, 10.0.0.7");
   EXPECT_EQ(get(req, "X-Forwarded-Proto"), "http");
   EXPECT_EQ(get(req, "X-Forwarded-Host"), "hello.default.example.com");
-  EXPECT_EQ(get(req, "Forwarded"),
-            "for=9.9.9.9;host=hello.default.example.com;proto=http, for=10.0.0.7");
+  EXPECT_EQ(get(req, "Forwarded"), "for=9.9.9.9;host=hello.default.example.com;proto=http, for=10.0.0.7");
   EXPECT_EQ(get(req, "Host"), "hello.default.example.com");
   EXPECT_EQ(get(req, "traceparent"), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
 }
@@ -62,8 +61,7 @@ TEST(RewriteRequestHeadersTest, MultipleXffHeadersJoined) {
   EXPECT_EQ(std::count_if(req.begin(), req.end(),
                           [](const Fields::Field& f) { return f.name_string() == "X-Forwarded-For"; }),
             1);
-  EXPECT_EQ(get(req, "Forwarded"),
-            "for=1.1.1.1;host=h;proto=http, for=2.2.2.2, for=3.3.3.3, for=\"[::1]\"");
+  EXPECT_EQ(get(req, "Forwarded"), "for=1.1.1.1;host=h;proto=http, for=2.2.2.2, for=3.3.3.3, for=\"[::1]\"");
 }
 
 TEST(RewriteRequestHeadersTest, HopByHopAndInternalHeadersRemoved) {

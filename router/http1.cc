@@ -26,7 +26,8 @@ constexpr std::array<uint8_t, 256> makeCharClass() {
     // uri-host [ ":" port ] characters
     bool host = alnum;
     for (char x : std::string_view("-._~:[]%!$&'()*+;=")) host = host || c == x;
-    t[c] = static_cast<uint8_t>((token ? kTokenChar : 0) | (value ? kFieldValue : 0) | (host ? kHostChar : 0));
+    t[c] =
+        static_cast<uint8_t>((token ? kTokenChar : 0) | (value ? kFieldValue : 0) | (host ? kHostChar : 0));
   }
   return t;
 }

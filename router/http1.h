@@ -62,7 +62,7 @@ struct ResponseHead {
   int status = 0;
   unsigned version = 11;
   std::string reason;
-  Fields fields;        // as received (obs-fold joined)
+  Fields fields;  // as received (obs-fold joined)
   Framing framing = Framing::kNone;
   uint64_t content_length = 0;  // kLength; for HEAD/304 the declared length, if any
   bool has_content_length = false;

@@ -238,7 +238,8 @@ struct Router::Impl {
   // Everything a request holds for a revision; released when it is
   // destroyed (end of the response, or end of an upgraded tunnel).
   struct RequestGuard {
-    RequestGuard(Impl* i, std::shared_ptr<RevisionState> r, MonoTime s) : impl(i), state(std::move(r)), start(s) {
+    RequestGuard(Impl* i, std::shared_ptr<RevisionState> r, MonoTime s)
+        : impl(i), state(std::move(r)), start(s) {
       state->stats.requestIn(start);
     }
     ~RequestGuard() {

@@ -783,6 +783,22 @@ TEST_F(RouterTest, IdleTimeoutCutsAStalledStream) {
 
 // --- upgrade ------------------------------------------------------------------
 
+// Sends a WebSocket upgrade request for kHost on `c` (plus `extra` header
+// lines, each ending in CRLF) and reads the answer's head; the status, or
+// -1 when no head could be read. Bytes after the head stay in c.buffer().
+int upgradeWebSocket(TestClient& c, const std::string& extra = "") {
+  c.writeRaw("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
+             "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + extra + "\r\n");
+  http::response_parser<http::empty_body> p;
+  beast::error_code ec;
+  http::read_header(c.socket(), c.buffer(), p, ec);
+  if (ec) {
+    ADD_FAILURE() << "no answer to the upgrade: " << ec.message();
+    return -1;
+  }
+  return p.get().result_int();
+}
+
 TEST_F(RouterTest, UpgradeIsSplicedBothWays) {
   TestBackend pod([](tcp::socket& sock) {
     beast::flat_buffer buf;
@@ -1280,13 +1296,8 @@ TEST_F(RouterTest, IdleTunnelIsClosedAndReleasesItsSlot) {
   setRoutes({helloRoute()});
   router_->setEndpoints(kRev, {pod.endpoint()});
   TestClient c(router_->port());
-  c.writeRaw("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
-             "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
-  http::response_parser<http::empty_body> p;
+  ASSERT_EQ(upgradeWebSocket(c), 101);
   beast::error_code ec;
-  http::read_header(c.socket(), c.buffer(), p, ec);
-  ASSERT_FALSE(ec) << ec.message();
-  ASSERT_EQ(p.get().result_int(), 101);
   // Traffic keeps it open past the idle timeout...
   char data[256];
   auto last_io = std::chrono::steady_clock::now();
@@ -1406,12 +1417,7 @@ TEST_F(RouterTest, DrainGivesUpAtItsDeadline) {
   setRoutes({helloRoute()});
   router_->setEndpoints(kRev, {pod.endpoint()});
   TestClient c(router_->port());
-  c.writeRaw("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
-             "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
-  http::response_parser<http::empty_body> p;
-  beast::error_code ec;
-  http::read_header(c.socket(), c.buffer(), p, ec);
-  ASSERT_EQ(p.get().result_int(), 101);
+  ASSERT_EQ(upgradeWebSocket(c), 101);
   EXPECT_EQ(router_->drain(300ms), 1u);  // the tunnel is still open
   router_->stop();
   EXPECT_EQ(c.readAll(), "");
@@ -1516,13 +1522,8 @@ TEST_F(RouterTest, SparePodBufferCarriesNothingIntoTheNextExchange) {
   }
   {
     TestClient c(router_->port());
-    c.writeRaw("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
-               "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
-    http::response_parser<http::empty_body> p;
+    ASSERT_EQ(upgradeWebSocket(c), 101);
     beast::error_code ec;
-    http::read_header(c.socket(), c.buffer(), p, ec);
-    ASSERT_FALSE(ec) << ec.message();
-    EXPECT_EQ(p.get().result_int(), 101);
     std::string got(static_cast<const char*>(c.buffer().data().data()), c.buffer().size());
     char data[256];
     while (got.size() < 11) {

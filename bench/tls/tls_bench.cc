@@ -272,7 +272,7 @@ int servePod(int pod_port, const std::string& sni, double seconds) {
 
 int main(int argc, char** argv) {
   knap::tls::installOpenSslAllocator();  // as knapd does (common/tls.h)
-  std::signal(SIGPIPE, SIG_IGN);  // a server that closed first is an error count, not the end
+  std::signal(SIGPIPE, SIG_IGN);         // a server that closed first is an error count, not the end
   int port = 0, conns = 4, self = 0, rounds = 3, serve_pod = 0;
   double seconds = 5;
   std::string sni, mode = "handshake", path = "/";
