@@ -1,7 +1,7 @@
 // DeadlineStream: a TCP socket with one deadline for its reads, writes and
 // connect, for the router's client and pod connections. It replaces
 // beast::tcp_stream there, with the same calls (expires_at/after/never,
-// async_read_some/write_some/connect, socket(), close(), release_socket(),
+// async_read_some/write_some/connect/wait, socket(), close(), release_socket(),
 // and write_some_now: a write attempted at once, without waiting)
 // and the same result on expiry: the pending operations end with
 // beast::error::timeout, as does any operation started past the deadline.
@@ -54,9 +54,6 @@ class DeadlineStream {
 
   executor_type get_executor() noexcept { return socket_.get_executor(); }
   socket_type& socket() noexcept { return socket_; }
-  // For asio::ssl::stream<DeadlineStream> (it takes its executor from here).
-  using lowest_layer_type = socket_type;
-  lowest_layer_type& lowest_layer() noexcept { return socket_; }
   // The socket, moved out; the stream keeps no deadline for it.
   socket_type release_socket() {
     expires_never();
@@ -119,6 +116,23 @@ class DeadlineStream {
     }
     return ec ? 0 : n;
   }
+  // Waits until the socket is readable or writable (router/tls_socket.h:
+  // TLS reads and writes the socket itself), under the same deadline.
+  template <class Token>
+  auto async_wait(socket_type::wait_type w, Token&& token) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+        [this](auto handler, socket_type::wait_type what) {
+          if (!start()) {
+            state_->timed_out = true;
+            boost::asio::post(socket_.get_executor(), [h = std::move(handler)]() mutable {
+              std::move(h)(boost::system::error_code(boost::beast::error::timeout));
+            });
+            return;
+          }
+          socket_.async_wait(what, CodeDone<decltype(handler)>{state_, std::move(handler)});
+        },
+        token, w);
+  }
   template <class Token>
   auto async_connect(const boost::asio::ip::tcp::endpoint& ep, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
@@ -129,7 +143,7 @@ class DeadlineStream {
             });
             return;
           }
-          socket_.async_connect(e, ConnectDone<decltype(handler)>{state_, std::move(handler)});
+          socket_.async_connect(e, CodeDone<decltype(handler)>{state_, std::move(handler)});
         },
         token, ep);
   }
@@ -202,7 +216,7 @@ class DeadlineStream {
     }
   };
   template <class Handler>
-  struct ConnectDone {
+  struct CodeDone {
     std::shared_ptr<State> state;
     Handler handler;
     void operator()(boost::system::error_code ec) {

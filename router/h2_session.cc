@@ -105,22 +105,23 @@ struct H2Stream {
 };
 
 // The TLS layer of an HTTP/2 connection after the handshake, owned here
-// rather than by Asio's ssl::stream: the connection's SSL object is moved
-// onto two memory BIOs, so SSL_read and SSL_write are plain calls that
-// never wait (the socket is read and written by the session's reader and
-// writer coroutines, on the worker's one thread). With ssl::stream a read
-// pending inside the SSL engine could hold up a write queued behind it
-// (docs/decisions.md, "HTTP/2: a TLS pump of our own").
+// rather than by TlsSocket: the connection's SSL object is moved onto two
+// memory BIOs, so SSL_read and SSL_write are plain calls that never wait
+// (the socket is read and written by the session's reader and writer
+// coroutines, on the worker's one thread, and the writer sends what
+// several streams produced in one write; docs/decisions.md, "HTTP/2: a TLS
+// pump of our own").
 class TlsPump {
  public:
   TlsPump() = default;
   TlsPump(const TlsPump&) = delete;
   TlsPump& operator=(const TlsPump&) = delete;
 
-  // Takes over `ssl` (its handshake done by ssl::stream, which keeps owning
-  // the object and frees it later): ciphertext the handshake left unread
-  // moves to the new read BIO. An error when the handshake left output
-  // unsent (ssl::stream flushes it, so: never) or a BIO cannot be made.
+  // Takes over `ssl` (its handshake done by TlsSocket, which keeps owning
+  // the object and frees it later) onto memory BIOs: ciphertext left in
+  // the old BIO moves to the new read BIO (records OpenSSL read ahead stay
+  // in its own buffer: the first feed() hands them out). An error when the
+  // handshake left output unsent or a BIO cannot be made.
   Status adopt(SSL* ssl) {
     BIO* old = SSL_get_rbio(ssl);
     if (old == nullptr || old != SSL_get_wbio(ssl))
@@ -141,7 +142,7 @@ class TlsPump {
     BIO_set_mem_eof_return(rbio, -1);  // empty: "retry" (more bytes come), not EOF
     BIO_set_mem_eof_return(wbio, -1);
     if (!leftover.empty()) BIO_write(rbio, leftover.data(), static_cast<int>(leftover.size()));
-    SSL_set_bio(ssl, rbio, wbio);  // frees the handshake's BIO (its pair half in ssl::stream stays, unpaired)
+    SSL_set_bio(ssl, rbio, wbio);  // frees the handshake's socket BIO (not the socket)
     SSL_set_options(ssl, SSL_OP_NO_RENEGOTIATION);
     ssl_ = ssl;
     rbio_ = rbio;
@@ -1084,11 +1085,16 @@ awaitable<void> H2Session::run() {
   std::vector<uint8_t> rbuf(16 * 1024);
   bool flush = false;
   DeadlineStream& sock = client_.tcpStream();
-  for (;;) {
+  // (The first pass reads no socket: what came with the handshake, read
+  // ahead into OpenSSL's buffer, is fed first.)
+  for (bool first = true;; first = false) {
     beast::error_code ec;
-    const size_t n = co_await sock.async_read_some(asio::buffer(rbuf), tok(ec));
-    if (ec) break;  // the client closed (or the watchdog did): nothing more to say
-    conn_->fresh = false;
+    size_t n = 0;
+    if (!first) {
+      n = co_await sock.async_read_some(asio::buffer(rbuf), tok(ec));
+      if (ec) break;  // the client closed (or the watchdog did): nothing more to say
+      conn_->fresh = false;
+    }
     if (writer_done_) continue;  // what the client still sends after our GOAWAY
     ssize_t ng_error = 0;
     const TlsPump::Read r = tls_.feed(rbuf.data(), n, [&](const uint8_t* data, size_t len) {

@@ -118,14 +118,11 @@ awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, cons
       if constexpr (kIsBodyPipe<To>) {
         co_await to.write(out, ec);
       } else {
-        // To a plain socket: what it takes at once first (usually all of
-        // it), then the rest asynchronously. TLS writes stay asynchronous
-        // (the TLS engine owns the record once SSL_write took it).
+        // What the socket (or TLS on it) takes at once first (usually all
+        // of it), then the rest asynchronously.
         size_t now = 0;
-        if constexpr (std::is_same_v<To, DeadlineStream>) {
+        if constexpr (std::is_same_v<To, DeadlineStream> || std::is_same_v<To, ClientStream>) {
           now = to.write_some_now(out, ec);
-        } else if constexpr (std::is_same_v<To, ClientStream>) {
-          if (!to.isTls()) now = to.tcpStream().write_some_now(out, ec);
         }
         if (!ec && now < asio::buffer_size(out)) {
           beast::buffers_suffix<RelayBuffers> rest(out);

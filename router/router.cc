@@ -375,13 +375,14 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
   const Kind kind = l->kind;
   auto conn = std::make_shared<ClientConn>(this, l, w);
   const std::string client_ip = peerIp(sock);
-  ClientStream client = l->tls ? ClientStream(std::move(sock), *ssl_ctx) : ClientStream(std::move(sock));
+  ClientStream client =
+      l->tls ? ClientStream(std::move(sock), ssl_ctx->native_handle()) : ClientStream(std::move(sock));
   conn->socket = &client.socket();
   if (l->tls) {
     // The handshake counts against the header timeout of a new connection.
     beast::error_code ec;
     client.expires_after(opts.header_read_timeout);
-    co_await client.tlsStream().async_handshake(asio::ssl::stream_base::server, tok(ec));
+    co_await client.tlsStream().handshake(ec);
     countHandshake(!ec);
     if (ec) {
       conn->socket = nullptr;

@@ -25,13 +25,13 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 
 #include "router/certs.h"
 #include "router/deadline_stream.h"
 #include "router/headers.h"
 #include "router/http1.h"
 #include "router/router.h"
+#include "router/tls_socket.h"
 #include "router/upstream.h"
 
 namespace knap::router {
@@ -108,16 +108,14 @@ struct RevisionState {
 class ClientStream {
  public:
   using executor_type = DeadlineStream::executor_type;
-  using TlsStream = beast::ssl_stream<DeadlineStream>;
   explicit ClientStream(tcp::socket s) : plain_(std::make_unique<DeadlineStream>(std::move(s))) {}
-  ClientStream(tcp::socket s, asio::ssl::context& ctx)
-      : tls_(std::make_unique<TlsStream>(std::move(s), ctx)) {}
+  ClientStream(tcp::socket s, SSL_CTX* ctx) : tls_(std::make_unique<TlsSocket>(std::move(s), ctx)) {}
   ClientStream(ClientStream&&) = default;
   ClientStream& operator=(ClientStream&&) = default;
 
   bool valid() const { return plain_ || tls_; }
   bool isTls() const { return tls_ != nullptr; }
-  TlsStream& tlsStream() { return *tls_; }
+  TlsSocket& tlsStream() { return *tls_; }
   DeadlineStream& tcpStream() { return tls_ ? tls_->next_layer() : *plain_; }
   tcp::socket& socket() { return tcpStream().socket(); }
   executor_type get_executor() { return tcpStream().get_executor(); }
@@ -148,10 +146,16 @@ class ClientStream {
         },
         token, b);
   }
+  // What the connection takes at once, without waiting (0: finish with
+  // async_write_some on the same bytes); see DeadlineStream and TlsSocket.
+  template <class Buffers>
+  std::size_t write_some_now(const Buffers& b, beast::error_code& ec) {
+    return tls_ ? tls_->write_some_now(b, ec) : plain_->write_some_now(b, ec);
+  }
 
  private:
   std::unique_ptr<DeadlineStream> plain_;
-  std::unique_ptr<TlsStream> tls_;
+  std::unique_ptr<TlsSocket> tls_;
 };
 
 struct ClientConn;

@@ -365,5 +365,174 @@ TEST_F(TlsRouterTest, DisabledServesHttpsOnly) {
   EXPECT_EQ(s.resp.result_int(), 200);
 }
 
+// TLS on the socket (router/tls_socket.h): the paths a quick loopback
+// exchange does not take.
+
+// A deterministic body of `n` bytes (position-dependent, so a lost, doubled
+// or reordered record shows).
+std::string patternBody(size_t n, char salt) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + static_cast<size_t>(salt)) % 26);
+  return s;
+}
+
+// A client whose receive buffer is small, for a reader the router must
+// wait on (SSL_write wants the socket writable again, many times).
+beast::error_code tlsConnectSlowReader(TlsStream& s, int port, const std::string& sni) {
+  beast::error_code ec;
+  s.next_layer().open(tcp::v4(), ec);
+  if (ec) return ec;
+  s.next_layer().set_option(asio::socket_base::receive_buffer_size(4096), ec);
+  SSL_set_tlsext_host_name(s.native_handle(), sni.c_str());
+  s.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec);
+  if (!ec) s.handshake(ssl::stream_base::client, ec);
+  return ec;
+}
+
+TEST_F(TlsRouterTest, LargeBodiesBothWaysWithASlowReaderArriveIntact) {
+  // The pod answers the upload's SHA-free fingerprint (size and a sample)
+  // followed by a 4 MiB body.
+  const std::string big = patternBody(4 << 20, 'r');
+  TestBackend pod(TestBackend::httpHandler([&big](const StringRequest& req, StringResponse& resp) {
+    resp.set("X-Upload",
+             std::to_string(req.body().size()) + ":" + req.body().substr(req.body().size() / 2, 16));
+    resp.body() = big;
+  }));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert cert = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({cert}));
+
+  asio::io_context ioc;
+  ssl::context ctx(ssl::context::tls_client);
+  TlsStream s(ioc, ctx);
+  beast::error_code ec = tlsConnectSlowReader(s, router_->tlsPort(), kHost);
+  ASSERT_FALSE(ec) << ec.message();
+  const std::string upload = patternBody(1 << 20, 'u');
+  StringRequest req(http::verb::post, "/up", 11);
+  req.set(http::field::host, kHost);
+  req.body() = upload;
+  req.prepare_payload();
+  http::write(s, req, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  std::this_thread::sleep_for(300ms);  // the router fills the socket and waits
+  beast::flat_buffer buf;
+  StringResponse resp;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(8 << 20);
+  http::read(s, buf, parser, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  resp = parser.release();
+  EXPECT_EQ(resp.result_int(), 200);
+  EXPECT_EQ(resp["X-Upload"], std::to_string(upload.size()) + ":" + upload.substr(upload.size() / 2, 16));
+  EXPECT_EQ(resp.body().size(), big.size());
+  EXPECT_TRUE(resp.body() == big) << "the 4 MiB body arrived altered";
+}
+
+TEST_F(TlsRouterTest, PipelinedRequestsInOneRecordAreAllAnswered) {
+  // Three requests in one TLS record: the router reads them ahead in one
+  // go and must answer each without waiting for the socket again.
+  TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
+    resp.body() = "seen " + std::string(req.target());
+  }));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert cert = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({cert}));
+  asio::io_context ioc;
+  ssl::context ctx(ssl::context::tls_client);
+  TlsStream s(ioc, ctx);
+  beast::error_code ec = tlsConnect(s, router_->tlsPort(), kHost);
+  ASSERT_FALSE(ec) << ec.message();
+  std::string three;
+  for (const char* t : {"/one", "/two", "/three"})
+    three += "GET " + std::string(t) + " HTTP/1.1\r\nHost: " + kHost + "\r\n\r\n";
+  asio::write(s, asio::buffer(three), ec);  // one SSL_write: one record
+  ASSERT_FALSE(ec) << ec.message();
+  beast::flat_buffer buf;
+  for (const char* t : {"/one", "/two", "/three"}) {
+    StringResponse resp;
+    http::read(s, buf, resp, ec);
+    ASSERT_FALSE(ec) << t << ": " << ec.message();
+    EXPECT_EQ(resp.body(), "seen " + std::string(t));
+  }
+}
+
+TEST_F(TlsRouterTest, AClientGoneBeforeItsResponseCostsNothingElse) {
+  // The client sends its request and closes (a FIN: TLS 1.2 leaves nothing
+  // unread) while the pod takes its time; the router then writes an 8 MiB
+  // response: the first record draws an RST, the next sends fail with EPIPE.
+  // This test binary does not ignore SIGPIPE: a send without MSG_NOSIGNAL
+  // would end it here.
+  const std::string big = patternBody(8 << 20, 'g');
+  TestBackend pod(TestBackend::httpHandler([&big](const StringRequest&, StringResponse& resp) {
+    std::this_thread::sleep_for(200ms);
+    resp.body() = big;
+  }));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert cert = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({cert}));
+  for (int round = 0; round < 3; ++round) {
+    asio::io_context ioc;
+    ssl::context ctx(ssl::context::tls_client);
+    SSL_CTX_set_max_proto_version(ctx.native_handle(), TLS1_2_VERSION);
+    TlsStream s(ioc, ctx);
+    beast::error_code ec = tlsConnect(s, router_->tlsPort(), kHost);
+    ASSERT_FALSE(ec) << ec.message();
+    StringRequest req = getRequest(kHost);
+    req.prepare_payload();
+    http::write(s, req, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    s.next_layer().close(ec);
+    std::this_thread::sleep_for(400ms);  // the pod answers; the router writes to the closed connection
+  }
+  HttpsResult r = httpsRequest(router_->tlsPort(), kHost, cert.cert, getRequest(kHost));
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.resp.body().size(), big.size());
+}
+
+TEST_F(TlsRouterTest, PlaintextOrAStalledHandshakeIsClosedAndServingGoesOn) {
+  TestBackend pod(
+      TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert cert = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({cert}));
+  const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(router_->tlsPort()));
+  asio::io_context ioc;
+  // Plain HTTP to the HTTPS port: the handshake fails; the router closes
+  // (an alert at most, never an HTTP answer).
+  {
+    tcp::socket plain(ioc);
+    plain.connect(ep);
+    asio::write(plain, asio::buffer("GET / HTTP/1.1\r\nHost: " + std::string(kHost) + "\r\n\r\n"));
+    std::string got;
+    char data[512];
+    beast::error_code ec;
+    for (;;) {
+      const size_t n = plain.read_some(asio::buffer(data), ec);
+      if (ec) break;
+      got.append(data, n);
+    }
+    EXPECT_EQ(ec, asio::error::eof) << ec.message();
+    EXPECT_EQ(got.find("HTTP/"), std::string::npos) << got;
+  }
+  // Three bytes of a ClientHello and then nothing: closed at the header
+  // timeout (5 s here), not held open.
+  {
+    tcp::socket stalled(ioc);
+    stalled.connect(ep);
+    asio::write(stalled, asio::buffer("\x16\x03\x01", 3));
+    char data[64];
+    beast::error_code ec;
+    while (!ec) stalled.read_some(asio::buffer(data), ec);
+    EXPECT_TRUE(ec == asio::error::eof || ec == asio::error::connection_reset) << ec.message();
+  }
+  HttpsResult r = httpsRequest(router_->tlsPort(), kHost, cert.cert, getRequest(kHost));
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.resp.body(), "ok");
+}
+
 }  // namespace
 }  // namespace knap::router
