@@ -80,13 +80,13 @@ awaitable<ResponseEnd> Http1Client::sendResponse(ProxiedResponse& resp, Deadline
     switch (resp.framing) {
       case Framing::kNone:
         if (resp.has_content_length && (resp.head_request || code == 304)) {
-          out += "Content-Length: " + std::to_string(resp.content_length) + "\r\n";
+          http1::appendContentLength(resp.content_length, &out);
         } else if (code >= 200 && code != 204 && code != 304) {
           out += "Content-Length: 0\r\n";
         }
         break;
       case Framing::kLength:
-        out += "Content-Length: " + std::to_string(resp.content_length) + "\r\n";
+        http1::appendContentLength(resp.content_length, &out);
         break;
       case Framing::kChunked:
       case Framing::kUntilClose:

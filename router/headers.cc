@@ -111,6 +111,7 @@ void removeHopByHop(Fields& fields, bool keep_upgrade, bool drop_length) {
 std::string synthesizeForwarded(std::string_view xff, std::string_view xfh, std::string_view xfp) {
   const Tokens nodes = splitTokens(xff);
   std::string out;
+  out.reserve(xff.size() + 16 * nodes.size() + xfh.size() + xfp.size() + 16);  // (one allocation)
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (i > 0) out += ", ";
     out += "for=";

@@ -1,6 +1,7 @@
 #include "router/http1.h"
 
 #include <array>
+#include <charconv>
 
 #include <boost/beast/core/string.hpp>
 #include <boost/container/small_vector.hpp>
@@ -532,6 +533,14 @@ size_t ChunkedDecoder::feedInto(std::string_view in, Out* data) {
     }
   }
   return i;
+}
+
+void appendContentLength(uint64_t n, std::string* out) {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof digits, n);
+  out->append("Content-Length: ", 16);
+  out->append(digits, static_cast<size_t>(r.ptr - digits));
+  out->append("\r\n", 2);
 }
 
 std::string chunkSizeLine(size_t n) {

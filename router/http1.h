@@ -120,6 +120,9 @@ class ChunkedDecoder {
 
 // Hex size line of one chunk: "1a2b\r\n".
 std::string chunkSizeLine(size_t n);
+// Appends "Content-Length: <n>\r\n" (no temporary strings: a head is built
+// on every proxied request).
+void appendContentLength(uint64_t n, std::string* out);
 
 // Appends "Name: value\r\n" for every field to `out`.
 void appendFields(const Fields& fields, std::string* out);

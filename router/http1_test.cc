@@ -235,6 +235,13 @@ TEST(Http1Chunked, SizeLine) {
   EXPECT_EQ(chunkSizeLine(65536), "10000\r\n");
 }
 
+TEST(Http1Heads, ContentLengthLine) {
+  std::string out = "x";
+  appendContentLength(0, &out);
+  appendContentLength(18446744073709551615ull, &out);
+  EXPECT_EQ(out, "xContent-Length: 0\r\nContent-Length: 18446744073709551615\r\n");
+}
+
 // A hostile head at the default 32 KiB limit (RouterOptions::max_header_bytes)
 // made of the tiniest fields the rewrite removes, and one whose Connection
 // list names thousands of fields: parsed and rewritten for the pod (in one

@@ -50,7 +50,7 @@ std::string podRequestHead(const http1::RequestHead& head, bool send_zero_length
   out += " HTTP/1.1\r\n";
   http1::appendFields(head.fields, &out);
   if (head.framing == Framing::kLength) {
-    out += "Content-Length: " + std::to_string(head.content_length) + "\r\n";
+    http1::appendContentLength(head.content_length, &out);
   } else if (head.framing == Framing::kChunked || head.framing == Framing::kUntilClose) {
     out += "Transfer-Encoding: chunked\r\n";
   } else if (send_zero_length) {

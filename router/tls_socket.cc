@@ -98,8 +98,8 @@ TlsSocket::TlsSocket(asio::ip::tcp::socket s, SSL_CTX* ctx) : tcp_(std::move(s))
   // write; a half-sent record is finished by the next SSL_write, which may
   // offer the same bytes from another address. Idle connections keep no
   // record buffers (as nginx and asio's engine do).
-  SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                         SSL_MODE_RELEASE_BUFFERS);
+  SSL_set_mode(
+      ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
   // One recv takes what has arrived (records that follow stay in OpenSSL's
   // buffer for the next SSL_read), not a record header and then its body.
   SSL_set_read_ahead(ssl_, 1);

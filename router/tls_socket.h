@@ -107,8 +107,8 @@ class TlsSocket {
       first = boost::asio::mutable_buffer(*it);
       if (first.size() > 0) break;
     }
-    return boost::asio::async_compose<Token, void(error_code, size_t)>(
-        Op<ReadIo>{this, ReadIo{first}}, token, tcp_.socket());
+    return boost::asio::async_compose<Token, void(error_code, size_t)>(Op<ReadIo>{this, ReadIo{first}}, token,
+                                                                       tcp_.socket());
   }
   template <class ConstBuffers, class Token>
   auto async_write_some(const ConstBuffers& b, Token&& token) {
