@@ -20,10 +20,10 @@ void ActivatorQueue::setEndpoints(const std::vector<std::string>& endpoints) {
   for (auto& [key, slot] : slots_) slot.ready = false;
   ready_.clear();
   for (const std::string& e : endpoints) {
-    Slot& slot = slots_[e];
-    if (slot.ready) continue;  // duplicate
-    slot.ready = true;
-    ready_.push_back(e);
+    auto it = slots_.try_emplace(e).first;
+    if (it->second.ready) continue;  // duplicate
+    it->second.ready = true;
+    ready_.push_back(it);
   }
   for (auto it = slots_.begin(); it != slots_.end();) {
     if (!it->second.ready && it->second.in_flight == 0) {
@@ -35,44 +35,44 @@ void ActivatorQueue::setEndpoints(const std::vector<std::string>& endpoints) {
   dispatchLocked();
 }
 
-std::string ActivatorQueue::pickLocked() {
+ActivatorQueue::SlotMap::iterator ActivatorQueue::pickLocked() {
   const size_t n = ready_.size();
-  if (n == 0) return "";
+  if (n == 0) return slots_.end();
   // Least in-flight among endpoints under the breaker limit; ties go to the
   // next endpoint in rotation so equal pods share the load.
-  const std::string* best = nullptr;
+  auto best = slots_.end();
   int best_load = 0;
   const size_t start = rotate_++ % n;
   for (size_t i = 0; i < n; ++i) {
-    const std::string& key = ready_[(start + i) % n];
-    const int load = slots_[key].in_flight;
+    const auto it = ready_[(start + i) % n];
+    const int load = it->second.in_flight;
     if (cc_ > 0 && load >= cc_) continue;
-    if (best == nullptr || load < best_load) {
-      best = &key;
+    if (best == slots_.end() || load < best_load) {
+      best = it;
       best_load = load;
     }
   }
-  return best == nullptr ? "" : *best;
+  return best;
 }
 
 void ActivatorQueue::dispatchLocked() {
   while (!waiters_.empty()) {
-    std::string endpoint = pickLocked();
-    if (endpoint.empty()) return;
+    const auto picked = pickLocked();
+    if (picked == slots_.end()) return;
     Waiter w = std::move(waiters_.front());
     waiters_.pop_front();
-    ++slots_[endpoint].in_flight;
-    w.cb(std::move(endpoint));
+    ++picked->second.in_flight;
+    w.cb(picked->first);
   }
 }
 
 bool ActivatorQueue::grantLocked(std::string* endpoint) {
   // FIFO: a newcomer may not overtake requests already waiting.
   if (!waiters_.empty()) return false;
-  std::string picked = pickLocked();
-  if (picked.empty()) return false;
-  ++slots_[picked].in_flight;
-  *endpoint = std::move(picked);
+  const auto picked = pickLocked();
+  if (picked == slots_.end()) return false;
+  ++picked->second.in_flight;
+  *endpoint = picked->first;
   return true;
 }
 

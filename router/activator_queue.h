@@ -99,16 +99,20 @@ class ActivatorQueue {
     Callback cb;
   };
 
-  // The ready endpoint with a free slot and the fewest in flight; "" if none.
-  std::string pickLocked();
+  using SlotMap = std::map<std::string, Slot>;
+  // The ready endpoint with a free slot and the fewest in flight
+  // (slots_.end(): none).
+  SlotMap::iterator pickLocked();
   bool grantLocked(std::string* endpoint);  // acquire()'s grant, under mu_
   void dispatchLocked();
 
   mutable std::mutex mu_;
   QueueLimits limits_;
   int cc_ = 0;
-  std::map<std::string, Slot> slots_;
-  std::vector<std::string> ready_;  // order of setEndpoints, for tie-breaking
+  SlotMap slots_;
+  // The ready ones, in setEndpoints' order (for tie-breaking); a ready
+  // slot is never erased, so the iterators stay valid.
+  std::vector<SlotMap::iterator> ready_;
   size_t rotate_ = 0;
   std::deque<Waiter> waiters_;
   uint64_t next_id_ = 1;
