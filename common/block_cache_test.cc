@@ -1,12 +1,11 @@
 #include "common/block_cache.h"
 
+#include <gtest/gtest.h>
 #include <malloc.h>
 
 #include <cstring>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace knap::block_cache {
 namespace {

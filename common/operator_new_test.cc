@@ -1,12 +1,12 @@
 // The program's operator new/delete are common/operator_new.cc's.
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <memory>
 #include <new>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "common/block_cache.h"
 
@@ -56,7 +56,8 @@ TEST(OperatorNewTest, ThreadsAllocateAndFreeAcrossEachOther) {
   std::vector<std::vector<std::string>> made(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 2000; ++i) made[t].emplace_back(1033 + (i * 97) % 15000, static_cast<char>('a' + t));
+      for (int i = 0; i < 2000; ++i)
+        made[t].emplace_back(1033 + (i * 97) % 15000, static_cast<char>('a' + t));
     });
   }
   for (auto& th : threads) th.join();
