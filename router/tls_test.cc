@@ -12,8 +12,14 @@
 
 #include <boost/asio/ssl.hpp>
 
+#include <openssl/pem.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
 #include "router/router.h"
 #include "router/test_backend.h"
+#include "router/tls_socket.h"
 
 namespace knap::router {
 namespace {
@@ -532,6 +538,173 @@ TEST_F(TlsRouterTest, PlaintextOrAStalledHandshakeIsClosedAndServingGoesOn) {
   HttpsResult r = httpsRequest(router_->tlsPort(), kHost, cert.cert, getRequest(kHost));
   ASSERT_EQ(r.error, "");
   EXPECT_EQ(r.resp.body(), "ok");
+}
+
+// Attack tests (branch attack).
+
+// A pod that answers an Upgrade with 101, then streams `blob`, then echoes
+// ("echo:" + data) what the client sends.
+TestBackend::ConnHandler blobThenEcho(const std::string& blob) {
+  return [&blob](tcp::socket& sock) {
+    beast::flat_buffer buf;
+    StringRequest req;
+    beast::error_code ec;
+    http::read(sock, buf, req, ec);
+    if (ec) return;
+    asio::write(sock,
+                asio::buffer(std::string(
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")),
+                ec);
+    asio::write(sock, asio::buffer(blob), ec);
+    if (ec) return;
+    char data[1024];
+    for (;;) {
+      const size_t n = sock.read_some(asio::buffer(data), ec);
+      if (ec) return;
+      asio::write(sock, asio::buffer("echo:" + std::string(data, n)), ec);
+    }
+  };
+}
+
+// Upgrades `s` to a tunnel; the 101's leftover bytes go to `got`.
+void upgradeOverTls(TlsStream& s, std::string& got) {
+  beast::error_code ec;
+  asio::write(s,
+              asio::buffer("GET /ws HTTP/1.1\r\nHost: " + std::string(kHost) +
+                           "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"),
+              ec);
+  ASSERT_FALSE(ec) << ec.message();
+  beast::flat_buffer buf;
+  http::response_parser<http::empty_body> p;
+  http::read_header(s, buf, p, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  ASSERT_EQ(p.get().result_int(), 101);
+  got.assign(static_cast<const char*>(buf.data().data()), buf.size());
+}
+
+// TLS 1.3 KeyUpdate (update_requested) from a WebSocket client while the
+// router's write to it is blocked (the client is not reading a large pod
+// stream): the router must answer with its own KeyUpdate once its pending
+// record is out, and the tunnel must go on. A KeyUpdate is legal at any
+// time (RFC 8446 4.6.3).
+TEST_F(TlsRouterTest, AttackKeyUpdateWhileTunnelWriteIsBlockedKeepsTheTunnel) {
+  const std::string blob = patternBody(32 << 20, 'k');
+  TestBackend pod(blobThenEcho(blob));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert cert = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({cert}));
+
+  asio::io_context ioc;
+  ssl::context ctx(ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_3_VERSION);
+  TlsStream s(ioc, ctx);
+  beast::error_code ec = tlsConnectSlowReader(s, router_->tlsPort(), kHost);
+  ASSERT_FALSE(ec) << ec.message();
+  std::string got;
+  upgradeOverTls(s, got);
+  std::this_thread::sleep_for(300ms);  // the router fills the socket and waits to write
+  ASSERT_EQ(SSL_key_update(s.native_handle(), SSL_KEY_UPDATE_REQUESTED), 1);
+  asio::write(s, asio::buffer(std::string("ping")), ec);  // the KeyUpdate goes out first
+  ASSERT_FALSE(ec) << ec.message();
+  std::this_thread::sleep_for(300ms);  // the router reads the KeyUpdate while its write waits
+  const std::string want = blob + "echo:ping";
+  char data[16384];
+  while (got.size() < want.size()) {
+    const size_t n = s.read_some(asio::buffer(data), ec);
+    if (ec) break;
+    got.append(data, n);
+  }
+  EXPECT_FALSE(ec) << "tunnel broken after " << got.size() << " of " << want.size() << " bytes: " << ec.message();
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "the tunnel's bytes arrived altered";
+}
+
+// A server SSL_CTX serving `c`.
+SSL_CTX* serverContext(const TestCert& c) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  BIO* cb = BIO_new_mem_buf(c.cert.data(), static_cast<int>(c.cert.size()));
+  X509* x = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+  BIO* kb = BIO_new_mem_buf(c.key.data(), static_cast<int>(c.key.size()));
+  EVP_PKEY* k = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+  SSL_CTX_use_certificate(ctx, x);
+  SSL_CTX_use_PrivateKey(ctx, k);
+  X509_free(x);
+  EVP_PKEY_free(k);
+  BIO_free(cb);
+  BIO_free(kb);
+  return ctx;
+}
+
+// TlsSocket's BIO keeps the socket's fd number from construction. After
+// the socket is closed (the tunnel watchdog, the drain sweep, a pump's
+// error path all close a ClientStream's socket while its TlsSocket lives
+// on), a read or write must fail as on a closed asio socket
+// (bad_descriptor) -- not recv/send on whatever the process opened since
+// under the same number.
+TEST(TlsSocketAttack, AWriteAfterCloseNeverReachesAnotherConnectionWithTheSameFd) {
+  asio::io_context ioc;
+  TestCert cert = selfSignedCert({kHost});
+  SSL_CTX* sctx = serverContext(cert);
+  tcp::acceptor acc(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::acceptor acc2(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const int port = acc.local_endpoint().port();
+  asio::io_context cioc;
+  ssl::context cctx(ssl::context::tls_client);
+  TlsStream client(cioc, cctx);
+  beast::error_code cec;
+  std::thread ct([&] { cec = tlsConnect(client, port, kHost); });
+  tcp::socket accepted = acc.accept();
+  TlsSocket ts(std::move(accepted), sctx);
+  beast::error_code hec = asio::error::would_block;
+  asio::co_spawn(ioc, [&]() -> asio::awaitable<void> { co_await ts.handshake(hec); }, asio::detached);
+  ioc.run();
+  ct.join();
+  ASSERT_FALSE(hec) << hec.message();
+  ASSERT_FALSE(cec) << cec.message();
+
+  const int old_fd = ts.next_layer().socket().native_handle();
+  ts.next_layer().close();  // e.g. tunnelWatchdog: t->client.socket().close()
+  // Another connection of the process opens now (an accept on another
+  // worker, a pod connection): the lowest free number is the one just freed.
+  tcp::socket victim(ioc);
+  victim.open(tcp::v4());
+  const int victim_fd = victim.native_handle();
+  victim.connect(acc2.local_endpoint());
+  tcp::socket victim_peer = acc2.accept();
+  ASSERT_EQ(victim_fd, old_fd) << "(the fd was not reused; the repro needs it to be)";
+
+  beast::error_code wec;
+  size_t wn = 0;
+  bool done = false;
+  ts.async_write_some(asio::buffer(std::string("secret tunnel bytes")), [&](beast::error_code e, size_t n) {
+    wec = e;
+    wn = n;
+    done = true;
+  });
+  ioc.restart();
+  ioc.run();
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(wec) << "a write on a closed TlsSocket succeeded (" << wn << " bytes)";
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(victim_peer.available(), 0u) << "the closed TlsSocket's record went to an unrelated connection";
+
+  // And a read takes the unrelated connection's bytes.
+  asio::write(victim_peer, asio::buffer(std::string("the victim's request")));
+  std::this_thread::sleep_for(50ms);
+  char data[256];
+  beast::error_code rec;
+  done = false;
+  ts.async_read_some(asio::buffer(data), [&](beast::error_code e, size_t) {
+    rec = e;
+    done = true;
+  });
+  ioc.restart();
+  ioc.run();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(victim.available(), std::string("the victim's request").size())
+      << "the closed TlsSocket consumed the victim connection's bytes (read ended: " << rec.message() << ")";
+  SSL_CTX_free(sctx);
 }
 
 }  // namespace
