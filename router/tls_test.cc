@@ -8,6 +8,10 @@
 #include <openssl/x509.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include <boost/asio/ssl.hpp>
@@ -705,6 +709,124 @@ TEST(TlsSocketAttack, AWriteAfterCloseNeverReachesAnotherConnectionWithTheSameFd
   EXPECT_EQ(victim.available(), std::string("the victim's request").size())
       << "the closed TlsSocket consumed the victim connection's bytes (read ended: " << rec.message() << ")";
   SSL_CTX_free(sctx);
+}
+
+size_t openFds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Each socket fd of this process as "local_port->remote_port state".
+std::string fdReport() {
+  std::map<std::string, std::string> by_inode;
+  for (const char* f : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(f);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string sl, local, remote, st, q, t, retr, uid, timeout, inode;
+      ls >> sl >> local >> remote >> st >> q >> t >> retr >> uid >> timeout >> inode;
+      auto port = [](const std::string& a) { return std::to_string(std::stoi(a.substr(a.find(':') + 1), nullptr, 16)); };
+      by_inode[inode] = port(local) + "->" + port(remote) + " st=" + st;
+    }
+  }
+  std::string out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (target.rfind("socket:[", 0) != 0) continue;
+    const std::string inode = target.substr(8, target.size() - 9);
+    out += e.path().filename().string() + ": " + (by_inode.count(inode) ? by_inode[inode] : "?") + "\n";
+  }
+  return out;
+}
+
+// A client that never reads a 32 MiB response is dropped at
+// client_io_timeout; its connection and pod connection are released (no fd
+// left behind), and TLS connections aborted at every stage leave no fd.
+TEST_F(TlsRouterTest, AttackANonReadingClientIsDroppedAndAbortedConnectionsLeakNoFd) {
+  const std::string big = patternBody(32 << 20, 'n');
+  TestBackend pod(TestBackend::httpHandler([&big](const StringRequest&, StringResponse& resp) { resp.body() = big; }));
+  RouterOptions o;
+  o.address = "127.0.0.1";
+  o.port = 0;
+  o.tls_address = "127.0.0.1";
+  o.tls_port = 0;
+  o.admin_port = 0;
+  o.threads = 2;
+  o.header_read_timeout = 2s;
+  o.client_io_timeout = 2s;
+  router_ = std::make_unique<Router>(o, RealTimeSource::instance());
+  ASSERT_TRUE(router_->start().isOk());
+  RouteSpec r;
+  r.namespace_name = "default";
+  r.name = "hello";
+  r.hosts = {kHost};
+  r.traffic = {{kRev, 100, ""}};
+  router_->setRoutingTable(*RoutingTable::build({r}, "hash-1"));
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert cert = selfSignedCert({kHost});
+  router_->setCertificates(tableOf({cert}));
+  // Warm up (the pool's first pod connection, OpenSSL's lazy tables).
+  ASSERT_EQ(httpsRequest(router_->tlsPort(), kHost, cert.cert, getRequest(kHost, "/warm")).error, "");
+  std::this_thread::sleep_for(200ms);
+  const size_t base = openFds();
+  const int pod_conns_at_base = pod.connections();
+  // (TestBackend keeps each accepted pod socket open until it is destroyed.)
+  auto podFds = [&] { return static_cast<size_t>(pod.connections() - pod_conns_at_base); };
+  {
+    asio::io_context ioc;
+    ssl::context ctx(ssl::context::tls_client);
+    TlsStream s(ioc, ctx);
+    ASSERT_FALSE(tlsConnectSlowReader(s, router_->tlsPort(), kHost));
+    StringRequest req = getRequest(kHost);
+    req.prepare_payload();
+    beast::error_code ec;
+    http::write(s, req, ec);
+    ASSERT_FALSE(ec);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (router_->openConnections() > 0 && std::chrono::steady_clock::now() - t0 < 10s)
+      std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(router_->openConnections(), 0u) << "a client that never reads is still held after 10 s";
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 6s);
+  }
+  const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(router_->tlsPort()));
+  for (int round = 0; round < 20; ++round) {
+    asio::io_context ioc;
+    ssl::context ctx(ssl::context::tls_client);
+    for (int stage = 0; stage < 5; ++stage) {
+      TlsStream s(ioc, ctx);
+      beast::error_code ec;
+      s.next_layer().connect(ep, ec);
+      ASSERT_FALSE(ec);
+      if (stage == 0) {
+        asio::write(s.next_layer(), asio::buffer("\x16\x03\x01\x02\x00\x01", 6), ec);  // half a ClientHello
+      } else {
+        SSL_set_tlsext_host_name(s.native_handle(), kHost);
+        s.handshake(ssl::stream_base::client, ec);
+        ASSERT_FALSE(ec) << ec.message();
+        if (stage >= 2) asio::write(s, asio::buffer(std::string("POST / HTTP/1.1\r\nHost: ") + kHost +
+                                                    "\r\nContent-Length: 100000\r\n\r\npartial"), ec);
+        if (stage == 3) asio::write(s.next_layer(), asio::buffer("\x17\x03\x03\x40\x00zz", 7), ec);  // half a record
+        if (stage == 4) SSL_shutdown(s.native_handle());  // close_notify mid-body
+      }
+      // An RST (linger 0) for half of them, a FIN for the others.
+      if (round % 2 == 0) s.next_layer().set_option(asio::socket_base::linger(true, 0), ec);
+      s.next_layer().close(ec);
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((router_->openConnections() > 0 || openFds() > base + podFds()) && std::chrono::steady_clock::now() - t0 < 8s)
+    std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(router_->openConnections(), 0u);
+  EXPECT_LE(openFds(), base + podFds()) << "fds grew over aborted TLS connections; pod port " << pod.port()
+                             << ", router https " << router_->tlsPort() << ", http " << router_->port() << "\n"
+                             << fdReport();
+  HttpsResult after = httpsRequest(router_->tlsPort(), kHost, cert.cert, getRequest(kHost));
+  EXPECT_EQ(after.error, "");
+  EXPECT_EQ(after.resp.body().size(), big.size());
 }
 
 }  // namespace
