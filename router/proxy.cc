@@ -390,7 +390,20 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     }
     beast::error_code read_ec;
     std::string framing_error;
-    const RelayEnd sent = co_await client.sendRequest(*up, pod_head, req_relay, read_ec, framing_error);
+    RelayEnd sent = RelayEnd::kWriteFailed;
+    if (!has_body) {
+      // A head alone (most requests): written here when the socket takes
+      // it at once, as relayBody would, without its coroutine frames.
+      armDeadline(*up, first_byte_deadline);
+      beast::error_code wec;
+      const size_t now = up->write_some_now(asio::buffer(pod_head), wec);
+      if (!wec && now < pod_head.size()) {
+        co_await asio::async_write(*up, asio::buffer(pod_head.data() + now, pod_head.size() - now), tok(wec));
+      }
+      sent = wec ? RelayEnd::kWriteFailed : RelayEnd::kDone;
+    } else {
+      sent = co_await client.sendRequest(*up, pod_head, req_relay, read_ec, framing_error);
+    }
     if (sent == RelayEnd::kBadFraming) {
       // The pod saw a partial request; its connection is dropped with `up`.
       const std::string msg = "malformed request body: " + framing_error;
@@ -408,8 +421,26 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
     }
     http1::Parse p = http1::Parse::kIncomplete;
     if (sent == RelayEnd::kDone) {
-      p = co_await readResponseHead(*up, ubuf, head_request, rh, first_byte_deadline, ec);
-      if (p == http1::Parse::kDone) break;
+      if (ubuf.size() == 0) {
+        // The usual case, here rather than in readResponseHead's frame: one
+        // read brings the whole head (not an interim 1xx).
+        up->expires_at(first_byte_deadline);
+        const size_t n = co_await up->async_read_some(ubuf.prepare(kHeadReadBytes), tok(ec));
+        ubuf.commit(ec ? 0 : n);
+        if (!ec) {
+          if (attempt > 0) rh = http1::ResponseHead();
+          p = http1::parseResponseHead(bufView(ubuf), head_request, &rh);
+          if (p == http1::Parse::kDone && rh.status >= 100 && rh.status < 200 && rh.status != 101) {
+            p = http1::Parse::kIncomplete;  // an interim answer: readResponseHead skips it
+          } else if (p == http1::Parse::kDone) {
+            break;
+          }
+        }
+      }
+      if (!ec && p != http1::Parse::kError) {
+        p = co_await readResponseHead(*up, ubuf, head_request, rh, first_byte_deadline, ec);
+        if (p == http1::Parse::kDone) break;
+      }
     }
     // A pooled connection the pod closed meanwhile: retry once on a fresh
     // one when nothing of the body was consumed and the pod said nothing.

@@ -19,8 +19,12 @@ namespace {
 
 namespace asio = boost::asio;
 
+// The socket's descriptor now, -1 once it is closed: the BIO holds the
+// socket, not a number the process may have given to another connection
+// since (a tunnel's watchdog or the drain sweep close a client socket while
+// its TlsSocket lives on).
 int fdOf(BIO* b) {
-  return static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b)));
+  return static_cast<asio::ip::tcp::socket*>(BIO_get_data(b))->native_handle();
 }
 
 // The socket BIO: recv, and send without SIGPIPE. A would-block is a retry
@@ -28,8 +32,13 @@ int fdOf(BIO* b) {
 // reports them, errno kept).
 int bioWrite(BIO* b, const char* data, size_t len, size_t* written) {
   BIO_clear_retry_flags(b);
+  const int fd = fdOf(b);
+  if (fd < 0) {
+    errno = EBADF;
+    return 0;
+  }
   for (;;) {
-    const ssize_t n = ::send(fdOf(b), data, len, MSG_NOSIGNAL);
+    const ssize_t n = ::send(fd, data, len, MSG_NOSIGNAL);
     if (n >= 0) {
       *written = static_cast<size_t>(n);
       return 1;
@@ -42,8 +51,13 @@ int bioWrite(BIO* b, const char* data, size_t len, size_t* written) {
 
 int bioRead(BIO* b, char* data, size_t len, size_t* read) {
   BIO_clear_retry_flags(b);
+  const int fd = fdOf(b);
+  if (fd < 0) {
+    errno = EBADF;
+    return 0;
+  }
   for (;;) {
-    const ssize_t n = ::recv(fdOf(b), data, len, 0);
+    const ssize_t n = ::recv(fd, data, len, 0);
     if (n > 0) {
       *read = static_cast<size_t>(n);
       return 1;
@@ -62,6 +76,13 @@ long bioCtrl(BIO*, int cmd, long, void*) {
 int bioCreate(BIO* b) {
   BIO_set_init(b, 1);
   return 1;
+}
+
+// SSL_get_error reads the thread's error queue, which must be empty before
+// the call; every failure path here clears it, but another user of OpenSSL
+// on the worker thread may not have. (Peeking is cheaper than clearing.)
+void clearStaleErrors() {
+  if (ERR_peek_error() != 0) ERR_clear_error();
 }
 
 const BIO_METHOD* socketMethod() {
@@ -91,7 +112,7 @@ TlsSocket::TlsSocket(asio::ip::tcp::socket s, SSL_CTX* ctx) : tcp_(std::move(s))
     ssl_ = nullptr;
     return;
   }
-  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(tcp_.socket().native_handle())));
+  BIO_set_data(bio, &tcp_.socket());  // (TlsSocket does not move: the address stays)
   SSL_set_bio(ssl_, bio, bio);
   SSL_set_accept_state(ssl_);
   // Partial writes: SSL_write returns once a record is out, like a socket
@@ -145,6 +166,7 @@ TlsSocket::Step TlsSocket::tryRead(asio::mutable_buffer b, size_t* n, error_code
     return Step::kDone;
   }
   if (b.size() == 0) return Step::kDone;
+  clearStaleErrors();
   errno = 0;
   const int ret = SSL_read_ex(ssl_, b.data(), b.size(), n);
   if (ret == 1) return Step::kDone;
@@ -159,6 +181,7 @@ TlsSocket::Step TlsSocket::tryWriteBytes(const void* data, size_t len, size_t* n
     *ec = asio::error::no_memory;
     return Step::kDone;
   }
+  clearStaleErrors();
   errno = 0;
   const int ret = SSL_write_ex(ssl_, data, len, n);
   if (ret == 1) return Step::kDone;
@@ -173,6 +196,7 @@ asio::awaitable<void> TlsSocket::handshake(error_code& ec) {
     co_return;
   }
   for (;;) {
+    clearStaleErrors();
     errno = 0;
     const int ret = SSL_do_handshake(ssl_);
     if (ret == 1) co_return;

@@ -4,6 +4,7 @@
 // TLS, TLS < 1.2 refused, and config-network http-protocol (Redirected,
 // Disabled) on the plain listener.
 #include <gtest/gtest.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
@@ -14,12 +15,9 @@
 #include <sstream>
 #include <thread>
 
-#include <boost/asio/ssl.hpp>
-
-#include <openssl/pem.h>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ssl.hpp>
 
 #include "router/router.h"
 #include "router/test_backend.h"
@@ -591,7 +589,7 @@ void upgradeOverTls(TlsStream& s, std::string& got) {
 // stream): the router must answer with its own KeyUpdate once its pending
 // record is out, and the tunnel must go on. A KeyUpdate is legal at any
 // time (RFC 8446 4.6.3).
-TEST_F(TlsRouterTest, AttackKeyUpdateWhileTunnelWriteIsBlockedKeepsTheTunnel) {
+TEST_F(TlsRouterTest, KeyUpdateWhileATunnelWriteIsBlockedKeepsTheTunnel) {
   const std::string blob = patternBody(32 << 20, 'k');
   TestBackend pod(blobThenEcho(blob));
   startRouter();
@@ -619,7 +617,8 @@ TEST_F(TlsRouterTest, AttackKeyUpdateWhileTunnelWriteIsBlockedKeepsTheTunnel) {
     if (ec) break;
     got.append(data, n);
   }
-  EXPECT_FALSE(ec) << "tunnel broken after " << got.size() << " of " << want.size() << " bytes: " << ec.message();
+  EXPECT_FALSE(ec) << "tunnel broken after " << got.size() << " of " << want.size()
+                   << " bytes: " << ec.message();
   EXPECT_EQ(got.size(), want.size());
   EXPECT_TRUE(got == want) << "the tunnel's bytes arrived altered";
 }
@@ -640,13 +639,12 @@ SSL_CTX* serverContext(const TestCert& c) {
   return ctx;
 }
 
-// TlsSocket's BIO keeps the socket's fd number from construction. After
-// the socket is closed (the tunnel watchdog, the drain sweep, a pump's
+// After a TlsSocket's socket is closed (the tunnel watchdog, the drain sweep, a pump's
 // error path all close a ClientStream's socket while its TlsSocket lives
 // on), a read or write must fail as on a closed asio socket
 // (bad_descriptor) -- not recv/send on whatever the process opened since
 // under the same number.
-TEST(TlsSocketAttack, AWriteAfterCloseNeverReachesAnotherConnectionWithTheSameFd) {
+TEST(TlsSocketTest, AWriteAfterCloseNeverReachesAnotherConnectionWithTheSameFd) {
   asio::io_context ioc;
   TestCert cert = selfSignedCert({kHost});
   SSL_CTX* sctx = serverContext(cert);
@@ -661,7 +659,8 @@ TEST(TlsSocketAttack, AWriteAfterCloseNeverReachesAnotherConnectionWithTheSameFd
   tcp::socket accepted = acc.accept();
   TlsSocket ts(std::move(accepted), sctx);
   beast::error_code hec = asio::error::would_block;
-  asio::co_spawn(ioc, [&]() -> asio::awaitable<void> { co_await ts.handshake(hec); }, asio::detached);
+  asio::co_spawn(
+      ioc, [&]() -> asio::awaitable<void> { co_await ts.handshake(hec); }, asio::detached);
   ioc.run();
   ct.join();
   ASSERT_FALSE(hec) << hec.message();
@@ -728,7 +727,9 @@ std::string fdReport() {
       std::istringstream ls(line);
       std::string sl, local, remote, st, q, t, retr, uid, timeout, inode;
       ls >> sl >> local >> remote >> st >> q >> t >> retr >> uid >> timeout >> inode;
-      auto port = [](const std::string& a) { return std::to_string(std::stoi(a.substr(a.find(':') + 1), nullptr, 16)); };
+      auto port = [](const std::string& a) {
+        return std::to_string(std::stoi(a.substr(a.find(':') + 1), nullptr, 16));
+      };
       by_inode[inode] = port(local) + "->" + port(remote) + " st=" + st;
     }
   }
@@ -746,9 +747,10 @@ std::string fdReport() {
 // A client that never reads a 32 MiB response is dropped at
 // client_io_timeout; its connection and pod connection are released (no fd
 // left behind), and TLS connections aborted at every stage leave no fd.
-TEST_F(TlsRouterTest, AttackANonReadingClientIsDroppedAndAbortedConnectionsLeakNoFd) {
+TEST_F(TlsRouterTest, ANonReadingClientIsDroppedAndAbortedConnectionsLeakNoFd) {
   const std::string big = patternBody(32 << 20, 'n');
-  TestBackend pod(TestBackend::httpHandler([&big](const StringRequest&, StringResponse& resp) { resp.body() = big; }));
+  TestBackend pod(
+      TestBackend::httpHandler([&big](const StringRequest&, StringResponse& resp) { resp.body() = big; }));
   RouterOptions o;
   o.address = "127.0.0.1";
   o.port = 0;
@@ -807,9 +809,13 @@ TEST_F(TlsRouterTest, AttackANonReadingClientIsDroppedAndAbortedConnectionsLeakN
         SSL_set_tlsext_host_name(s.native_handle(), kHost);
         s.handshake(ssl::stream_base::client, ec);
         ASSERT_FALSE(ec) << ec.message();
-        if (stage >= 2) asio::write(s, asio::buffer(std::string("POST / HTTP/1.1\r\nHost: ") + kHost +
-                                                    "\r\nContent-Length: 100000\r\n\r\npartial"), ec);
-        if (stage == 3) asio::write(s.next_layer(), asio::buffer("\x17\x03\x03\x40\x00zz", 7), ec);  // half a record
+        if (stage >= 2)
+          asio::write(s,
+                      asio::buffer(std::string("POST / HTTP/1.1\r\nHost: ") + kHost +
+                                   "\r\nContent-Length: 100000\r\n\r\npartial"),
+                      ec);
+        if (stage == 3)
+          asio::write(s.next_layer(), asio::buffer("\x17\x03\x03\x40\x00zz", 7), ec);  // half a record
         if (stage == 4) SSL_shutdown(s.native_handle());  // close_notify mid-body
       }
       // An RST (linger 0) for half of them, a FIN for the others.
@@ -818,12 +824,14 @@ TEST_F(TlsRouterTest, AttackANonReadingClientIsDroppedAndAbortedConnectionsLeakN
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  while ((router_->openConnections() > 0 || openFds() > base + podFds()) && std::chrono::steady_clock::now() - t0 < 8s)
+  while ((router_->openConnections() > 0 || openFds() > base + podFds()) &&
+         std::chrono::steady_clock::now() - t0 < 8s)
     std::this_thread::sleep_for(100ms);
   EXPECT_EQ(router_->openConnections(), 0u);
-  EXPECT_LE(openFds(), base + podFds()) << "fds grew over aborted TLS connections; pod port " << pod.port()
-                             << ", router https " << router_->tlsPort() << ", http " << router_->port() << "\n"
-                             << fdReport();
+  EXPECT_LE(openFds(), base + podFds())
+      << "fds grew over aborted TLS connections; pod port " << pod.port() << ", router https "
+      << router_->tlsPort() << ", http " << router_->port() << "\n"
+      << fdReport();
   HttpsResult after = httpsRequest(router_->tlsPort(), kHost, cert.cert, getRequest(kHost));
   EXPECT_EQ(after.error, "");
   EXPECT_EQ(after.resp.body().size(), big.size());
