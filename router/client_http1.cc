@@ -4,6 +4,7 @@
 // decided here, an Upgrade turned into a tunnel.
 #include <sys/socket.h>
 
+#include <array>
 #include <cerrno>
 #include <utility>
 
@@ -128,6 +129,25 @@ awaitable<ResponseEnd> Http1Client::sendResponse(ProxiedResponse& resp, Deadline
       asio::co_spawn(w_.ioc, impl_.tunnelWatchdog(tunnel), asio::detached);
     }
     co_return ResponseEnd{};
+  }
+
+  // The usual answer: no body, or all of it read with the head. Head and
+  // body go out at once, without relayBody's frame (as relayBody would: one
+  // write, the rest asynchronously, the body's bytes consumed).
+  const std::string_view have = bufView(ubuf);
+  if (body.framing == Framing::kNone || (body.framing == Framing::kLength && have.size() >= body.length)) {
+    const size_t body_bytes = body.framing == Framing::kLength ? static_cast<size_t>(body.length) : 0;
+    const std::array<asio::const_buffer, 2> bufs{asio::buffer(out), asio::buffer(have.data(), body_bytes)};
+    armDeadline(client_, body.write_deadline());
+    beast::error_code ec;
+    const size_t now = client_.write_some_now(bufs, ec);
+    if (!ec && now < out.size() + body_bytes) {
+      beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(bufs);
+      rest.consume(now);
+      co_await asio::async_write(client_, rest, tok(ec));
+    }
+    ubuf.consume(body_bytes);
+    co_return ResponseEnd{!ec, keep};
   }
 
   body.chunked_out = chunked_out;
