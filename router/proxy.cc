@@ -209,7 +209,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
   if (host.empty()) {
     co_return co_await writeLocal(client, http::status::bad_request, "missing Host header", false);
   }
-  std::shared_ptr<const RoutingTable> tbl = snapshot();
+  std::shared_ptr<const RoutingTable> tbl = workerSnapshot(w);
   auto probe = head.fields.find(kProbeHeader);
   if (probe != head.fields.end()) {
     std::string value(probe->value());

@@ -163,17 +163,24 @@ std::shared_ptr<RevisionState> Router::Impl::findRevision(const std::string& rev
 }
 
 Counter* RevisionState::requestsCounter(RouterMetrics& m, const std::string& revision, int code) {
+  if (code == 200) {
+    if (Counter* c = ok_counter.load(std::memory_order_acquire)) return c;
+  }
   std::lock_guard<std::mutex> lock(cells_mu);
   for (const auto& [c, cell] : by_code) {
     if (c == code) return cell.get();
   }
   by_code.emplace_back(code, m.requests_total.with({revision, std::to_string(code)}));
-  return by_code.back().second.get();
+  Counter* made = by_code.back().second.get();
+  if (code == 200) ok_counter.store(made, std::memory_order_release);
+  return made;
 }
 
 Histogram* RevisionState::durationHistogram(RouterMetrics& m, const std::string& revision) {
+  if (Histogram* h = duration_cell.load(std::memory_order_acquire)) return h;
   std::lock_guard<std::mutex> lock(cells_mu);
   if (!duration) duration = m.request_duration.with({revision});
+  duration_cell.store(duration.get(), std::memory_order_release);
   return duration.get();
 }
 
@@ -731,6 +738,7 @@ void Router::setRoutingTable(std::shared_ptr<const RoutingTable> table) {
     std::lock_guard<std::mutex> lock(impl_->table_mu);
     impl_->table = std::move(table);
     impl_->table_set = true;
+    impl_->table_version.fetch_add(1, std::memory_order_release);
     waiters.swap(impl_->table_waiters);
   }
   for (auto& ws : waiters) ws->deliver(std::string());  // requests held for the first table

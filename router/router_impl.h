@@ -98,6 +98,10 @@ struct RevisionState {
   std::mutex cells_mu;
   std::vector<std::pair<int, std::shared_ptr<Counter>>> by_code;  // under cells_mu; a few codes
   std::shared_ptr<Histogram> duration;                            // under cells_mu
+  // The cells of every request that answers 200, read without the mutex
+  // once set (owned by by_code / duration above).
+  std::atomic<Counter*> ok_counter{nullptr};
+  std::atomic<Histogram*> duration_cell{nullptr};
 };
 
 // The client side of a connection: plain TCP, or TLS over it (the HTTPS
@@ -176,6 +180,10 @@ struct Worker {
   std::thread thread;
   size_t index;
   UpstreamPool pool;  // touched only on this worker's thread
+  // The routing table this worker's requests use (Impl::workerSnapshot);
+  // this worker's thread only.
+  std::shared_ptr<const RoutingTable> table_cache;
+  uint64_t table_seen = 0;
 };
 
 struct Listener {
@@ -263,6 +271,17 @@ struct Router::Impl {
   std::shared_ptr<const RoutingTable> snapshot() const {
     std::lock_guard<std::mutex> lock(table_mu);
     return table;
+  }
+  // The table for a request on worker `w`: the worker's copy, taken again
+  // only when setRoutingTable has run since (no lock per request). An idle
+  // worker keeps the table it last used until its next request.
+  std::shared_ptr<const RoutingTable> workerSnapshot(Worker& w) {
+    const uint64_t v = table_version.load(std::memory_order_acquire);
+    if (v != w.table_seen || !w.table_cache) {
+      w.table_cache = snapshot();
+      w.table_seen = v;
+    }
+    return w.table_cache;
   }
   std::shared_ptr<RevisionState> revisionState(const std::string& revision);
   std::shared_ptr<RevisionState> findRevision(const std::string& revision) const;
@@ -362,6 +381,7 @@ struct Router::Impl {
 
   mutable std::mutex table_mu;
   std::shared_ptr<const RoutingTable> table;
+  std::atomic<uint64_t> table_version{0};                 // bumped under table_mu after `table` changes
   bool table_set = false;                                 // under table_mu: setRoutingTable() was called
   std::vector<std::shared_ptr<WaitState>> table_waiters;  // under table_mu: requests held for it
   mutable std::mutex rev_mu;
