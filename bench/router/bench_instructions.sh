@@ -100,13 +100,14 @@ for proto in http https; do
   report "knap router $proto" "$n" "$WORK/knap.$proto.cg"
 done
 
-# nginx, one worker, the same pod; HTTPS with a self-signed certificate for the host.
+# nginx, one worker, the same pod; HTTPS with a self-signed certificate for the host,
+# TLS 1.2 and 1.3 as knap (nginx 1.22's default protocols stop at TLS 1.2).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=$HOST" \
   -addext "subjectAltName=DNS:$HOST" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
 for proto in http https; do
   port=$(free_port)
   listen="listen 127.0.0.1:$port;"
-  [[ $proto == https ]] && listen="listen 127.0.0.1:$port ssl; ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem;"
+  [[ $proto == https ]] && listen="listen 127.0.0.1:$port ssl; ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem; ssl_protocols TLSv1.2 TLSv1.3;"
   mkdir -p "$WORK/nginx.$proto"
   cat >"$WORK/nginx.$proto/nginx.conf" <<EOF
 worker_processes 1; daemon off; master_process off; pid $WORK/nginx.$proto/nginx.pid; error_log $WORK/nginx.$proto/err;
