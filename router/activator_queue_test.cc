@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <map>
+#include <memory>
 #include <optional>
+#include <random>
+#include <set>
 
 namespace knap::router {
 namespace {
@@ -209,5 +214,123 @@ TEST_F(ActivatorQueueTest, ShutdownFailsEveryWaiter) {
   EXPECT_EQ(q.queued(), 0u);
 }
 
+
+// --- review of b10efdf: ready endpoints held as map iterators ---------------
+
+// Duplicates in setEndpoints count once; a removed-then-readded endpoint
+// keeps its in-flight count (same slot, iterator re-pushed).
+TEST_F(ActivatorQueueTest, DuplicatesAndReaddWhileDraining) {
+  ActivatorQueue q({10, seconds(60)});
+  q.setContainerConcurrency(1);
+  q.setEndpoints({"a:1", "a:1", "b:1", "a:1"});
+  EXPECT_EQ(q.endpointCount(), 2u);
+  Outcome x;
+  ASSERT_EQ(q.acquire(now(), never(), x.cb()).outcome, ActivatorQueue::Outcome::kGranted);
+  ASSERT_EQ(q.acquire(now(), never(), x.cb()).outcome, ActivatorQueue::Outcome::kGranted);
+  EXPECT_EQ(q.inFlight("a:1"), 1);
+  EXPECT_EQ(q.inFlight("b:1"), 1);
+  q.setEndpoints({"b:1"});            // a:1 draining (kept: 1 in flight)
+  q.setEndpoints({"a:1", "b:1"});     // a:1 back, same slot
+  EXPECT_EQ(q.inFlight("a:1"), 1);
+  Outcome w;
+  EXPECT_EQ(q.acquire(now(), never(), w.cb()).outcome, ActivatorQueue::Outcome::kQueued);
+  q.release("a:1");                   // ready again: not erased, waiter gets it
+  ASSERT_TRUE(w.granted());
+  EXPECT_EQ(w.endpoint(), "a:1");
+  q.setEndpoints({});                 // a:1 (1) and b:1 (1) draining
+  EXPECT_EQ(q.endpointCount(), 0u);
+  q.release("a:1");                   // erased
+  q.release("a:1");                   // unknown now: ignored
+  q.setEndpoints({"c:1", "a:1"});     // a:1 is a new slot
+  EXPECT_EQ(q.inFlight("a:1"), 0);
+  EXPECT_EQ(q.inFlight("b:1"), 1);
+  EXPECT_EQ(q.totalInFlight(), 1);
+  q.release("b:1");
+  EXPECT_EQ(q.totalInFlight(), 0);
+}
+
+// Random operations against a model (run under ASan to catch a stale map
+// iterator in ready_): grants only ever name ready endpoints under the
+// limit, in-flight counts match, waiters are served FIFO.
+TEST_F(ActivatorQueueTest, RandomOpsMatchModel) {
+  std::mt19937 rng(12345);
+  const std::vector<std::string> names = {"a:1", "b:1", "c:1", "d:1", "e:1"};
+  for (int round = 0; round < 200; ++round) {
+    ActivatorQueue q({50, seconds(60)});
+    int cc = static_cast<int>(rng() % 3);
+    q.setContainerConcurrency(cc);
+    std::set<std::string> ready;
+    std::map<std::string, int> held;  // granted, not yet released
+    std::deque<std::shared_ptr<Outcome>> waiting;
+    auto absorb = [&] {
+      // Waiters granted since: FIFO (a granted one never follows an ungranted one).
+      bool seen_ungranted = false;
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        if ((*it)->got) {
+          EXPECT_FALSE(seen_ungranted) << "not FIFO";
+          ASSERT_TRUE((*it)->granted());
+          const std::string e = (*it)->endpoint();
+          EXPECT_TRUE(ready.count(e)) << e;
+          ++held[e];
+          it = waiting.erase(it);
+        } else {
+          seen_ungranted = true;
+          ++it;
+        }
+      }
+    };
+    for (int step = 0; step < 300; ++step) {
+      switch (rng() % 6) {
+        case 0: {  // new endpoint set, maybe with duplicates
+          std::vector<std::string> eps;
+          ready.clear();
+          const int k = static_cast<int>(rng() % 6);
+          for (int i = 0; i < k; ++i) {
+            eps.push_back(names[rng() % names.size()]);
+            ready.insert(eps.back());
+          }
+          q.setEndpoints(eps);
+          break;
+        }
+        case 1:
+        case 2: {
+          auto o = std::make_shared<Outcome>();
+          auto acq = q.acquire(now(), never(), o->cb());
+          if (acq.outcome == ActivatorQueue::Outcome::kGranted) {
+            EXPECT_TRUE(ready.count(acq.endpoint)) << acq.endpoint;
+            ++held[acq.endpoint];
+          } else if (acq.outcome == ActivatorQueue::Outcome::kQueued) {
+            waiting.push_back(o);
+          }
+          break;
+        }
+        case 3:
+        case 4: {
+          if (held.empty()) break;
+          auto it = held.begin();
+          std::advance(it, rng() % held.size());
+          const std::string e = it->first;
+          if (--it->second == 0) held.erase(it);
+          q.release(e);
+          break;
+        }
+        case 5:
+          cc = static_cast<int>(rng() % 3);
+          q.setContainerConcurrency(cc);
+          break;
+      }
+      absorb();
+      int total = 0;
+      for (const auto& [e, n] : held) {
+        EXPECT_EQ(q.inFlight(e), n) << e;
+        total += n;
+      }
+      EXPECT_EQ(q.totalInFlight(), total);
+      EXPECT_EQ(q.endpointCount(), ready.size());
+      EXPECT_EQ(q.queued(), waiting.size());
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
 }  // namespace
 }  // namespace knap::router

@@ -1540,5 +1540,305 @@ TEST_F(RouterTest, SparePodBufferCarriesNothingIntoTheNextExchange) {
   }
 }
 
+
+// --- review of 569f8d2: the bodiless request's inline head write / read ------
+//
+// A scripted pod: each accepted connection gets an index (0, 1, ...); the
+// script reads request heads (no bodies: only bodiless requests here) and
+// answers with the raw bytes the test gives for (connection, request).
+
+// Reads one request head; false on EOF/error.
+bool readRequestHead(tcp::socket& s, std::string& buf, std::string* head) {
+  beast::error_code ec;
+  for (;;) {
+    const size_t end = buf.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      *head = buf.substr(0, end + 4);
+      buf.erase(0, end + 4);
+      return true;
+    }
+    char data[4096];
+    const size_t n = s.read_some(asio::buffer(data), ec);
+    if (ec) return false;
+    buf.append(data, n);
+  }
+}
+
+// One step of a pod's answer: bytes to write, then a pause.
+struct PodStep {
+  std::string bytes;
+  std::chrono::milliseconds pause{0};
+  bool close = false;  // close the connection after this step
+};
+// (connection index, request index on it) -> steps; an empty list: close
+// without answering.
+using PodScript = std::function<std::vector<PodStep>(int conn, int req, const std::string& head)>;
+
+TestBackend::ConnHandler scriptedPod(std::shared_ptr<std::atomic<int>> conns, PodScript script) {
+  return [conns, script](tcp::socket& sock) {
+    const int conn = conns->fetch_add(1);
+    std::string buf, head;
+    for (int req = 0; readRequestHead(sock, buf, &head); ++req) {
+      const std::vector<PodStep> steps = script(conn, req, head);
+      if (steps.empty()) return;  // close unanswered
+      beast::error_code ec;
+      for (const PodStep& st : steps) {
+        if (!st.bytes.empty()) asio::write(sock, asio::buffer(st.bytes), ec);
+        if (ec) return;
+        if (st.pause.count() > 0) std::this_thread::sleep_for(st.pause);
+        if (st.close) return;
+      }
+    }
+  };
+}
+
+StringRequest bodilessRequest(http::verb v = http::verb::get, const std::string& target = "/") {
+  StringRequest req{v, target, 11};
+  req.set(http::field::host, kHost);
+  req.keep_alive(true);
+  return req;
+}
+
+class PodHeadPathTest : public RouterTest {
+ protected:
+  void startOneWorker() {
+    RouterOptions o = defaultOptions();
+    o.threads = 1;  // one worker: one pool, one set of spare buffers
+    startRouter(o);
+    setRoutes({helloRoute()});
+  }
+};
+
+const char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+// 103 Early Hints in its own read, the final head in a later one: the 103
+// is skipped (its fields do not leak) and the connection is pooled after.
+TEST_F(PodHeadPathTest, EarlyHintsInItsOwnReadThenFinal) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int, int req, const std::string&) {
+    if (req == 0) {
+      return std::vector<PodStep>{{"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\nX-Hint: 1\r\n\r\n", 50ms},
+                                  {"HTTP/1.1 200 OK\r\nX-Final: 1\r\nContent-Length: 5\r\n\r\nfinal"}};
+    }
+    return std::vector<PodStep>{{kOk}};
+  }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  auto r1 = c.send(bodilessRequest());
+  ASSERT_EQ(r1.result_int(), 200) << r1.body();
+  EXPECT_EQ(r1.body(), "final");
+  EXPECT_EQ(r1["X-Final"], "1");
+  EXPECT_EQ(r1.count("X-Hint"), 0u);
+  EXPECT_EQ(r1.count("Link"), 0u);
+  auto r2 = c.send(bodilessRequest());
+  ASSERT_EQ(r2.result_int(), 200) << r2.body();
+  EXPECT_EQ(r2.body(), "ok");
+  EXPECT_EQ(conns->load(), 1);  // the pod connection was reused
+}
+
+// 100 Continue and the final head in the same read (and a body after it).
+TEST_F(PodHeadPathTest, InterimAndFinalInOneRead) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int, int, const std::string&) {
+    return std::vector<PodStep>{{"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n"
+                                 "HTTP/1.1 103 Early Hints\r\nLink: </b>\r\n\r\n"
+                                 "HTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\nnew"}};
+  }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  for (int i = 0; i < 2; ++i) {
+    auto r = c.send(bodilessRequest());
+    ASSERT_EQ(r.result_int(), 201) << i << " " << r.body();
+    EXPECT_EQ(r.body(), "new");
+    EXPECT_EQ(r.count("X-Interim"), 0u);
+    EXPECT_EQ(r.count("Link"), 0u);
+  }
+  EXPECT_EQ(conns->load(), 1);
+}
+
+// A final head split across reads (mid-field, and mid status line).
+TEST_F(PodHeadPathTest, HeadSplitAcrossReads) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int, int req, const std::string&) {
+    if (req == 0) {
+      return std::vector<PodStep>{{"HTTP/1.1 200 OK\r\nX-Pa", 50ms}, {"rt: one\r\nContent-Length: 2\r\n\r\nab"}};
+    }
+    return std::vector<PodStep>{{"HTT", 50ms}, {"P/1.1 202 Accepted\r\nContent-Length: 2\r\n", 30ms}, {"\r\ncd"}};
+  }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  auto r1 = c.send(bodilessRequest());
+  ASSERT_EQ(r1.result_int(), 200) << r1.body();
+  EXPECT_EQ(r1["X-Part"], "one");
+  EXPECT_EQ(r1.body(), "ab");
+  auto r2 = c.send(bodilessRequest());
+  ASSERT_EQ(r2.result_int(), 202) << r2.body();
+  EXPECT_EQ(r2.body(), "cd");
+  EXPECT_EQ(conns->load(), 1);
+}
+
+// HEAD: the pod's Content-Length describes no body on the wire; the
+// exchange stays in sync and the next request on the connection works.
+TEST_F(PodHeadPathTest, HeadRequestStaysInSync) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int, int, const std::string& head) {
+    if (head.rfind("HEAD ", 0) == 0) return std::vector<PodStep>{{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"}};
+    return std::vector<PodStep>{{kOk}};
+  }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  auto r1 = c.send(bodilessRequest(http::verb::head));
+  ASSERT_EQ(r1.result_int(), 200);
+  auto r2 = c.send(bodilessRequest());
+  ASSERT_EQ(r2.result_int(), 200) << r2.body();
+  EXPECT_EQ(r2.body(), "ok");
+  EXPECT_EQ(conns->load(), 1);
+}
+
+// A pooled connection the pod closes after reading the request (the
+// keep-alive race): retried once on a fresh connection.
+TEST_F(PodHeadPathTest, ReusedConnectionClosedIsRetriedOnce) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int conn, int req, const std::string&) {
+    if (conn == 0 && req == 1) return std::vector<PodStep>{};  // read it, close unanswered
+    return std::vector<PodStep>{{kOk}};
+  }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  ASSERT_EQ(c.send(bodilessRequest()).result_int(), 200);
+  auto r2 = c.send(bodilessRequest());
+  ASSERT_EQ(r2.result_int(), 200) << r2.body();
+  EXPECT_EQ(r2.body(), "ok");
+  EXPECT_EQ(conns->load(), 2);
+}
+
+// The retry after attempt 0 left a parsed interim head in `rh`: the 103's
+// fields must not show up in attempt 1's answer, whether that arrives in
+// one read or split.
+TEST_F(PodHeadPathTest, RetryAfterInterimCarriesNothingOver) {
+  for (bool split : {false, true}) {
+    auto conns = std::make_shared<std::atomic<int>>(0);
+    TestBackend pod(scriptedPod(conns, [split](int conn, int req, const std::string&) {
+      if (conn == 0 && req == 1) {
+        // An Early Hints, then the pod goes away.
+        return std::vector<PodStep>{{"HTTP/1.1 103 Early Hints\r\nLink: </leak>\r\nX-Leak: 1\r\n\r\n", 20ms, true}};
+      }
+      if (conn == 1 && split) {
+        return std::vector<PodStep>{{"HTTP/1.1 200 OK\r\n", 40ms}, {"Content-Length: 2\r\n\r\nok"}};
+      }
+      return std::vector<PodStep>{{kOk}};
+    }));
+    startOneWorker();
+    router_->setEndpoints(kRev, {pod.endpoint()});
+    {
+      TestClient c(router_->port());
+      ASSERT_EQ(c.send(bodilessRequest()).result_int(), 200);
+      auto r2 = c.send(bodilessRequest());
+      // (Old and new code alike retry here: the pod "said" only an interim.)
+      ASSERT_EQ(r2.result_int(), 200) << split << " " << r2.body();
+      EXPECT_EQ(r2.body(), "ok");
+      EXPECT_EQ(r2.count("X-Leak"), 0u) << split;
+      EXPECT_EQ(r2.count("Link"), 0u) << split;
+    }
+    router_->stop();
+    router_.reset();
+  }
+}
+
+// A malformed head on a reused connection is not retried: 502 naming it.
+TEST_F(PodHeadPathTest, MalformedHeadOnReusedConnectionIsNotRetried) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int conn, int req, const std::string&) {
+    if (conn == 0 && req == 1) return std::vector<PodStep>{{"HTTP/1.1 2OO Bad\r\n\r\n"}};
+    return std::vector<PodStep>{{kOk}};
+  }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  ASSERT_EQ(c.send(bodilessRequest()).result_int(), 200);
+  auto r2 = c.send(bodilessRequest());
+  EXPECT_EQ(r2.result_int(), 502) << r2.body();
+  EXPECT_NE(r2.body().find("malformed"), std::string::npos) << r2.body();
+  EXPECT_EQ(conns->load(), 1);
+}
+
+// A fresh connection the pod closes after the request: 502, no retry.
+TEST_F(PodHeadPathTest, FreshConnectionClosedIs502) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int, int, const std::string&) { return std::vector<PodStep>{}; }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  auto r = c.send(bodilessRequest());
+  EXPECT_EQ(r.result_int(), 502) << r.body();
+  EXPECT_EQ(conns->load(), 1);
+}
+
+// response_start_timeout: a pod that never answers, and one that sends only
+// an interim 103 and stalls: 504 at the deadline, not at `timeout`.
+TEST_F(PodHeadPathTest, ResponseStartTimeoutCoversInterimAndSilence) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int, int, const std::string& head) {
+    if (head.find("/hint") != std::string::npos) {
+      return std::vector<PodStep>{{"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n", 1500ms}};
+    }
+    return std::vector<PodStep>{{"", 1500ms}};
+  }));
+  startOneWorker();
+  RevisionConfig cfg;
+  cfg.response_start_timeout = 300ms;
+  router_->setRevisionConfig(kRev, cfg);
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  for (const char* target : {"/silent", "/hint"}) {
+    TestClient c(router_->port());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = c.send(bodilessRequest(http::verb::get, target));
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(r.result_int(), 504) << target << " " << r.body();
+    EXPECT_LT(took, 1400ms) << target;
+  }
+}
+
+// Bytes past the response (an unasked second response): the connection is
+// not pooled; the next request gets its own answer from a new connection.
+TEST_F(PodHeadPathTest, BytesPastTheResponseKeepConnectionOutOfPool) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int conn, int, const std::string&) {
+    if (conn == 0) {
+      return std::vector<PodStep>{
+          {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nJUNK"}};
+    }
+    return std::vector<PodStep>{{"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"}};
+  }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  auto r1 = c.send(bodilessRequest());
+  ASSERT_EQ(r1.result_int(), 200);
+  EXPECT_EQ(r1.body(), "ok");
+  auto r2 = c.send(bodilessRequest());
+  ASSERT_EQ(r2.result_int(), 200);
+  EXPECT_EQ(r2.body(), "second");
+  EXPECT_EQ(conns->load(), 2);
+}
+
+// 101 to a request that asked for no upgrade: 502; to one that did: a tunnel.
+TEST_F(PodHeadPathTest, UnaskedSwitchIs502) {
+  auto conns = std::make_shared<std::atomic<int>>(0);
+  TestBackend pod(scriptedPod(conns, [](int, int, const std::string&) {
+    return std::vector<PodStep>{{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"}};
+  }));
+  startOneWorker();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestClient c(router_->port());
+  auto r = c.send(bodilessRequest());
+  EXPECT_EQ(r.result_int(), 502) << r.body();
+}
+
 }  // namespace
 }  // namespace knap::router
