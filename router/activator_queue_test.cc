@@ -214,7 +214,6 @@ TEST_F(ActivatorQueueTest, ShutdownFailsEveryWaiter) {
   EXPECT_EQ(q.queued(), 0u);
 }
 
-
 // --- review of b10efdf: ready endpoints held as map iterators ---------------
 
 // Duplicates in setEndpoints count once; a removed-then-readded endpoint
@@ -229,19 +228,19 @@ TEST_F(ActivatorQueueTest, DuplicatesAndReaddWhileDraining) {
   ASSERT_EQ(q.acquire(now(), never(), x.cb()).outcome, ActivatorQueue::Outcome::kGranted);
   EXPECT_EQ(q.inFlight("a:1"), 1);
   EXPECT_EQ(q.inFlight("b:1"), 1);
-  q.setEndpoints({"b:1"});            // a:1 draining (kept: 1 in flight)
-  q.setEndpoints({"a:1", "b:1"});     // a:1 back, same slot
+  q.setEndpoints({"b:1"});         // a:1 draining (kept: 1 in flight)
+  q.setEndpoints({"a:1", "b:1"});  // a:1 back, same slot
   EXPECT_EQ(q.inFlight("a:1"), 1);
   Outcome w;
   EXPECT_EQ(q.acquire(now(), never(), w.cb()).outcome, ActivatorQueue::Outcome::kQueued);
-  q.release("a:1");                   // ready again: not erased, waiter gets it
+  q.release("a:1");  // ready again: not erased, waiter gets it
   ASSERT_TRUE(w.granted());
   EXPECT_EQ(w.endpoint(), "a:1");
-  q.setEndpoints({});                 // a:1 (1) and b:1 (1) draining
+  q.setEndpoints({});  // a:1 (1) and b:1 (1) draining
   EXPECT_EQ(q.endpointCount(), 0u);
-  q.release("a:1");                   // erased
-  q.release("a:1");                   // unknown now: ignored
-  q.setEndpoints({"c:1", "a:1"});     // a:1 is a new slot
+  q.release("a:1");                // erased
+  q.release("a:1");                // unknown now: ignored
+  q.setEndpoints({"c:1", "a:1"});  // a:1 is a new slot
   EXPECT_EQ(q.inFlight("a:1"), 0);
   EXPECT_EQ(q.inFlight("b:1"), 1);
   EXPECT_EQ(q.totalInFlight(), 1);

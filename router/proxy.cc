@@ -96,8 +96,10 @@ tcp::socket& socketOf(ClientStream& s) {
 
 // Reads the pod's response head into `ubuf` (interim 1xx answers other
 // than 101 are skipped). kIncomplete with `ec` set: the read failed.
+// `spoke`: set once the pod sent anything (an interim answer included).
 awaitable<http1::Parse> readResponseHead(DeadlineStream& up, beast::flat_buffer& ubuf, bool head_request,
-                                         http1::ResponseHead& rh, MonoTime deadline, beast::error_code& ec) {
+                                         http1::ResponseHead& rh, MonoTime deadline, beast::error_code& ec,
+                                         bool& spoke) {
   for (;;) {
     if (ubuf.size() > 0) {
       rh = http1::ResponseHead();
@@ -115,6 +117,7 @@ awaitable<http1::Parse> readResponseHead(DeadlineStream& up, beast::flat_buffer&
     up.expires_at(deadline);
     const size_t n = co_await up.async_read_some(ubuf.prepare(kHeadReadBytes), tok(ec));
     if (ec) co_return http1::Parse::kIncomplete;
+    spoke = spoke || n > 0;
     ubuf.commit(n);
   }
 }
@@ -401,6 +404,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
         co_await asio::async_write(*up, asio::buffer(pod_head.data() + now, pod_head.size() - now), tok(wec));
       }
       sent = wec ? RelayEnd::kWriteFailed : RelayEnd::kDone;
+      ec = wec;  // (a timeout is a 504, a reset names itself)
     } else {
       sent = co_await client.sendRequest(*up, pod_head, req_relay, read_ec, framing_error);
     }
@@ -420,6 +424,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
       co_return false;
     }
     http1::Parse p = http1::Parse::kIncomplete;
+    bool pod_spoke = false;  // it had the request: never sent twice
     if (sent == RelayEnd::kDone) {
       if (ubuf.size() == 0) {
         // The usual case, here rather than in readResponseHead's frame: one
@@ -427,6 +432,7 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
         up->expires_at(first_byte_deadline);
         const size_t n = co_await up->async_read_some(ubuf.prepare(kHeadReadBytes), tok(ec));
         ubuf.commit(ec ? 0 : n);
+        pod_spoke = !ec && n > 0;
         if (!ec) {
           if (attempt > 0) rh = http1::ResponseHead();
           p = http1::parseResponseHead(bufView(ubuf), head_request, &rh);
@@ -438,14 +444,16 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
         }
       }
       if (!ec && p != http1::Parse::kError) {
-        p = co_await readResponseHead(*up, ubuf, head_request, rh, first_byte_deadline, ec);
+        p = co_await readResponseHead(*up, ubuf, head_request, rh, first_byte_deadline, ec, pod_spoke);
         if (p == http1::Parse::kDone) break;
       }
     }
     // A pooled connection the pod closed meanwhile: retry once on a fresh
-    // one when nothing of the body was consumed and the pod said nothing.
+    // one when nothing of the body was consumed and the pod said nothing
+    // (not even an interim 1xx: then it had the request, which may not be
+    // idempotent).
     if (reused && !has_body && attempt == 0 && ec != beast::error::timeout && ubuf.size() == 0 &&
-        p != http1::Parse::kError) {
+        !pod_spoke && p != http1::Parse::kError) {
       continue;
     }
     if (client.gone()) co_return false;  // it left (and the exchange was cut); code stays 499
