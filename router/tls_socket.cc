@@ -4,6 +4,7 @@
 #include <openssl/err.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -19,58 +20,38 @@ namespace {
 
 namespace asio = boost::asio;
 
-// The socket's descriptor now, -1 once it is closed: the BIO holds the
-// socket, not a number the process may have given to another connection
-// since (a tunnel's watchdog or the drain sweep close a client socket while
-// its TlsSocket lives on).
-int fdOf(BIO* b) {
-  return static_cast<asio::ip::tcp::socket*>(BIO_get_data(b))->native_handle();
+TlsSocket* socketOf(BIO* b) {
+  return static_cast<TlsSocket*>(BIO_get_data(b));
 }
 
-// The socket BIO: recv, and send without SIGPIPE. A would-block is a retry
-// (SSL_ERROR_WANT_READ/WRITE); end of stream and errors are not (OpenSSL
-// reports them, errno kept).
-int bioWrite(BIO* b, const char* data, size_t len, size_t* written) {
-  BIO_clear_retry_flags(b);
-  const int fd = fdOf(b);
-  if (fd < 0) {
-    errno = EBADF;
-    return 0;
-  }
-  for (;;) {
-    const ssize_t n = ::send(fd, data, len, MSG_NOSIGNAL);
-    if (n >= 0) {
-      *written = static_cast<size_t>(n);
-      return 1;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_write(b);
-    return 0;
-  }
-}
-
+// The BIO: reads take what TlsSocket received (none yet: a retry, which
+// OpenSSL reports as SSL_ERROR_WANT_READ); writes go to the socket.
 int bioRead(BIO* b, char* data, size_t len, size_t* read) {
   BIO_clear_retry_flags(b);
-  const int fd = fdOf(b);
-  if (fd < 0) {
-    errno = EBADF;
+  const int ret = socketOf(b)->bioRead(data, len, read);
+  if (ret < 0) {
+    BIO_set_retry_read(b);
     return 0;
   }
-  for (;;) {
-    const ssize_t n = ::recv(fd, data, len, 0);
-    if (n > 0) {
-      *read = static_cast<size_t>(n);
-      return 1;
-    }
-    if (n == 0) return 0;  // end of stream
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_read(b);
-    return 0;
-  }
+  return ret;
 }
 
-long bioCtrl(BIO*, int cmd, long, void*) {
-  return cmd == BIO_CTRL_FLUSH ? 1 : 0;  // (writes are not buffered here)
+int bioWrite(BIO* b, const char* data, size_t len, size_t* written) {
+  BIO_clear_retry_flags(b);
+  const int ret = socketOf(b)->bioWrite(data, len, written);
+  if (ret == 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_write(b);
+  return ret;
+}
+
+long bioCtrl(BIO* b, int cmd, long, void*) {
+  switch (cmd) {
+    case BIO_CTRL_FLUSH:
+      return 1;  // (writes are not buffered here)
+    case BIO_CTRL_PENDING:
+      return static_cast<long>(socketOf(b)->bioPending());  // (TlsPump::adopt takes it over)
+    default:
+      return 0;
+  }
 }
 
 int bioCreate(BIO* b) {
@@ -112,7 +93,7 @@ TlsSocket::TlsSocket(asio::ip::tcp::socket s, SSL_CTX* ctx) : tcp_(std::move(s))
     ssl_ = nullptr;
     return;
   }
-  BIO_set_data(bio, &tcp_.socket());  // (TlsSocket does not move: the address stays)
+  BIO_set_data(bio, this);  // (TlsSocket does not move: the address stays)
   SSL_set_bio(ssl_, bio, bio);
   SSL_set_accept_state(ssl_);
   // Partial writes: SSL_write returns once a record is out, like a socket
@@ -128,6 +109,63 @@ TlsSocket::TlsSocket(asio::ip::tcp::socket s, SSL_CTX* ctx) : tcp_(std::move(s))
 
 TlsSocket::~TlsSocket() {
   if (ssl_ != nullptr) SSL_free(ssl_);  // (frees the BIO; the socket is DeadlineStream's)
+}
+
+int TlsSocket::bioRead(char* data, size_t len, size_t* read) {
+  const size_t avail = rend_ - rin_;
+  if (avail == 0) return eof_ ? 0 : -1;  // 0: end of stream; -1: none yet (retry)
+  const size_t n = std::min(avail, len);
+  std::memcpy(data, rbuf_.get() + rin_, n);
+  rin_ += n;
+  if (rin_ == rend_) rin_ = rend_ = 0;
+  *read = n;
+  return 1;
+}
+
+int TlsSocket::bioWrite(const char* data, size_t len, size_t* written) {
+  // The socket's descriptor now, -1 once it is closed: not a number the
+  // process may have given to another connection since (a tunnel's
+  // watchdog or the drain sweep close a client socket while its TlsSocket
+  // lives on).
+  const int fd = tcp_.socket().native_handle();
+  if (fd < 0) {
+    errno = EBADF;
+    return 0;
+  }
+  for (;;) {
+    const ssize_t n = ::send(fd, data, len, MSG_NOSIGNAL);
+    if (n >= 0) {
+      *written = static_cast<size_t>(n);
+      return 1;
+    }
+    if (errno != EINTR) return 0;  // (EAGAIN: the BIO callback marks a retry)
+  }
+}
+
+char* TlsSocket::gatherBuffer() {
+  static thread_local char buffer[kGatherBytes];
+  return buffer;
+}
+
+asio::mutable_buffer TlsSocket::fillSpace() {
+  if (!rbuf_) rbuf_ = std::make_unique<char[]>(kReadBytes);
+  if (rin_ > 0) {  // (OpenSSL took part: keep the rest at the front)
+    std::memmove(rbuf_.get(), rbuf_.get() + rin_, rend_ - rin_);
+    rend_ -= rin_;
+    rin_ = 0;
+  }
+  return asio::buffer(rbuf_.get() + rend_, kReadBytes - rend_);
+}
+
+bool TlsSocket::filled(const error_code& ec, size_t n) {
+  fill_pending_ = false;
+  if (ec == asio::error::eof) {
+    eof_ = true;
+    return true;
+  }
+  if (ec) return false;
+  rend_ += n;
+  return true;
 }
 
 TlsSocket::Step TlsSocket::result(int ret, error_code* ec) {
@@ -205,10 +243,21 @@ asio::awaitable<void> TlsSocket::handshake(error_code& ec) {
       if (!ec) ec = asio::ssl::error::stream_truncated;
       co_return;
     }
-    co_await tcp_.async_wait(step == Step::kWantRead ? DeadlineStream::socket_type::wait_read
-                                                     : DeadlineStream::socket_type::wait_write,
-                             asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return;
+    if (step == Step::kWantWrite) {
+      co_await tcp_.async_wait(DeadlineStream::socket_type::wait_write,
+                               asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      continue;
+    }
+    const asio::mutable_buffer space = fillSpace();
+    if (space.size() == 0) {
+      ec = asio::error::no_buffer_space;  // (see Op::step)
+      co_return;
+    }
+    fill_pending_ = true;
+    const size_t n = co_await tcp_.async_read_some(space, asio::redirect_error(asio::use_awaitable, ec));
+    if (!filled(ec, n)) co_return;
+    ec = {};
   }
 }
 

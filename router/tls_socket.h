@@ -6,12 +6,14 @@
 // recvmsg into the engine's buffer, a copy into the pair, a copy out into
 // OpenSSL's record buffer; a write is the same backwards; each SSL call is
 // wrapped in the engine's state machine, a composed operation per pass and
-// an ERR_clear_error. Here SSL_read and SSL_write go straight to the socket
-// (a BIO of ours: recv, and send with MSG_NOSIGNAL), read-ahead is on (one
-// recv takes what has arrived, not one record header at a time), and the
-// only waiting is for the socket to be readable or writable when OpenSSL
-// says so (SSL_ERROR_WANT_READ/WRITE). Measured per proxied HTTPS request:
-// docs/benchmarks.md.
+// an ERR_clear_error. Here OpenSSL has a BIO of ours: it writes straight to
+// the socket (send with MSG_NOSIGNAL) and reads the ciphertext this class
+// received (one buffer, one copy into OpenSSL's record buffer; read-ahead
+// takes all of it at once). When OpenSSL wants more, the socket is read
+// with an ordinary async_read_some: Asio tries it at once and otherwise
+// waits for the edge, without the epoll_ctl that an async_wait costs in
+// Asio 1.74 on every call. Only a write that finds the socket full waits
+// for writability. Measured per proxied HTTPS request: docs/benchmarks.md.
 //
 // The calls are the ones the router used of ssl::stream: handshake,
 // async_read_some/async_write_some (an AsyncReadStream/AsyncWriteStream;
@@ -28,6 +30,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include <boost/asio/awaitable.hpp>
@@ -67,6 +70,8 @@ class TlsSocket {
   // (maybe fewer than offered), or which readiness to wait for. After a
   // kWant* the next write must offer the same bytes again (OpenSSL holds
   // the record half sent).
+  // (Gathered in a per-thread buffer: OpenSSL has encrypted the bytes when
+  // SSL_write returns, even when the record waits to go out.)
   template <class ConstBuffers>
   Step tryWrite(const ConstBuffers& b, size_t* n, error_code* ec) {
     auto it = boost::asio::buffer_sequence_begin(b);
@@ -81,14 +86,15 @@ class TlsSocket {
     ++next;
     while (next != end && boost::asio::const_buffer(*next).size() == 0) ++next;
     if (next == end || first.size() >= kGatherBytes) return tryWriteBytes(first.data(), first.size(), n, ec);
+    char* gather = gatherBuffer();
     size_t len = 0;
     for (; it != end && len < kGatherBytes; ++it) {
       const boost::asio::const_buffer piece(*it);
       const size_t take = std::min(piece.size(), kGatherBytes - len);
-      std::memcpy(gather_ + len, piece.data(), take);
+      std::memcpy(gather + len, piece.data(), take);
       len += take;
     }
-    return tryWriteBytes(gather_, len, n, ec);
+    return tryWriteBytes(gather, len, n, ec);
   }
 
   // What the socket takes at once (the bytes written, 0 when it must wait:
@@ -117,10 +123,23 @@ class TlsSocket {
   }
 
   static constexpr size_t kGatherBytes = 16 * 1024;  // one TLS record's plaintext
+  static constexpr size_t kReadBytes = 16 * 1024;    // received ciphertext not yet taken
+
+  // For the BIO (tls_socket.cc): OpenSSL takes received ciphertext; writes
+  // go to the socket.
+  int bioRead(char* data, size_t len, size_t* read);
+  int bioWrite(const char* data, size_t len, size_t* written);
+  size_t bioPending() const { return rend_ - rin_; }
 
  private:
   Step tryWriteBytes(const void* data, size_t len, size_t* n, error_code* ec);
   Step result(int ret, error_code* ec);
+  static char* gatherBuffer();
+  // The free part of the receive buffer, for the next socket read.
+  boost::asio::mutable_buffer fillSpace();
+  // A socket read into fillSpace() ended: false when `ec` ends the
+  // operation (end of stream is not: OpenSSL reports it, close_notify or not).
+  bool filled(const error_code& ec, size_t n);
 
   struct ReadIo {
     boost::asio::mutable_buffer b;
@@ -132,8 +151,9 @@ class TlsSocket {
     Step operator()(TlsSocket& s, size_t* n, error_code* ec) { return s.tryWrite(b, n, ec); }
   };
 
-  // The operation: try; wait for what OpenSSL wants; try again. A result
-  // at the first try is posted, never delivered from the initiating call.
+  // The operation: try; get what OpenSSL wants (more ciphertext read, or
+  // room to write); try again. A result at the first try is posted, never
+  // delivered from the initiating call.
   template <class Io>
   struct Op {
     TlsSocket* s;
@@ -141,12 +161,28 @@ class TlsSocket {
     enum { kStart, kWaiting, kPosted } state = kStart;
     size_t n = 0;
     error_code result;
+    // Started, or the posted result.
     template <class Self>
-    void operator()(Self& self, error_code wait_ec = {}) {
+    void operator()(Self& self) {
       if (state == kPosted) return self.complete(result, n);
-      if (state == kWaiting && wait_ec) return self.complete(wait_ec, 0);
-      const Step step = io(*s, &n, &result);
-      if (step == Step::kDone) {
+      step(self);
+    }
+    // Writable (or readable, see below) again.
+    template <class Self>
+    void operator()(Self& self, error_code ec) {
+      if (ec) return self.complete(ec, 0);
+      step(self);
+    }
+    // Ciphertext read.
+    template <class Self>
+    void operator()(Self& self, error_code ec, size_t got) {
+      if (!s->filled(ec, got)) return self.complete(ec, 0);
+      step(self);
+    }
+    template <class Self>
+    void step(Self& self) {
+      const Step st = io(*s, &n, &result);
+      if (st == Step::kDone) {
         if (state == kStart) {
           state = kPosted;
           return boost::asio::post(s->get_executor(), std::move(self));
@@ -154,15 +190,32 @@ class TlsSocket {
         return self.complete(result, n);
       }
       state = kWaiting;
-      s->tcp_.async_wait(step == Step::kWantRead ? DeadlineStream::socket_type::wait_read
-                                                 : DeadlineStream::socket_type::wait_write,
-                         std::move(self));
+      if (st == Step::kWantWrite) {
+        return s->tcp_.async_wait(DeadlineStream::socket_type::wait_write, std::move(self));
+      }
+      if (s->fill_pending_) {
+        // (The other direction's operation is reading already: wait for
+        // what it receives. Only a write that must read first comes here.)
+        return s->tcp_.async_wait(DeadlineStream::socket_type::wait_read, std::move(self));
+      }
+      const boost::asio::mutable_buffer space = s->fillSpace();
+      if (space.size() == 0) {
+        // (OpenSSL takes all it is given; a full buffer it still wants
+        // more than is a broken peer or a bug, not a reason to spin.)
+        return self.complete(boost::asio::error::no_buffer_space, 0);
+      }
+      s->fill_pending_ = true;
+      s->tcp_.async_read_some(space, std::move(self));
     }
   };
 
   DeadlineStream tcp_;
   SSL* ssl_ = nullptr;
-  char gather_[kGatherBytes];
+  std::unique_ptr<char[]> rbuf_;  // received ciphertext [rin_, rend_); made on the first read
+  size_t rin_ = 0;
+  size_t rend_ = 0;
+  bool eof_ = false;           // the peer ended the stream
+  bool fill_pending_ = false;  // a socket read into rbuf_ is in flight
 };
 
 }  // namespace knap::router
