@@ -34,10 +34,8 @@ namespace knap::router {
 
 namespace {
 
-std::string peerIp(const tcp::socket& s) {
-  beast::error_code ec;
-  tcp::endpoint ep = s.remote_endpoint(ec);
-  if (ec) return "";
+// The client's address as accept() gave it (no getpeername per connection).
+std::string peerIp(const tcp::endpoint& ep) {
   asio::ip::address a = ep.address();
   if (a.is_v6() && a.to_v6().is_v4_mapped()) {
     return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string();
@@ -293,7 +291,8 @@ awaitable<void> Router::Impl::acceptLoop(Listener* l) {
   for (;;) {
     Worker& w = *workers[next_worker.fetch_add(1) % workers.size()];
     beast::error_code ec;
-    tcp::socket sock = co_await l->acceptor->async_accept(w.ioc, tok(ec));
+    tcp::endpoint peer;
+    tcp::socket sock = co_await l->acceptor->async_accept(w.ioc, peer, tok(ec));
     if (ec == asio::error::operation_aborted) co_return;
     // An accept that completed just as drain() closed the acceptor still
     // delivers its connection: serve it (dropping it would reset a client
@@ -330,7 +329,7 @@ awaitable<void> Router::Impl::acceptLoop(Listener* l) {
     }
     l->open.fetch_add(1);
     l->open_gauge->add(1);
-    asio::co_spawn(w.ioc, serveConnection(std::move(sock), l, &w), asio::detached);
+    asio::co_spawn(w.ioc, serveConnection(std::move(sock), peer, l, &w), asio::detached);
     if (!l->acceptor->is_open()) co_return;
   }
 }
@@ -378,10 +377,10 @@ awaitable<void> Router::Impl::sweepLoop(Worker* w) {
 
 // Reads request heads (strict, http1::parseRequestHead) and hands each
 // request to its stage; a framing error is answered and closes the connection.
-awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Worker* w) {
+awaitable<void> Router::Impl::serveConnection(tcp::socket sock, tcp::endpoint peer, Listener* l, Worker* w) {
   const Kind kind = l->kind;
   auto conn = std::make_shared<ClientConn>(this, l, w);
-  const std::string client_ip = peerIp(sock);
+  const std::string client_ip = peerIp(peer);
   ClientStream client =
       l->tls ? ClientStream(std::move(sock), ssl_ctx->native_handle()) : ClientStream(std::move(sock));
   conn->socket = &client.socket();
@@ -465,9 +464,7 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, Listener* l, Wor
   }
   if (conn) conn->socket = nullptr;  // (null: the connection went on as a tunnel)
   if (client.valid() && client.socket().is_open()) {
-    beast::error_code ec;
-    client.socket().shutdown(tcp::socket::shutdown_send, ec);
-    client.tcpStream().close();
+    client.tcpStream().close();  // (a FIN, or an RST when the client sent more than was read)
   }
 }
 

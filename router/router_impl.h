@@ -332,7 +332,7 @@ struct Router::Impl {
   // router.cc: accept, read request heads, admin and probe answers.
   awaitable<void> acceptLoop(Listener* l);
   awaitable<void> sweepLoop(Worker* w);
-  awaitable<void> serveConnection(tcp::socket sock, Listener* l, Worker* w);
+  awaitable<void> serveConnection(tcp::socket sock, tcp::endpoint peer, Listener* l, Worker* w);
   awaitable<void> rejectConnection(tcp::socket sock);
   awaitable<bool> handleAdmin(ClientStream& client, const http1::RequestHead& head);
   awaitable<bool> handleProbe(ClientSide& client, const http1::RequestHead& head, std::string value,
