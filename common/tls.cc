@@ -122,6 +122,14 @@ Status applyServerPolicy(SSL_CTX* ctx) {
   if (SSL_CTX_set_cipher_list(ctx, kTls12Ciphers) != 1) {
     return internalError("TLS: cannot set the cipher list: " + opensslError());
   }
+  // One session ID context for every server context: the router's listener
+  // context checks a resumed session before its SNI callback switches to a
+  // certificate's context, under which the session was made. (Resuming
+  // under another host is refused by OpenSSL's SNI check.)
+  static const unsigned char kSessionContext[] = "knap";
+  if (SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1) != 1) {
+    return internalError("TLS: cannot set the session ID context: " + opensslError());
+  }
   return Status::ok();
 }
 

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <openssl/ssl.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -84,6 +85,18 @@ int selectCertificate(SSL* ssl, int* alert, void* arg) {
   if (e == nullptr) {
     *alert = SSL_AD_UNRECOGNIZED_NAME;
     return SSL_TLSEXT_ERR_ALERT_FATAL;
+  }
+  if (SSL_session_reused(ssl)) {
+    // A session resumes only under the name it was made for (RFC 8446
+    // 4.6.1; every server context shares one session ID context, see
+    // common/tls.cc, and OpenSSL does not compare the names itself).
+    const char* made_for = SSL_SESSION_get0_hostname(SSL_get_session(ssl));
+    const bool same =
+        made_for == nullptr ? name == nullptr : name != nullptr && strcasecmp(made_for, name) == 0;
+    if (!same) {
+      *alert = SSL_AD_ILLEGAL_PARAMETER;
+      return SSL_TLSEXT_ERR_ALERT_FATAL;
+    }
   }
   SSL_set_SSL_CTX(ssl, e->ctx.get());  // holds its own reference to the context
   return SSL_TLSEXT_ERR_OK;
@@ -549,11 +562,13 @@ Status Router::start() {
       im.workers.clear();
       return st;
     }
-    static const unsigned char kSessionContext[] = "knap-router";
-    SSL_CTX_set_session_id_context(native, kSessionContext, sizeof kSessionContext - 1);
     SSL_CTX_set_tlsext_servername_callback(native, selectCertificate);
     SSL_CTX_set_tlsext_servername_arg(native, &im);
     SSL_CTX_set_alpn_select_cb(native, selectAlpn, alpnArg(im.opts));
+    // One TLS 1.3 session ticket per handshake, not OpenSSL's two: a client
+    // resumes with one, and each ticket costs the server a key derivation
+    // and an encryption on every full handshake.
+    SSL_CTX_set_num_tickets(native, 1);
   }
   for (const ListenerSpec& spec : specs) {
     auto l = std::make_unique<Listener>();

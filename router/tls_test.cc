@@ -639,6 +639,73 @@ SSL_CTX* serverContext(const TestCert& c) {
   return ctx;
 }
 
+// Counts NewSessionTicket messages the client receives (`arg`: int*).
+void countTickets(int write_p, int, int content_type, const void* buf, size_t len, SSL*, void* arg) {
+  if (write_p == 0 && content_type == SSL3_RT_HANDSHAKE && len > 0 &&
+      static_cast<const unsigned char*>(buf)[0] == SSL3_MT_NEWSESSION_TICKET) {
+    ++*static_cast<int*>(arg);
+  }
+}
+
+// One TLS 1.3 session ticket per full handshake (each costs the server a
+// key derivation and an encryption), a client resumes with it (the SNI
+// callback switches contexts after OpenSSL checked the session: every
+// server context has the same session ID context), and only under the
+// name it was made for.
+TEST_F(TlsRouterTest, OneSessionTicketPerHandshakeAndItResumes) {
+  TestBackend pod(
+      TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
+  startRouter();
+  router_->setEndpoints(kRev, {pod.endpoint()});
+  TestCert cert = selfSignedCert({kHost});
+  TestCert other = selfSignedCert({"hello.apps.example.org"}, "other");
+  router_->setCertificates(tableOf({cert, other}));
+  ssl::context ctx(ssl::context::tls_client);
+  SSL_SESSION* saved = nullptr;
+  for (int round = 0; round < 3; ++round) {
+    // (Round 2 offers kHost's session to the other host: not resumed.)
+    const std::string sni = round == 2 ? "hello.apps.example.org" : kHost;
+    asio::io_context ioc;
+    TlsStream s(ioc, ctx);
+    int tickets = 0;
+    SSL_set_msg_callback(s.native_handle(), countTickets);
+    SSL_set_msg_callback_arg(s.native_handle(), &tickets);
+    if (saved != nullptr) SSL_set_session(s.native_handle(), saved);
+    beast::error_code ec = tlsConnect(s, router_->tlsPort(), sni);
+    if (round == 2) {
+      // One host's session offered under another name: refused.
+      EXPECT_TRUE(ec) << "a session of " << kHost << " resumed for " << sni;
+      break;
+    }
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_STREQ(SSL_get_version(s.native_handle()), "TLSv1.3");
+    StringRequest req = getRequest(sni);
+    req.prepare_payload();
+    http::write(s, req, ec);
+    beast::flat_buffer buf;
+    StringResponse resp;
+    http::read(s, buf, resp, ec);  // (the tickets arrive before the response)
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(resp.body(), "ok");
+    if (round == 0) {
+      EXPECT_EQ(tickets, 1) << "session tickets after a full handshake";
+      EXPECT_FALSE(SSL_session_reused(s.native_handle()));
+      saved = SSL_get1_session(s.native_handle());
+      ASSERT_NE(saved, nullptr);
+      ASSERT_TRUE(SSL_SESSION_is_resumable(saved)) << "(no ticket kept by the client)";
+      SSL_shutdown(s.native_handle());  // (an unclean end makes OpenSSL's client drop the session)
+    } else {
+      EXPECT_TRUE(SSL_session_reused(s.native_handle())) << "the ticket did not resume the session";
+    }
+  }
+  // And the other host is served in full handshakes as usual.
+  HttpsResult r = httpsRequest(router_->tlsPort(), "hello.apps.example.org", other.cert,
+                               getRequest("hello.apps.example.org"));
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(r.peer_cert, other.cert);
+  SSL_SESSION_free(saved);
+}
+
 // After a TlsSocket's socket is closed (the tunnel watchdog, the drain sweep, a pump's
 // error path all close a ClientStream's socket while its TlsSocket lives
 // on), a read or write must fail as on a closed asio socket
