@@ -1606,6 +1606,12 @@ class PodHeadPathTest : public RouterTest {
     startRouter(o);
     setRoutes({helloRoute()});
   }
+  // One worker in front of `pod`, and a client connection to it.
+  TestClient serve(const TestBackend& pod) {
+    startOneWorker();
+    router_->setEndpoints(kRev, {pod.endpoint()});
+    return TestClient(router_->port());
+  }
 };
 
 const char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
@@ -1621,9 +1627,7 @@ TEST_F(PodHeadPathTest, EarlyHintsInItsOwnReadThenFinal) {
     }
     return std::vector<PodStep>{{kOk}};
   }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   auto r1 = c.send(bodilessRequest());
   ASSERT_EQ(r1.result_int(), 200) << r1.body();
   EXPECT_EQ(r1.body(), "final");
@@ -1645,9 +1649,7 @@ TEST_F(PodHeadPathTest, InterimAndFinalInOneRead) {
          "HTTP/1.1 103 Early Hints\r\nLink: </b>\r\n\r\n"
          "HTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\nnew"}};
   }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   for (int i = 0; i < 2; ++i) {
     auto r = c.send(bodilessRequest());
     ASSERT_EQ(r.result_int(), 201) << i << " " << r.body();
@@ -1669,9 +1671,7 @@ TEST_F(PodHeadPathTest, HeadSplitAcrossReads) {
     return std::vector<PodStep>{
         {"HTT", 50ms}, {"P/1.1 202 Accepted\r\nContent-Length: 2\r\n", 30ms}, {"\r\ncd"}};
   }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   auto r1 = c.send(bodilessRequest());
   ASSERT_EQ(r1.result_int(), 200) << r1.body();
   EXPECT_EQ(r1["X-Part"], "one");
@@ -1691,9 +1691,7 @@ TEST_F(PodHeadPathTest, HeadRequestStaysInSync) {
       return std::vector<PodStep>{{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"}};
     return std::vector<PodStep>{{kOk}};
   }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   auto r1 = c.send(bodilessRequest(http::verb::head));
   ASSERT_EQ(r1.result_int(), 200);
   auto r2 = c.send(bodilessRequest());
@@ -1710,9 +1708,7 @@ TEST_F(PodHeadPathTest, ReusedConnectionClosedIsRetriedOnce) {
     if (conn == 0 && req == 1) return std::vector<PodStep>{};  // read it, close unanswered
     return std::vector<PodStep>{{kOk}};
   }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   ASSERT_EQ(c.send(bodilessRequest()).result_int(), 200);
   auto r2 = c.send(bodilessRequest());
   ASSERT_EQ(r2.result_int(), 200) << r2.body();
@@ -1761,9 +1757,7 @@ TEST_F(PodHeadPathTest, MalformedHeadOnReusedConnectionIsNotRetried) {
     if (conn == 0 && req == 1) return std::vector<PodStep>{{"HTTP/1.1 2OO Bad\r\n\r\n"}};
     return std::vector<PodStep>{{kOk}};
   }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   ASSERT_EQ(c.send(bodilessRequest()).result_int(), 200);
   auto r2 = c.send(bodilessRequest());
   EXPECT_EQ(r2.result_int(), 502) << r2.body();
@@ -1775,9 +1769,7 @@ TEST_F(PodHeadPathTest, MalformedHeadOnReusedConnectionIsNotRetried) {
 TEST_F(PodHeadPathTest, FreshConnectionClosedIs502) {
   auto conns = std::make_shared<std::atomic<int>>(0);
   TestBackend pod(scriptedPod(conns, [](int, int, const std::string&) { return std::vector<PodStep>{}; }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   auto r = c.send(bodilessRequest());
   EXPECT_EQ(r.result_int(), 502) << r.body();
   EXPECT_EQ(conns->load(), 1);
@@ -1819,9 +1811,7 @@ TEST_F(PodHeadPathTest, BytesPastTheResponseKeepConnectionOutOfPool) {
     }
     return std::vector<PodStep>{{"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"}};
   }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   auto r1 = c.send(bodilessRequest());
   ASSERT_EQ(r1.result_int(), 200);
   EXPECT_EQ(r1.body(), "ok");
@@ -1838,9 +1828,7 @@ TEST_F(PodHeadPathTest, UnaskedSwitchIs502) {
     return std::vector<PodStep>{
         {"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"}};
   }));
-  startOneWorker();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestClient c(router_->port());
+  TestClient c = serve(pod);
   auto r = c.send(bodilessRequest());
   EXPECT_EQ(r.result_int(), 502) << r.body();
 }

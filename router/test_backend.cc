@@ -122,8 +122,8 @@ void TestBackend::acceptLoop() {
   }
 }
 
-TestBackend::ConnHandler TestBackend::echoTunnel() {
-  return [](tcp::socket& sock) {
+TestBackend::ConnHandler TestBackend::echoTunnel(std::string first) {
+  return [first = std::move(first)](tcp::socket& sock) {
     beast::flat_buffer buf;
     StringRequest req;
     beast::error_code ec;
@@ -133,6 +133,8 @@ TestBackend::ConnHandler TestBackend::echoTunnel() {
                 asio::buffer(std::string(
                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")),
                 ec);
+    if (!first.empty()) asio::write(sock, asio::buffer(first), ec);
+    if (ec) return;
     char data[1024];
     for (;;) {
       const size_t n = sock.read_some(asio::buffer(data), ec);

@@ -51,7 +51,8 @@ class TestBackend {
   // A keep-alive HTTP/1.1 server loop around `respond`.
   static ConnHandler httpHandler(Respond respond);
   // A pod that answers an Upgrade with 101 and then echoes bytes ("echo:" + data).
-  static ConnHandler echoTunnel();
+  // (`first`: sent right after the 101, before any echo.)
+  static ConnHandler echoTunnel(std::string first = "");
 
  private:
   void acceptLoop();

@@ -133,6 +133,15 @@ class TlsRouterTest : public ::testing::Test {
     ASSERT_TRUE(t.isOk()) << t.status().toString();
     router_->setRoutingTable(*t);
   }
+  // The router in front of `pod` for kHost, with a self-signed certificate
+  // for it (returned).
+  TestCert startServing(const TestBackend& pod) {
+    startRouter();
+    router_->setEndpoints(kRev, {pod.endpoint()});
+    TestCert cert = selfSignedCert({kHost});
+    router_->setCertificates(tableOf({cert}));
+    return cert;
+  }
   void TearDown() override {
     if (router_) router_->stop();
   }
@@ -144,10 +153,7 @@ class TlsRouterTest : public ::testing::Test {
 TEST_F(TlsRouterTest, ASmallResponseGoesOutInOneTlsRecord) {
   TestBackend pod(TestBackend::httpHandler(
       [](const StringRequest&, StringResponse& resp) { resp.body() = std::string(3000, 'x'); }));
-  startRouter();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestCert cert = selfSignedCert({kHost});
-  router_->setCertificates(tableOf({cert}));
+  TestCert cert = startServing(pod);
   int records = -1;
   HttpsResult r =
       httpsRequest(router_->tlsPort(), kHost, cert.cert, getRequest(kHost), TLS1_2_VERSION, &records);
@@ -406,10 +412,7 @@ TEST_F(TlsRouterTest, LargeBodiesBothWaysWithASlowReaderArriveIntact) {
              std::to_string(req.body().size()) + ":" + req.body().substr(req.body().size() / 2, 16));
     resp.body() = big;
   }));
-  startRouter();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestCert cert = selfSignedCert({kHost});
-  router_->setCertificates(tableOf({cert}));
+  TestCert cert = startServing(pod);
 
   asio::io_context ioc;
   ssl::context ctx(ssl::context::tls_client);
@@ -443,10 +446,7 @@ TEST_F(TlsRouterTest, PipelinedRequestsInOneRecordAreAllAnswered) {
   TestBackend pod(TestBackend::httpHandler([](const StringRequest& req, StringResponse& resp) {
     resp.body() = "seen " + std::string(req.target());
   }));
-  startRouter();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestCert cert = selfSignedCert({kHost});
-  router_->setCertificates(tableOf({cert}));
+  TestCert cert = startServing(pod);
   asio::io_context ioc;
   ssl::context ctx(ssl::context::tls_client);
   TlsStream s(ioc, ctx);
@@ -477,10 +477,7 @@ TEST_F(TlsRouterTest, AClientGoneBeforeItsResponseCostsNothingElse) {
     std::this_thread::sleep_for(200ms);
     resp.body() = big;
   }));
-  startRouter();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestCert cert = selfSignedCert({kHost});
-  router_->setCertificates(tableOf({cert}));
+  TestCert cert = startServing(pod);
   for (int round = 0; round < 3; ++round) {
     asio::io_context ioc;
     ssl::context ctx(ssl::context::tls_client);
@@ -503,10 +500,7 @@ TEST_F(TlsRouterTest, AClientGoneBeforeItsResponseCostsNothingElse) {
 TEST_F(TlsRouterTest, PlaintextOrAStalledHandshakeIsClosedAndServingGoesOn) {
   TestBackend pod(
       TestBackend::httpHandler([](const StringRequest&, StringResponse& resp) { resp.body() = "ok"; }));
-  startRouter();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestCert cert = selfSignedCert({kHost});
-  router_->setCertificates(tableOf({cert}));
+  TestCert cert = startServing(pod);
   const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(router_->tlsPort()));
   asio::io_context ioc;
   // Plain HTTP to the HTTPS port: the handshake fails; the router closes
@@ -544,30 +538,6 @@ TEST_F(TlsRouterTest, PlaintextOrAStalledHandshakeIsClosedAndServingGoesOn) {
 
 // Attack tests (branch attack).
 
-// A pod that answers an Upgrade with 101, then streams `blob`, then echoes
-// ("echo:" + data) what the client sends.
-TestBackend::ConnHandler blobThenEcho(const std::string& blob) {
-  return [&blob](tcp::socket& sock) {
-    beast::flat_buffer buf;
-    StringRequest req;
-    beast::error_code ec;
-    http::read(sock, buf, req, ec);
-    if (ec) return;
-    asio::write(sock,
-                asio::buffer(std::string(
-                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")),
-                ec);
-    asio::write(sock, asio::buffer(blob), ec);
-    if (ec) return;
-    char data[1024];
-    for (;;) {
-      const size_t n = sock.read_some(asio::buffer(data), ec);
-      if (ec) return;
-      asio::write(sock, asio::buffer("echo:" + std::string(data, n)), ec);
-    }
-  };
-}
-
 // Upgrades `s` to a tunnel; the 101's leftover bytes go to `got`.
 void upgradeOverTls(TlsStream& s, std::string& got) {
   beast::error_code ec;
@@ -591,11 +561,8 @@ void upgradeOverTls(TlsStream& s, std::string& got) {
 // time (RFC 8446 4.6.3).
 TEST_F(TlsRouterTest, KeyUpdateWhileATunnelWriteIsBlockedKeepsTheTunnel) {
   const std::string blob = patternBody(32 << 20, 'k');
-  TestBackend pod(blobThenEcho(blob));
-  startRouter();
-  router_->setEndpoints(kRev, {pod.endpoint()});
-  TestCert cert = selfSignedCert({kHost});
-  router_->setCertificates(tableOf({cert}));
+  TestBackend pod(TestBackend::echoTunnel(blob));
+  TestCert cert = startServing(pod);
 
   asio::io_context ioc;
   ssl::context ctx(ssl::context::tls_client);
