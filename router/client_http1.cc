@@ -141,11 +141,7 @@ awaitable<ResponseEnd> Http1Client::sendResponse(ProxiedResponse& resp, Deadline
     armDeadline(client_, body.write_deadline());
     beast::error_code ec;
     const size_t now = client_.write_some_now(bufs, ec);
-    if (!ec && now < out.size() + body_bytes) {
-      beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(bufs);
-      rest.consume(now);
-      co_await asio::async_write(client_, rest, tok(ec));
-    }
+    if (!ec && now < out.size() + body_bytes) co_await writeRest(client_, bufs, now, ec);
     ubuf.consume(body_bytes);
     co_return ResponseEnd{!ec, keep};
   }

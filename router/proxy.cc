@@ -399,10 +399,9 @@ awaitable<bool> Router::Impl::handleRequest(ClientSide& client, http1::RequestHe
       // it at once, as relayBody would, without its coroutine frames.
       armDeadline(*up, first_byte_deadline);
       beast::error_code wec;
-      const size_t now = up->write_some_now(asio::buffer(pod_head), wec);
-      if (!wec && now < pod_head.size()) {
-        co_await asio::async_write(*up, asio::buffer(pod_head.data() + now, pod_head.size() - now), tok(wec));
-      }
+      const asio::const_buffer head_buf = asio::buffer(pod_head);
+      const size_t now = up->write_some_now(head_buf, wec);
+      if (!wec && now < pod_head.size()) co_await writeRest(*up, head_buf, now, wec);
       sent = wec ? RelayEnd::kWriteFailed : RelayEnd::kDone;
       ec = wec;  // (a timeout is a 504, a reset names itself)
     } else {

@@ -58,6 +58,16 @@ inline void armDeadline(ClientStream& s, MonoTime t) {
   armDeadline(s.tcpStream(), t);
 }
 
+// The bytes of `bufs` past the first `written` (what write_some_now took at
+// once, usually all of it: then this is not called and costs no coroutine
+// frame), written asynchronously.
+template <class Stream, class Buffers>
+awaitable<void> writeRest(Stream& to, const Buffers& bufs, size_t written, beast::error_code& ec) {
+  beast::buffers_suffix<Buffers> rest(bufs);
+  rest.consume(written);
+  co_await asio::async_write(to, rest, tok(ec));
+}
+
 // Moves one message body from `from` (bytes already read in `fbuf`) to
 // `to`, decoding its framing and writing it re-framed; the first write
 // carries `prefix` (the message head). Stops exactly at the body's end:
@@ -124,11 +134,7 @@ awaitable<RelayEnd> relayBody(From& from, beast::flat_buffer& fbuf, To& to, cons
         if constexpr (std::is_same_v<To, DeadlineStream> || std::is_same_v<To, ClientStream>) {
           now = to.write_some_now(out, ec);
         }
-        if (!ec && now < asio::buffer_size(out)) {
-          beast::buffers_suffix<RelayBuffers> rest(out);
-          rest.consume(now);
-          co_await asio::async_write(to, rest, tok(ec));
-        }
+        if (!ec && now < asio::buffer_size(out)) co_await writeRest(to, out, now, ec);
       }
       if (ec) co_return RelayEnd::kWriteFailed;
       prefix_sent = true;
