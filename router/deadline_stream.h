@@ -17,6 +17,9 @@
 // which then report timeout. So a kept-alive connection costs one timer wait
 // per deadline period, not two per I/O.
 //
+// Reads do not try the socket first when it was left empty and epoll has
+// not reported it readable since (router/readiness.h).
+//
 // Thread safety: like a socket, one strand (here: the worker's one-thread
 // io_context); at most one read and one write pending at a time.
 #pragma once
@@ -31,6 +34,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
+
+#include "router/readiness.h"
 
 namespace knap::router {
 
@@ -72,12 +77,34 @@ class DeadlineStream {
   void expires_after(clock::duration d) { expires_at(clock::now() + d); }
   void expires_never() { expires_at(clock::time_point::max()); }
 
+  // Reads into the first non-empty buffer of `b`: at once when the socket
+  // may hold bytes, otherwise after epoll reports it readable
+  // (router/readiness.h: no receive that finds nothing).
   template <class MutableBuffers, class Token>
   auto async_read_some(const MutableBuffers& b, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
         [this](auto handler, const MutableBuffers& bufs) {
           if (!start()) return expired(std::move(handler));
-          socket_.async_read_some(bufs, Done<decltype(handler)>{state_, std::move(handler)});
+          using H = decltype(handler);
+          if constexpr (!readiness::kSupported) {
+            socket_.async_read_some(bufs, Done<H>{state_, std::move(handler)});
+          } else {
+            boost::asio::mutable_buffer into;
+            for (auto it = boost::asio::buffer_sequence_begin(bufs);
+                 it != boost::asio::buffer_sequence_end(bufs); ++it) {
+              into = boost::asio::mutable_buffer(*it);
+              if (into.size() > 0) break;
+            }
+            if (into.size() > 0 && readiness::mayHaveData(socket_)) {
+              boost::system::error_code ec;
+              const std::size_t n = readiness::readNow(socket_, into, ec);
+              if (ec != boost::asio::error::would_block)
+                return complete(Done<H>{state_, std::move(handler)}, ec, n);
+            } else if (into.size() == 0) {
+              return complete(Done<H>{state_, std::move(handler)}, {}, 0);
+            }
+            readiness::asyncWaitReadable(socket_, ReadWhenReady<H>{state_, into, std::move(handler)});
+          }
         },
         token, b);
   }
@@ -215,6 +242,37 @@ class DeadlineStream {
       std::move(handler)(ec, n);
     }
   };
+  // A read waiting for readiness: receives when the report comes, and waits
+  // again if it found nothing after all (a report from before the socket
+  // was last emptied).
+  template <class Handler>
+  struct ReadWhenReady {
+    std::shared_ptr<State> state;
+    boost::asio::mutable_buffer into;
+    Handler handler;
+    void operator()(boost::system::error_code ec) {
+      std::size_t n = 0;
+      if (!ec) {
+        if (state->socket == nullptr) {
+          ec = boost::asio::error::operation_aborted;
+        } else {
+          n = readiness::readNow(*state->socket, into, ec);
+          if (ec == boost::asio::error::would_block) {
+            socket_type& s = *state->socket;
+            return readiness::asyncWaitReadable(s, std::move(*this));
+          }
+        }
+      }
+      Done<Handler>{std::move(state), std::move(handler)}(ec, n);
+    }
+  };
+  // Completes a read that ended at once: posted, never inside the call
+  // that started it.
+  template <class D>
+  void complete(D done, boost::system::error_code ec, std::size_t n) {
+    boost::asio::post(socket_.get_executor(),
+                      [d = std::move(done), ec, n]() mutable { std::move(d)(ec, n); });
+  }
   template <class Handler>
   struct CodeDone {
     std::shared_ptr<State> state;

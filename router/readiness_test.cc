@@ -1,0 +1,269 @@
+// router/readiness.h: reads that wait for epoll's report instead of trying
+// recv first must never miss bytes, a FIN or a reset, whatever the order in
+// which they arrive, are reported and are read.
+#include "router/readiness.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+
+#include "router/deadline_stream.h"
+
+namespace knap::router {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using boost::system::error_code;
+
+// A connected pair on loopback: `a` (the side under test) in a
+// DeadlineStream, `b` the peer, a plain socket on its own context.
+struct Pair {
+  asio::io_context ioc{1};
+  asio::io_context peer_ioc;
+  std::optional<DeadlineStream> a;
+  tcp::socket b{peer_ioc};
+  Pair() {
+    tcp::acceptor acc(peer_ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    tcp::socket s(ioc);
+    s.connect(acc.local_endpoint());
+    acc.accept(b);
+    b.set_option(tcp::no_delay(true));
+    a.emplace(std::move(s));
+  }
+  void send(const std::string& data) { asio::write(b, asio::buffer(data)); }
+};
+
+// One DeadlineStream read, run to completion (or 5 s: a missed edge shows as
+// the read never completing).
+struct ReadResult {
+  error_code ec = asio::error::would_block;
+  std::string data;
+  bool done() const { return ec != asio::error::would_block; }
+};
+ReadResult readOnce(Pair& p, size_t size) {
+  ReadResult r;
+  std::string buf(size, '\0');
+  p.a->expires_after(5s);
+  p.a->async_read_some(asio::buffer(buf), [&](error_code ec, size_t n) {
+    r.ec = ec;
+    r.data = buf.substr(0, n);
+  });
+  const auto limit = Clock::now() + 6s;
+  p.ioc.restart();
+  while (!r.done() && Clock::now() < limit) p.ioc.run_one_for(20ms);
+  return r;
+}
+
+// Lets the reactor take in what epoll reports now (without any read queued).
+void poll(Pair& p) {
+  p.ioc.restart();
+  p.ioc.poll();
+  std::this_thread::sleep_for(2ms);
+  p.ioc.restart();
+  p.ioc.poll();
+}
+
+TEST(ReadinessTest, ASocketLeftEmptyIsNotTriedUntilEpollReportsIt) {
+  Pair p;
+  p.send("hello");
+  ReadResult r = readOnce(p, 64);
+  ASSERT_FALSE(r.ec) << r.ec.message();
+  EXPECT_EQ(r.data, "hello");
+  if (!readiness::kSupported) {  // (another Boost: every read is tried first, as Asio does)
+    EXPECT_TRUE(readiness::mayHaveData(p.a->socket()));
+    return;
+  }
+  // Fewer bytes than asked: the socket was emptied, and nothing came since.
+  EXPECT_FALSE(readiness::mayHaveData(p.a->socket()));
+  poll(p);
+  EXPECT_FALSE(readiness::mayHaveData(p.a->socket()));
+  // New bytes are a new edge: reported, the socket may hold data again.
+  p.send("again");
+  std::this_thread::sleep_for(5ms);
+  poll(p);
+  EXPECT_TRUE(readiness::mayHaveData(p.a->socket()));
+  r = readOnce(p, 64);
+  EXPECT_EQ(r.data, "again");
+}
+
+TEST(ReadinessTest, AFullBufferLeavesTheSocketToBeTriedAgain) {
+  Pair p;
+  p.send("0123456789");
+  ReadResult r = readOnce(p, 4);
+  EXPECT_EQ(r.data, "0123");
+  EXPECT_TRUE(readiness::mayHaveData(p.a->socket()));
+  r = readOnce(p, 4);
+  EXPECT_EQ(r.data, "4567");
+  r = readOnce(p, 4);
+  EXPECT_EQ(r.data, "89");
+}
+
+TEST(ReadinessTest, AReadWaitingOnAnEmptiedSocketGetsLaterBytes) {
+  Pair p;
+  p.send("a");
+  EXPECT_EQ(readOnce(p, 16).data, "a");
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    p.send("b");
+  });
+  ReadResult r = readOnce(p, 16);
+  later.join();
+  ASSERT_FALSE(r.ec) << r.ec.message();
+  EXPECT_EQ(r.data, "b");
+}
+
+// The bytes and the FIN arrive before the read, in one report or two: the
+// read that returns the bytes must not leave the FIN unseen (no edge follows
+// it), whether or not the reactor took the report in before the read.
+TEST(ReadinessTest, AFinThatCameWithTheLastBytesIsNotMissed) {
+  for (const bool reported_first : {false, true}) {
+    for (const bool warm : {false, true}) {
+      SCOPED_TRACE(std::string(reported_first ? "report taken in first" : "read before the report") +
+                   (warm ? ", socket read before" : ", first read"));
+      Pair p;
+      if (warm) {
+        p.send("x");
+        EXPECT_EQ(readOnce(p, 16).data, "x");
+      }
+      p.send("last");
+      p.b.shutdown(tcp::socket::shutdown_send);
+      std::this_thread::sleep_for(5ms);
+      if (reported_first) poll(p);
+      ReadResult r = readOnce(p, 16);
+      EXPECT_EQ(r.data, "last");
+      r = readOnce(p, 16);
+      EXPECT_EQ(r.ec, asio::error::eof) << r.ec.message();
+    }
+  }
+}
+
+TEST(ReadinessTest, AFinAfterTheSocketWasEmptiedEndsAWaitingRead) {
+  Pair p;
+  p.send("x");
+  EXPECT_EQ(readOnce(p, 16).data, "x");
+  std::thread later([&] {
+    std::this_thread::sleep_for(30ms);
+    p.b.shutdown(tcp::socket::shutdown_send);
+  });
+  ReadResult r = readOnce(p, 16);
+  later.join();
+  EXPECT_EQ(r.ec, asio::error::eof) << r.ec.message();
+}
+
+TEST(ReadinessTest, AResetAfterBytesIsReported) {
+  Pair p;
+  p.send("x");
+  EXPECT_EQ(readOnce(p, 16).data, "x");
+  p.send("bye");
+  std::this_thread::sleep_for(5ms);
+  poll(p);
+  // SO_LINGER 0: close sends a reset.
+  p.b.set_option(asio::socket_base::linger(true, 0));
+  p.b.close();
+  ReadResult r = readOnce(p, 16);
+  if (!r.ec) {
+    EXPECT_EQ(r.data, "bye");
+    r = readOnce(p, 16);
+  }
+  EXPECT_TRUE(r.done());
+  EXPECT_TRUE(r.ec == asio::error::connection_reset || r.ec == asio::error::eof) << r.ec.message();
+}
+
+TEST(ReadinessTest, AWaitingReadEndsWithTimeoutAtTheDeadline) {
+  Pair p;
+  p.send("x");
+  EXPECT_EQ(readOnce(p, 16).data, "x");
+  ReadResult r;
+  char buf[16];
+  const auto t0 = Clock::now();
+  p.a->expires_after(80ms);
+  p.a->async_read_some(asio::buffer(buf), [&](error_code ec, size_t) { r.ec = ec; });
+  p.ioc.restart();
+  while (!r.done() && Clock::now() - t0 < 5s) p.ioc.run_one_for(20ms);
+  EXPECT_EQ(r.ec, boost::beast::error::timeout);
+  EXPECT_GE(Clock::now() - t0, 80ms);
+  // The socket still works afterwards.
+  p.send("y");
+  EXPECT_EQ(readOnce(p, 16).data, "y");
+}
+
+TEST(ReadinessTest, AnAsioReadOnAnEmptiedSocketStillCompletes) {
+  // Code that reads the socket with Asio directly (the upstream pool's
+  // MSG_PEEK watch) queues on the same registration.
+  Pair p;
+  p.send("x");
+  EXPECT_EQ(readOnce(p, 16).data, "x");
+  error_code got = asio::error::would_block;
+  char c;
+  p.a->socket().async_receive(asio::buffer(&c, 1), MSG_PEEK, [&](error_code ec, size_t) { got = ec; });
+  std::thread later([&] {
+    std::this_thread::sleep_for(30ms);
+    p.b.shutdown(tcp::socket::shutdown_send);
+  });
+  const auto limit = Clock::now() + 5s;
+  p.ioc.restart();
+  while (got == asio::error::would_block && Clock::now() < limit) p.ioc.run_one_for(20ms);
+  later.join();
+  EXPECT_EQ(got, asio::error::eof) << got.message();
+}
+
+// Bytes in random pieces at random moments, the FIN at the end, read with
+// random buffer sizes: every byte arrives, in order, then EOF; a missed
+// edge would leave a read hanging past its 5 s deadline (a timeout).
+TEST(ReadinessTest, RandomArrivalsAndReadsLoseNothing) {
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 40; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    Pair p;
+    std::string sent;
+    for (int i = 0; i < 200; ++i)
+      sent += std::to_string(i) + (i % 7 == 0 ? std::string(rng() % 3000, 'z') : ",");
+    const unsigned seed = rng();
+    std::thread writer([&p, &sent, seed] {
+      std::mt19937 r(seed);
+      size_t at = 0;
+      while (at < sent.size()) {
+        const size_t n = std::min(sent.size() - at, size_t{1} + r() % 700);
+        asio::write(p.b, asio::buffer(sent.data() + at, n));
+        at += n;
+        switch (r() % 4) {
+          case 0:
+            break;
+          case 1:
+            std::this_thread::yield();
+            break;
+          default:
+            std::this_thread::sleep_for(std::chrono::microseconds(r() % 300));
+        }
+      }
+      p.b.shutdown(tcp::socket::shutdown_send);
+    });
+    std::string got;
+    ReadResult r;
+    for (;;) {
+      if (rng() % 3 == 0) poll(p);
+      r = readOnce(p, 1 + rng() % 2048);
+      if (r.ec) break;
+      got += r.data;
+    }
+    writer.join();
+    EXPECT_EQ(r.ec, asio::error::eof) << r.ec.message();
+    ASSERT_EQ(got, sent);
+  }
+}
+
+}  // namespace
+}  // namespace knap::router
