@@ -77,9 +77,10 @@ class DeadlineStream {
   void expires_after(clock::duration d) { expires_at(clock::now() + d); }
   void expires_never() { expires_at(clock::time_point::max()); }
 
-  // Reads into the first non-empty buffer of `b`: at once when the socket
-  // may hold bytes, otherwise after epoll reports it readable
-  // (router/readiness.h: no receive that finds nothing).
+  // Reads into the first non-empty buffer of `b` once the socket may hold
+  // bytes: at once (posted) unless a receive left it empty and epoll has not
+  // reported it readable since (router/readiness.h: no receive that finds
+  // nothing).
   template <class MutableBuffers, class Token>
   auto async_read_some(const MutableBuffers& b, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
@@ -94,14 +95,6 @@ class DeadlineStream {
                  it != boost::asio::buffer_sequence_end(bufs); ++it) {
               into = boost::asio::mutable_buffer(*it);
               if (into.size() > 0) break;
-            }
-            if (into.size() > 0 && readiness::mayHaveData(socket_)) {
-              boost::system::error_code ec;
-              const std::size_t n = readiness::readNow(socket_, into, ec);
-              if (ec != boost::asio::error::would_block)
-                return complete(Done<H>{state_, std::move(handler)}, ec, n);
-            } else if (into.size() == 0) {
-              return complete(Done<H>{state_, std::move(handler)}, {}, 0);
             }
             readiness::asyncWaitReadable(socket_, ReadWhenReady<H>{state_, into, std::move(handler)});
           }
@@ -242,9 +235,9 @@ class DeadlineStream {
       std::move(handler)(ec, n);
     }
   };
-  // A read waiting for readiness: receives when the report comes, and waits
-  // again if it found nothing after all (a report from before the socket
-  // was last emptied).
+  // A read waiting for readiness: receives when it comes, and waits again
+  // if the receive found nothing after all (a report from before the
+  // socket was last emptied). An empty buffer reads nothing, at once.
   template <class Handler>
   struct ReadWhenReady {
     std::shared_ptr<State> state;
@@ -252,7 +245,7 @@ class DeadlineStream {
     Handler handler;
     void operator()(boost::system::error_code ec) {
       std::size_t n = 0;
-      if (!ec) {
+      if (!ec && into.size() > 0) {
         if (state->socket == nullptr) {
           ec = boost::asio::error::operation_aborted;
         } else {
@@ -266,13 +259,6 @@ class DeadlineStream {
       Done<Handler>{std::move(state), std::move(handler)}(ec, n);
     }
   };
-  // Completes a read that ended at once: posted, never inside the call
-  // that started it.
-  template <class D>
-  void complete(D done, boost::system::error_code ec, std::size_t n) {
-    boost::asio::post(socket_.get_executor(),
-                      [d = std::move(done), ec, n]() mutable { std::move(d)(ec, n); });
-  }
   template <class Handler>
   struct CodeDone {
     std::shared_ptr<State> state;
