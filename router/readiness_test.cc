@@ -4,6 +4,7 @@
 #include "router/readiness.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -270,6 +271,191 @@ TEST(ReadinessTest, RandomArrivalsAndReadsLoseNothing) {
     EXPECT_EQ(r.ec, asio::error::eof) << r.ec.message();
     ASSERT_EQ(got, sent);
   }
+}
+
+
+// --- attack-readiness: sequences found by review ---------------------------
+
+// The reactor's descriptor states come from a pool and are reused by the
+// next socket opened on the same io_context; task_result_ (the events of the
+// last report) is not reset when one is. A connection that ended with a FIN
+// leaves EPOLLRDHUP there, so markDrained never clears the flag for the next
+// socket until that socket's own first report: a read on a new, silent
+// connection (an accepted client that has not sent yet) receives EAGAIN,
+// waits with the flag still set, completes at once (posted), receives
+// EAGAIN again... a busy loop. And since the re-wait in ReadWhenReady does
+// not look at the deadline, the timer's cancel() never finds the operation
+// queued: the read neither ends at its deadline nor stops spinning.
+TEST(ReadinessAttackTest, ASocketReusingTheStateOfOneThatGotAFinDoesNotSpin) {
+  if (!readiness::kSupported) GTEST_SKIP();
+  asio::io_context ioc{1};
+  asio::io_context peer_ioc;
+  tcp::acceptor acc(peer_ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  {
+    // Connection 1: bytes, then the peer's FIN; read to EOF, then closed.
+    tcp::socket s(ioc);
+    s.connect(acc.local_endpoint());
+    tcp::socket b(peer_ioc);
+    acc.accept(b);
+    DeadlineStream a(std::move(s));
+    asio::write(b, asio::buffer(std::string("x")));
+    b.shutdown(tcp::socket::shutdown_send);
+    std::string got;
+    error_code last;
+    for (int i = 0; i < 4 && !last; ++i) {
+      char buf[16];
+      bool done = false;
+      a.expires_after(2s);
+      a.async_read_some(asio::buffer(buf), [&](error_code ec, size_t n) {
+        last = ec;
+        got.append(buf, n);
+        done = true;
+      });
+      ioc.restart();
+      const auto limit = Clock::now() + 3s;
+      while (!done && Clock::now() < limit) ioc.run_one_for(20ms);
+    }
+    ASSERT_EQ(got, "x");
+    ASSERT_EQ(last, asio::error::eof);
+  }  // `a` closed: its descriptor state goes back to the pool
+  // Connection 2: opened on the same context (gets the same state), silent.
+  tcp::socket s(ioc);
+  s.connect(acc.local_endpoint());
+  tcp::socket b(peer_ioc);
+  acc.accept(b);
+  DeadlineStream a(std::move(s));
+  char buf[16];
+  error_code r = asio::error::would_block;
+  const auto t0 = Clock::now();
+  a.expires_after(150ms);
+  a.async_read_some(asio::buffer(buf), [&](error_code ec, size_t) { r = ec; });
+  ioc.restart();
+  size_t handlers = 0;
+  while (r == asio::error::would_block && Clock::now() - t0 < 1500ms) handlers += ioc.run_one_for(20ms);
+  const bool ended = r != asio::error::would_block;
+  // (Unstick it if it spins: bytes are a report of its own.)
+  if (!ended) {
+    asio::write(b, asio::buffer(std::string("z")));
+    while (r == asio::error::would_block && Clock::now() - t0 < 5s) handlers += ioc.run_one_for(20ms);
+  }
+  EXPECT_TRUE(ended) << "the read did not end at its 150 ms deadline";
+  if (ended) EXPECT_EQ(r, boost::beast::error::timeout) << r.message();
+  EXPECT_LT(handlers, 100u) << "handlers run for one silent read (a busy loop)";
+}
+
+// A read whose wait completes in the same reactor turn as the deadline
+// timer, but after it: the reactor completes the socket's write first (in
+// place) and posts the read's wait completion behind the timer's handler
+// (perform_io runs the write queue before the read queue, and only the
+// first completion runs in place). The timer finds the read pending, sets
+// timed_out and cancels the socket, which has nothing queued; the read's
+// handler then receives EAGAIN (the report was for bytes taken between
+// epoll_wait and perform_io; here a handler queued before the report takes
+// them, as a posted read of the same stream would) and waits again, with
+// no timer armed and timed_out ignored: it never ends. (Asio's own read
+// would still be queued in the reactor there, and cancel() would end it
+// with timeout.)
+TEST(ReadinessAttackTest, AReadRewaitingAfterTheTimerFiredStillTimesOut) {
+  if (!readiness::kSupported) GTEST_SKIP();
+  Pair p;
+  DeadlineStream& a = *p.a;
+  const int fd = a.socket().native_handle();
+  p.send("x");
+  ASSERT_EQ(readOnce(p, 16).data, "x");  // (warm: RDHUP registered, flag clear)
+  // Fill the way out so that a write waits (small buffers).
+  a.socket().set_option(asio::socket_base::send_buffer_size(8192));
+  std::string junk(1 << 16, 'j');
+  while (::send(fd, junk.data(), junk.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+  }
+  a.expires_after(150ms);
+  const auto t0 = Clock::now();
+  bool wrote = false;
+  error_code r = asio::error::would_block;
+  size_t n = 0;
+  char buf[4096];
+  a.async_write_some(asio::buffer(junk), [&](error_code, size_t) { wrote = true; });
+  a.async_read_some(asio::buffer(buf), [&](error_code ec, size_t m) {
+    r = ec;
+    n = m;
+  });
+  poll(p);  // both queued in the reactor
+  ASSERT_EQ(r, asio::error::would_block);
+  ASSERT_FALSE(wrote);
+  // While the loop is not running: the peer makes room (a writable edge),
+  // sends (a readable edge), and the deadline passes.
+  {
+    p.b.non_blocking(true);
+    std::vector<char> sink(1 << 16);
+    error_code ec;
+    for (int i = 0, idle = 0; i < 400 && idle < 20; ++i) {
+      p.b.read_some(asio::buffer(sink), ec);
+      if (ec == asio::error::would_block) {
+        ++idle;
+        std::this_thread::sleep_for(1ms);
+      } else {
+        idle = 0;
+      }
+    }
+    p.b.non_blocking(false);
+    pollfd pf{fd, POLLOUT, 0};
+    ASSERT_EQ(::poll(&pf, 1, 0), 1) << "not writable after the peer drained";
+  }
+  p.send("abc");
+  std::this_thread::sleep_until(t0 + 200ms);
+  // Queued before the reactor's next turn: takes the bytes that turn reports.
+  std::string taken;
+  asio::post(p.ioc, [&] {
+    char t[64];
+    const ssize_t k = ::recv(fd, t, sizeof t, MSG_DONTWAIT);
+    if (k > 0) taken.assign(t, k);
+  });
+  p.ioc.restart();
+  while (r == asio::error::would_block && Clock::now() - t0 < 1500ms) p.ioc.run_one_for(20ms);
+  EXPECT_EQ(taken, "abc");
+  EXPECT_TRUE(wrote);
+  EXPECT_EQ(r, boost::beast::error::timeout) << (r == asio::error::would_block ? "never ended" : r.message());
+  p.a->close();
+  p.ioc.restart();
+  p.ioc.run_for(50ms);
+}
+
+// TCP urgent data: recv stops at the urgent mark, returning fewer bytes
+// than asked while bytes remain (those after the mark). markDrained takes
+// the short read for an emptied socket and no further edge comes: the next
+// read waits until its deadline although the bytes are there.
+TEST(ReadinessAttackTest, BytesAfterAnUrgentMarkAreRead) {
+  Pair p;
+  p.send("w");
+  ASSERT_EQ(readOnce(p, 16).data, "w");  // (warm: RDHUP registered, no re-check to come)
+  p.send("abc");
+  asio::write(p.b, asio::buffer(std::string("X")), asio::transfer_all());
+  {
+    const char x = 'U';
+    ASSERT_EQ(::send(p.b.native_handle(), &x, 1, MSG_OOB), 1);
+  }
+  p.send("def");
+  std::this_thread::sleep_for(20ms);
+  std::string got;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 4 && got.size() < 7; ++i) {
+    char buf[64];
+    error_code r = asio::error::would_block;
+    size_t n = 0;
+    p.a->expires_after(1s);
+    p.a->async_read_some(asio::buffer(buf), [&](error_code ec, size_t m) {
+      r = ec;
+      n = m;
+    });
+    p.ioc.restart();
+    while (r == asio::error::would_block && Clock::now() - t0 < 3s) p.ioc.run_one_for(20ms);
+    if (r) {
+      ADD_FAILURE() << "read " << i << " after " << got.size() << " bytes: " << r.message();
+      break;
+    }
+    got.append(buf, n);
+  }
+  EXPECT_EQ(got, "abcXdef");  // (the urgent byte is out of band)
+  EXPECT_LT(Clock::now() - t0, 500ms);
 }
 
 }  // namespace
