@@ -96,6 +96,9 @@ class DeadlineStream {
               into = boost::asio::mutable_buffer(*it);
               if (into.size() > 0) break;
             }
+            if (into.size() == 0) {  // (reads nothing, at once: Asio's answer)
+              return socket_.async_read_some(bufs, Done<H>{state_, std::move(handler)});
+            }
             readiness::asyncWaitReadable(socket_, ReadWhenReady<H>{state_, into, std::move(handler)});
           }
         },
@@ -152,6 +155,35 @@ class DeadlineStream {
           socket_.async_wait(what, CodeDone<decltype(handler)>{state_, std::move(handler)});
         },
         token, w);
+  }
+  // Waits until a read would find something (bytes, end of stream or an
+  // error) without reading (router/readiness.h: no syscall while the socket
+  // was left empty), under the same deadline; then read_now. For a reader
+  // that allocates its buffer only once there is something to read.
+  template <class Token>
+  auto async_wait_readable(Token&& token) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+        [this](auto handler) {
+          if (!start()) {
+            state_->timed_out = true;
+            boost::asio::post(socket_.get_executor(), [h = std::move(handler)]() mutable {
+              std::move(h)(boost::system::error_code(boost::beast::error::timeout));
+            });
+            return;
+          }
+          if constexpr (readiness::kSupported) {
+            readiness::asyncWaitReadable(socket_, CodeDone<decltype(handler)>{state_, std::move(handler)});
+          } else {
+            socket_.async_wait(socket_type::wait_read,
+                               CodeDone<decltype(handler)>{state_, std::move(handler)});
+          }
+        },
+        token);
+  }
+  // One receive now, never waiting: the bytes received, or 0 with `ec`
+  // set (would_block: nothing there yet; eof; the socket's error).
+  std::size_t read_now(boost::asio::mutable_buffer b, boost::system::error_code& ec) {
+    return readiness::readNow(socket_, b, ec);
   }
   template <class Token>
   auto async_connect(const boost::asio::ip::tcp::endpoint& ep, Token&& token) {
@@ -237,7 +269,8 @@ class DeadlineStream {
   };
   // A read waiting for readiness: receives when it comes, and waits again
   // if the receive found nothing after all (a report from before the
-  // socket was last emptied). An empty buffer reads nothing, at once.
+  // socket was last emptied; that receive clears the reactor's flag, so the
+  // wait is queued, not a loop).
   template <class Handler>
   struct ReadWhenReady {
     std::shared_ptr<State> state;
@@ -245,14 +278,20 @@ class DeadlineStream {
     Handler handler;
     void operator()(boost::system::error_code ec) {
       std::size_t n = 0;
-      if (!ec && into.size() > 0) {
+      if (!ec) {
         if (state->socket == nullptr) {
           ec = boost::asio::error::operation_aborted;
         } else {
           n = readiness::readNow(*state->socket, into, ec);
           if (ec == boost::asio::error::would_block) {
-            socket_type& s = *state->socket;
-            return readiness::asyncWaitReadable(s, std::move(*this));
+            // Waits again, unless the timer fired meanwhile (it cancelled
+            // nothing: this read was not queued then).
+            if (state->timed_out) {
+              ec = boost::beast::error::timeout;
+            } else {
+              socket_type& s = *state->socket;
+              return readiness::asyncWaitReadable(s, std::move(*this));
+            }
           }
         }
       }

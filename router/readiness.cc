@@ -108,28 +108,34 @@ void startReadOp(Socket& s, ad::reactor_op* op, bool is_continuation) {
 }  // namespace detail
 
 namespace {
-// The socket was left empty by a receive that just returned: reads wait
-// for the next report from now on, unless the last report says a FIN or an
-// error came (then the next receive returns it; no edge would).
-void markDrained(Socket& s) {
+// A receive just left the socket empty: reads wait for the next report from
+// now on. `certain`: it found nothing (EAGAIN: no bytes, no FIN, no error;
+// anything later is an edge). Otherwise it returned fewer bytes than asked,
+// and a FIN, reset or urgent mark may sit behind them with no edge to come:
+// the flag stays set when the last report says so. (That report may be a
+// previous socket's, as the reactor reuses its per-socket state: then one
+// receive finds nothing, which is certain.)
+void markDrained(Socket& s, bool certain) {
   State* st = stateOf(s);
   if (st == nullptr) return;
   ad::conditionally_enabled_mutex::scoped_lock lock(st->*get(MutexTag{}));
   uint32_t& registered = st->*get(RegisteredEventsTag{});
   if (registered == 0) return;
-  if ((registered & EPOLLRDHUP) == 0) {
-    // Once per socket: a FIN is reported as such from now on. The reactor
-    // re-arms with registered_events_ (plus EPOLLOUT) when it adds a write
-    // wait, so RDHUP stays. Modifying re-checks readiness, so a FIN already
-    // there is reported anew.
-    epoll_event ev{};
-    ev.events = registered | EPOLLRDHUP;
-    ev.data.ptr = st;
-    const int epfd = (st->*get(ReactorTag{}))->*get(EpollFdTag{});
-    if (epoll_ctl(epfd, EPOLL_CTL_MOD, implOf(s).socket_, &ev) != 0) return;
-    registered = ev.events;
+  if (!certain) {
+    if ((registered & EPOLLRDHUP) == 0) {
+      // Once per socket: a FIN is reported as such from now on. The
+      // reactor re-arms with registered_events_ (plus EPOLLOUT) when it
+      // adds a write wait, so RDHUP stays. Modifying re-checks readiness,
+      // so a FIN already there is reported anew.
+      epoll_event ev{};
+      ev.events = registered | EPOLLRDHUP;
+      ev.data.ptr = st;
+      const int epfd = (st->*get(ReactorTag{}))->*get(EpollFdTag{});
+      if (epoll_ctl(epfd, EPOLL_CTL_MOD, implOf(s).socket_, &ev) != 0) return;
+      registered = ev.events;
+    }
+    if ((reportedEvents(st) & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) != 0) return;
   }
-  if ((reportedEvents(st) & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) return;
   (st->*get(TrySpeculativeTag{}))[Reactor::read_op] = false;
 }
 }  // namespace
@@ -141,7 +147,7 @@ bool mayHaveData(boost::asio::ip::tcp::socket&) {
 }
 
 namespace {
-void markDrained(boost::asio::ip::tcp::socket&) {}
+void markDrained(boost::asio::ip::tcp::socket&, bool) {}
 }  // namespace
 
 #endif
@@ -155,7 +161,7 @@ std::size_t readNow(boost::asio::ip::tcp::socket& s, boost::asio::mutable_buffer
     n = ::recv(s.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   if (n > 0) {
-    if (static_cast<std::size_t>(n) < b.size()) markDrained(s);
+    if (static_cast<std::size_t>(n) < b.size()) markDrained(s, false);
     return static_cast<std::size_t>(n);
   }
   if (n == 0) {
@@ -164,7 +170,7 @@ std::size_t readNow(boost::asio::ip::tcp::socket& s, boost::asio::mutable_buffer
   }
   const int err = errno;
   if (err == EAGAIN || err == EWOULDBLOCK) {
-    markDrained(s);
+    markDrained(s, true);
     ec = boost::asio::error::would_block;
     return 0;
   }

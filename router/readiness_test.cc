@@ -273,7 +273,6 @@ TEST(ReadinessTest, RandomArrivalsAndReadsLoseNothing) {
   }
 }
 
-
 // --- attack-readiness: sequences found by review ---------------------------
 
 // The reactor's descriptor states come from a pool and are reused by the
@@ -339,7 +338,9 @@ TEST(ReadinessAttackTest, ASocketReusingTheStateOfOneThatGotAFinDoesNotSpin) {
     while (r == asio::error::would_block && Clock::now() - t0 < 5s) handlers += ioc.run_one_for(20ms);
   }
   EXPECT_TRUE(ended) << "the read did not end at its 150 ms deadline";
-  if (ended) EXPECT_EQ(r, boost::beast::error::timeout) << r.message();
+  if (ended) {
+    EXPECT_EQ(r, boost::beast::error::timeout) << r.message();
+  }
   EXPECT_LT(handlers, 100u) << "handlers run for one silent read (a busy loop)";
 }
 
