@@ -102,8 +102,9 @@ TlsSocket::TlsSocket(asio::ip::tcp::socket s, SSL_CTX* ctx) : tcp_(std::move(s))
   // record buffers (as nginx and asio's engine do).
   SSL_set_mode(
       ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
-  // One recv takes what has arrived (records that follow stay in OpenSSL's
-  // buffer for the next SSL_read), not a record header and then its body.
+  // One BIO read takes all the ciphertext received (records that follow
+  // stay in OpenSSL's buffer for the next SSL_read), not a record header
+  // and then its body.
   SSL_set_read_ahead(ssl_, 1);
 }
 
@@ -117,7 +118,12 @@ int TlsSocket::bioRead(char* data, size_t len, size_t* read) {
   const size_t n = std::min(avail, len);
   std::memcpy(data, rbuf_.get() + rin_, n);
   rin_ += n;
-  if (rin_ == rend_) rin_ = rend_ = 0;
+  if (rin_ == rend_) {
+    // All taken: an idle connection holds no receive buffer (the next
+    // fill makes one, from the block cache: common/block_cache.h).
+    rin_ = rend_ = 0;
+    rbuf_.reset();
+  }
   *read = n;
   return 1;
 }
@@ -148,8 +154,8 @@ char* TlsSocket::gatherBuffer() {
 }
 
 asio::mutable_buffer TlsSocket::fillSpace() {
-  if (!rbuf_) rbuf_ = std::make_unique<char[]>(kReadBytes);
-  if (rin_ > 0) {  // (OpenSSL took part: keep the rest at the front)
+  if (!rbuf_) rbuf_.reset(new char[kReadBytes]);  // (not zeroed: made for every fill)
+  if (rin_ > 0) {                                 // (OpenSSL took part: keep the rest at the front)
     std::memmove(rbuf_.get(), rbuf_.get() + rin_, rend_ - rin_);
     rend_ -= rin_;
     rin_ = 0;

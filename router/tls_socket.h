@@ -130,6 +130,8 @@ class TlsSocket {
   int bioRead(char* data, size_t len, size_t* read);
   int bioWrite(const char* data, size_t len, size_t* written);
   size_t bioPending() const { return rend_ - rin_; }
+  // The receive buffer this connection holds now (0 while idle).
+  size_t receiveBufferBytes() const { return rbuf_ ? kReadBytes : 0; }
 
  private:
   Step tryWriteBytes(const void* data, size_t len, size_t* n, error_code* ec);
@@ -159,6 +161,7 @@ class TlsSocket {
     TlsSocket* s;
     Io io;
     enum { kStart, kWaiting, kPosted } state = kStart;
+    bool filling = false;  // waiting for the socket to have something to read
     size_t n = 0;
     error_code result;
     // Started, or the posted result.
@@ -167,17 +170,27 @@ class TlsSocket {
       if (state == kPosted) return self.complete(result, n);
       step(self);
     }
-    // Writable (or readable, see below) again.
+    // Writable (or readable, see below) again; or, `filling`, the socket
+    // has something to read: received into the buffer, made now.
     template <class Self>
     void operator()(Self& self, error_code ec) {
+      if (filling) {
+        filling = false;
+        if (!ec) {
+          size_t got = s->tcp_.read_now(s->fillSpace(), ec);
+          if (ec == boost::asio::error::would_block) return fill(self);  // (a report from before)
+          if (s->filled(ec, got)) return step(self);
+        }
+        s->fill_pending_ = false;
+        return self.complete(ec, 0);
+      }
       if (ec) return self.complete(ec, 0);
       step(self);
     }
-    // Ciphertext read.
     template <class Self>
-    void operator()(Self& self, error_code ec, size_t got) {
-      if (!s->filled(ec, got)) return self.complete(ec, 0);
-      step(self);
+    void fill(Self& self) {
+      filling = true;
+      s->tcp_.async_wait_readable(std::move(self));
     }
     template <class Self>
     void step(Self& self) {
@@ -198,20 +211,21 @@ class TlsSocket {
         // what it receives. Only a write that must read first comes here.)
         return s->tcp_.async_wait(DeadlineStream::socket_type::wait_read, std::move(self));
       }
-      const boost::asio::mutable_buffer space = s->fillSpace();
-      if (space.size() == 0) {
+      if (s->bioPending() == kReadBytes) {
         // (OpenSSL takes all it is given; a full buffer it still wants
         // more than is a broken peer or a bug, not a reason to spin.)
         return self.complete(boost::asio::error::no_buffer_space, 0);
       }
+      // The receive buffer is made (or grown into) only once the socket has
+      // something: an idle connection waits without one.
       s->fill_pending_ = true;
-      s->tcp_.async_read_some(space, std::move(self));
+      fill(self);
     }
   };
 
   DeadlineStream tcp_;
   SSL* ssl_ = nullptr;
-  std::unique_ptr<char[]> rbuf_;  // received ciphertext [rin_, rend_); made on the first read
+  std::unique_ptr<char[]> rbuf_;  // received ciphertext [rin_, rend_); made for a read, freed once taken
   size_t rin_ = 0;
   size_t rend_ = 0;
   bool eof_ = false;           // the peer ended the stream

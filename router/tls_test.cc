@@ -8,6 +8,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -741,6 +742,52 @@ TEST(TlsSocketTest, AWriteAfterCloseNeverReachesAnotherConnectionWithTheSameFd) 
   ASSERT_TRUE(done);
   EXPECT_EQ(victim.available(), std::string("the victim's request").size())
       << "the closed TlsSocket consumed the victim connection's bytes (read ended: " << rec.message() << ")";
+  SSL_CTX_free(sctx);
+}
+
+// An idle keep-alive TLS connection waits for its next request without a
+// receive buffer (16 KiB each otherwise), and the request then arrives whole.
+TEST(TlsSocketTest, AnIdleConnectionHoldsNoReceiveBuffer) {
+  asio::io_context ioc;
+  TestCert cert = selfSignedCert({kHost});
+  SSL_CTX* sctx = serverContext(cert);
+  tcp::acceptor acc(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  asio::io_context cioc;
+  ssl::context cctx(ssl::context::tls_client);
+  TlsStream client(cioc, cctx);
+  beast::error_code cec;
+  std::thread ct([&] { cec = tlsConnect(client, acc.local_endpoint().port(), kHost); });
+  TlsSocket ts(acc.accept(), sctx);
+  beast::error_code hec = asio::error::would_block;
+  asio::co_spawn(
+      ioc, [&]() -> asio::awaitable<void> { co_await ts.handshake(hec); }, asio::detached);
+  ioc.run();
+  ct.join();
+  ASSERT_FALSE(hec) << hec.message();
+  ASSERT_FALSE(cec) << cec.message();
+  ts.next_layer().expires_after(10s);
+
+  auto readOne = [&](std::string* got, bool* done) {
+    auto data = std::make_shared<std::array<char, 256>>();
+    ts.async_read_some(asio::buffer(*data), [got, done, data](beast::error_code e, size_t n) {
+      if (!e) *got = std::string(data->data(), n);
+      *done = true;
+    });
+  };
+  for (const std::string req : {"GET /one HTTP/1.1\r\n\r\n", "GET /two HTTP/1.1\r\n\r\n"}) {
+    std::string got;
+    bool done = false;
+    readOne(&got, &done);
+    ioc.restart();
+    for (int i = 0; i < 20 && !done; ++i) ioc.run_for(5ms);
+    ASSERT_FALSE(done) << "a read completed with nothing sent";
+    EXPECT_EQ(ts.receiveBufferBytes(), 0u) << "the idle connection holds a receive buffer";
+    asio::write(client, asio::buffer(req));
+    for (int i = 0; i < 400 && !done; ++i) ioc.run_for(5ms);
+    ASSERT_TRUE(done);
+    EXPECT_EQ(got, req);
+    EXPECT_EQ(ts.receiveBufferBytes(), 0u) << "the buffer outlived the bytes it held";
+  }
   SSL_CTX_free(sctx);
 }
 
