@@ -1,5 +1,6 @@
 #include "router/http1.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 
@@ -152,6 +153,25 @@ bool validHost(std::string_view h) {
 
 bool isTokenChar(unsigned char c) {
   return kCharClass[c] & kTokenChar;
+}
+
+bool requestHeadWorthParsing(std::string_view data, HeadScan* scan) {
+  const size_t from = std::min(scan->scanned, data.size());
+  scan->scanned = data.size();
+  bool worth = false;
+  for (size_t i = from; i < data.size() && !worth; ++i) {
+    if (data[i] != '\n') continue;
+    if (i == 0 || data[i - 1] != '\r') {
+      worth = true;  // a bare LF: the parser reports it
+    } else if (!scan->line_ended) {
+      worth = true;  // the request line (or an empty line before it) ended
+    } else if (i >= 3 && data[i - 2] == '\n' && data[i - 3] == '\r') {
+      worth = true;  // CRLF CRLF: the end of the head
+    }
+    scan->line_ended = true;
+    if (worth) scan->scanned = i + 1;
+  }
+  return worth;
 }
 
 Parse parseRequestHead(std::string_view data, RequestHead* out) {

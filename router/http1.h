@@ -77,6 +77,18 @@ struct ResponseHead {
 // before the request line are skipped (RFC 9112 §2.2).
 Parse parseRequestHead(std::string_view data, RequestHead* out);
 
+// Whether a request head arriving in `data` is worth parsing again: in the
+// bytes after those an earlier call saw, it may end (CRLF CRLF), its first
+// line ended, or a bare LF came (an error to report). Each byte is looked at
+// once over all the calls for one head (`scan` starts as {} for a new
+// head), so a head that trickles in a byte at a time costs linear time, not
+// a parse of everything so far per byte.
+struct HeadScan {
+  size_t scanned = 0;       // bytes of data already looked at
+  bool line_ended = false;  // a line of the head has ended
+};
+bool requestHeadWorthParsing(std::string_view data, HeadScan* scan);
+
 // Parses a pod's response head from the start of `data` (lenient). The
 // request's method decides the framing: HEAD → no body.
 Parse parseResponseHead(std::string_view data, bool head_request, ResponseHead* out);

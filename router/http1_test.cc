@@ -266,3 +266,57 @@ TEST(Http1Request, HeadOfThousandsOfTinyFieldsRewritten) {
 
 }  // namespace
 }  // namespace knap::router::http1
+
+namespace knap::router::http1 {
+namespace {
+
+// Feeds `head` in pieces of `step` bytes; returns how many times the scan
+// asked for a parse, parsing each time as serveConnection does.
+int parsesForTrickle(const std::string& head, size_t step, Parse* last) {
+  HeadScan scan;
+  int parses = 0;
+  *last = Parse::kIncomplete;
+  for (size_t end = step; *last == Parse::kIncomplete; end += step) {
+    const std::string_view data(head.data(), std::min(end, head.size()));
+    if (requestHeadWorthParsing(data, &scan)) {
+      ++parses;
+      RequestHead h;
+      *last = parseRequestHead(data, &h);
+    }
+    if (end >= head.size()) break;
+  }
+  return parses;
+}
+
+TEST(RequestHeadScanTest, ATrickledHeadIsParsedOnlyWhenALineOrTheHeadEnds) {
+  std::string head = "GET / HTTP/1.1\r\nHost: a.example\r\n";
+  for (int i = 0; i < 1000; ++i) head += "X-Field-" + std::to_string(i) + ": some value\r\n";
+  head += "\r\n";
+  for (size_t step : {size_t{1}, size_t{2}, size_t{7}, size_t{100}, head.size()}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Parse last;
+    // The request line, then the end: two parses however the bytes come
+    // (one when both arrive together), not one per read.
+    EXPECT_LE(parsesForTrickle(head, step, &last), 2);
+    EXPECT_EQ(last, Parse::kDone);
+  }
+}
+
+TEST(RequestHeadScanTest, ErrorsAreStillFoundEarly) {
+  Parse last;
+  // A bad request line: found when the line ends, before the head does.
+  EXPECT_EQ(parsesForTrickle("GET /\x01 HTTP/1.1\r\nHost: a\r\n", 1, &last), 1);
+  EXPECT_EQ(last, Parse::kError);
+  // A bare LF anywhere: found where it comes.
+  EXPECT_EQ(parsesForTrickle("GET / HTTP/1.1\r\nHost: a\nX: y\r\n", 1, &last), 2);
+  EXPECT_EQ(last, Parse::kError);
+  // Empty lines before the request line are skipped (then only the end of
+  // the head is looked for); CRLF CRLF split across reads is found.
+  EXPECT_LE(parsesForTrickle("\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", 1, &last), 3);
+  EXPECT_EQ(last, Parse::kDone);
+  EXPECT_EQ(parsesForTrickle("GET / HTTP/1.1\r\nHost: a\r\n\r\n", 1, &last), 2);
+  EXPECT_EQ(last, Parse::kDone);
+}
+
+}  // namespace
+}  // namespace knap::router::http1

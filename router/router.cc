@@ -430,6 +430,7 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, tcp::endpoint pe
     std::optional<std::chrono::steady_clock::time_point> head_deadline;
     if (buf.size() > 0 || first) head_deadline = std::chrono::steady_clock::now() + opts.header_read_timeout;
     bool too_big = false;
+    http1::HeadScan scan;  // parsed again only when it may have ended (linear in a trickled head)
     while (p == http1::Parse::kIncomplete) {
       if (buf.size() > opts.max_header_bytes) {
         too_big = true;
@@ -447,6 +448,7 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, tcp::endpoint pe
       if (ec) break;
       buf.commit(n);
       if (!head_deadline) head_deadline = std::chrono::steady_clock::now() + opts.header_read_timeout;
+      if (!http1::requestHeadWorthParsing(bufView(buf), &scan)) continue;
       head = http1::RequestHead();
       p = http1::parseRequestHead(bufView(buf), &head);
     }
