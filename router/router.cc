@@ -430,8 +430,13 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, tcp::endpoint pe
     std::optional<std::chrono::steady_clock::time_point> head_deadline;
     if (buf.size() > 0 || first) head_deadline = std::chrono::steady_clock::now() + opts.header_read_timeout;
     bool too_big = false;
-    http1::HeadScan scan;  // parsed again only when it may have ended (linear in a trickled head)
+    // Once a parse found the head incomplete, it is parsed again only when
+    // it may have ended (linear in a head that trickles in).
+    std::optional<http1::HeadScan> scan;
     while (p == http1::Parse::kIncomplete) {
+      if (!scan && buf.size() > 0) {
+        scan = http1::HeadScan{buf.size(), bufView(buf).find('\n') != std::string_view::npos};
+      }
       if (buf.size() > opts.max_header_bytes) {
         too_big = true;
         break;
@@ -448,7 +453,7 @@ awaitable<void> Router::Impl::serveConnection(tcp::socket sock, tcp::endpoint pe
       if (ec) break;
       buf.commit(n);
       if (!head_deadline) head_deadline = std::chrono::steady_clock::now() + opts.header_read_timeout;
-      if (!http1::requestHeadWorthParsing(bufView(buf), &scan)) continue;
+      if (scan && !http1::requestHeadWorthParsing(bufView(buf), &*scan)) continue;
       head = http1::RequestHead();
       p = http1::parseRequestHead(bufView(buf), &head);
     }

@@ -154,8 +154,8 @@ char* TlsSocket::gatherBuffer() {
 }
 
 asio::mutable_buffer TlsSocket::fillSpace() {
-  if (!rbuf_) rbuf_.reset(new char[kReadBytes]);  // (not zeroed: made for every fill)
-  if (rin_ > 0) {                                 // (OpenSSL took part: keep the rest at the front)
+  if (!rbuf_) rbuf_.reset(static_cast<char*>(::operator new(kReadBytes)));  // (not zeroed: made per fill)
+  if (rin_ > 0) {  // (OpenSSL took part: keep the rest at the front)
     std::memmove(rbuf_.get(), rbuf_.get() + rin_, rend_ - rin_);
     rend_ -= rin_;
     rin_ = 0;
