@@ -7,11 +7,13 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <sys/ioctl.h>
 
 #include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -789,6 +791,236 @@ TEST(TlsSocketTest, AnIdleConnectionHoldsNoReceiveBuffer) {
     EXPECT_EQ(ts.receiveBufferBytes(), 0u) << "the buffer outlived the bytes it held";
   }
   SSL_CTX_free(sctx);
+}
+
+// Attack tests (branch attack-tls-idle): the idle TLS read without a buffer.
+
+// A handshaken TlsSocket and a raw OpenSSL client on a blocking socket (a
+// socket BIO: what the client's SSL calls write is on the wire at once).
+struct IdlePair {
+  asio::io_context ioc;
+  TestCert cert = selfSignedCert({kHost});
+  SSL_CTX* sctx = serverContext(cert);
+  SSL_CTX* cctx = SSL_CTX_new(TLS_client_method());
+  tcp::acceptor acc{ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+  tcp::socket csock{ioc};
+  SSL* cssl = nullptr;
+  std::unique_ptr<TlsSocket> ts;
+
+  explicit IdlePair(int version = TLS1_3_VERSION) {
+    SSL_CTX_set_min_proto_version(cctx, version);
+    SSL_CTX_set_max_proto_version(cctx, version);
+    csock.connect(acc.local_endpoint());
+    ts = std::make_unique<TlsSocket>(acc.accept(), sctx);
+    cssl = SSL_new(cctx);
+    SSL_set_fd(cssl, csock.native_handle());
+    SSL_set_tlsext_host_name(cssl, kHost);
+    int cret = 0;
+    std::thread ct([&] { cret = SSL_connect(cssl); });
+    beast::error_code hec = asio::error::would_block;
+    asio::co_spawn(
+        ioc, [&]() -> asio::awaitable<void> { co_await ts->handshake(hec); }, asio::detached);
+    ioc.run();
+    ct.join();
+    EXPECT_FALSE(hec) << hec.message();
+    EXPECT_EQ(cret, 1);
+    ts->next_layer().expires_after(10s);
+  }
+  ~IdlePair() {
+    ts.reset();
+    SSL_free(cssl);
+    SSL_CTX_free(cctx);
+    SSL_CTX_free(sctx);
+  }
+  // Runs the server's context until `done` or `limit`.
+  void runUntil(const bool& done, std::chrono::milliseconds limit) {
+    ioc.restart();
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (!done && std::chrono::steady_clock::now() < end) ioc.run_for(5ms);
+  }
+  void clientWrite(const std::string& s) {
+    size_t n = 0;
+    ASSERT_EQ(SSL_write_ex(cssl, s.data(), s.size(), &n), 1);
+    ASSERT_EQ(n, s.size());
+  }
+  size_t serverQueued() {
+    int q = 0;
+    ::ioctl(ts->next_layer().socket().native_handle(), FIONREAD, &q);
+    return static_cast<size_t>(q);
+  }
+};
+
+struct ReadResult {
+  bool done = false;
+  beast::error_code ec;
+  std::string got;
+};
+
+void startRead(TlsSocket& ts, std::shared_ptr<ReadResult> r, size_t size = 16384) {
+  auto data = std::make_shared<std::vector<char>>(size);
+  ts.async_read_some(asio::buffer(*data), [r, data](beast::error_code e, size_t n) {
+    r->ec = e;
+    r->got.assign(data->data(), n);
+    r->done = true;
+  });
+}
+
+// The client's record fills the server's 16 KiB receive space exactly: the
+// receive was not short, so the reactor's flag stays set (no markDrained),
+// the next wait completes at once, its receive finds nothing (EAGAIN) and the
+// operation waits again -- with the 16 KiB buffer fillSpace() made for that
+// receive still held, for as long as the connection then stays idle.
+TEST(TlsSocketTest, AnIdleConnectionAfterAReceiveThatFilledTheBufferHoldsNoReceiveBuffer) {
+  IdlePair p;
+  // TLS 1.3 AES-GCM: 5 header + 1 content type + 16 tag around the plaintext.
+  const std::string body(TlsSocket::kReadBytes - 22, 'x');
+  p.clientWrite(body);
+  std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(p.serverQueued(), TlsSocket::kReadBytes) << "not one record of exactly 16 KiB";
+  std::string got;
+  while (got.size() < body.size()) {
+    auto r = std::make_shared<ReadResult>();
+    startRead(*p.ts, r);
+    p.runUntil(r->done, 2s);
+    ASSERT_TRUE(r->done);
+    ASSERT_FALSE(r->ec) << r->ec.message();
+    got += r->got;
+  }
+  ASSERT_EQ(got, body);
+  auto r = std::make_shared<ReadResult>();
+  startRead(*p.ts, r);
+  p.runUntil(r->done, 100ms);
+  ASSERT_FALSE(r->done) << "a read completed with nothing sent";
+  EXPECT_EQ(p.ts->receiveBufferBytes(), 0u) << "the idle connection holds a receive buffer";
+  p.clientWrite("ping");
+  p.runUntil(r->done, 2s);
+  ASSERT_TRUE(r->done);
+  EXPECT_EQ(r->got, "ping");
+}
+
+// A client sends the first bytes of a record and stalls: OpenSSL takes them
+// (no receive buffer held while it waits for the rest) and the deadline
+// still ends the read.
+TEST(TlsSocketTest, APartialRecordThenSilenceEndsAtTheDeadlineHoldingNoReceiveBuffer) {
+  IdlePair p;
+  p.ts->next_layer().expires_after(300ms);
+  auto r = std::make_shared<ReadResult>();
+  startRead(*p.ts, r);
+  p.runUntil(r->done, 50ms);
+  ASSERT_FALSE(r->done);
+  asio::write(p.csock, asio::buffer(std::string("\x17\x03\x03", 3)));
+  p.runUntil(r->done, 100ms);
+  ASSERT_FALSE(r->done);
+  EXPECT_EQ(p.ts->receiveBufferBytes(), 0u);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.runUntil(r->done, 3s);
+  ASSERT_TRUE(r->done) << "the deadline did not end a read stalled in a record";
+  EXPECT_EQ(r->ec, beast::error::timeout) << r->ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+}
+
+// The socket closed while the read waits for readability (the drain sweep
+// and a tunnel's watchdog close client sockets under a live TlsSocket): the
+// read ends at once, and the next read fails rather than waiting.
+TEST(TlsSocketTest, ACloseDuringTheIdleWaitEndsTheRead) {
+  IdlePair p;
+  auto r = std::make_shared<ReadResult>();
+  startRead(*p.ts, r);
+  p.runUntil(r->done, 50ms);
+  ASSERT_FALSE(r->done);
+  p.ts->next_layer().close();
+  p.runUntil(r->done, 1s);
+  ASSERT_TRUE(r->done) << "a read waiting on a closed socket never ended";
+  EXPECT_TRUE(r->ec) << "a read on a closed socket succeeded";
+  EXPECT_EQ(p.ts->receiveBufferBytes(), 0u);
+  auto r2 = std::make_shared<ReadResult>();
+  startRead(*p.ts, r2);
+  p.runUntil(r2->done, 1s);
+  ASSERT_TRUE(r2->done) << "a read after close waits";
+  EXPECT_TRUE(r2->ec);
+}
+
+// A TLS 1.3 KeyUpdate (update_requested) alone, while the connection idles:
+// the read takes it, goes on waiting without a buffer, then reads the next
+// bytes under the new key; the server's next write carries its own KeyUpdate
+// first, which the client accepts.
+TEST(TlsSocketTest, AKeyUpdateWhileIdleIsTakenAndTheConnectionGoesOn) {
+  IdlePair p;
+  auto r = std::make_shared<ReadResult>();
+  startRead(*p.ts, r);
+  p.runUntil(r->done, 50ms);
+  ASSERT_FALSE(r->done);
+  ASSERT_EQ(SSL_key_update(p.cssl, SSL_KEY_UPDATE_REQUESTED), 1);
+  ASSERT_EQ(SSL_do_handshake(p.cssl), 1);  // sends the KeyUpdate alone
+  p.runUntil(r->done, 200ms);
+  ASSERT_FALSE(r->done) << "a KeyUpdate completed the read: " << r->ec.message();
+  EXPECT_EQ(p.serverQueued(), 0u) << "the KeyUpdate was not taken";
+  EXPECT_EQ(p.ts->receiveBufferBytes(), 0u);
+  p.clientWrite("ping");
+  p.runUntil(r->done, 2s);
+  ASSERT_TRUE(r->done);
+  ASSERT_FALSE(r->ec) << r->ec.message();
+  EXPECT_EQ(r->got, "ping");
+  bool wrote = false;
+  beast::error_code wec;
+  p.ts->async_write_some(asio::buffer(std::string("pong")), [&](beast::error_code e, size_t) {
+    wec = e;
+    wrote = true;
+  });
+  p.runUntil(wrote, 2s);
+  ASSERT_TRUE(wrote);
+  ASSERT_FALSE(wec) << wec.message();
+  char buf[16];
+  size_t n = 0;
+  ASSERT_EQ(SSL_read_ex(p.cssl, buf, sizeof buf, &n), 1);
+  EXPECT_EQ(std::string(buf, n), "pong");
+}
+
+// A write and a read both pending while idle: the server's write fills the
+// socket (the client does not read) and waits for writability; the read
+// waits for readability without a buffer. The client then sends a
+// KeyUpdate and bytes, and drains: both operations finish.
+TEST(TlsSocketTest, AReadWaitingWithoutABufferAndABlockedWriteBothFinish) {
+  IdlePair p;
+  auto r = std::make_shared<ReadResult>();
+  startRead(*p.ts, r);
+  const std::string blob(8 << 20, 'b');
+  size_t written = 0;
+  bool wdone = false;
+  beast::error_code wec;
+  std::function<void()> more = [&] {
+    p.ts->async_write_some(asio::buffer(blob.data() + written, blob.size() - written),
+                           [&](beast::error_code e, size_t n) {
+                             written += n;
+                             if (e || written == blob.size()) {
+                               wec = e;
+                               wdone = true;
+                               return;
+                             }
+                             more();
+                           });
+  };
+  more();
+  p.runUntil(wdone, 300ms);
+  ASSERT_FALSE(wdone) << "the socket took 8 MiB";
+  ASSERT_FALSE(r->done);
+  ASSERT_EQ(SSL_key_update(p.cssl, SSL_KEY_UPDATE_REQUESTED), 1);
+  p.clientWrite("ping");
+  std::string got;
+  std::thread reader([&] {
+    char buf[65536];
+    size_t n = 0;
+    while (got.size() < blob.size() && SSL_read_ex(p.cssl, buf, sizeof buf, &n) == 1) got.append(buf, n);
+  });
+  p.runUntil(wdone, 10s);
+  p.runUntil(r->done, 2s);
+  reader.join();
+  ASSERT_TRUE(wdone) << "the write never finished (" << written << " of " << blob.size() << ")";
+  EXPECT_FALSE(wec) << wec.message();
+  ASSERT_TRUE(r->done) << "the read never finished";
+  EXPECT_FALSE(r->ec) << r->ec.message();
+  EXPECT_EQ(r->got, "ping");
+  EXPECT_EQ(got.size(), blob.size());
 }
 
 size_t openFds() {
