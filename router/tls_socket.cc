@@ -163,6 +163,12 @@ asio::mutable_buffer TlsSocket::fillSpace() {
   return asio::buffer(rbuf_.get() + rend_, kReadBytes - rend_);
 }
 
+size_t TlsSocket::receive(error_code& ec) {
+  const size_t n = tcp_.read_now(fillSpace(), ec);
+  if (n == 0 && rend_ == 0) rbuf_.reset();  // nothing came (or the end): hold no buffer for it
+  return n;
+}
+
 bool TlsSocket::filled(const error_code& ec, size_t n) {
   fill_pending_ = false;
   if (ec == asio::error::eof) {
@@ -255,13 +261,24 @@ asio::awaitable<void> TlsSocket::handshake(error_code& ec) {
       if (ec) co_return;
       continue;
     }
-    const asio::mutable_buffer space = fillSpace();
-    if (space.size() == 0) {
+    if (bioPending() == kReadBytes) {
       ec = asio::error::no_buffer_space;  // (see Op::step)
       co_return;
     }
+    // Waited for first, like Op's reads: a client that connects and says
+    // nothing holds no receive buffer.
     fill_pending_ = true;
-    const size_t n = co_await tcp_.async_read_some(space, asio::redirect_error(asio::use_awaitable, ec));
+    co_await tcp_.async_wait_readable(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      fill_pending_ = false;
+      co_return;
+    }
+    const size_t n = receive(ec);
+    if (ec == asio::error::would_block) {  // (a report from before)
+      fill_pending_ = false;
+      ec = {};
+      continue;
+    }
     if (!filled(ec, n)) co_return;
     ec = {};
   }

@@ -139,6 +139,10 @@ class TlsSocket {
   static char* gatherBuffer();
   // The free part of the receive buffer, for the next socket read.
   boost::asio::mutable_buffer fillSpace();
+  // One receive now into the receive buffer, made for it (and freed
+  // again when nothing came and it holds nothing): bytes, or 0 with `ec`
+  // (would_block: wait again; eof; an error); then filled().
+  size_t receive(error_code& ec);
   // A socket read into fillSpace() ended: false when `ec` ends the
   // operation (end of stream is not: OpenSSL reports it, close_notify or not).
   bool filled(const error_code& ec, size_t n);
@@ -177,7 +181,7 @@ class TlsSocket {
       if (filling) {
         filling = false;
         if (!ec) {
-          size_t got = s->tcp_.read_now(s->fillSpace(), ec);
+          size_t got = s->receive(ec);
           if (ec == boost::asio::error::would_block) return fill(self);  // (a report from before)
           if (s->filled(ec, got)) return step(self);
         }

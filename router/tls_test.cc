@@ -4,15 +4,15 @@
 // TLS, TLS < 1.2 refused, and config-network http-protocol (Redirected,
 // Disabled) on the plain listener.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <malloc.h>
 #include <sys/ioctl.h>
 
 #include <array>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
