@@ -30,27 +30,10 @@ while (($#)); do
     *) echo "usage: $0 [--build DIR] [--seconds N] [--conns N]" >&2; exit 2 ;;
   esac
 done
-for tool in valgrind callgrind_annotate nginx wrk openssl; do
-  command -v $tool >/dev/null || { echo "bench_instructions: $tool is missing (tools/setup.sh --test)" >&2; exit 1; }
-done
-TLS_BENCH=$BUILD/bench/tls/tls_bench
-APP=$BUILD/tests/apps/knap-testapp
-[[ -x $TLS_BENCH && -x $APP ]] || { echo "bench_instructions: build $BUILD first (ninja -C $BUILD)" >&2; exit 1; }
-
-WORK=$(mktemp -d /tmp/knap-bench-instr.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-HOST=bench.example.com
-
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-POD_PORT=$(free_port)
-"$APP" --port-from-arg "$POD_PORT" >/dev/null 2>&1 &
-PIDS+=($!)
+NAME=bench_instructions
+TOOLS="valgrind callgrind_annotate nginx wrk openssl"
+# shellcheck source=bench/router/pod_and_tools.sh
+source "$ROOT/bench/router/pod_and_tools.sh"
 
 # The load: HTTP with wrk, HTTPS with tls_bench's keep-alive client. Prints
 # the number of requests answered.

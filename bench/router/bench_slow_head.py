@@ -12,37 +12,21 @@ receive per byte; re-parsing the whole head after every read grows with the squa
 """
 import argparse
 import os
-import re
 import shutil
 import socket
-import subprocess
+import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HOST = "bench.example.com"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from proxy_pair import HOST, start_knap, start_nginx, start_pod, stop  # noqa: E402
 
 
 def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_for(pred, what, timeout=10):
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 def trickle(name, pid, port, head):
@@ -81,46 +65,15 @@ def main():
     work = tempfile.mkdtemp(prefix="knap-bench-slowhead-")
     procs = []
     try:
-        pod_port = free_port()
-        procs.append(subprocess.Popen([f"{build}/tests/apps/knap-testapp", "--port-from-arg", str(pod_port)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        out = os.path.join(work, "knap.out")
-        with open(out, "w") as f:
-            knap = subprocess.Popen([f"{build}/bench/tls/tls_bench", "--serve-pod", str(pod_port), "--seconds",
-                                     "3600", "--sni", HOST], stdout=f, stderr=subprocess.STDOUT)
-        procs.append(knap)
-
-        def knap_port():
-            m = re.search(r"^serving http on port (\d+)", open(out).read(), re.M)
-            return int(m.group(1)) if m else None
-        port = wait_for(knap_port, "tls_bench's HTTP listener")
+        pod_port = start_pod(build, procs)
+        knap, port, _ = start_knap(build, work, pod_port, procs)
         print("one request head sent a byte at a time")
         trickle("knap router", knap.pid, port, head)
-
-        nport = free_port()
-        with open(f"{work}/nginx.conf", "w") as f:
-            f.write(f"""worker_processes 1; daemon off; master_process off; pid {work}/nginx.pid; error_log {work}/nginx.err;
-events {{ worker_connections 1024; }}
-http {{ access_log off; large_client_header_buffers 4 32k; client_header_timeout 60s;
-  upstream pod {{ server 127.0.0.1:{pod_port}; keepalive 64; }}
-  server {{ listen 127.0.0.1:{nport};
-    location / {{ proxy_pass http://pod; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; }} }} }}
-""")
-        nginx = subprocess.Popen(["nginx", "-c", f"{work}/nginx.conf", "-p", work], stderr=subprocess.DEVNULL)
-        procs.append(nginx)
-
-        def nginx_up():
-            try:
-                socket.create_connection(("127.0.0.1", nport), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        wait_for(nginx_up, "nginx")
+        nginx, nport = start_nginx(work, pod_port, procs,
+                                   http_extra="large_client_header_buffers 4 32k; client_header_timeout 60s;")
         trickle("nginx", nginx.pid, nport, head)
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
 

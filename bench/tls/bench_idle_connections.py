@@ -11,23 +11,17 @@ of connections, is what one idle keep-alive connection holds.
 """
 import argparse
 import os
-import re
 import resource
 import shutil
 import socket
 import ssl
-import subprocess
+import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HOST = "bench.example.com"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from proxy_pair import HOST, start_knap, start_nginx, start_pod, stop  # noqa: E402
 
 
 def rss_kib(pid):
@@ -36,16 +30,6 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def wait_for(pred, what, timeout=10):
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 def measure(name, pid, port, conns):
@@ -94,49 +78,16 @@ def main():
     work = tempfile.mkdtemp(prefix="knap-bench-idle-")
     procs = []
     try:
-        pod_port = free_port()
-        procs.append(subprocess.Popen([f"{build}/tests/apps/knap-testapp", "--port-from-arg", str(pod_port)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        out = os.path.join(work, "knap.out")
-        with open(out, "w") as f:
-            knap = subprocess.Popen([f"{build}/bench/tls/tls_bench", "--serve-pod", str(pod_port), "--seconds",
-                                     "3600", "--sni", HOST], stdout=f, stderr=subprocess.STDOUT)
-        procs.append(knap)
-
-        def knap_port():
-            m = re.search(r"^serving https on port (\d+)", open(out).read(), re.M)
-            return int(m.group(1)) if m else None
-        port = wait_for(knap_port, "tls_bench's HTTPS listener")
+        pod_port = start_pod(build, procs)
+        knap, _, port = start_knap(build, work, pod_port, procs)
         print(f"memory per idle HTTPS keep-alive connection (one request each, then held), {args.conns} connections")
         measure("knap router", knap.pid, port, args.conns)
-
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                        "-nodes", "-days", "1", "-subj", f"/CN={HOST}", "-keyout", f"{work}/key.pem", "-out",
-                        f"{work}/cert.pem"], check=True, capture_output=True)
-        nport = free_port()
-        with open(f"{work}/nginx.conf", "w") as f:
-            f.write(f"""worker_processes 1; daemon off; master_process off; pid {work}/nginx.pid; error_log {work}/nginx.err;
-events {{ worker_connections {args.conns + 200}; }}
-http {{ access_log off; keepalive_timeout 300s; upstream pod {{ server 127.0.0.1:{pod_port}; keepalive 64; }}
-  server {{ listen 127.0.0.1:{nport} ssl; ssl_certificate {work}/cert.pem; ssl_certificate_key {work}/key.pem;
-    ssl_protocols TLSv1.2 TLSv1.3;
-    location / {{ proxy_pass http://pod; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; }} }} }}
-""")
-        nginx = subprocess.Popen(["nginx", "-c", f"{work}/nginx.conf", "-p", work], stderr=subprocess.DEVNULL)
-        procs.append(nginx)
-
-        def nginx_up():
-            try:
-                socket.create_connection(("127.0.0.1", nport), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        wait_for(nginx_up, "nginx")
+        nginx, nport = start_nginx(work, pod_port, procs, tls=True,
+                                   events=f"worker_connections {args.conns + 200};",
+                                   http_extra="keepalive_timeout 300s;")
         measure("nginx", nginx.pid, nport, args.conns)
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
 
