@@ -145,13 +145,7 @@ class DeadlineStream {
   auto async_wait(socket_type::wait_type w, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
         [this](auto handler, socket_type::wait_type what) {
-          if (!start()) {
-            state_->timed_out = true;
-            boost::asio::post(socket_.get_executor(), [h = std::move(handler)]() mutable {
-              std::move(h)(boost::system::error_code(boost::beast::error::timeout));
-            });
-            return;
-          }
+          if (!start()) return expiredCode(std::move(handler));
           socket_.async_wait(what, CodeDone<decltype(handler)>{state_, std::move(handler)});
         },
         token, w);
@@ -164,13 +158,7 @@ class DeadlineStream {
   auto async_wait_readable(Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
         [this](auto handler) {
-          if (!start()) {
-            state_->timed_out = true;
-            boost::asio::post(socket_.get_executor(), [h = std::move(handler)]() mutable {
-              std::move(h)(boost::system::error_code(boost::beast::error::timeout));
-            });
-            return;
-          }
+          if (!start()) return expiredCode(std::move(handler));
           if constexpr (readiness::kSupported) {
             readiness::asyncWaitReadable(socket_, CodeDone<decltype(handler)>{state_, std::move(handler)});
           } else {
@@ -189,12 +177,7 @@ class DeadlineStream {
   auto async_connect(const boost::asio::ip::tcp::endpoint& ep, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
         [this](auto handler, const boost::asio::ip::tcp::endpoint& e) {
-          if (!start()) {
-            boost::asio::post(socket_.get_executor(), [h = std::move(handler)]() mutable {
-              std::move(h)(boost::system::error_code(boost::beast::error::timeout));
-            });
-            return;
-          }
+          if (!start()) return expiredCode(std::move(handler));
           socket_.async_connect(e, CodeDone<decltype(handler)>{state_, std::move(handler)});
         },
         token, ep);
@@ -251,6 +234,14 @@ class DeadlineStream {
     state_->timed_out = true;
     boost::asio::post(socket_.get_executor(), [h = std::move(handler)]() mutable {
       std::move(h)(boost::system::error_code(boost::beast::error::timeout), std::size_t{0});
+    });
+  }
+  // expired() for an operation that completes with a code alone.
+  template <class Handler>
+  void expiredCode(Handler handler) {
+    state_->timed_out = true;
+    boost::asio::post(socket_.get_executor(), [h = std::move(handler)]() mutable {
+      std::move(h)(boost::system::error_code(boost::beast::error::timeout));
     });
   }
   static boost::system::error_code mapped(State& st, boost::system::error_code ec) {
